@@ -1,0 +1,55 @@
+//! `wasmlet`: the node agent's binary. It wires the host crates together; each
+//! subcommand lives in its own module under `commands/`.
+//!
+//! - `wasmlet up` / `wasmlet run --config FILE`: run the agent (the agent core is the
+//!   next issue; until it lands these say so and exit non-zero).
+//! - `wasmlet cri ...`: talk to a CRI runtime directly (version, pods, containers,
+//!   images, reset) — the small crictl Debian does not package.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// wasmlet: a Kubernetes node agent extensible with WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasmlet", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent with its embedded defaults (own containerd, shipped plugins,
+    /// static pods from a directory).
+    Up(commands::agent::UpArgs),
+    /// Run the agent from a configuration file.
+    Run(commands::agent::RunArgs),
+    /// Talk to a CRI runtime directly.
+    Cri(commands::cri::CriArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(args) => commands::agent::up(args),
+        Command::Run(args) => commands::agent::run(args),
+        Command::Cri(args) => commands::cri::run(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wasmlet: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
