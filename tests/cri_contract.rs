@@ -7,7 +7,7 @@
 //! `scripts/containerd.sh up` and sets it, with `WASMLET_REQUIRE_CONTAINERD=1` so that a
 //! missing containerd fails instead of skipping).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -437,7 +437,7 @@ async fn list_filters(rt: &Runtime) {
         .expect("created"),
     );
     assert_eq!(by_state, vec![a2.clone()]);
-    let one = HashMap::from([("container".to_string(), "one".to_string())]);
+    let one = BTreeMap::from([("container".to_string(), "one".to_string())]);
     let by_label = mine(
         list(ContainerFilter {
             label_selector: one.clone(),
@@ -453,7 +453,7 @@ async fn list_filters(rt: &Runtime) {
         ..Default::default()
     };
     assert_eq!(mine(list(and).await.expect("and")), vec![b1.clone()]);
-    let none = HashMap::from([("container".to_string(), "three".to_string())]);
+    let none = BTreeMap::from([("container".to_string(), "three".to_string())]);
     assert!(
         mine(
             list(ContainerFilter {
@@ -482,7 +482,7 @@ async fn list_filters(rt: &Runtime) {
         ids.sort();
         ids
     };
-    let run = HashMap::from([(RUN_LABEL.to_string(), rt.run_id.clone())]);
+    let run = BTreeMap::from([(RUN_LABEL.to_string(), rt.run_id.clone())]);
     let by_run = mine_pods(
         pods(PodSandboxFilter {
             label_selector: run.clone(),
@@ -492,7 +492,7 @@ async fn list_filters(rt: &Runtime) {
         .expect("run"),
     );
     assert_eq!(by_run, sorted(vec![&a.0, &b.0]));
-    let app_a = HashMap::from([("app".to_string(), "filter-a".to_string())]);
+    let app_a = BTreeMap::from([("app".to_string(), "filter-a".to_string())]);
     let by_app = pods(PodSandboxFilter {
         label_selector: app_a,
         ..Default::default()

@@ -6,7 +6,7 @@
 //! - Builders for the sandbox and container configs the tests send, labelled with a
 //!   per-test run id so that cleanup removes exactly what the test made.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -142,11 +142,11 @@ impl Runtime {
                 name.into()
             },
             log_directory: log_directory.display().to_string(),
-            labels: HashMap::from([
+            labels: BTreeMap::from([
                 (RUN_LABEL.to_string(), self.run_id.clone()),
                 ("app".to_string(), name.to_string()),
             ]),
-            annotations: HashMap::from([(
+            annotations: BTreeMap::from([(
                 "test.wasmlet.io/note".to_string(),
                 format!("pod {name}"),
             )]),
@@ -236,7 +236,7 @@ impl Runtime {
     /// Stops and removes every sandbox this test created.
     pub async fn cleanup(&self) {
         let filter = PodSandboxFilter {
-            label_selector: HashMap::from([(RUN_LABEL.to_string(), self.run_id.clone())]),
+            label_selector: BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone())]),
             ..Default::default()
         };
         let pods = self
@@ -288,8 +288,8 @@ pub fn container_config_in(name: &str, argv: &[&str], pid: NamespaceMode) -> Con
         }),
         command: argv.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}/0.log"),
-        labels: HashMap::from([("container".to_string(), name.to_string())]),
-        annotations: HashMap::from([("test.wasmlet.io/container".to_string(), name.to_string())]),
+        labels: BTreeMap::from([("container".to_string(), name.to_string())]),
+        annotations: BTreeMap::from([("test.wasmlet.io/container".to_string(), name.to_string())]),
         linux: Some(LinuxContainerConfig {
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(NamespaceOption {

@@ -7,6 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([&file], [&root])?;
     tonic_prost_build::configure()
+        // Label and annotation maps are small: BTreeMap decodes and clones faster than
+        // HashMap (no hashing) and keeps them ordered in logs and output.
+        .btree_map(".")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

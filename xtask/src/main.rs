@@ -1,1 +1,208 @@
-fn main() {}
+//! wasmlet's task runner: the commands the README and CI use, in one place.
+//!
+//! ```text
+//! cargo xtask test                 # everything CI runs (as root): containerd up, fmt,
+//!                                  # clippy, all tests incl. the contract suite against
+//!                                  # real containerd, containerd down + leak check
+//! cargo xtask up                   # build and run the agent with its defaults
+//! cargo xtask containerd up|down|status   # the test containerd, by hand
+//! cargo xtask bench                # the benchmarks (results go in bench/README.md)
+//! ```
+//!
+//! Only std here: the runner must build in seconds on a fresh clone.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+/// Where `cargo xtask test` keeps its containerd (override with WASMLET_TEST_CONTAINERD_DIR).
+const TEST_CONTAINERD_DIR: &str = "/var/lib/wasmlet/test-containerd";
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("up") => up(&args[1..]),
+        Some("containerd") => containerd_cmd(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: cargo xtask <command>
+  test                      run the whole test suite (as root: it starts containerd)
+  up [ARGS...]              build and run `wasmlet up` (the agent with its defaults)
+  containerd up|down|status the test containerd, by hand
+  bench [NAME]              run the benchmarks";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn state_dir() -> String {
+    env::var("WASMLET_TEST_CONTAINERD_DIR").unwrap_or_else(|_| TEST_CONTAINERD_DIR.to_owned())
+}
+
+fn step(title: &str) {
+    eprintln!("\n==> {title}");
+}
+
+/// Runs a command in the repo, inheriting stdio; fails naming it.
+fn run(cmd: &mut Command) -> Result {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .current_dir(repo())
+        .status()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
+
+fn containerd(action: &str) -> Command {
+    let mut c = Command::new(repo().join("scripts/containerd.sh"));
+    c.arg(action).arg(state_dir());
+    c
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// `cargo xtask test`: the whole suite, as CI runs it.
+fn test(extra: &[String]) -> Result {
+    let started = Instant::now();
+    if !is_root() {
+        return Err(
+            "`cargo xtask test` must run as root: it starts a real containerd for the \
+                    end-to-end tests (scripts/containerd.sh)"
+                .into(),
+        );
+    }
+    step("containerd: install if needed and start (scripts/containerd.sh up)");
+    let out = containerd("up")
+        .current_dir(repo())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run scripts/containerd.sh: {e}"))?;
+    if !out.status.success() {
+        return Err("scripts/containerd.sh up failed (see above)".into());
+    }
+    let endpoint = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    eprintln!("containerd serves CRI on {endpoint}");
+
+    let result = test_with_containerd(&endpoint, extra);
+
+    step("containerd: remove every pod and stop (scripts/containerd.sh down)");
+    let down = run(&mut containerd("down"));
+    let leaks = check_no_leaks();
+    eprintln!("\nxtask test: finished in {:.0?}", started.elapsed());
+    result.and(down).and(leaks)
+}
+
+fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
+    step("format (cargo fmt --check)");
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    step("lint (cargo clippy -D warnings)");
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
+    run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+    step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
+    run(cargo()
+        .args(["test", "--workspace", "--locked"])
+        .args(extra)
+        .env("WASMLET_CRI_ENDPOINT", endpoint)
+        .env("WASMLET_REQUIRE_CONTAINERD", "1"))?;
+    step("benchmarks compile and run once (smoke)");
+    run(cargo().args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"]))?;
+    Ok(())
+}
+
+/// After `down`: no shim of our containerd and no mount under its state dir remain.
+fn check_no_leaks() -> Result {
+    let state = state_dir();
+    let sock = format!("{state}/containerd.sock");
+    let mut leaks = Vec::new();
+    let shims = Command::new("pgrep")
+        .args(["-f", &format!("containerd-shim.*-address {sock}")])
+        .output();
+    if let Ok(out) = shims {
+        let pids = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !pids.is_empty() {
+            leaks.push(format!("shim processes still running: {pids}"));
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let ours: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| m.starts_with(&format!("{state}/")))
+        .collect();
+    if !ours.is_empty() {
+        leaks.push(format!("mounts left under {state}: {}", ours.join(", ")));
+    }
+    if leaks.is_empty() {
+        eprintln!("containerd down left nothing behind (no shims, no mounts)");
+        Ok(())
+    } else {
+        Err(format!(
+            "containerd down left things behind: {}",
+            leaks.join("; ")
+        ))
+    }
+}
+
+/// `cargo xtask up`: builds and runs the agent with its embedded defaults.
+fn up(extra: &[String]) -> Result {
+    run(cargo().args(["build", "--release", "--locked", "-p", "wasmlet"]))?;
+    run(Command::new(repo().join("target/release/wasmlet"))
+        .arg("up")
+        .args(extra))
+}
+
+fn containerd_cmd(args: &[String]) -> Result {
+    match args.first().map(String::as_str) {
+        Some(action @ ("up" | "down" | "status" | "purge")) => run(&mut containerd(action)),
+        _ => Err("usage: cargo xtask containerd up|down|status|purge".into()),
+    }
+}
+
+/// `cargo xtask bench [NAME]`: the benchmarks, each printing a table.
+fn bench(args: &[String]) -> Result {
+    let mut cmd = cargo();
+    cmd.args(["bench", "-p", "wasmlet-bench", "--locked"]);
+    if let Some(name) = args.first() {
+        cmd.args(["--bench", name]);
+    }
+    run(&mut cmd)
+}

@@ -20,6 +20,7 @@
 //! against this simulator and a real containerd.
 
 pub mod direct;
+pub mod fastlist;
 pub mod image;
 pub mod script;
 pub mod server;
@@ -30,4 +31,4 @@ mod sim;
 pub use image::{BUSYBOX_IMAGE, PAUSE_IMAGE};
 pub use script::Script;
 pub use server::{ServeError, SimServer};
-pub use sim::{EVENT_BUFFER, RUNTIME_NAME, Simulator};
+pub use sim::{EVENT_BUFFER, EncodedList, RUNTIME_NAME, Simulator};

@@ -31,7 +31,7 @@
 //!
 //! Durations are `500ms`, `2s`, `1.5s`, `3m`, `1h`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Container annotation holding a script.
@@ -138,8 +138,8 @@ impl Script {
 
     /// The script of a container: its own annotation, then its pod's, then its image's.
     pub fn for_container(
-        container_annotations: &HashMap<String, String>,
-        pod_annotations: &HashMap<String, String>,
+        container_annotations: &BTreeMap<String, String>,
+        pod_annotations: &BTreeMap<String, String>,
         container_name: &str,
         image_script: Option<&Script>,
     ) -> Result<Self, ScriptError> {
@@ -207,8 +207,8 @@ mod tests {
 
     #[test]
     fn container_beats_pod_beats_image() {
-        let c = HashMap::from([(SCRIPT_ANNOTATION.to_string(), "exit-code=3".to_string())]);
-        let p = HashMap::from([(
+        let c = BTreeMap::from([(SCRIPT_ANNOTATION.to_string(), "exit-code=3".to_string())]);
+        let p = BTreeMap::from([(
             format!("{POD_SCRIPT_PREFIX}app"),
             "exit-code=4 exit-after=1s".to_string(),
         )]);
@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(s.exit_code, Some(3));
         assert_eq!(s.exit_after, Some(Duration::from_secs(1)));
         assert!(s.hang_stop);
-        let other = Script::for_container(&HashMap::new(), &p, "sidecar", None).expect("valid");
+        let other = Script::for_container(&BTreeMap::new(), &p, "sidecar", None).expect("valid");
         assert_eq!(other, Script::default());
     }
 

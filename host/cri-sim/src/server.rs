@@ -11,10 +11,14 @@ use wasmlet_cri::proto::image_service_server::ImageServiceServer;
 use wasmlet_cri::proto::runtime_service_server::RuntimeServiceServer;
 
 use crate::Simulator;
+use crate::fastlist::FastLists;
 use crate::service::SimService;
 
 /// Largest message served, as for the client (16 MiB).
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// HTTP/2 flow-control window, as large as the largest message.
+const WINDOW_BYTES: u32 = 16 << 20;
 
 /// Why the simulator could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -132,13 +136,18 @@ pub async fn serve_listener(
     listener: UnixListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service = SimService::new(sim);
+    let service = SimService::new(sim.clone());
     Server::builder()
-        .add_service(
+        .initial_stream_window_size(WINDOW_BYTES)
+        .initial_connection_window_size(WINDOW_BYTES)
+        .max_frame_size(1 << 20)
+        .add_service(FastLists::new(
+            sim,
             RuntimeServiceServer::new(service.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+            MAX_MESSAGE_BYTES,
+        ))
         .add_service(
             ImageServiceServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -3,13 +3,15 @@
 //! the judge). The gRPC service and the in-process [`wasmlet_cri::CriRuntime`] impl are
 //! thin wrappers over these methods.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
+use prost::Message;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tonic::{Code, Status};
@@ -86,6 +88,8 @@ struct Sandbox {
     runtime_handler: String,
     /// Its containers, oldest first.
     containers: Vec<String>,
+    /// `summary()` in wire form, kept current, spliced into ListPodSandbox answers.
+    encoded: Bytes,
 }
 
 struct Container {
@@ -110,6 +114,8 @@ struct Container {
     started: Option<Instant>,
     exited: watch::Sender<bool>,
     timer: Option<tokio::task::AbortHandle>,
+    /// `summary()` in wire form, kept current, spliced into ListContainers answers.
+    encoded: Bytes,
 }
 
 /// Unix-nanosecond timestamps that follow tokio's clock, so that paused-time tests
@@ -347,12 +353,12 @@ impl Simulator {
             },
         };
         let info = if verbose {
-            HashMap::from([(
+            BTreeMap::from([(
                 "config".to_string(),
                 format!("{{\"runtime\":\"{RUNTIME_NAME}\"}}"),
             )])
         } else {
-            HashMap::new()
+            BTreeMap::new()
         };
         Ok(proto::StatusResponse {
             status: Some(proto::RuntimeStatus {
@@ -447,7 +453,10 @@ impl Simulator {
             ip,
             runtime_handler: runtime_handler.to_owned(),
             containers: Vec::new(),
+            encoded: Bytes::new(),
         };
+        let mut sandbox = sandbox;
+        sandbox.reencode();
         st.sandboxes.insert(id.clone(), sandbox);
         self.emit(
             &st,
@@ -478,6 +487,7 @@ impl Simulator {
         };
         if sandbox.state == PodSandboxState::SandboxReady {
             sandbox.state = PodSandboxState::SandboxNotready;
+            sandbox.reencode();
             if let Some(ip) = sandbox.ip.take() {
                 st.ips.release(ip);
             }
@@ -538,7 +548,7 @@ impl Simulator {
         let st = self.inner.lock();
         let sandbox = st.sandboxes.get(id).ok_or_else(|| sandbox_not_found(id))?;
         let info = if verbose {
-            HashMap::from([(
+            BTreeMap::from([(
                 "info".to_string(),
                 format!(
                     "{{\"pid\":0,\"runtimeHandler\":{:?}}}",
@@ -546,7 +556,7 @@ impl Simulator {
                 ),
             )])
         } else {
-            HashMap::new()
+            BTreeMap::new()
         };
         Ok(proto::PodSandboxStatusResponse {
             status: Some(sandbox.status()),
@@ -564,21 +574,24 @@ impl Simulator {
         self.enter("ListPodSandbox").await?;
         let st = self.inner.lock();
         let filter = filter.unwrap_or_default();
-        let id = resolve_id(&filter.id, &st.sandboxes);
-        let items = st
-            .sandboxes
-            .values()
-            .filter(|s| id.as_deref().is_none_or(|id| s.id == id))
-            .filter(|s| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|v| v.state == s.state as i32)
-            })
-            .filter(|s| selector_matches(&filter.label_selector, &s.config.labels))
+        Ok(matching_sandboxes(&st, &filter)
             .map(Sandbox::summary)
+            .collect())
+    }
+
+    /// `ListPodSandbox`, answered in wire form from each sandbox's cached encoding:
+    /// what the gRPC server sends, without building and encoding the messages again.
+    pub async fn list_pod_sandbox_encoded(
+        &self,
+        filter: Option<proto::PodSandboxFilter>,
+    ) -> Result<EncodedList, Status> {
+        self.enter("ListPodSandbox").await?;
+        let st = self.inner.lock();
+        let filter = filter.unwrap_or_default();
+        let parts = matching_sandboxes(&st, &filter)
+            .map(|s| s.encoded.clone())
             .collect();
-        Ok(items)
+        Ok(EncodedList { parts })
     }
 
     // ------------------------------------------------------------ containers
@@ -691,7 +704,10 @@ impl Simulator {
             started: None,
             exited: watch::channel(false).0,
             timer: None,
+            encoded: Bytes::new(),
         };
+        let mut container = container;
+        container.reencode();
         st.names.insert(name, id.clone());
         st.containers.insert(id.clone(), container);
         if let Some(sandbox) = st.sandboxes.get_mut(sandbox_id) {
@@ -741,6 +757,7 @@ impl Simulator {
             c.exit_code = 128;
             c.reason = "StartError".into();
             c.message = msg.clone();
+            c.reencode();
             c.exited.send_replace(true);
             self.emit(
                 &st,
@@ -755,6 +772,7 @@ impl Simulator {
         c.state = ContainerState::ContainerRunning;
         c.started_at = now;
         c.started = Some(Instant::now());
+        c.reencode();
         // When does it end on its own, and how?
         let natural = if c.script.run_forever {
             None
@@ -847,39 +865,25 @@ impl Simulator {
         self.enter("ListContainers").await?;
         let st = self.inner.lock();
         let filter = filter.unwrap_or_default();
-        let id = resolve_id(&filter.id, &st.containers);
-        let sandbox = resolve_id(&filter.pod_sandbox_id, &st.sandboxes);
-        let matches = |c: &&Container| {
-            id.as_deref().is_none_or(|id| c.id == id)
-                && sandbox.as_deref().is_none_or(|s| c.sandbox_id == s)
-                && filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|v| v.state == c.state as i32)
-                && selector_matches(&filter.label_selector, &c.config.labels)
-        };
-        // With a sandbox filter, walk only that sandbox's containers.
-        let items = match &sandbox {
-            Some(sid) => st
-                .sandboxes
-                .get(sid)
-                .map(|s| {
-                    s.containers
-                        .iter()
-                        .filter_map(|c| st.containers.get(c))
-                        .filter(matches)
-                        .map(Container::summary)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            None => st
-                .containers
-                .values()
-                .filter(matches)
-                .map(Container::summary)
-                .collect(),
-        };
-        Ok(items)
+        Ok(matching_containers(&st, &filter)
+            .into_iter()
+            .map(Container::summary)
+            .collect())
+    }
+
+    /// `ListContainers`, answered in wire form from each container's cached encoding.
+    pub async fn list_containers_encoded(
+        &self,
+        filter: Option<proto::ContainerFilter>,
+    ) -> Result<EncodedList, Status> {
+        self.enter("ListContainers").await?;
+        let st = self.inner.lock();
+        let filter = filter.unwrap_or_default();
+        let parts = matching_containers(&st, &filter)
+            .into_iter()
+            .map(|c| c.encoded.clone())
+            .collect();
+        Ok(EncodedList { parts })
     }
 
     /// `ContainerStatus`.
@@ -895,12 +899,12 @@ impl Simulator {
             .get(id)
             .ok_or_else(|| container_not_found(id))?;
         let info = if verbose {
-            HashMap::from([(
+            BTreeMap::from([(
                 "info".to_string(),
                 format!("{{\"sandboxID\":{:?},\"pid\":0}}", c.sandbox_id),
             )])
         } else {
-            HashMap::new()
+            BTreeMap::new()
         };
         Ok(proto::ContainerStatusResponse {
             status: Some(c.status()),
@@ -1137,6 +1141,7 @@ impl Simulator {
         c.finished_at = now;
         c.exit_code = code;
         c.reason = reason.to_owned();
+        c.reencode();
         c.exited.send_replace(true);
         if let Some(timer) = c.timer.take() {
             timer.abort();
@@ -1213,6 +1218,60 @@ impl Inner {
     }
 }
 
+/// A list answer in wire form: the encoded items of a `List*Response`'s repeated
+/// field 1, in order. [`crate::fastlist`] writes them out as the response message.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedList {
+    /// One encoded `PodSandbox` or `Container` per item.
+    pub parts: Vec<Bytes>,
+}
+
+fn matching_sandboxes<'a>(
+    st: &'a State,
+    filter: &'a proto::PodSandboxFilter,
+) -> impl Iterator<Item = &'a Sandbox> {
+    let id = resolve_id(&filter.id, &st.sandboxes);
+    st.sandboxes
+        .values()
+        .filter(move |s| id.as_deref().is_none_or(|id| s.id == id))
+        .filter(|s| {
+            filter
+                .state
+                .as_ref()
+                .is_none_or(|v| v.state == s.state as i32)
+        })
+        .filter(|s| selector_matches(&filter.label_selector, &s.config.labels))
+}
+
+fn matching_containers<'a>(st: &'a State, filter: &proto::ContainerFilter) -> Vec<&'a Container> {
+    let id = resolve_id(&filter.id, &st.containers);
+    let sandbox = resolve_id(&filter.pod_sandbox_id, &st.sandboxes);
+    let matches = |c: &&Container| {
+        id.as_deref().is_none_or(|id| c.id == id)
+            && sandbox.as_deref().is_none_or(|s| c.sandbox_id == s)
+            && filter
+                .state
+                .as_ref()
+                .is_none_or(|v| v.state == c.state as i32)
+            && selector_matches(&filter.label_selector, &c.config.labels)
+    };
+    // With a sandbox filter, walk only that sandbox's containers.
+    match &sandbox {
+        Some(sid) => st
+            .sandboxes
+            .get(sid)
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .filter_map(|c| st.containers.get(c))
+                    .filter(matches)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => st.containers.values().filter(matches).collect(),
+    }
+}
+
 /// An exact id, or the one id that starts with `prefix` (containerd's truncated ids).
 /// `None` for an empty filter; `Some(prefix)` unchanged when nothing (or several) match,
 /// so that the filter matches nothing.
@@ -1267,6 +1326,10 @@ impl Sandbox {
             annotations: self.config.annotations.clone(),
             runtime_handler: self.runtime_handler.clone(),
         }
+    }
+
+    fn reencode(&mut self) {
+        self.encoded = self.summary().encode_to_vec().into();
     }
 
     fn summary(&self) -> proto::PodSandbox {
@@ -1331,6 +1394,10 @@ impl Container {
             }),
             ..Default::default()
         }
+    }
+
+    fn reencode(&mut self) {
+        self.encoded = self.summary().encode_to_vec().into();
     }
 
     fn summary(&self) -> proto::Container {

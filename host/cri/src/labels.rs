@@ -1,12 +1,12 @@
 //! Small helpers shared by CRI clients and servers.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Whether `labels` satisfy a CRI label selector: every selector pair present with the
 /// same value (the CRI supports only equality, ANDed).
 pub fn selector_matches(
-    selector: &HashMap<String, String>,
-    labels: &HashMap<String, String>,
+    selector: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
 ) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
@@ -23,7 +23,7 @@ pub fn unix_nanos() -> i64 {
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -65,46 +65,98 @@ pub async fn run(args: CriArgs) -> Result<()> {
     match args.command {
         CriCommand::Version => {
             let n = client.negotiated();
-            println!("runtime:            {} {}", n.version.runtime_name, n.version.runtime_version);
+            println!(
+                "runtime:            {} {}",
+                n.version.runtime_name, n.version.runtime_version
+            );
             println!("CRI version:        {}", n.version.runtime_api_version);
-            println!("container events:   {}", if n.container_events { "streamed" } else { "not served (relist)" });
+            println!(
+                "container events:   {}",
+                if n.container_events {
+                    "streamed"
+                } else {
+                    "not served (relist)"
+                }
+            );
         }
         CriCommand::Info => {
             let status = client.status(false).await?;
             for c in status.status.map(|s| s.conditions).unwrap_or_default() {
-                println!("{:<14} {:<5} {} {}", c.r#type, c.status, c.reason, c.message);
+                println!(
+                    "{:<14} {:<5} {} {}",
+                    c.r#type, c.status, c.reason, c.message
+                );
             }
         }
         CriCommand::Pods => {
-            println!("{:<13} {:<9} {:<40} {:<16} ATTEMPT", "POD ID", "STATE", "NAME", "NAMESPACE");
+            println!(
+                "{:<13} {:<9} {:<40} {:<16} ATTEMPT",
+                "POD ID", "STATE", "NAME", "NAMESPACE"
+            );
             for p in client.list_pod_sandbox(None).await? {
                 let m = p.metadata.clone().unwrap_or_default();
-                let state = if p.state() == PodSandboxState::SandboxReady { "Ready" } else { "NotReady" };
-                println!("{:<13} {:<9} {:<40} {:<16} {}", short(&p.id), state, m.name, m.namespace, m.attempt);
+                let state = if p.state() == PodSandboxState::SandboxReady {
+                    "Ready"
+                } else {
+                    "NotReady"
+                };
+                println!(
+                    "{:<13} {:<9} {:<40} {:<16} {}",
+                    short(&p.id),
+                    state,
+                    m.name,
+                    m.namespace,
+                    m.attempt
+                );
             }
         }
         CriCommand::Ps { all } => {
-            println!("{:<13} {:<8} {:<24} {:<13} IMAGE", "CONTAINER", "STATE", "NAME", "POD ID");
+            println!(
+                "{:<13} {:<8} {:<24} {:<13} IMAGE",
+                "CONTAINER", "STATE", "NAME", "POD ID"
+            );
             for c in client.list_containers(None).await? {
                 if !all && c.state() != ContainerState::ContainerRunning {
                     continue;
                 }
-                let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
-                let image = c.image.as_ref().map(|i| i.image.as_str()).unwrap_or_default();
+                let name = c
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.as_str())
+                    .unwrap_or_default();
+                let image = c
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.as_str())
+                    .unwrap_or_default();
                 let state = c.state().as_str_name().trim_start_matches("CONTAINER_");
-                println!("{:<13} {:<8} {:<24} {:<13} {}", short(&c.id), state, name, short(&c.pod_sandbox_id), image);
+                println!(
+                    "{:<13} {:<8} {:<24} {:<13} {}",
+                    short(&c.id),
+                    state,
+                    name,
+                    short(&c.pod_sandbox_id),
+                    image
+                );
             }
         }
         CriCommand::Images => {
             println!("{:<20} {:>10}  TAGS", "IMAGE ID", "SIZE");
             for i in client.list_images(None).await? {
                 let id = i.id.trim_start_matches("sha256:");
-                println!("{:<20} {:>10}  {}", short(id), i.size, i.repo_tags.join(", "));
+                println!(
+                    "{:<20} {:>10}  {}",
+                    short(id),
+                    i.size,
+                    i.repo_tags.join(", ")
+                );
             }
         }
         CriCommand::Inspect { id } => match client.container_status(&id, true).await {
             Ok(status) => println!("{status:#?}"),
-            Err(e) if e.is_not_found() => println!("{:#?}", client.pod_sandbox_status(&id, true).await?),
+            Err(e) if e.is_not_found() => {
+                println!("{:#?}", client.pod_sandbox_status(&id, true).await?)
+            }
             Err(e) => return Err(e.into()),
         },
         CriCommand::Reset => reset(&client).await?,
@@ -116,12 +168,21 @@ pub async fn run(args: CriArgs) -> Result<()> {
 async fn reset(client: &CriClient) -> Result<()> {
     let pods = client.list_pod_sandbox(None).await?;
     for p in &pods {
-        client.stop_pod_sandbox(&p.id).await.with_context(|| format!("stopping pod {}", p.id))?;
-        client.remove_pod_sandbox(&p.id).await.with_context(|| format!("removing pod {}", p.id))?;
+        client
+            .stop_pod_sandbox(&p.id)
+            .await
+            .with_context(|| format!("stopping pod {}", p.id))?;
+        client
+            .remove_pod_sandbox(&p.id)
+            .await
+            .with_context(|| format!("removing pod {}", p.id))?;
     }
     let containers = client.list_containers(None).await?;
     for c in &containers {
-        client.remove_container(&c.id).await.with_context(|| format!("removing container {}", c.id))?;
+        client
+            .remove_container(&c.id)
+            .await
+            .with_context(|| format!("removing container {}", c.id))?;
     }
     eprintln!(
         "removed {} pod sandboxes and {} stray containers from {}",

@@ -1,0 +1,115 @@
+//! Helpers shared by wasmlet's benchmarks: timing loops, percentiles, table output.
+//!
+//! Each benchmark is a `harness = false` binary under `benches/` that prints a table.
+//! `--smoke` runs every case a few times only (CI checks that benchmarks still run);
+//! without it, enough iterations for stable percentiles.
+
+use std::time::{Duration, Instant};
+
+/// How long to measure each case.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Untimed iterations first.
+    pub warmup: usize,
+    /// Timed iterations.
+    pub iterations: usize,
+}
+
+impl Budget {
+    /// `--smoke` on the command line selects a token budget.
+    pub fn from_args(full_iterations: usize) -> Self {
+        if std::env::args().any(|a| a == "--smoke") {
+            Self {
+                warmup: 1,
+                iterations: 3,
+            }
+        } else {
+            Self {
+                warmup: full_iterations / 10 + 1,
+                iterations: full_iterations,
+            }
+        }
+    }
+}
+
+/// Latency samples of one case.
+#[derive(Debug, Clone)]
+pub struct Samples {
+    sorted: Vec<Duration>,
+    total: Duration,
+}
+
+impl Samples {
+    /// Summarizes raw samples.
+    pub fn new(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let total = samples.iter().sum();
+        Self {
+            sorted: samples,
+            total,
+        }
+    }
+
+    /// The `p`-th percentile (0..=100).
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * (self.sorted.len() - 1) as f64).round() as usize;
+        self.sorted[rank.min(self.sorted.len() - 1)]
+    }
+
+    /// Calls per second, from the mean.
+    pub fn per_second(&self) -> f64 {
+        if self.total.is_zero() {
+            0.0
+        } else {
+            self.sorted.len() as f64 / self.total.as_secs_f64()
+        }
+    }
+}
+
+/// Times `iterations` sequential runs of `f` after `warmup` untimed ones.
+pub async fn time_async<F, Fut>(budget: Budget, mut f: F) -> Samples
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for _ in 0..budget.warmup {
+        f().await;
+    }
+    let mut samples = Vec::with_capacity(budget.iterations);
+    for _ in 0..budget.iterations {
+        let t = Instant::now();
+        f().await;
+        samples.push(t.elapsed());
+    }
+    Samples::new(samples)
+}
+
+/// Formats a duration compactly (µs below 10 ms).
+pub fn fmt(d: Duration) -> String {
+    if d < Duration::from_millis(10) {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+/// Prints a markdown table row for a case.
+pub fn row(case: &str, s: &Samples) {
+    println!(
+        "| {case} | {} | {} | {} | {:.0} |",
+        fmt(s.percentile(50.0)),
+        fmt(s.percentile(99.0)),
+        fmt(s.percentile(100.0)),
+        s.per_second()
+    );
+}
+
+/// Prints the table header that [`row`] fills.
+pub fn header(title: &str) {
+    println!("\n### {title}\n");
+    println!("| case | p50 | p99 | max | calls/s |");
+    println!("|---|---|---|---|---|");
+}
