@@ -1,10 +1,12 @@
 //! [`SimServer`]: a [`Simulator`] served over gRPC on a unix socket.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use wasmlet_cri::proto::image_service_server::ImageServiceServer;
@@ -43,13 +45,41 @@ pub enum ServeError {
     },
 }
 
-/// A running gRPC server for a [`Simulator`]. Dropping it stops the server (calls in
-/// flight are cut off, as when a runtime dies) and removes the socket.
+/// A running gRPC server for a [`Simulator`]. Stopping or dropping it kills the server
+/// the way a crashing runtime dies: every open connection is severed, so calls in
+/// flight fail, and the socket is removed. The [`Simulator`]'s state survives, so a new
+/// server on the same socket is a restarted runtime.
 #[derive(Debug)]
 pub struct SimServer {
     path: PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), ServeError>>>,
+    connections: Connections,
+}
+
+/// Duplicates of every accepted connection's socket, to sever them on kill.
+#[derive(Debug, Clone, Default)]
+struct Connections(Arc<Mutex<Vec<std::os::unix::net::UnixStream>>>);
+
+impl Connections {
+    /// Keeps a duplicate of `stream`'s socket and hands `stream` on.
+    fn track(&self, stream: UnixStream) -> std::io::Result<UnixStream> {
+        let std = stream.into_std()?;
+        let dup = std.try_clone()?;
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget connections whose peer has gone.
+        all.retain(|s| s.peer_addr().is_ok() && s.take_error().ok().flatten().is_none());
+        all.push(dup);
+        UnixStream::from_std(std)
+    }
+
+    /// Shuts every tracked socket down in both directions.
+    fn sever(&self) {
+        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for s in all {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 impl SimServer {
@@ -59,20 +89,26 @@ impl SimServer {
         let listener = bind(path)?;
         let (tx, rx) = oneshot::channel::<()>();
         let owned = path.to_owned();
+        let connections = Connections::default();
+        let tracker = connections.clone();
+        let incoming = UnixListenerStream::new(listener)
+            .map(move |accepted| accepted.and_then(|s| tracker.track(s)));
+        let shutdown = async {
+            let _ = rx.await;
+        };
         let task = tokio::spawn(async move {
-            serve_listener(sim, listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .map_err(|source| ServeError::Transport {
-                path: owned,
-                source,
-            })
+            serve_incoming(sim, incoming, shutdown)
+                .await
+                .map_err(|source| ServeError::Transport {
+                    path: owned,
+                    source,
+                })
         });
         Ok(Self {
             path: path.to_owned(),
             shutdown: Some(tx),
             task: Some(task),
+            connections,
         })
     }
 
@@ -86,30 +122,29 @@ impl SimServer {
         format!("unix://{}", self.path.display())
     }
 
-    /// Stops serving and waits until the server is gone.
+    /// Kills the server and waits until it is gone.
     pub async fn stop(mut self) {
-        self.signal();
+        self.kill();
         if let Some(task) = self.task.take() {
-            task.abort();
             let _ = task.await;
         }
-        let _ = std::fs::remove_file(&self.path);
     }
 
-    fn signal(&mut self) {
+    fn kill(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        self.connections.sever();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
 impl Drop for SimServer {
     fn drop(&mut self) {
-        self.signal();
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        let _ = std::fs::remove_file(&self.path);
+        self.kill();
     }
 }
 
@@ -130,10 +165,19 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServeError> {
     UnixListener::bind(path).map_err(bind_err)
 }
 
-/// Serves `sim` on `listener` until `shutdown` resolves.
+/// Serves `sim` on `listener` until `shutdown` resolves; calls in flight then finish
+/// (a graceful stop, as on SIGTERM).
 pub async fn serve_listener(
     sim: Simulator,
     listener: UnixListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    serve_incoming(sim, UnixListenerStream::new(listener), shutdown).await
+}
+
+async fn serve_incoming(
+    sim: Simulator,
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<UnixStream>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let service = SimService::new(sim.clone());
@@ -153,6 +197,6 @@ pub async fn serve_listener(
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -59,6 +59,8 @@ struct Inner {
 /// Runtime-wide faults: latency, outages, scripted failures of the next N calls.
 #[derive(Default)]
 struct Faults {
+    /// The CRI version `Version` reports; `None` is `v1`.
+    api_version: Option<String>,
     latency: Duration,
     method_latency: HashMap<String, Duration>,
     unavailable_until: Option<Instant>,
@@ -284,6 +286,12 @@ impl Simulator {
             .insert(method.to_owned(), (times, code, message.to_owned()));
     }
 
+    /// Makes `Version` report another CRI API version (e.g. `v1alpha2`), as an old
+    /// runtime would.
+    pub fn set_runtime_api_version(&self, version: &str) {
+        self.inner.faults().api_version = Some(version.to_owned());
+    }
+
     /// Sets the NetworkReady condition reported by `Status`.
     pub fn set_network_ready(&self, ready: bool) {
         self.inner.lock().network_ready = ready;
@@ -330,11 +338,12 @@ impl Simulator {
     /// `Version`.
     pub async fn version(&self) -> Result<proto::VersionResponse, Status> {
         self.enter("Version").await?;
+        let api_version = self.inner.faults().api_version.clone();
         Ok(proto::VersionResponse {
             version: "0.1.0".into(),
             runtime_name: RUNTIME_NAME.into(),
             runtime_version: env!("CARGO_PKG_VERSION").into(),
-            runtime_api_version: wasmlet_cri::CRI_API_VERSION.into(),
+            runtime_api_version: api_version.unwrap_or_else(|| wasmlet_cri::CRI_API_VERSION.into()),
         })
     }
 

@@ -235,6 +235,11 @@ impl CriClient {
             req.set_timeout(deadline.saturating_duration_since(Instant::now()));
             let err = match tokio::time::timeout_at(deadline, send(self.clone(), req)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                // tonic enforces the grpc-timeout we sent as well, answering CANCELLED
+                // ("Timeout expired"): whoever noticed first, the call ran out of time.
+                Ok(Err(_)) if Instant::now() >= deadline => {
+                    return Err(CriError::deadline(call, self.endpoint.shared(), timeout));
+                }
                 Ok(Err(status)) => CriError::from_status(call, self.endpoint.shared(), status),
                 Err(_elapsed) => {
                     return Err(CriError::deadline(call, self.endpoint.shared(), timeout));

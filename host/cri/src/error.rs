@@ -136,13 +136,19 @@ impl CriError {
         }
     }
 
-    /// Maps a gRPC status to an error, keeping the transport error (if any) as source.
+    /// Maps a gRPC status to an error. A status that carries a failure of the
+    /// connection itself (refused, reset, broken mid-call) is [`ErrorKind::Unavailable`]
+    /// whatever its code: the runtime was not there to answer.
     pub fn from_status(
         call: &'static str,
         endpoint: impl Into<Arc<str>>,
         status: tonic::Status,
     ) -> Self {
-        let kind = ErrorKind::from_code(status.code());
+        let kind = if is_transport_failure(&status) {
+            ErrorKind::Unavailable
+        } else {
+            ErrorKind::from_code(status.code())
+        };
         let mut message = status.message().to_owned();
         let source = status.source().map(|s| {
             // tonic puts the transport failure ("connection refused", "No such file or
@@ -221,6 +227,18 @@ impl CriError {
     pub fn to_status(&self) -> tonic::Status {
         tonic::Status::new(self.kind.code(), self.message.clone())
     }
+}
+
+/// Whether tonic built this status from a failure of the connection itself.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    let mut cur: Option<&(dyn StdError + 'static)> = status.source();
+    while let Some(e) = cur {
+        if e.is::<tonic::transport::Error>() || e.is::<std::io::Error>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 impl fmt::Display for CriError {
