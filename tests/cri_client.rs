@@ -260,11 +260,11 @@ async fn lists_of_ten_thousand_containers_fit_the_message_limits() {
     let (sim, _server, client) = serve(&dir).await;
     for i in 0..10_000 {
         let pod = sim
-            .run_pod_sandbox(Some(sandbox(&format!("p{i}"))), "")
+            .run_pod_sandbox(sandbox(&format!("p{i}")), "")
             .await
             .expect("run");
         let config = container_config("app", &["sleep", "infinity"]);
-        sim.create_container(&pod, Some(config))
+        sim.create_container(&pod, config, sandbox("unused"))
             .await
             .expect("create");
     }

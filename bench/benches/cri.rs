@@ -27,10 +27,7 @@ async fn populate(sim: &Simulator, pods: usize) {
             labels: BTreeMap::from([("io.kubernetes.pod.uid".to_string(), format!("uid-{i}"))]),
             ..Default::default()
         };
-        let sandbox = sim
-            .run_pod_sandbox(Some(config), "")
-            .await
-            .expect("sandbox");
+        let sandbox = sim.run_pod_sandbox(config, "").await.expect("sandbox");
         let container = ContainerConfig {
             metadata: Some(ContainerMetadata {
                 name: "app".into(),
@@ -55,7 +52,7 @@ async fn populate(sim: &Simulator, pods: usize) {
             ..Default::default()
         };
         let id = sim
-            .create_container(&sandbox, Some(container))
+            .create_container(&sandbox, container, PodSandboxConfig::default())
             .await
             .expect("container");
         sim.start_container(&id).await.expect("start");

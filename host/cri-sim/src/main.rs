@@ -57,6 +57,9 @@ fn image(text: &str) -> Result<(String, Option<Script>), String> {
     }
 }
 
+/// How long calls in flight may take to finish after SIGTERM.
+const DRAIN: Duration = Duration::from_secs(2);
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -78,16 +81,25 @@ async fn main() -> Result<()> {
     }
     let listener = server::bind(&args.socket)?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server::serve_listener(sim, listener, async {
+        let _ = stop_rx.await;
+    }));
     tracing::info!(socket = %args.socket.display(), "wasmlet-cri-sim serving");
-    let served = server::serve_listener(sim, listener, shutdown).await;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    // Stop accepting; give calls in flight a moment, then exit even if clients keep
+    // their connections open (as a runtime does when it is stopped).
+    let _ = stop_tx.send(());
+    let drained = tokio::time::timeout(DRAIN, serving).await;
     let _ = std::fs::remove_file(&args.socket);
-    served.with_context(|| format!("serving on {}", args.socket.display()))?;
+    if let Ok(joined) = drained {
+        joined
+            .context("the server task failed")?
+            .with_context(|| format!("serving on {}", args.socket.display()))?;
+    }
     tracing::info!("wasmlet-cri-sim stopped");
     Ok(())
 }

@@ -29,7 +29,8 @@
 //! Pods take one more annotation: `sim.wasmlet.io/fail-run-sandbox: "N"` makes the first
 //! N RunPodSandbox calls for that pod UID fail like a CNI error.
 //!
-//! Durations are `500ms`, `2s`, `1.5s`, `3m`, `1h`.
+//! Durations are `500ms`, `2s`, `1.5s`, `3m`, `1h`. A value with spaces goes in double
+//! quotes: `fail-start="exec format error"`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -82,12 +83,10 @@ impl Script {
     /// Parses `key[=value]` items.
     pub fn parse(text: &str) -> Result<Self, ScriptError> {
         let mut s = Self::default();
-        for item in text
-            .split([' ', ',', ';', '\n', '\t'])
-            .filter(|i| !i.is_empty())
-        {
+        for item in items(text) {
+            let item = item.as_str();
             let (key, value) = match item.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
+                Some((k, v)) => (k, Some(v.trim_matches('"'))),
                 None => (item, None),
             };
             let err = |why: &str| ScriptError {
@@ -156,6 +155,32 @@ impl Script {
     }
 }
 
+/// Splits a script into `key[=value]` items at spaces, commas, semicolons and line
+/// breaks outside double quotes (`fail-start="exec format error"` is one item).
+fn items(text: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                cur.push(c);
+            }
+            ' ' | ',' | ';' | '\n' | '\t' if !quoted => {
+                if !cur.is_empty() {
+                    items.push(std::mem::take(&mut cur));
+                }
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        items.push(cur);
+    }
+    items
+}
+
 /// Parses `500ms`, `2s`, `1.5s`, `3m`, `1h` (a bare number is seconds).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let split = text
@@ -190,6 +215,13 @@ mod tests {
         assert!(s.hang_stop);
         assert_eq!(s.on_term, Some(Some(0)));
         assert_eq!(s.exec_latency, Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn quoted_values_keep_their_spaces() {
+        let s = Script::parse("fail-start=\"exec format error\", hang-stop").expect("valid");
+        assert_eq!(s.fail_start.as_deref(), Some("exec format error"));
+        assert!(s.hang_stop);
     }
 
     #[test]

@@ -336,7 +336,7 @@ impl Simulator {
     // ------------------------------------------------------------ runtime
 
     /// `Version`.
-    pub async fn version(&self) -> Result<proto::VersionResponse, Status> {
+    pub(crate) async fn version(&self) -> Result<proto::VersionResponse, Status> {
         self.enter("Version").await?;
         let api_version = self.inner.faults().api_version.clone();
         Ok(proto::VersionResponse {
@@ -348,7 +348,7 @@ impl Simulator {
     }
 
     /// `Status`.
-    pub async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, Status> {
+    pub(crate) async fn status(&self, verbose: bool) -> Result<proto::StatusResponse, Status> {
         self.enter("Status").await?;
         let network_ready = self.inner.lock().network_ready;
         let condition = |kind: &str, ok: bool, reason: &str| proto::RuntimeCondition {
@@ -382,7 +382,7 @@ impl Simulator {
     }
 
     /// `RuntimeConfig` (the cgroupfs driver, as the project's containerd uses).
-    pub async fn runtime_config(&self) -> Result<proto::RuntimeConfigResponse, Status> {
+    pub(crate) async fn runtime_config(&self) -> Result<proto::RuntimeConfigResponse, Status> {
         self.enter("RuntimeConfig").await?;
         Ok(proto::RuntimeConfigResponse {
             linux: Some(proto::LinuxRuntimeConfiguration {
@@ -394,7 +394,7 @@ impl Simulator {
     // ------------------------------------------------------------ sandboxes
 
     /// `RunPodSandbox`.
-    pub async fn run_pod_sandbox(
+    pub(crate) async fn run_pod_sandbox(
         &self,
         config: Option<proto::PodSandboxConfig>,
         runtime_handler: &str,
@@ -483,7 +483,7 @@ impl Simulator {
     }
 
     /// `StopPodSandbox`: kills its containers (137) and releases its IP. Idempotent.
-    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), Status> {
+    pub(crate) async fn stop_pod_sandbox(&self, id: &str) -> Result<(), Status> {
         self.enter("StopPodSandbox").await?;
         let mut st = self.inner.lock();
         let sandbox = st.sandboxes.get(id).ok_or_else(|| sandbox_not_found(id))?;
@@ -511,7 +511,7 @@ impl Simulator {
     }
 
     /// `RemovePodSandbox`: stops it if needed, removes its containers. Idempotent.
-    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Status> {
+    pub(crate) async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Status> {
         self.enter("RemovePodSandbox").await?;
         let mut st = self.inner.lock();
         let Some(sandbox) = st.sandboxes.get(id) else {
@@ -548,7 +548,7 @@ impl Simulator {
     }
 
     /// `PodSandboxStatus`.
-    pub async fn pod_sandbox_status(
+    pub(crate) async fn pod_sandbox_status(
         &self,
         id: &str,
         verbose: bool,
@@ -576,7 +576,7 @@ impl Simulator {
     }
 
     /// `ListPodSandbox`.
-    pub async fn list_pod_sandbox(
+    pub(crate) async fn list_pod_sandbox(
         &self,
         filter: Option<proto::PodSandboxFilter>,
     ) -> Result<Vec<proto::PodSandbox>, Status> {
@@ -606,7 +606,7 @@ impl Simulator {
     // ------------------------------------------------------------ containers
 
     /// `CreateContainer`.
-    pub async fn create_container(
+    pub(crate) async fn create_container(
         &self,
         sandbox_id: &str,
         config: Option<proto::ContainerConfig>,
@@ -732,7 +732,7 @@ impl Simulator {
     }
 
     /// `StartContainer`.
-    pub async fn start_container(&self, id: &str) -> Result<(), Status> {
+    pub(crate) async fn start_container(&self, id: &str) -> Result<(), Status> {
         self.enter("StartContainer").await?;
         let mut st = self.inner.lock();
         let c = st
@@ -804,8 +804,10 @@ impl Simulator {
         if let Some((after, code, reason)) = end {
             let sim = self.clone();
             let cid = id.to_owned();
+            // Anchored now, not when the task first runs.
+            let at = Instant::now() + after;
             let task = tokio::spawn(async move {
-                tokio::time::sleep(after).await;
+                tokio::time::sleep_until(at).await;
                 let mut st = sim.inner.lock();
                 sim.finish_locked(&mut st, &cid, code, reason);
             });
@@ -821,7 +823,7 @@ impl Simulator {
     }
 
     /// `StopContainer`: SIGTERM, then SIGKILL after `timeout` seconds. Idempotent.
-    pub async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Status> {
+    pub(crate) async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Status> {
         self.enter("StopContainer").await?;
         let (mut exited, on_term, hang) = {
             let st = self.inner.lock();
@@ -856,7 +858,7 @@ impl Simulator {
     }
 
     /// `RemoveContainer`: kills it if it runs. Idempotent.
-    pub async fn remove_container(&self, id: &str) -> Result<(), Status> {
+    pub(crate) async fn remove_container(&self, id: &str) -> Result<(), Status> {
         self.enter("RemoveContainer").await?;
         let mut st = self.inner.lock();
         if st.containers.contains_key(id) {
@@ -867,7 +869,7 @@ impl Simulator {
     }
 
     /// `ListContainers`.
-    pub async fn list_containers(
+    pub(crate) async fn list_containers(
         &self,
         filter: Option<proto::ContainerFilter>,
     ) -> Result<Vec<proto::Container>, Status> {
@@ -896,7 +898,7 @@ impl Simulator {
     }
 
     /// `ContainerStatus`.
-    pub async fn container_status(
+    pub(crate) async fn container_status(
         &self,
         id: &str,
         verbose: bool,
@@ -922,7 +924,7 @@ impl Simulator {
     }
 
     /// `UpdateContainerResources`.
-    pub async fn update_container_resources(
+    pub(crate) async fn update_container_resources(
         &self,
         id: &str,
         resources: Option<proto::LinuxContainerResources>,
@@ -945,7 +947,7 @@ impl Simulator {
 
     /// `ExecSync`: predicts the command's output and exit code, taking as long as the
     /// command would.
-    pub async fn exec_sync(
+    pub(crate) async fn exec_sync(
         &self,
         id: &str,
         cmd: &[String],
@@ -1003,7 +1005,7 @@ impl Simulator {
     }
 
     /// `ContainerStats`.
-    pub async fn container_stats(&self, id: &str) -> Result<proto::ContainerStats, Status> {
+    pub(crate) async fn container_stats(&self, id: &str) -> Result<proto::ContainerStats, Status> {
         self.enter("ContainerStats").await?;
         let st = self.inner.lock();
         let c = st
@@ -1014,7 +1016,7 @@ impl Simulator {
     }
 
     /// `ListContainerStats`.
-    pub async fn list_container_stats(
+    pub(crate) async fn list_container_stats(
         &self,
         filter: Option<proto::ContainerStatsFilter>,
     ) -> Result<Vec<proto::ContainerStats>, Status> {
@@ -1035,7 +1037,7 @@ impl Simulator {
     }
 
     /// `GetContainerEvents`: a receiver of every event from now on.
-    pub async fn container_events(
+    pub(crate) async fn container_events(
         &self,
     ) -> Result<broadcast::Receiver<proto::ContainerEventResponse>, Status> {
         self.enter("GetContainerEvents").await?;
@@ -1045,7 +1047,7 @@ impl Simulator {
     // ------------------------------------------------------------ images
 
     /// `ListImages`.
-    pub async fn list_images(
+    pub(crate) async fn list_images(
         &self,
         filter: Option<proto::ImageFilter>,
     ) -> Result<Vec<proto::Image>, Status> {
@@ -1067,7 +1069,7 @@ impl Simulator {
     }
 
     /// `ImageStatus`.
-    pub async fn image_status(
+    pub(crate) async fn image_status(
         &self,
         image: Option<proto::ImageSpec>,
     ) -> Result<Option<proto::Image>, Status> {
@@ -1083,7 +1085,10 @@ impl Simulator {
 
     /// `PullImage`: any reference whose registry host ends in `.invalid` fails like an
     /// unresolvable registry; anything else "downloads" (after the method's latency).
-    pub async fn pull_image(&self, image: Option<proto::ImageSpec>) -> Result<String, Status> {
+    pub(crate) async fn pull_image(
+        &self,
+        image: Option<proto::ImageSpec>,
+    ) -> Result<String, Status> {
         self.enter("PullImage").await?;
         let reference = image.map(|i| i.image).unwrap_or_default();
         if reference.is_empty() {
@@ -1107,7 +1112,7 @@ impl Simulator {
     }
 
     /// `RemoveImage`. Idempotent.
-    pub async fn remove_image(&self, image: Option<proto::ImageSpec>) -> Result<(), Status> {
+    pub(crate) async fn remove_image(&self, image: Option<proto::ImageSpec>) -> Result<(), Status> {
         self.enter("RemoveImage").await?;
         let reference = image.map(|i| i.image).unwrap_or_default();
         self.inner.lock().images.remove(&reference);
@@ -1115,7 +1120,7 @@ impl Simulator {
     }
 
     /// `ImageFsInfo`.
-    pub async fn image_fs_info(&self) -> Result<proto::ImageFsInfoResponse, Status> {
+    pub(crate) async fn image_fs_info(&self) -> Result<proto::ImageFsInfoResponse, Status> {
         self.enter("ImageFsInfo").await?;
         let st = self.inner.lock();
         let (bytes, count) = st
