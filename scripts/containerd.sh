@@ -6,8 +6,11 @@
 #   scripts/containerd.sh status [STATE_DIR]   say whether it runs and where its socket is
 #   scripts/containerd.sh purge  [STATE_DIR]   down, then delete the state directory
 #
-# STATE_DIR defaults to $WASMLET_CONTAINERD_DIR or /var/lib/wasmlet/containerd. Everything
-# containerd writes lives under it (root, state, socket, CNI config and IPAM data, log),
+# STATE_DIR defaults to $WASMLET_CONTAINERD_DIR or /var/lib/wasmlet/containerd. The CNI
+# bridge and pod CIDR are wasmlet0 and 10.88.0.0/16 unless WASMLET_CNI_BRIDGE and
+# WASMLET_POD_CIDR say otherwise (give a second instance on one machine its own).
+# Everything
+# containerd writes lives under STATE_DIR (root, state, socket, CNI config, IPAM data, log),
 # except the shim sockets containerd 1.6 always puts in /run/containerd/s.
 #
 # Facts this relies on are in the project's notes on containerd: Debian 12 packages,
@@ -21,8 +24,8 @@ REPO=$(cd "$HERE/.." && pwd)
 PACKAGES=(containerd runc containernetworking-plugins busybox-static iproute2 iptables)
 PAUSE_IMAGE=localhost/pause:3.9
 BUSYBOX_IMAGE=localhost/busybox:latest
-BRIDGE=wasmlet0
-POD_CIDR=10.88.0.0/16
+BRIDGE=${WASMLET_CNI_BRIDGE:-wasmlet0}
+POD_CIDR=${WASMLET_POD_CIDR:-10.88.0.0/16}
 
 die() { echo "$PROG: $*" >&2; exit 1; }
 say() { echo "$PROG: $*" >&2; }
