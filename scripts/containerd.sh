@@ -9,9 +9,8 @@
 # STATE_DIR defaults to $WASMLET_CONTAINERD_DIR or /var/lib/wasmlet/containerd. The CNI
 # bridge and pod CIDR are wasmlet0 and 10.88.0.0/16 unless WASMLET_CNI_BRIDGE and
 # WASMLET_POD_CIDR say otherwise (give a second instance on one machine its own).
-# Everything
-# containerd writes lives under STATE_DIR (root, state, socket, CNI config, IPAM data, log),
-# except the shim sockets containerd 1.6 always puts in /run/containerd/s.
+# Everything containerd writes lives under STATE_DIR (root, state, socket, CNI config,
+# IPAM data, log), except the shim sockets containerd 1.6 always puts in /run/containerd/s.
 #
 # Facts this relies on are in the project's notes on containerd: Debian 12 packages,
 # `restrict_oom_score_adj = true` (the machine lacks CAP_SYS_RESOURCE), images imported
