@@ -143,8 +143,84 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
         .args(extra)
         .env("WASMLET_CRI_ENDPOINT", endpoint)
         .env("WASMLET_REQUIRE_CONTAINERD", "1"))?;
+    independent_client(endpoint)?;
     step("benchmarks compile and run once (smoke)");
     run(cargo().args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"]))?;
+    Ok(())
+}
+
+/// A CRI client not written here (Python grpcio) drives a full pod life cycle against
+/// the `wasmlet-cri-sim` binary and against containerd; the two transcripts must match.
+fn independent_client(containerd_endpoint: &str) -> Result {
+    step(
+        "independent CRI client (Python grpcio): wasmlet-cri-sim and containerd must answer alike",
+    );
+    let have = Command::new("python3")
+        .args(["-c", "import grpc, grpc_tools"])
+        .output();
+    if !have.is_ok_and(|o| o.status.success()) {
+        run(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "grpcio",
+            "grpcio-tools",
+        ]))?;
+    }
+    let script = repo().join("tests/independent_client.py");
+    let transcript = |endpoint: &str| -> Result<String> {
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(endpoint)
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("the independent client failed against {endpoint}"));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+
+    let dir = env::temp_dir().join(format!("wasmlet-xtask-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let sock = dir.join("cri.sock");
+    let mut sim = Command::new(repo().join("target/debug/wasmlet-cri-sim"))
+        .arg("--socket")
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start wasmlet-cri-sim: {e}"))?;
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let sim_endpoint = format!("unix://{}", sock.display());
+    let from_sim = transcript(&sim_endpoint);
+    let _ = sim.kill();
+    let _ = sim.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let from_sim = from_sim?;
+    let from_containerd = transcript(containerd_endpoint)?;
+    eprint!("{from_containerd}");
+    if from_sim != from_containerd {
+        let diff: Vec<String> = from_sim
+            .lines()
+            .zip(from_containerd.lines())
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("  simulator:  {a}\n  containerd: {b}"))
+            .collect();
+        return Err(format!(
+            "the simulator answered differently from containerd:\n{}",
+            diff.join("\n")
+        ));
+    }
+    eprintln!(
+        "same transcript from wasmlet-cri-sim and containerd ({} steps)",
+        from_sim.lines().count()
+    );
     Ok(())
 }
 

@@ -19,6 +19,7 @@
 //! Faithfulness is defined by `tests/cri_contract.rs`, which runs the same cases
 //! against this simulator and a real containerd.
 
+pub mod authority;
 pub mod direct;
 pub mod fastlist;
 pub mod image;

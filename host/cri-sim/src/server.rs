@@ -13,6 +13,7 @@ use wasmlet_cri::proto::image_service_server::ImageServiceServer;
 use wasmlet_cri::proto::runtime_service_server::RuntimeServiceServer;
 
 use crate::Simulator;
+use crate::authority::AuthorityFix;
 use crate::fastlist::FastLists;
 use crate::service::SimService;
 
@@ -180,6 +181,8 @@ async fn serve_incoming(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<UnixStream>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    // Clients that send their socket path as :authority are answered, as containerd does.
+    let incoming = incoming.map(|accepted| accepted.map(AuthorityFix::new));
     let service = SimService::new(sim.clone());
     Server::builder()
         .initial_stream_window_size(WINDOW_BYTES)
