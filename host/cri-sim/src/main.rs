@@ -5,6 +5,7 @@
 //! wasmlet-cri-sim --socket /tmp/cri.sock \
 //!     --latency 2ms \
 //!     --image 'localhost/crash:1=exit-after=2s exit-code=1'
+//! kill -USR1 <pid>    # every call answers UNAVAILABLE for --outage (default 5 s)
 //! ```
 
 use std::path::PathBuf;
@@ -36,6 +37,11 @@ struct Args {
     /// An extra image, NAME or NAME=SCRIPT (see the crate docs for script keys); repeatable.
     #[arg(long = "image", value_parser = image, value_name = "NAME[=SCRIPT]")]
     images: Vec<(String, Option<Script>)>,
+
+    /// How long the runtime is unavailable after each SIGUSR1 (an outage, as while a
+    /// runtime restarts): every call answers UNAVAILABLE until it ends.
+    #[arg(long, value_parser = duration, value_name = "DURATION", default_value = "5s")]
+    outage: Duration,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -82,13 +88,21 @@ async fn main() -> Result<()> {
     let listener = server::bind(&args.socket)?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let outage_handle = sim.clone();
     let serving = tokio::spawn(server::serve_listener(sim, listener, async {
         let _ = stop_rx.await;
     }));
     tracing::info!(socket = %args.socket.display(), "wasmlet-cri-sim serving");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut usr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = usr1.recv() => {
+                tracing::warn!(outage = ?args.outage, "SIGUSR1: simulating an outage");
+                outage_handle.set_unavailable_for(args.outage);
+            }
+        }
     }
     // Stop accepting; give calls in flight a moment, then exit even if clients keep
     // their connections open (as a runtime does when it is stopped).

@@ -18,6 +18,7 @@ async fn serves_a_full_pod_lifecycle_and_stops_on_sigterm() {
         .arg("--socket")
         .arg(&sock)
         .args(["--image", "localhost/crash:1=exit-after=1s exit-code=3"])
+        .args(["--outage", "500ms"])
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn wasmlet-cri-sim");
@@ -100,6 +101,22 @@ async fn serves_a_full_pod_lifecycle_and_stops_on_sigterm() {
             .await
             .expect_err("removed")
             .is_not_found()
+    );
+
+    // SIGUSR1: an outage of --outage; the client rides it out for reads.
+    let status = Command::new("kill")
+        .arg("-USR1")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    client.version().await.expect("Version after the outage");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200),
+        "no outage seen: {waited:?}"
     );
 
     let status = Command::new("kill")
