@@ -14,6 +14,22 @@ use wasmlet_cri::proto::*;
 use wasmlet_cri::{ClientOptions, CriClient, CriRuntime};
 use wasmlet_cri_sim::{BUSYBOX_IMAGE, SimServer, Simulator};
 
+/// A busybox container named `name` that sleeps until stopped.
+fn sleeper(name: &str) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: BUSYBOX_IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec!["sleep".into(), "infinity".into()],
+        ..Default::default()
+    }
+}
+
 /// Creates `pods` sandboxes with one running container each, in-process.
 async fn populate(sim: &Simulator, pods: usize) {
     for i in 0..pods {
@@ -29,15 +45,6 @@ async fn populate(sim: &Simulator, pods: usize) {
         };
         let sandbox = sim.run_pod_sandbox(config, "").await.expect("sandbox");
         let container = ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: "app".into(),
-                attempt: 0,
-            }),
-            image: Some(ImageSpec {
-                image: BUSYBOX_IMAGE.into(),
-                ..Default::default()
-            }),
-            command: vec!["sleep".into(), "infinity".into()],
             labels: BTreeMap::from([
                 ("io.kubernetes.pod.uid".to_string(), format!("uid-{i}")),
                 (
@@ -49,7 +56,7 @@ async fn populate(sim: &Simulator, pods: usize) {
                 "io.kubernetes.container.hash".to_string(),
                 "1a2b3c4d".to_string(),
             )]),
-            ..Default::default()
+            ..sleeper("app")
         };
         let id = sim
             .create_container(&sandbox, container, PodSandboxConfig::default())
@@ -209,21 +216,9 @@ async fn main() {
                 .run_pod_sandbox(sandbox_config.clone(), "")
                 .await
                 .expect("run");
-            let config = ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: BUSYBOX_IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "infinity".into()],
-                ..Default::default()
-            };
             let c = s
                 .client
-                .create_container(&pod, config, sandbox_config)
+                .create_container(&pod, sleeper("c"), sandbox_config)
                 .await
                 .expect("create");
             s.client.start_container(&c).await.expect("start");

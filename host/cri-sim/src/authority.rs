@@ -126,11 +126,10 @@ impl AsyncWrite for AuthorityFix {
 /// Where the inbound byte stream is.
 #[derive(Debug)]
 enum State {
-    /// In the client connection preface; this many bytes of it remain.
-    Preface(usize),
     /// Collecting a frame header.
     Header,
-    /// Passing through this many payload bytes of a frame that is not a header block.
+    /// Passing through this many bytes: the client preface, or the payload of a frame
+    /// that is not a header block.
     Passthrough(usize),
     /// Collecting a HEADERS or CONTINUATION payload of this length.
     HeaderBlock { len: usize, flags: u8, kind: u8 },
@@ -145,7 +144,7 @@ struct Parser {
 impl Default for Parser {
     fn default() -> Self {
         Self {
-            state: State::Preface(PREFACE_LEN),
+            state: State::Passthrough(PREFACE_LEN),
             buf: Vec::new(),
         }
     }
@@ -156,16 +155,6 @@ impl Parser {
     fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) {
         while !input.is_empty() {
             match self.state {
-                State::Preface(left) => {
-                    let n = left.min(input.len());
-                    out.extend_from_slice(&input[..n]);
-                    input = &input[n..];
-                    self.state = if n == left {
-                        State::Header
-                    } else {
-                        State::Preface(left - n)
-                    };
-                }
                 State::Passthrough(left) => {
                     let n = left.min(input.len());
                     out.extend_from_slice(&input[..n]);
