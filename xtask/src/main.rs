@@ -1,8 +1,9 @@
 //! wasmlet's task runner: the commands the README and CI use, in one place.
 //!
 //! ```text
-//! cargo xtask test                 # everything CI runs (as root): containerd up, fmt,
-//!                                  # clippy, all tests incl. the contract suite against
+//! cargo xtask test                 # everything CI runs (as root): containerd up, the
+//!                                  # wasm32-wasip2 target, fmt and clippy (host and
+//!                                  # plugins), all tests incl. the contract suite against
 //!                                  # real containerd, containerd down + leak check
 //! cargo xtask up                   # build and run the agent with its defaults
 //! cargo xtask containerd up|down|status   # the test containerd, by hand
@@ -62,9 +63,11 @@ fn step(title: &str) {
 
 /// Runs a command in the repo, inheriting stdio; fails naming it.
 fn run(cmd: &mut Command) -> Result {
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(repo());
+    }
     let shown = format!("{cmd:?}");
     let status = cmd
-        .current_dir(repo())
         .status()
         .map_err(|e| format!("cannot run {shown}: {e}"))?;
     if status.success() {
@@ -123,18 +126,23 @@ fn test(extra: &[String]) -> Result {
 }
 
 fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
-    step("format (cargo fmt --check)");
+    step("toolchain: the wasm32-wasip2 target plugins are built for");
+    run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    let plugins = repo().join("plugins");
+    step("format (cargo fmt --check), host and plugins");
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    step("lint (cargo clippy -D warnings)");
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--locked",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    run(cargo()
+        .args(["fmt", "--all", "--check"])
+        .current_dir(&plugins))?;
+    step("lint (cargo clippy -D warnings), host and plugins");
+    let deny = ["--", "-D", "warnings"];
+    run(cargo()
+        .args(["clippy", "--workspace", "--all-targets", "--locked"])
+        .args(deny))?;
+    run(cargo()
+        .args(["clippy", "--release", "--locked"])
+        .args(deny)
+        .current_dir(&plugins))?;
     step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");

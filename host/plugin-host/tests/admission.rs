@@ -1,0 +1,296 @@
+//! Admission plugins built from `plugins/` (wasm32-wasip2), loaded and called through
+//! the host, with the kubelet's verdicts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use wasmlet_plugin_host::*;
+
+/// Builds the plugins workspace once per test run and returns the component's path.
+fn plugin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(&plugins)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .expect("run cargo for plugins/");
+        assert!(
+            status.success(),
+            "building plugins/ failed (is the wasm32-wasip2 target installed?)"
+        );
+        plugins.join("target/wasm32-wasip2/release")
+    });
+    dir.join(format!("{}.wasm", name.replace('-', "_")))
+}
+
+fn resources() -> ResourceList {
+    ResourceList {
+        milli_cpu: 0,
+        memory: 0,
+        ephemeral_storage: 0,
+        pods: 0,
+        scalar: Vec::new(),
+    }
+}
+
+fn container(name: &str, ports: &[(u16, &str, &str)]) -> Container {
+    Container {
+        name: name.into(),
+        image: "localhost/busybox:latest".into(),
+        requests: resources(),
+        limits: resources(),
+        ports: ports
+            .iter()
+            .map(|(port, ip, protocol)| ContainerPort {
+                name: None,
+                container_port: *port,
+                host_port: Some(*port),
+                host_ip: (*ip).into(),
+                protocol: (*protocol).into(),
+            })
+            .collect(),
+        privileged: false,
+        restartable: false,
+    }
+}
+
+fn pod(containers: Vec<Container>) -> Pod {
+    Pod {
+        uid: "uid-1".into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+        containers,
+        init_containers: Vec::new(),
+        overhead: resources(),
+        node_selector: Vec::new(),
+        required_node_affinity: Vec::new(),
+        tolerations: Vec::new(),
+        host_network: false,
+        priority: 0,
+        static_pod: true,
+        source: "file".into(),
+    }
+}
+
+fn node() -> Node {
+    Node {
+        name: "node-1".into(),
+        labels: Vec::new(),
+        taints: Vec::new(),
+        allocatable: resources(),
+    }
+}
+
+fn usage(held: &[(&str, &str, u16)]) -> NodeUsage {
+    NodeUsage {
+        requested: resources(),
+        pod_count: held.len() as u32,
+        host_ports: held
+            .iter()
+            .map(|(ip, protocol, port)| HostPortInUse {
+                host_ip: (*ip).into(),
+                protocol: (*protocol).into(),
+                port: *port,
+            })
+            .collect(),
+    }
+}
+
+fn node_ports() -> AdmissionPlugin {
+    let engine = PluginEngine::new().expect("engine");
+    engine
+        .load_admission(
+            "node-ports",
+            &plugin("node-ports"),
+            BTreeMap::new(),
+            Limits::default(),
+        )
+        .expect("load node-ports")
+}
+
+fn rejected(reason: &str, message: &str) -> Verdict {
+    Verdict::Reject(Rejection {
+        reason: reason.into(),
+        message: message.into(),
+    })
+}
+
+const NODE_PORTS: &str =
+    "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports";
+
+/// Host ports held on the node: (address, protocol, port).
+type Held = &'static [(&'static str, &'static str, u16)];
+
+struct Case {
+    what: &'static str,
+    containers: Vec<Container>,
+    held: Held,
+    admit: bool,
+}
+
+#[tokio::test]
+async fn node_ports_gives_the_kubelets_verdicts() {
+    let p = node_ports();
+    let case = |what, containers, held, admit| Case {
+        what,
+        containers,
+        held,
+        admit,
+    };
+    let cases = [
+        case(
+            "no host ports",
+            vec![container("a", &[])],
+            &[("0.0.0.0", "TCP", 80)],
+            true,
+        ),
+        case(
+            "free port",
+            vec![container("a", &[(8080, "", "TCP")])],
+            &[("0.0.0.0", "TCP", 80)],
+            true,
+        ),
+        case(
+            "taken on every address",
+            vec![container("a", &[(80, "", "TCP")])],
+            &[("0.0.0.0", "TCP", 80)],
+            false,
+        ),
+        case(
+            "wildcard wants a port held on one address",
+            vec![container("a", &[(80, "", "")])],
+            &[("10.0.0.1", "TCP", 80)],
+            false,
+        ),
+        case(
+            "different addresses",
+            vec![container("a", &[(80, "10.0.0.2", "TCP")])],
+            &[("10.0.0.1", "TCP", 80)],
+            true,
+        ),
+        case(
+            "different protocol",
+            vec![container("a", &[(53, "", "UDP")])],
+            &[("0.0.0.0", "TCP", 53)],
+            true,
+        ),
+        case(
+            "two containers of the pod want the same port",
+            vec![
+                container("a", &[(9000, "", "TCP")]),
+                container("b", &[(9000, "", "TCP")]),
+            ],
+            &[],
+            false,
+        ),
+    ];
+    for c in cases {
+        let verdict = p
+            .admit(&pod(c.containers), &node(), &usage(c.held), || {
+                "{}".to_string()
+            })
+            .await
+            .expect(c.what);
+        let want = if c.admit {
+            Verdict::Admit
+        } else {
+            rejected("NodePorts", NODE_PORTS)
+        };
+        assert_eq!(format!("{verdict:?}"), format!("{want:?}"), "{}", c.what);
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_component_is_refused_by_name() {
+    let engine = PluginEngine::new().expect("engine");
+    let dir = std::env::temp_dir().join(format!("wasmlet-plugin-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bogus = dir.join("bogus.wasm");
+    std::fs::write(&bogus, b"\0asm not really").expect("write");
+    let err = engine
+        .load_admission("bogus", &bogus, BTreeMap::new(), Limits::default())
+        .expect_err("not wasm");
+    let text = err.to_string();
+    assert!(text.starts_with("plugin bogus: cannot load"), "{text}");
+    assert!(text.contains("bogus.wasm"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn load(engine: &PluginEngine, fixture: &str, limits: Limits) -> AdmissionPlugin {
+    engine
+        .load_admission(fixture, &plugin(fixture), BTreeMap::new(), limits)
+        .expect("load fixture")
+}
+
+#[tokio::test]
+async fn bad_guests_are_cut_off_and_the_host_keeps_serving() {
+    let engine = PluginEngine::new().expect("engine");
+    let limits = Limits {
+        deadline: std::time::Duration::from_millis(200),
+        memory_bytes: 16 << 20,
+    };
+    let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
+
+    let spin = load(&engine, "fixture-spin", limits.clone());
+    let started = std::time::Instant::now();
+    let err = spin
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect_err("spins");
+    assert!(matches!(err, PluginError::Deadline { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "plugin fixture-spin: admit exceeded its deadline of 200ms"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let bomb = load(&engine, "fixture-memory-bomb", limits.clone());
+    let err = bomb
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect_err("exhausts memory");
+    assert!(matches!(err, PluginError::Call { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("plugin fixture-memory-bomb: admit failed:"),
+        "{err}"
+    );
+
+    let panics = load(&engine, "fixture-panic", limits.clone());
+    let err = panics
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect_err("panics");
+    assert!(
+        err.to_string()
+            .starts_with("plugin fixture-panic: admit failed:"),
+        "{err}"
+    );
+
+    // The engine, and the plugins that behave, keep working.
+    let good = engine
+        .load_admission("node-ports", &plugin("node-ports"), BTreeMap::new(), limits)
+        .expect("load");
+    let verdict = good
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect("admit");
+    assert!(matches!(verdict, Verdict::Admit));
+    // A trapped plugin is not poisoned: each call has a fresh instance.
+    let again = spin
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect_err("still spins");
+    assert!(matches!(again, PluginError::Deadline { .. }));
+}

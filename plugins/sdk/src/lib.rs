@@ -1,0 +1,90 @@
+//! The wasmlet plugin SDK: write an admission policy (and, soon, probe handlers and pod
+//! sources) as a plain Rust type, then export it with one macro.
+//!
+//! ```ignore
+//! use wasmlet_plugin_sdk::admission::*;
+//!
+//! struct DenyLatest;
+//!
+//! impl AdmissionPolicy for DenyLatest {
+//!     fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
+//!         match pod.containers.iter().find(|c| c.image.ends_with(":latest")) {
+//!             Some(c) => reject("LatestTag", format!("container {} uses :latest", c.name)),
+//!             None => Verdict::Admit,
+//!         }
+//!     }
+//! }
+//!
+//! wasmlet_plugin_sdk::export_admission_policy!(DenyLatest);
+//! ```
+//!
+//! The types are generated from `wit/plugin.wit` (package `wasmlet:plugin@0.1.0`); the
+//! host functions every plugin may call are in [`host`].
+
+/// Bindings generated from the WIT package. Plugins use [`admission`] and [`host`].
+#[doc(hidden)]
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "admission-policy",
+        pub_export_macro: true,
+        export_macro_name: "__export_admission_policy",
+        default_bindings_module: "wasmlet_plugin_sdk::bindings",
+        generate_all,
+    });
+}
+
+/// Writing an admission policy.
+pub mod admission {
+    pub use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};
+    pub use crate::bindings::wasmlet::plugin::pod_document::pod_json;
+    pub use crate::bindings::wasmlet::plugin::types::*;
+
+    /// An admission policy: decides whether a pod may run on this node.
+    pub trait AdmissionPolicy {
+        /// Decides whether `pod` may run on `node`, which already carries `usage` (the
+        /// requests, pod count and host ports of the pods admitted before it).
+        fn admit(pod: Pod, node: Node, usage: NodeUsage) -> Verdict;
+    }
+
+    /// A rejection with a machine `reason` (CamelCase) and a human `message`.
+    pub fn reject(reason: impl Into<String>, message: impl Into<String>) -> Verdict {
+        Verdict::Reject(Rejection {
+            reason: reason.into(),
+            message: message.into(),
+        })
+    }
+
+    /// The rejection the kubelet gives when one of its predicates fails:
+    /// reason `name`, message `Predicate <name> failed: <description>`.
+    pub fn predicate_failed(name: &str, description: &str) -> Verdict {
+        reject(name, format!("Predicate {name} failed: {description}"))
+    }
+}
+
+/// What the host offers every plugin: logging, configuration, a clock.
+pub mod host {
+    pub use crate::bindings::wasmlet::plugin::host::{Level, config, config_all, log, now};
+}
+
+/// Exports a type implementing [`admission::AdmissionPolicy`] as the component's
+/// `wasmlet:plugin/admission` implementation.
+#[macro_export]
+macro_rules! export_admission_policy {
+    ($policy:ty) => {
+        const _: () = {
+            struct __WasmletAdmission;
+            impl $crate::bindings::exports::wasmlet::plugin::admission::Guest for __WasmletAdmission {
+                fn admit(
+                    pod: $crate::admission::Pod,
+                    node: $crate::admission::Node,
+                    usage: $crate::admission::NodeUsage,
+                ) -> $crate::admission::Verdict {
+                    <$policy as $crate::admission::AdmissionPolicy>::admit(pod, node, usage)
+                }
+            }
+            $crate::bindings::__export_admission_policy!(__WasmletAdmission with_types_in $crate::bindings);
+        };
+    };
+}
