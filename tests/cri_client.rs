@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use wasmlet_cri::proto::*;
 use wasmlet_cri::{ClientOptions, CriClient, CriRuntime, ErrorKind, Recorder};
+use wasmlet_cri_sim::fixtures::pod as sandbox;
 use wasmlet_cri_sim::{SimServer, Simulator};
 use wasmlet_tests::{TempDir, container_config};
 
@@ -28,18 +29,6 @@ async fn serve(dir: &TempDir) -> (Simulator, SimServer, CriClient) {
         .await
         .expect("connect");
     (sim, server, client)
-}
-
-fn sandbox(name: &str) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        ..Default::default()
-    }
 }
 
 #[tokio::test]

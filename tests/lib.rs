@@ -278,31 +278,10 @@ pub fn container_config(name: &str, argv: &[&str]) -> ContainerConfig {
 /// where the pause process is PID 1 and SIGTERM's default action kills `argv[0]`).
 pub fn container_config_in(name: &str, argv: &[&str], pid: NamespaceMode) -> ContainerConfig {
     ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: BUSYBOX.into(),
-            ..Default::default()
-        }),
-        command: argv.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}/0.log"),
         labels: BTreeMap::from([("container".to_string(), name.to_string())]),
         annotations: BTreeMap::from([("test.wasmlet.io/container".to_string(), name.to_string())]),
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Pod as i32,
-                    pid: pid as i32,
-                    ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+        ..wasmlet_cri_sim::fixtures::container_in(name, argv, pid)
     }
 }
 

@@ -12,41 +12,24 @@ use std::time::Duration;
 use wasmlet_bench::{Budget, Samples, header, row, time_async};
 use wasmlet_cri::proto::*;
 use wasmlet_cri::{ClientOptions, CriClient, CriRuntime};
-use wasmlet_cri_sim::{BUSYBOX_IMAGE, SimServer, Simulator};
+use wasmlet_cri_sim::{SimServer, Simulator, fixtures};
 
 /// A busybox container named `name` that sleeps until stopped.
 fn sleeper(name: &str) -> ContainerConfig {
-    ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: BUSYBOX_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "infinity".into()],
-        ..Default::default()
-    }
+    fixtures::container(name, &["sleep", "infinity"])
 }
 
 /// Creates `pods` sandboxes with one running container each, in-process.
 async fn populate(sim: &Simulator, pods: usize) {
     for i in 0..pods {
         let config = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: format!("pod-{i}"),
-                uid: format!("uid-{i}"),
-                namespace: "bench".into(),
-                attempt: 0,
-            }),
-            labels: BTreeMap::from([("io.kubernetes.pod.uid".to_string(), format!("uid-{i}"))]),
-            ..Default::default()
+            labels: BTreeMap::from([("io.kubernetes.pod.uid".to_string(), format!("uid-pod-{i}"))]),
+            ..fixtures::pod(&format!("pod-{i}"))
         };
         let sandbox = sim.run_pod_sandbox(config, "").await.expect("sandbox");
         let container = ContainerConfig {
             labels: BTreeMap::from([
-                ("io.kubernetes.pod.uid".to_string(), format!("uid-{i}")),
+                ("io.kubernetes.pod.uid".to_string(), format!("uid-pod-{i}")),
                 (
                     "io.kubernetes.container.name".to_string(),
                     "app".to_string(),
@@ -202,15 +185,7 @@ async fn main() {
     row(
         "pod lifecycle: Run+Create+Start+Stop+Remove",
         &time_async(Budget::from_args(500), || async {
-            let sandbox_config = PodSandboxConfig {
-                metadata: Some(PodSandboxMetadata {
-                    name: "cycle".into(),
-                    uid: "uid-cycle".into(),
-                    namespace: "bench".into(),
-                    attempt: 0,
-                }),
-                ..Default::default()
-            };
+            let sandbox_config = fixtures::pod("cycle");
             let pod = s
                 .client
                 .run_pod_sandbox(sandbox_config.clone(), "")

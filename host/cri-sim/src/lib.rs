@@ -22,6 +22,7 @@
 pub mod authority;
 pub mod direct;
 pub mod fastlist;
+pub mod fixtures;
 pub mod image;
 pub mod script;
 pub mod server;

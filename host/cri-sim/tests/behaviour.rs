@@ -9,50 +9,26 @@ use tokio_stream::StreamExt;
 use wasmlet_cri::proto::*;
 use wasmlet_cri::{CriRuntime, ErrorKind};
 use wasmlet_cri_sim::script::{FAIL_RUN_SANDBOX_ANNOTATION, POD_SCRIPT_PREFIX, SCRIPT_ANNOTATION};
-use wasmlet_cri_sim::{BUSYBOX_IMAGE, Script, Simulator};
+use wasmlet_cri_sim::{Script, Simulator, fixtures};
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
 
 fn pod(name: &str, annotations: &[(&str, &str)]) -> PodSandboxConfig {
     PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        annotations: annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..Default::default()
+        annotations: map(annotations),
+        ..fixtures::pod(name)
     }
 }
 
 fn container(name: &str, argv: &[&str], annotations: &[(&str, &str)]) -> ContainerConfig {
     ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: BUSYBOX_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: argv.iter().map(|s| s.to_string()).collect(),
-        annotations: annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    pid: NamespaceMode::Container as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+        annotations: map(annotations),
+        ..fixtures::container(name, argv)
     }
 }
 
