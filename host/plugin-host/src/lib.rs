@@ -11,7 +11,9 @@
 //! Plugins get no filesystem, network or environment: WASI is linked (Rust's std needs
 //! it) with nothing granted.
 //!
-//! Status: admission plugins load and run; the component cache, pooling, hot swap,
+//! [`PluginEngine::with_cache`] keeps compiled components on disk ([`ComponentCache`]).
+//!
+//! Status: admission plugins load (from the cache) and run; pooling, hot swap,
 //! capabilities, metrics and the probe / pod-source worlds are still to come.
 
 use std::collections::BTreeMap;
@@ -23,6 +25,10 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub mod cache;
+
+pub use cache::{CacheOutcome, ComponentCache};
 
 #[allow(missing_docs)]
 mod bindings {
@@ -136,6 +142,7 @@ pub enum PluginError {
 pub struct PluginEngine {
     engine: Engine,
     linker: Arc<Linker<PluginState>>,
+    cache: Option<ComponentCache>,
     _ticker: Arc<Ticker>,
 }
 
@@ -159,6 +166,16 @@ impl Drop for Ticker {
 impl PluginEngine {
     /// A new engine (component model, async, epoch interruption) and its ticker thread.
     pub fn new() -> anyhow::Result<Self> {
+        Self::build(None)
+    }
+
+    /// Like [`PluginEngine::new`], keeping compiled components in `cache_dir` so that a
+    /// restart loads them without compiling (see [`ComponentCache`]).
+    pub fn with_cache(cache_dir: &Path) -> anyhow::Result<Self> {
+        Self::build(Some(cache_dir))
+    }
+
+    fn build(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
@@ -180,9 +197,17 @@ impl PluginEngine {
                     ticking.increment_epoch();
                 }
             })?;
+        let cache = match cache_dir {
+            Some(dir) => Some(
+                ComponentCache::new(dir, &engine)
+                    .map_err(|e| anyhow::anyhow!("plugin cache {}: {e}", dir.display()))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            cache,
             _ticker: Arc::new(Ticker { stop }),
         })
     }
@@ -196,12 +221,18 @@ impl PluginEngine {
         config: BTreeMap<String, String>,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let component =
-            Component::from_file(&self.engine, path).map_err(|source| PluginError::Load {
-                plugin: name.to_owned(),
-                path: path.to_owned(),
-                source: source.into_boxed_dyn_error(),
-            })?;
+        let load_err = |source: BoxError| PluginError::Load {
+            plugin: name.to_owned(),
+            path: path.to_owned(),
+            source,
+        };
+        let wasm = std::fs::read(path).map_err(|e| load_err(Box::new(e)))?;
+        let digest = cache::sha256_hex(&wasm);
+        let (component, outcome) = match &self.cache {
+            Some(cache) => cache.load(&self.engine, &wasm, &digest),
+            None => Component::new(&self.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
+        }
+        .map_err(|e| load_err(e.into_boxed_dyn_error()))?;
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -213,6 +244,8 @@ impl PluginEngine {
             })?;
         Ok(AdmissionPlugin {
             name: name.into(),
+            digest,
+            outcome,
             engine: self.engine.clone(),
             pre,
             config: Arc::new(config),
@@ -288,6 +321,8 @@ impl bindings::wasmlet::plugin::pod_document::Host for PluginState {
 /// A loaded admission policy.
 pub struct AdmissionPlugin {
     name: Arc<str>,
+    digest: String,
+    outcome: CacheOutcome,
     engine: Engine,
     pre: bindings::AdmissionPolicyPre<PluginState>,
     config: Arc<BTreeMap<String, String>>,
@@ -307,6 +342,16 @@ impl AdmissionPlugin {
     /// The plugin's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The sha256 of the component file it was loaded from.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether it came from the compiled-component cache.
+    pub fn load_outcome(&self) -> &CacheOutcome {
+        &self.outcome
     }
 
     /// Decides on `pod` in a fresh instance. `pod_json` produces the whole pod as JSON

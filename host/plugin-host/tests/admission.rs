@@ -294,3 +294,69 @@ async fn bad_guests_are_cut_off_and_the_host_keeps_serving() {
         .expect_err("still spins");
     assert!(matches!(again, PluginError::Deadline { .. }));
 }
+
+#[tokio::test]
+async fn compiled_components_are_cached_and_bad_entries_replaced() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-plugin-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let load = || {
+        // A new engine each time: what an agent restart does.
+        let engine = PluginEngine::with_cache(&dir).expect("engine");
+        engine
+            .load_admission(
+                "node-ports",
+                &plugin("node-ports"),
+                BTreeMap::new(),
+                Limits::default(),
+            )
+            .expect("load")
+    };
+    let first = load();
+    assert_eq!(first.load_outcome(), &CacheOutcome::Miss);
+    assert_eq!(first.digest().len(), 64);
+    let second = load();
+    assert_eq!(second.load_outcome(), &CacheOutcome::Hit);
+    assert_eq!(second.digest(), first.digest());
+
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    assert!(
+        entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(first.digest()))
+    );
+
+    // One flipped byte: refused, recompiled, and the plugin still decides.
+    let mut bytes = std::fs::read(entry).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(entry, &bytes).expect("corrupt");
+    let third = load();
+    assert!(
+        matches!(third.load_outcome(), CacheOutcome::Replaced(why) if why.contains("checksum")),
+        "{:?}",
+        third.load_outcome()
+    );
+    let verdict = third
+        .admit(
+            &pod(vec![container("a", &[])]),
+            &node(),
+            &usage(&[]),
+            || "{}".into(),
+        )
+        .await
+        .expect("admit");
+    assert!(matches!(verdict, Verdict::Admit));
+    // ... and the entry was rewritten.
+    assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
+
+    // A truncated entry likewise.
+    std::fs::write(entry, b"short").expect("truncate");
+    assert!(matches!(load().load_outcome(), CacheOutcome::Replaced(_)));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,131 @@
+//! Compiled components kept on disk, so that an agent restart loads its plugins in
+//! milliseconds instead of recompiling them.
+//!
+//! An entry is named by the component's sha256 and a hash of the engine's compilation
+//! settings (wasmtime version, target, tunables): a component compiled under other
+//! settings is simply never looked up. Each file starts with the sha256 of the artifact
+//! that follows; an entry whose checksum does not match, or that wasmtime refuses, is
+//! compiled again and rewritten — never trusted blindly. Writes go to a temporary file
+//! renamed into place, so a crash never leaves half an entry behind.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// How a component was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from a valid cache entry.
+    Hit,
+    /// No entry: compiled and stored.
+    Miss,
+    /// An entry existed but was refused (the reason says why); compiled and stored again.
+    Replaced(String),
+}
+
+/// A directory of compiled components for one engine configuration.
+#[derive(Debug, Clone)]
+pub struct ComponentCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+impl ComponentCache {
+    /// Uses (and creates) `dir` for components compiled by `engine`.
+    pub fn new(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        // DefaultHasher::new() has fixed keys: the same settings hash the same in every
+        // run of this binary; the wasmtime version is part of what is hashed.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Ok(Self {
+            dir: dir.to_owned(),
+            engine_key: format!("{:016x}", hasher.finish()),
+        })
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the entry for a component with this sha256 lives.
+    pub fn entry_path(&self, component_sha256: &str) -> PathBuf {
+        self.dir
+            .join(format!("{component_sha256}-{}.cwasm", self.engine_key))
+    }
+
+    /// The component for `wasm` (a component's bytes, whose sha256 is `digest`), from
+    /// the cache when a valid entry exists, compiled and stored otherwise.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        digest: &str,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        let path = self.entry_path(digest);
+        let refused = match std::fs::read(&path) {
+            Ok(bytes) => match verified(&bytes) {
+                Some(artifact) => match deserialize(engine, artifact) {
+                    Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                    Err(e) => Some(format!("wasmtime refused it: {e}")),
+                },
+                None => Some("its checksum does not match its content".to_owned()),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(format!("it cannot be read: {e}")),
+        };
+        let artifact = engine.precompile_component(wasm)?;
+        let component = deserialize(engine, &artifact)?;
+        if let Err(e) = write_entry(&path, &artifact) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot store a compiled component; continuing without");
+        }
+        match refused {
+            Some(why) => {
+                tracing::warn!(path = %path.display(), %why, "recompiled a refused cache entry");
+                Ok((component, CacheOutcome::Replaced(why)))
+            }
+            None => Ok((component, CacheOutcome::Miss)),
+        }
+    }
+}
+
+/// The artifact inside an entry, when the entry's leading checksum matches it.
+fn verified(entry: &[u8]) -> Option<&[u8]> {
+    if entry.len() < 32 {
+        return None;
+    }
+    let (sum, artifact) = entry.split_at(32);
+    (Sha256::digest(artifact).as_slice() == sum).then_some(artifact)
+}
+
+#[allow(unsafe_code)]
+fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: wasmtime requires that the bytes come from `precompile_component` of a
+    // compatible engine. They do: this module wrote them (from `precompile_component`),
+    // the entry name includes the engine's compatibility hash, and the checksum checked
+    // by `verified` rules out corruption since; wasmtime also re-checks the header's
+    // version and settings and refuses what does not match.
+    unsafe { Component::deserialize(engine, artifact) }
+}
+
+fn write_entry(path: &Path, artifact: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(&Sha256::digest(artifact))?;
+    file.write_all(artifact)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The sha256 of `bytes`, in lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
