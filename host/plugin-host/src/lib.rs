@@ -27,8 +27,10 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub mod cache;
+pub mod chain;
 
 pub use cache::{CacheOutcome, ComponentCache};
+pub use chain::{AdmissionChain, FailurePolicy, ReplaceError};
 
 #[allow(missing_docs)]
 mod bindings {

@@ -1,0 +1,233 @@
+//! The admission chain: hot swap under load, refused replacements, failure policies.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use wasmlet_plugin_host::*;
+
+fn plugin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(&plugins)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .expect("run cargo for plugins/");
+        assert!(status.success(), "building plugins/ failed");
+        plugins.join("target/wasm32-wasip2/release")
+    });
+    dir.join(format!("{}.wasm", name.replace('-', "_")))
+}
+
+fn nothing() -> ResourceList {
+    ResourceList {
+        milli_cpu: 0,
+        memory: 0,
+        ephemeral_storage: 0,
+        pods: 0,
+        scalar: Vec::new(),
+    }
+}
+
+fn pod() -> Pod {
+    Pod {
+        uid: "uid-1".into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+        containers: Vec::new(),
+        init_containers: Vec::new(),
+        overhead: nothing(),
+        node_selector: Vec::new(),
+        required_node_affinity: Vec::new(),
+        tolerations: Vec::new(),
+        host_network: false,
+        priority: 0,
+        static_pod: false,
+        source: "api".into(),
+    }
+}
+
+fn node() -> Node {
+    Node {
+        name: "node-1".into(),
+        labels: Vec::new(),
+        taints: Vec::new(),
+        allocatable: nothing(),
+    }
+}
+
+fn usage() -> NodeUsage {
+    NodeUsage {
+        requested: nothing(),
+        pod_count: 0,
+        host_ports: Vec::new(),
+    }
+}
+
+fn reason(v: &Verdict) -> &str {
+    match v {
+        Verdict::Admit => "Admit",
+        Verdict::Reject(r) => &r.reason,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_swap_under_load_fails_no_call_and_takes_effect_at_once() {
+    let chain = Arc::new(AdmissionChain::new(PluginEngine::new().expect("engine")));
+    chain
+        .push(
+            "policy",
+            &plugin("node-ports"),
+            BTreeMap::new(),
+            Limits::default(),
+            FailurePolicy::Fail,
+        )
+        .expect("load");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (chain, stop) = (chain.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let (verdict, _) = chain
+                    .admit(&pod(), &node(), &usage(), || "{}".to_string())
+                    .await;
+                seen.push(reason(&verdict).to_owned());
+                // A guest call completes without yielding to the runtime; let the test's
+                // own task run between calls.
+                tokio::task::yield_now().await;
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let new = chain
+        .replace("policy", Some(&plugin("fixture-deny-all")))
+        .await
+        .expect("swap");
+    let (verdict, by) = chain
+        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .await;
+    assert_eq!(
+        reason(&verdict),
+        "DeniedByPolicy",
+        "the new decision right after the swap"
+    );
+    assert_eq!(by.as_deref(), Some("policy"));
+    assert_eq!(
+        chain.current("policy").map(|p| p.digest().to_owned()),
+        Some(new.digest().to_owned())
+    );
+
+    // A broken replacement is refused; deny-all keeps serving.
+    let bogus = std::env::temp_dir().join(format!("wasmlet-bogus-{}.wasm", std::process::id()));
+    std::fs::write(&bogus, b"not a component").expect("write");
+    let err = chain
+        .replace("policy", Some(&bogus))
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("cannot load"), "{err}");
+    assert!(matches!(
+        chain.replace("nope", None).await,
+        Err(ReplaceError::Unknown(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = std::fs::remove_file(&bogus);
+
+    for worker in workers {
+        let seen = worker.await.expect("worker");
+        assert!(seen.len() > 10, "only {} calls", seen.len());
+        assert!(
+            !seen.iter().any(|r| r == chain::PLUGIN_ERROR_REASON),
+            "a call failed during the swap"
+        );
+        // Admit until the swap, DeniedByPolicy after it, never back.
+        let flip = seen
+            .iter()
+            .position(|r| r == "DeniedByPolicy")
+            .expect("the swap took effect");
+        assert!(seen[..flip].iter().all(|r| r == "Admit"), "{seen:?}");
+        assert!(
+            seen[flip..].iter().all(|r| r == "DeniedByPolicy"),
+            "{seen:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn failure_policy_decides_what_a_failing_plugin_means() {
+    let limits = Limits {
+        deadline: Duration::from_millis(100),
+        memory_bytes: 16 << 20,
+    };
+    let chain = AdmissionChain::new(PluginEngine::new().expect("engine"));
+    chain
+        .push(
+            "spin",
+            &plugin("fixture-spin"),
+            BTreeMap::new(),
+            limits.clone(),
+            FailurePolicy::Ignore,
+        )
+        .expect("load");
+    chain
+        .push(
+            "ports",
+            &plugin("node-ports"),
+            BTreeMap::new(),
+            limits.clone(),
+            FailurePolicy::Fail,
+        )
+        .expect("load");
+    assert_eq!(chain.names(), ["spin", "ports"]);
+    let (verdict, _) = chain
+        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .await;
+    assert!(
+        matches!(verdict, Verdict::Admit),
+        "an ignored failure does not decide"
+    );
+
+    chain
+        .push(
+            "spin",
+            &plugin("fixture-spin"),
+            BTreeMap::new(),
+            limits,
+            FailurePolicy::Fail,
+        )
+        .expect("reload");
+    assert_eq!(chain.names(), ["ports", "spin"]);
+    let (verdict, by) = chain
+        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .await;
+    let Verdict::Reject(r) = verdict else {
+        panic!("a failing plugin with policy Fail must reject")
+    };
+    assert_eq!(r.reason, chain::PLUGIN_ERROR_REASON);
+    assert_eq!(
+        r.message,
+        "plugin spin: admit exceeded its deadline of 100ms"
+    );
+    assert_eq!(by.as_deref(), Some("spin"));
+    assert!(chain.remove("spin"));
+    assert!(!chain.remove("spin"));
+    assert!(matches!(
+        chain
+            .admit(&pod(), &node(), &usage(), || "{}".to_string())
+            .await
+            .0,
+        Verdict::Admit
+    ));
+}
