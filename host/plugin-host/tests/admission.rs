@@ -1,42 +1,12 @@
 //! Admission plugins built from `plugins/` (wasm32-wasip2), loaded and called through
 //! the host, with the kubelet's verdicts.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 
+use common::{node, plugin, pod, resources, usage};
 use wasmlet_plugin_host::*;
-
-/// Builds the plugins workspace once per test run and returns the component's path.
-fn plugin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(&plugins)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .status()
-            .expect("run cargo for plugins/");
-        assert!(
-            status.success(),
-            "building plugins/ failed (is the wasm32-wasip2 target installed?)"
-        );
-        plugins.join("target/wasm32-wasip2/release")
-    });
-    dir.join(format!("{}.wasm", name.replace('-', "_")))
-}
-
-fn resources() -> ResourceList {
-    ResourceList {
-        milli_cpu: 0,
-        memory: 0,
-        ephemeral_storage: 0,
-        pods: 0,
-        scalar: Vec::new(),
-    }
-}
 
 fn container(name: &str, ports: &[(u16, &str, &str)]) -> Container {
     Container {
@@ -56,50 +26,6 @@ fn container(name: &str, ports: &[(u16, &str, &str)]) -> Container {
             .collect(),
         privileged: false,
         restartable: false,
-    }
-}
-
-fn pod(containers: Vec<Container>) -> Pod {
-    Pod {
-        uid: "uid-1".into(),
-        name: "web".into(),
-        namespace: "default".into(),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        containers,
-        init_containers: Vec::new(),
-        overhead: resources(),
-        node_selector: Vec::new(),
-        required_node_affinity: Vec::new(),
-        tolerations: Vec::new(),
-        host_network: false,
-        priority: 0,
-        static_pod: true,
-        source: "file".into(),
-    }
-}
-
-fn node() -> Node {
-    Node {
-        name: "node-1".into(),
-        labels: Vec::new(),
-        taints: Vec::new(),
-        allocatable: resources(),
-    }
-}
-
-fn usage(held: &[(&str, &str, u16)]) -> NodeUsage {
-    NodeUsage {
-        requested: resources(),
-        pod_count: held.len() as u32,
-        host_ports: held
-            .iter()
-            .map(|(ip, protocol, port)| HostPortInUse {
-                host_ip: (*ip).into(),
-                protocol: (*protocol).into(),
-                port: *port,
-            })
-            .collect(),
     }
 }
 

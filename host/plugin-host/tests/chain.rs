@@ -1,76 +1,14 @@
 //! The admission chain: hot swap under load, refused replacements, failure policies.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use common::{node, plugin};
 use wasmlet_plugin_host::*;
-
-fn plugin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(&plugins)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .status()
-            .expect("run cargo for plugins/");
-        assert!(status.success(), "building plugins/ failed");
-        plugins.join("target/wasm32-wasip2/release")
-    });
-    dir.join(format!("{}.wasm", name.replace('-', "_")))
-}
-
-fn nothing() -> ResourceList {
-    ResourceList {
-        milli_cpu: 0,
-        memory: 0,
-        ephemeral_storage: 0,
-        pods: 0,
-        scalar: Vec::new(),
-    }
-}
-
-fn pod() -> Pod {
-    Pod {
-        uid: "uid-1".into(),
-        name: "web".into(),
-        namespace: "default".into(),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        containers: Vec::new(),
-        init_containers: Vec::new(),
-        overhead: nothing(),
-        node_selector: Vec::new(),
-        required_node_affinity: Vec::new(),
-        tolerations: Vec::new(),
-        host_network: false,
-        priority: 0,
-        static_pod: false,
-        source: "api".into(),
-    }
-}
-
-fn node() -> Node {
-    Node {
-        name: "node-1".into(),
-        labels: Vec::new(),
-        taints: Vec::new(),
-        allocatable: nothing(),
-    }
-}
-
-fn usage() -> NodeUsage {
-    NodeUsage {
-        requested: nothing(),
-        pod_count: 0,
-        host_ports: Vec::new(),
-    }
-}
 
 fn reason(v: &Verdict) -> &str {
     match v {
@@ -99,7 +37,12 @@ async fn hot_swap_under_load_fails_no_call_and_takes_effect_at_once() {
             let mut seen = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let (verdict, _) = chain
-                    .admit(&pod(), &node(), &usage(), || "{}".to_string())
+                    .admit(
+                        &common::pod(Vec::new()),
+                        &node(),
+                        &common::usage(&[]),
+                        || "{}".to_string(),
+                    )
                     .await;
                 seen.push(reason(&verdict).to_owned());
                 // A guest call completes without yielding to the runtime; let the test's
@@ -116,7 +59,12 @@ async fn hot_swap_under_load_fails_no_call_and_takes_effect_at_once() {
         .await
         .expect("swap");
     let (verdict, by) = chain
-        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .admit(
+            &common::pod(Vec::new()),
+            &node(),
+            &common::usage(&[]),
+            || "{}".to_string(),
+        )
         .await;
     assert_eq!(
         reason(&verdict),
@@ -192,7 +140,12 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
         .expect("load");
     assert_eq!(chain.names(), ["spin", "ports"]);
     let (verdict, _) = chain
-        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .admit(
+            &common::pod(Vec::new()),
+            &node(),
+            &common::usage(&[]),
+            || "{}".to_string(),
+        )
         .await;
     assert!(
         matches!(verdict, Verdict::Admit),
@@ -210,7 +163,12 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
         .expect("reload");
     assert_eq!(chain.names(), ["ports", "spin"]);
     let (verdict, by) = chain
-        .admit(&pod(), &node(), &usage(), || "{}".to_string())
+        .admit(
+            &common::pod(Vec::new()),
+            &node(),
+            &common::usage(&[]),
+            || "{}".to_string(),
+        )
         .await;
     let Verdict::Reject(r) = verdict else {
         panic!("a failing plugin with policy Fail must reject")
@@ -225,7 +183,12 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
     assert!(!chain.remove("spin"));
     assert!(matches!(
         chain
-            .admit(&pod(), &node(), &usage(), || "{}".to_string())
+            .admit(
+                &common::pod(Vec::new()),
+                &node(),
+                &common::usage(&[]),
+                || "{}".to_string()
+            )
             .await
             .0,
         Verdict::Admit
