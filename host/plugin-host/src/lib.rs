@@ -256,12 +256,17 @@ impl PluginEngine {
     }
 }
 
+/// The pod under admission as JSON: produced on the first `pod-json` call, then kept.
+enum PodJson {
+    Pending(Box<dyn FnOnce() -> String + Send>),
+    Ready(String),
+}
+
 /// Per-call state a plugin instance sees through its imports.
 pub struct PluginState {
     plugin: Arc<str>,
     config: Arc<BTreeMap<String, String>>,
-    pod_json: Option<Box<dyn FnOnce() -> String + Send>>,
-    pod_json_cache: Option<String>,
+    pod_json: PodJson,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -311,12 +316,12 @@ impl bindings::wasmlet::plugin::host::Host for PluginState {
 
 impl bindings::wasmlet::plugin::pod_document::Host for PluginState {
     fn pod_json(&mut self) -> String {
-        if let Some(make) = self.pod_json.take() {
-            self.pod_json_cache = Some(make());
-        }
-        self.pod_json_cache
-            .clone()
-            .unwrap_or_else(|| "{}".to_owned())
+        let json = match std::mem::replace(&mut self.pod_json, PodJson::Ready(String::new())) {
+            PodJson::Pending(make) => make(),
+            PodJson::Ready(json) => json,
+        };
+        self.pod_json = PodJson::Ready(json.clone());
+        json
     }
 }
 
@@ -369,8 +374,7 @@ impl AdmissionPlugin {
         let state = PluginState {
             plugin: self.name.clone(),
             config: self.config.clone(),
-            pod_json: Some(Box::new(pod_json)),
-            pod_json_cache: None,
+            pod_json: PodJson::Pending(Box::new(pod_json)),
             wasi: WasiCtxBuilder::new().build(),
             table: ResourceTable::new(),
             limits: StoreLimitsBuilder::new()

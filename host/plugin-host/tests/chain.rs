@@ -10,6 +10,18 @@ use std::time::Duration;
 use common::{node, plugin};
 use wasmlet_plugin_host::*;
 
+/// Runs the chain on pod `web` with nothing else on the node.
+async fn admit_web(chain: &AdmissionChain) -> (Verdict, Option<String>) {
+    chain
+        .admit(
+            &common::pod(Vec::new()),
+            &node(),
+            &common::usage(&[]),
+            || "{}".to_string(),
+        )
+        .await
+}
+
 fn reason(v: &Verdict) -> &str {
     match v {
         Verdict::Admit => "Admit",
@@ -36,14 +48,7 @@ async fn hot_swap_under_load_fails_no_call_and_takes_effect_at_once() {
         workers.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                let (verdict, _) = chain
-                    .admit(
-                        &common::pod(Vec::new()),
-                        &node(),
-                        &common::usage(&[]),
-                        || "{}".to_string(),
-                    )
-                    .await;
+                let (verdict, _) = admit_web(&chain).await;
                 seen.push(reason(&verdict).to_owned());
                 // A guest call completes without yielding to the runtime; let the test's
                 // own task run between calls.
@@ -58,14 +63,7 @@ async fn hot_swap_under_load_fails_no_call_and_takes_effect_at_once() {
         .replace("policy", Some(&plugin("fixture-deny-all")))
         .await
         .expect("swap");
-    let (verdict, by) = chain
-        .admit(
-            &common::pod(Vec::new()),
-            &node(),
-            &common::usage(&[]),
-            || "{}".to_string(),
-        )
-        .await;
+    let (verdict, by) = admit_web(&chain).await;
     assert_eq!(
         reason(&verdict),
         "DeniedByPolicy",
@@ -139,14 +137,7 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
         )
         .expect("load");
     assert_eq!(chain.names(), ["spin", "ports"]);
-    let (verdict, _) = chain
-        .admit(
-            &common::pod(Vec::new()),
-            &node(),
-            &common::usage(&[]),
-            || "{}".to_string(),
-        )
-        .await;
+    let (verdict, _) = admit_web(&chain).await;
     assert!(
         matches!(verdict, Verdict::Admit),
         "an ignored failure does not decide"
@@ -162,14 +153,7 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
         )
         .expect("reload");
     assert_eq!(chain.names(), ["ports", "spin"]);
-    let (verdict, by) = chain
-        .admit(
-            &common::pod(Vec::new()),
-            &node(),
-            &common::usage(&[]),
-            || "{}".to_string(),
-        )
-        .await;
+    let (verdict, by) = admit_web(&chain).await;
     let Verdict::Reject(r) = verdict else {
         panic!("a failing plugin with policy Fail must reject")
     };
@@ -181,16 +165,5 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
     assert_eq!(by.as_deref(), Some("spin"));
     assert!(chain.remove("spin"));
     assert!(!chain.remove("spin"));
-    assert!(matches!(
-        chain
-            .admit(
-                &common::pod(Vec::new()),
-                &node(),
-                &common::usage(&[]),
-                || "{}".to_string()
-            )
-            .await
-            .0,
-        Verdict::Admit
-    ));
+    assert!(matches!(admit_web(&chain).await.0, Verdict::Admit));
 }
