@@ -28,6 +28,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub mod cache;
 pub mod chain;
+pub mod convert;
+/// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
+/// the usage the host sums and the requests a policy computes never disagree.
+#[path = "../../../plugins/sdk/src/resources.rs"]
+pub mod resources;
 
 pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, ReplaceError};

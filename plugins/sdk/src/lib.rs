@@ -35,6 +35,10 @@ pub mod bindings {
     });
 }
 
+pub mod resources;
+
+use bindings::wasmlet::plugin::types::{Container, Pod, ResourceList};
+
 /// Writing an admission policy.
 pub mod admission {
     pub use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};

@@ -1,5 +1,6 @@
 //! Shared by the plugin-host tests: the plugins built from `plugins/`, and builders for
-//! the pods, nodes and usages they decide on.
+//! the pods, nodes and usages they decide on. Each test binary uses part of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -1,0 +1,535 @@
+//! From Kubernetes objects (`k8s-openapi`) to the WIT types plugins see, and the node
+//! usage the host sums over the active pods.
+//!
+//! Quantities become integers in the units the kubelet compares them in (millicores,
+//! bytes), rounded up as `resource.Quantity` does. Every error names the field it is
+//! about (`spec.containers[0].resources.requests.cpu: …`), so a broken manifest is
+//! reported where it is broken.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::resources;
+use crate::{
+    Container, ContainerPort, HostPortInUse, Node, NodeSelectorRequirement, NodeSelectorTerm,
+    NodeUsage, Pod, ResourceList, SelectorOperator, Taint, TaintEffect, Toleration,
+    TolerationOperator,
+};
+
+/// A field of a Kubernetes object that cannot be turned into the plugin types.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConvertError {
+    /// The field's path, e.g. `spec.containers[1].ports[0].hostPort`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> ConvertError {
+    ConvertError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Parses a Kubernetes quantity (`500m`, `1.5Gi`, `2e3`, `128974848`) and returns it
+/// multiplied by `10^scale`, rounded up: scale 3 gives millicores, scale 0 bytes.
+/// Negative quantities are refused (requests, limits and capacities cannot be negative).
+pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
+    let s = text.trim();
+    let invalid = || format!("invalid quantity {text:?}");
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits_end);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    if number.starts_with('-') {
+        return Err(format!("quantity {text:?} is negative"));
+    }
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !(whole.bytes().all(|b| b.is_ascii_digit())
+            && fraction.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(invalid());
+    }
+    // value = mantissa · 10^exp10 · 2^exp2
+    let mantissa_digits = format!("{whole}{fraction}");
+    let mantissa_digits = mantissa_digits.trim_start_matches('0');
+    if mantissa_digits.len() > 30 {
+        return Err(format!("quantity {text:?} is too large"));
+    }
+    let mantissa: u128 = if mantissa_digits.is_empty() {
+        0
+    } else {
+        mantissa_digits.parse().map_err(|_| invalid())?
+    };
+    let mut exp10 = scale - i32::try_from(fraction.len()).map_err(|_| invalid())?;
+    let mut exp2 = 0;
+    match suffix {
+        "" => {}
+        "n" => exp10 -= 9,
+        "u" => exp10 -= 6,
+        "m" => exp10 -= 3,
+        "k" => exp10 += 3,
+        "M" => exp10 += 6,
+        "G" => exp10 += 9,
+        "T" => exp10 += 12,
+        "P" => exp10 += 15,
+        "E" => exp10 += 18,
+        "Ki" => exp2 = 10,
+        "Mi" => exp2 = 20,
+        "Gi" => exp2 = 30,
+        "Ti" => exp2 = 40,
+        "Pi" => exp2 = 50,
+        "Ei" => exp2 = 60,
+        other => {
+            let exponent = other
+                .strip_prefix(['e', 'E'])
+                .and_then(|e| e.parse::<i32>().ok())
+                .filter(|e| e.abs() <= 40)
+                .ok_or_else(invalid)?;
+            exp10 += exponent;
+        }
+    }
+    let too_large = || format!("quantity {text:?} is too large");
+    if mantissa == 0 {
+        return Ok(0);
+    }
+    let mut value = mantissa
+        .checked_mul(1u128.checked_shl(exp2).ok_or_else(too_large)?)
+        .ok_or_else(too_large)?;
+    if exp10 >= 0 {
+        value = 10u128
+            .checked_pow(exp10.unsigned_abs())
+            .and_then(|p| value.checked_mul(p))
+            .ok_or_else(too_large)?;
+    } else {
+        let divisor = 10u128.checked_pow(exp10.unsigned_abs());
+        // Smaller than one unit but not zero: rounds up to 1.
+        value = divisor.map_or(1, |d| value.div_ceil(d));
+    }
+    u64::try_from(value).map_err(|_| too_large())
+}
+
+/// Converts a Kubernetes resource map (`requests`, `limits`, `allocatable`, `overhead`).
+pub fn resource_list(
+    field: &str,
+    map: Option<&BTreeMap<String, Quantity>>,
+) -> Result<ResourceList, ConvertError> {
+    let mut out = resources::empty();
+    for (name, quantity) in map.into_iter().flatten() {
+        let at = |m: String| bad(format!("{field}.{name}"), m);
+        let bytes = || parse_quantity(&quantity.0, 0).map_err(at);
+        match name.as_str() {
+            "cpu" => out.milli_cpu = parse_quantity(&quantity.0, 3).map_err(at)?,
+            "memory" => out.memory = bytes()?,
+            "ephemeral-storage" => out.ephemeral_storage = bytes()?,
+            "pods" => out.pods = bytes()?,
+            _ => out.scalar.push((name.clone(), bytes()?)),
+        }
+    }
+    // BTreeMap iteration already sorted `scalar` by name.
+    Ok(out)
+}
+
+fn port(field: &str, p: &k8s::ContainerPort) -> Result<ContainerPort, ConvertError> {
+    let number = |name: &str, v: i32| {
+        u16::try_from(v)
+            .ok()
+            .filter(|v| *v != 0 || name == "hostPort")
+            .ok_or_else(|| {
+                bad(
+                    format!("{field}.{name}"),
+                    format!("{v} is not a port number"),
+                )
+            })
+    };
+    Ok(ContainerPort {
+        name: p.name.clone(),
+        container_port: number("containerPort", p.container_port)?,
+        host_port: p
+            .host_port
+            .map(|v| number("hostPort", v))
+            .transpose()?
+            .filter(|v| *v != 0),
+        host_ip: p.host_ip.clone().unwrap_or_default(),
+        protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+    })
+}
+
+fn container(field: &str, c: &k8s::Container) -> Result<Container, ConvertError> {
+    let resources = c.resources.as_ref();
+    let limits = resource_list(
+        &format!("{field}.resources.limits"),
+        resources.and_then(|r| r.limits.as_ref()),
+    )?;
+    // API defaulting: a resource with a limit and no request requests its limit.
+    let mut requests = resources
+        .and_then(|r| r.requests.clone())
+        .unwrap_or_default();
+    for (name, limit) in resources
+        .and_then(|r| r.limits.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        requests
+            .entry(name.clone())
+            .or_insert_with(|| limit.clone());
+    }
+    Ok(Container {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        requests: resource_list(&format!("{field}.resources.requests"), Some(&requests))?,
+        limits,
+        ports: c
+            .ports
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| port(&format!("{field}.ports[{i}]"), p))
+            .collect::<Result<_, _>>()?,
+        privileged: c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false),
+        restartable: c.restart_policy.as_deref() == Some("Always"),
+    })
+}
+
+fn pairs(map: Option<&BTreeMap<String, String>>) -> Vec<(String, String)> {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn taint_effect(field: &str, effect: &str) -> Result<TaintEffect, ConvertError> {
+    match effect {
+        "NoSchedule" => Ok(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Ok(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Ok(TaintEffect::NoExecute),
+        other => Err(bad(field, format!("unknown taint effect {other:?}"))),
+    }
+}
+
+fn toleration(field: &str, t: &k8s::Toleration) -> Result<Toleration, ConvertError> {
+    let operator = match t.operator.as_deref().unwrap_or("Equal") {
+        "Equal" | "" => TolerationOperator::Equal,
+        "Exists" => TolerationOperator::Exists,
+        other => {
+            return Err(bad(
+                format!("{field}.operator"),
+                format!("unknown toleration operator {other:?}"),
+            ));
+        }
+    };
+    Ok(Toleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator,
+        value: t.value.clone().unwrap_or_default(),
+        effect: match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(taint_effect(&format!("{field}.effect"), e)?),
+        },
+        toleration_seconds: t.toleration_seconds,
+    })
+}
+
+fn requirement(
+    field: &str,
+    r: &k8s::NodeSelectorRequirement,
+) -> Result<NodeSelectorRequirement, ConvertError> {
+    let operator = match r.operator.as_str() {
+        "In" => SelectorOperator::In,
+        "NotIn" => SelectorOperator::NotIn,
+        "Exists" => SelectorOperator::Exists,
+        "DoesNotExist" => SelectorOperator::DoesNotExist,
+        "Gt" => SelectorOperator::Gt,
+        "Lt" => SelectorOperator::Lt,
+        other => {
+            return Err(bad(
+                format!("{field}.operator"),
+                format!("unknown node selector operator {other:?}"),
+            ));
+        }
+    };
+    Ok(NodeSelectorRequirement {
+        key: r.key.clone(),
+        operator,
+        values: r.values.clone().unwrap_or_default(),
+    })
+}
+
+fn requirements(
+    field: &str,
+    list: Option<&Vec<k8s::NodeSelectorRequirement>>,
+) -> Result<Vec<NodeSelectorRequirement>, ConvertError> {
+    list.into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| requirement(&format!("{field}[{i}]"), r))
+        .collect()
+}
+
+/// Converts a pod. `source` is the pod source's name; every source but `api` makes a
+/// static pod, as in the kubelet.
+pub fn pod(p: &k8s::Pod, source: &str) -> Result<Pod, ConvertError> {
+    let meta = &p.metadata;
+    let spec = p.spec.as_ref().ok_or_else(|| bad("spec", "missing"))?;
+    let containers = |name: &str, list: Option<&Vec<k8s::Container>>| {
+        list.into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, c)| container(&format!("spec.{name}[{i}]"), c))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    Ok(Pod {
+        uid: meta.uid.clone().unwrap_or_default(),
+        name: meta
+            .name
+            .clone()
+            .ok_or_else(|| bad("metadata.name", "missing"))?,
+        namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        labels: pairs(meta.labels.as_ref()),
+        annotations: pairs(meta.annotations.as_ref()),
+        containers: containers("containers", Some(&spec.containers))?,
+        init_containers: containers("initContainers", spec.init_containers.as_ref())?,
+        overhead: resource_list("spec.overhead", spec.overhead.as_ref())?,
+        node_selector: pairs(spec.node_selector.as_ref()),
+        required_node_affinity: required
+            .map(|r| &r.node_selector_terms)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| {
+                let at = format!("{base}.nodeSelectorTerms[{i}]");
+                Ok(NodeSelectorTerm {
+                    match_expressions: requirements(
+                        &format!("{at}.matchExpressions"),
+                        t.match_expressions.as_ref(),
+                    )?,
+                    match_fields: requirements(
+                        &format!("{at}.matchFields"),
+                        t.match_fields.as_ref(),
+                    )?,
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?,
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| toleration(&format!("spec.tolerations[{i}]"), t))
+            .collect::<Result<_, _>>()?,
+        host_network: spec.host_network.unwrap_or(false),
+        priority: spec.priority.unwrap_or(0),
+        static_pod: source != "api",
+        source: source.into(),
+    })
+}
+
+/// Converts a node. Its allocatable resources are `status.allocatable`, or
+/// `status.capacity` when a node reports no allocatable.
+pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
+    let status = n.status.as_ref();
+    let (field, allocatable) = match status.and_then(|s| s.allocatable.as_ref()) {
+        Some(a) => ("status.allocatable", Some(a)),
+        None => ("status.capacity", status.and_then(|s| s.capacity.as_ref())),
+    };
+    Ok(Node {
+        name: n
+            .metadata
+            .name
+            .clone()
+            .ok_or_else(|| bad("metadata.name", "missing"))?,
+        labels: pairs(n.metadata.labels.as_ref()),
+        taints: n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| {
+                Ok(Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: taint_effect(&format!("spec.taints[{i}].effect"), &t.effect)?,
+                })
+            })
+            .collect::<Result<_, ConvertError>>()?,
+        allocatable: resource_list(field, allocatable)?,
+    })
+}
+
+/// What `active` pods hold on the node: their requests summed the kubelet's way, their
+/// number, and the host ports their long-running containers bind.
+pub fn usage<'a>(active: impl IntoIterator<Item = &'a Pod>) -> NodeUsage {
+    let mut out = NodeUsage {
+        requested: resources::empty(),
+        pod_count: 0,
+        host_ports: Vec::new(),
+    };
+    for pod in active {
+        out.pod_count += 1;
+        resources::add(&mut out.requested, &resources::pod_requests(pod));
+        for p in resources::long_running(pod).flat_map(|c| &c.ports) {
+            if let Some(port) = p.host_port {
+                out.host_ports.push(HostPortInUse {
+                    host_ip: if p.host_ip.is_empty() {
+                        "0.0.0.0".into()
+                    } else {
+                        p.host_ip.clone()
+                    },
+                    protocol: p.protocol.clone(),
+                    port,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Every object in a YAML or JSON text: one or more documents, each a single object or a
+/// `List` (`PodList`, `NodeList`, `v1/List`) whose `items` are taken one by one. Empty
+/// documents are skipped.
+pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| format!("document {}: {e}", i + 1))?;
+        match value {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(mut map)
+                if map
+                    .get("kind")
+                    .and_then(|k| k.as_str())
+                    .is_some_and(|k| k.ends_with("List")) =>
+            {
+                if let Some(serde_json::Value::Array(items)) = map.remove("items") {
+                    out.extend(items);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_round_up_in_the_requested_unit() {
+        let cases = [
+            ("500m", 3, 500),
+            ("2", 3, 2000),
+            ("0.5", 3, 500),
+            ("1.0001", 3, 1001),
+            ("100n", 3, 1),
+            ("1e3", 0, 1000),
+            ("1E-3", 3, 1),
+            ("1Ki", 0, 1024),
+            ("1.5Gi", 0, 1536 << 20),
+            ("128974848", 0, 128_974_848),
+            ("129M", 0, 129_000_000),
+            ("123Mi", 0, 123 << 20),
+            ("0", 3, 0),
+            ("+3", 0, 3),
+            ("110", 0, 110),
+        ];
+        for (text, scale, want) in cases {
+            assert_eq!(
+                parse_quantity(text, scale),
+                Ok(want),
+                "{text} at scale {scale}"
+            );
+        }
+        for text in [
+            "",
+            "abc",
+            "1.2.3",
+            "5Qi",
+            "-1",
+            "1e99",
+            "99999999999999999999999Ei",
+        ] {
+            assert!(parse_quantity(text, 0).is_err(), "{text} should be refused");
+        }
+    }
+
+    fn yaml_pod(text: &str) -> Result<Pod, ConvertError> {
+        let p: k8s::Pod = serde_yaml_ng::from_str(text).expect("yaml");
+        pod(&p, "api")
+    }
+
+    #[test]
+    fn limits_default_requests_and_fields_are_named_in_errors() {
+        let p = yaml_pod(
+            "metadata: {name: a}\nspec:\n  containers:\n  - name: c\n    resources:\n      limits: {cpu: 250m, memory: 64Mi}\n      requests: {memory: 32Mi}\n",
+        )
+        .expect("pod");
+        assert_eq!(p.containers[0].requests.milli_cpu, 250);
+        assert_eq!(p.containers[0].requests.memory, 32 << 20);
+        assert_eq!(p.namespace, "default");
+
+        let e = yaml_pod(
+            "metadata: {name: a}\nspec:\n  containers:\n  - name: c\n  - name: d\n    resources:\n      requests: {cpu: lots}\n",
+        )
+        .expect_err("bad quantity");
+        assert_eq!(e.field, "spec.containers[1].resources.requests.cpu");
+        assert!(e.message.contains("\"lots\""), "{e}");
+
+        let e = yaml_pod(
+            "metadata: {name: a}\nspec:\n  containers:\n  - name: c\n    ports: [{containerPort: 80, hostPort: 70000}]\n",
+        )
+        .expect_err("bad port");
+        assert_eq!(e.field, "spec.containers[0].ports[0].hostPort");
+    }
+
+    #[test]
+    fn usage_counts_init_containers_the_kubelets_way() {
+        // app 100m + sidecar 50m = 150m running; the plain init container needs
+        // 300m + the sidecar started before it (50m) = 350m: the pod needs 350m + 10m
+        // overhead.
+        let p = yaml_pod(
+            "metadata: {name: a}\nspec:\n  overhead: {cpu: 10m}\n  initContainers:\n  - name: side\n    restartPolicy: Always\n    resources: {requests: {cpu: 50m}}\n    ports: [{containerPort: 9, hostPort: 9090}]\n  - name: init\n    resources: {requests: {cpu: 300m, memory: 1Mi}}\n  containers:\n  - name: app\n    resources: {requests: {cpu: 100m, memory: 2Mi}}\n",
+        )
+        .expect("pod");
+        let u = usage([&p, &p]);
+        assert_eq!(u.pod_count, 2);
+        assert_eq!(u.requested.milli_cpu, 2 * 360);
+        assert_eq!(u.requested.memory, 2 * (2 << 20));
+        assert_eq!(u.host_ports.len(), 2);
+        assert_eq!(u.host_ports[0].host_ip, "0.0.0.0");
+        assert_eq!(u.host_ports[0].protocol, "TCP");
+    }
+
+    #[test]
+    fn documents_split_streams_and_lists() {
+        let text = "kind: Pod\nmetadata: {name: a}\n---\n---\nkind: PodList\nitems:\n- {kind: Pod, metadata: {name: b}}\n- {kind: Pod, metadata: {name: c}}\n";
+        let docs = documents(text).expect("docs");
+        let names: Vec<_> = docs
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(documents("a: [1, 2").is_err());
+    }
+}
