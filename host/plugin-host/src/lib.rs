@@ -29,6 +29,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub mod cache;
 pub mod chain;
 pub mod convert;
+#[doc(hidden)]
+pub mod dev;
+pub mod inspect;
 /// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
 /// the usage the host sums and the requests a policy computes never disagree.
 #[path = "../../../plugins/sdk/src/resources.rs"]
@@ -144,10 +147,24 @@ pub enum PluginError {
     },
 }
 
+/// Reads a component file, refusing with a plain sentence what is not one: a file that
+/// is not WebAssembly at all, or a core module (built for `wasm32-wasip1` or
+/// `wasm32-unknown-unknown` instead of `wasm32-wasip2`).
+pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, BoxError> {
+    let wasm = std::fs::read(path)?;
+    match wasm.get(..8) {
+        Some([0, b'a', b's', b'm', _, _, 0, 0]) => {
+            Err("a core WebAssembly module, not a component (build it for wasm32-wasip2)".into())
+        }
+        Some([0, b'a', b's', b'm', _, _, 1, 0]) => Ok(wasm),
+        _ => Err("not a WebAssembly file (no \\0asm header)".into()),
+    }
+}
+
 /// The wasmtime engine every plugin shares, with its epoch ticker.
 #[derive(Clone)]
 pub struct PluginEngine {
-    engine: Engine,
+    pub(crate) engine: Engine,
     linker: Arc<Linker<PluginState>>,
     cache: Option<ComponentCache>,
     _ticker: Arc<Ticker>,
@@ -233,7 +250,7 @@ impl PluginEngine {
             path: path.to_owned(),
             source,
         };
-        let wasm = std::fs::read(path).map_err(|e| load_err(Box::new(e)))?;
+        let wasm = read_component(path).map_err(load_err)?;
         let digest = cache::sha256_hex(&wasm);
         let (component, outcome) = match &self.cache {
             Some(cache) => cache.load(&self.engine, &wasm, &digest),

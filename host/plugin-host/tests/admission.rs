@@ -139,13 +139,25 @@ async fn a_file_that_is_not_a_component_is_refused_by_name() {
     let dir = std::env::temp_dir().join(format!("wasmlet-plugin-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let bogus = dir.join("bogus.wasm");
-    std::fs::write(&bogus, b"\0asm not really").expect("write");
-    let err = engine
-        .load_admission("bogus", &bogus, BTreeMap::new(), Limits::default())
-        .expect_err("not wasm");
-    let text = err.to_string();
-    assert!(text.starts_with("plugin bogus: cannot load"), "{text}");
-    assert!(text.contains("bogus.wasm"), "{text}");
+    let cases: [(&[u8], &str); 3] = [
+        (b"\0asm not really", "not a WebAssembly file"),
+        (b"apiVersion: v1\n", "not a WebAssembly file"),
+        // The smallest core module: what a wasm32-wasip1 build produces.
+        (
+            b"\0asm\x01\0\0\0",
+            "a core WebAssembly module, not a component",
+        ),
+    ];
+    for (bytes, why) in cases {
+        std::fs::write(&bogus, bytes).expect("write");
+        let err = engine
+            .load_admission("bogus", &bogus, BTreeMap::new(), Limits::default())
+            .expect_err("not a component");
+        let text = err.to_string();
+        assert!(text.starts_with("plugin bogus: cannot load"), "{text}");
+        assert!(text.contains("bogus.wasm"), "{text}");
+        assert!(text.contains(why), "{text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,6 +5,7 @@
 //!   next issue; until it lands these say so and exit non-zero).
 //! - `wasmlet cri ...`: talk to a CRI runtime directly (version, pods, containers,
 //!   images, reset) — the small crictl Debian does not package.
+//! - `wasmlet plugin inspect|admit ...`: run and examine plugins offline.
 
 mod commands;
 
@@ -29,6 +30,8 @@ enum Command {
     Run(commands::agent::RunArgs),
     /// Talk to a CRI runtime directly.
     Cri(commands::cri::CriArgs),
+    /// Run and examine plugins offline (inspect, admit).
+    Plugin(commands::plugin::PluginArgs),
 }
 
 #[tokio::main]
@@ -44,6 +47,10 @@ async fn main() -> ExitCode {
         Command::Up(args) => commands::agent::up(args),
         Command::Run(args) => commands::agent::run(args),
         Command::Cri(args) => commands::cri::run(args).await,
+        Command::Plugin(args) => match commands::plugin::run(args).await {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

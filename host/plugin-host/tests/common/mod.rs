@@ -2,30 +2,11 @@
 //! the pods, nodes and usages they decide on. Each test binary uses part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
 use wasmlet_plugin_host::*;
 
-/// Builds the plugins workspace once per test binary and returns the component's path.
-pub fn plugin(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(&plugins)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_TARGET_DIR")
-            .status()
-            .expect("run cargo for plugins/");
-        assert!(
-            status.success(),
-            "building plugins/ failed (is the wasm32-wasip2 target installed?)"
-        );
-        plugins.join("target/wasm32-wasip2/release")
-    });
-    dir.join(format!("{}.wasm", name.replace('-', "_")))
+/// The shipped plugin `name`, built on first use.
+pub fn plugin(name: &str) -> std::path::PathBuf {
+    wasmlet_plugin_host::dev::shipped_plugin(name)
 }
 
 /// No resources at all.

@@ -2,3 +2,4 @@
 
 pub mod agent;
 pub mod cri;
+pub mod plugin;

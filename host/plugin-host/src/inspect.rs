@@ -1,0 +1,84 @@
+//! What a component file is: the wasmlet world it implements, what it imports and
+//! exports, and which capabilities it could use if an operator granted them.
+
+use std::path::Path;
+
+use wasmtime::component::Component;
+
+use crate::{BoxError, PluginEngine, PluginError};
+
+/// The export that makes a component one of wasmlet's plugin kinds, by world.
+pub const WORLDS: &[(&str, &str)] = &[
+    ("wasmlet:plugin/admission@0.1.0", "admission-policy"),
+    ("wasmlet:plugin/probe@0.1.0", "probe-handler"),
+    ("wasmlet:plugin/pod-source@0.1.0", "pod-source"),
+];
+
+/// Capabilities, by the import that needs them. Every capability is denied unless the
+/// plugin's configuration grants it; a Rust guest imports the filesystem interfaces
+/// through std even when it never opens a file, and sees no directory unless one is
+/// granted.
+const CAPABILITIES: &[(&str, &str)] = &[
+    ("wasi:filesystem/", "files"),
+    ("wasi:sockets/", "network"),
+    ("wasi:http/outgoing-handler", "http"),
+    ("wasmlet:plugin/exec", "exec"),
+];
+
+/// The result of [`PluginEngine::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The wasmlet world it implements, if any.
+    pub world: Option<&'static str>,
+    /// Its imports, by interface name.
+    pub imports: Vec<String>,
+    /// Its exports, by name.
+    pub exports: Vec<String>,
+    /// The capabilities its imports could use, each only if granted.
+    pub capabilities: Vec<&'static str>,
+    /// The component file's sha256.
+    pub digest: String,
+    /// The file's size in bytes.
+    pub size: u64,
+}
+
+impl PluginEngine {
+    /// Compiles the component at `path` and reports what it is, without running it.
+    pub fn inspect(&self, path: &Path) -> Result<Inspection, PluginError> {
+        let load_err = |source: BoxError| PluginError::Load {
+            plugin: path.display().to_string(),
+            path: path.to_owned(),
+            source,
+        };
+        let wasm = crate::read_component(path).map_err(load_err)?;
+        let component =
+            Component::new(&self.engine, &wasm).map_err(|e| load_err(e.into_boxed_dyn_error()))?;
+        let ty = component.component_type();
+        let imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .collect();
+        let world = WORLDS
+            .iter()
+            .find(|(export, _)| exports.iter().any(|e| e == export))
+            .map(|(_, world)| *world);
+        let mut capabilities: Vec<&str> = CAPABILITIES
+            .iter()
+            .filter(|(prefix, _)| imports.iter().any(|i| i.starts_with(prefix)))
+            .map(|(_, cap)| *cap)
+            .collect();
+        capabilities.dedup();
+        Ok(Inspection {
+            world,
+            imports,
+            exports,
+            capabilities,
+            digest: crate::cache::sha256_hex(&wasm),
+            size: wasm.len() as u64,
+        })
+    }
+}

@@ -1,0 +1,227 @@
+//! `wasmlet plugin`: run and examine plugins offline, without an agent or a cluster.
+//!
+//! ```text
+//! wasmlet plugin inspect FILE.wasm
+//! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
+//!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http]
+//! ```
+//!
+//! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_plugin_host::{
+    AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert,
+};
+
+/// Arguments of `wasmlet plugin`.
+#[derive(Debug, Args)]
+pub struct PluginArgs {
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+/// What to do with a plugin.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Which world a component implements, its imports and exports, and the
+    /// capabilities it could use if granted.
+    Inspect {
+        /// The component file.
+        file: PathBuf,
+    },
+    /// Decide on pods with one or more admission policies, in order (the first
+    /// rejection wins), as the agent's admission chain would.
+    Admit(AdmitArgs),
+}
+
+/// Arguments of `wasmlet plugin admit`.
+#[derive(Debug, Args)]
+pub struct AdmitArgs {
+    /// The policies, in chain order.
+    #[arg(required = true)]
+    pub policies: Vec<PathBuf>,
+    /// The pod (YAML or JSON). Several pods (a multi-document file or a PodList) are
+    /// decided in order, each admitted pod joining the node's active pods, as the
+    /// kubelet admits a batch.
+    #[arg(long)]
+    pub pod: PathBuf,
+    /// The node (YAML or JSON): labels, taints, `status.allocatable` (or capacity).
+    #[arg(long)]
+    pub node: PathBuf,
+    /// A directory of manifests of the pods already on the node (`.yaml`, `.yml`,
+    /// `.json`); their requests, count and host ports make the node's usage.
+    #[arg(long)]
+    pub active_pods: Option<PathBuf>,
+    /// A configuration value for every policy (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub config: Vec<(String, String)>,
+    /// The source the pod comes from: `api`, or a static-pod source (`file`, `http`).
+    #[arg(long, default_value = "api")]
+    pub source: String,
+    /// Deadline of one decision, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub timeout_ms: u64,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+/// Runs `wasmlet plugin`.
+pub async fn run(args: PluginArgs) -> Result<ExitCode> {
+    match args.command {
+        PluginCommand::Inspect { file } => inspect(&file),
+        PluginCommand::Admit(a) => admit(a).await,
+    }
+}
+
+fn inspect(file: &Path) -> Result<ExitCode> {
+    let engine = PluginEngine::new()?;
+    let i = engine.inspect(file)?;
+    println!("file:         {}", file.display());
+    println!("size:         {} bytes", i.size);
+    println!("sha256:       {}", i.digest);
+    println!(
+        "world:        {}",
+        i.world
+            .map(|w| format!("wasmlet:plugin/{w}@0.1.0"))
+            .unwrap_or_else(|| "none of wasmlet's (not loadable as a plugin)".into())
+    );
+    println!(
+        "capabilities: {}",
+        if i.capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            format!("{} (each denied unless granted)", i.capabilities.join(", "))
+        }
+    );
+    println!("exports:");
+    for e in &i.exports {
+        println!("  {e}");
+    }
+    println!("imports:");
+    for e in &i.imports {
+        println!("  {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every object in a manifest file, with the file named in errors.
+fn objects(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    convert::documents(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The pods of a manifest file: (the pod, its JSON), errors naming file and field.
+fn pods(path: &Path, source: &str) -> Result<Vec<(Pod, Arc<String>)>> {
+    objects(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let at = || format!("{} (object {})", path.display(), i + 1);
+            let json = Arc::new(value.to_string());
+            let p: k8s::Pod = serde_json::from_value(value).with_context(at)?;
+            let pod = convert::pod(&p, source).with_context(at)?;
+            Ok((pod, json))
+        })
+        .collect()
+}
+
+/// The pods of every manifest in `dir`; a broken file is reported by name and skipped.
+fn active_pods(dir: &Path) -> Result<Vec<Pod>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+        })
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        match pods(&file, "api") {
+            Ok(list) => out.extend(list.into_iter().map(|(p, _)| p)),
+            Err(e) => eprintln!("wasmlet: skipping {e:#}"),
+        }
+    }
+    Ok(out)
+}
+
+async fn admit(args: AdmitArgs) -> Result<ExitCode> {
+    let node_objects = objects(&args.node)?;
+    let [node_value] = node_objects.as_slice() else {
+        bail!(
+            "{}: expected one Node, found {} objects",
+            args.node.display(),
+            node_objects.len()
+        );
+    };
+    let node: k8s::Node = serde_json::from_value(node_value.clone())
+        .with_context(|| format!("{}", args.node.display()))?;
+    let node = convert::node(&node).with_context(|| format!("{}", args.node.display()))?;
+    let mut active = match &args.active_pods {
+        Some(dir) => active_pods(dir)?,
+        None => Vec::new(),
+    };
+    let candidates = pods(&args.pod, &args.source)?;
+    if candidates.is_empty() {
+        bail!("{}: no pod in it", args.pod.display());
+    }
+
+    let engine = PluginEngine::new()?;
+    let chain = AdmissionChain::new(engine);
+    let config: BTreeMap<String, String> = args.config.into_iter().collect();
+    let limits = Limits {
+        deadline: std::time::Duration::from_millis(args.timeout_ms),
+        ..Limits::default()
+    };
+    for path in &args.policies {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        chain.push(
+            &name,
+            path,
+            config.clone(),
+            limits.clone(),
+            FailurePolicy::Fail,
+        )?;
+    }
+
+    let mut rejected = false;
+    for (pod, json) in candidates {
+        let usage = convert::usage(&active);
+        let (verdict, by) = chain
+            .admit(&pod, &node, &usage, move || json.as_str().to_owned())
+            .await;
+        let who = format!("{}/{}", pod.namespace, pod.name);
+        match verdict {
+            Verdict::Admit => {
+                println!("{who}: admitted");
+                active.push(pod);
+            }
+            Verdict::Reject(r) => {
+                rejected = true;
+                let by = by.unwrap_or_default();
+                println!("{who}: rejected by {by}: {}: {}", r.reason, r.message);
+            }
+        }
+    }
+    Ok(if rejected {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,130 @@
+//! `wasmlet plugin`: the shipped policies run offline on YAML a plugin author would write.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use wasmlet_plugin_host::dev::shipped_plugin;
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission")
+}
+
+fn wasmlet(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run wasmlet")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn admit_runs_the_kubelets_checks_in_its_order() {
+    let plugins: Vec<PathBuf> = [
+        "resource-fit",
+        "node-affinity",
+        "node-ports",
+        "taint-toleration",
+    ]
+    .iter()
+    .map(|p| shipped_plugin(p))
+    .collect();
+    let dir = fixtures();
+    let (pods, node, active) = (
+        dir.join("pods.yaml"),
+        dir.join("node.yaml"),
+        dir.join("active"),
+    );
+    let mut args = vec!["plugin", "admit"];
+    args.extend(plugins.iter().map(|p| path(p)));
+    args.extend([
+        "--pod",
+        path(&pods),
+        "--node",
+        path(&node),
+        "--active-pods",
+        path(&active),
+    ]);
+    let out = wasmlet(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "shop/web: admitted",
+            // db 2000m + web 1200m = 3200m of 3800m.
+            "shop/batch: rejected by resource_fit: OutOfcpu: Node didn't have enough resource: \
+             cpu, requested: 800, used: 3200, capacity: 3800",
+            "shop/zone-b: rejected by node_affinity: NodeAffinity: Predicate NodeAffinity \
+             failed: node(s) didn't match Pod's node affinity/selector",
+            "data/second-db: rejected by node_ports: NodePorts: Predicate NodePorts failed: \
+             node(s) didn't have free ports for the requested pod ports",
+            "shop/intolerant: rejected by taint_toleration: TaintToleration: Predicate \
+             TaintToleration failed: node(s) had taints that the pod didn't tolerate",
+        ]
+    );
+    // The broken active pod is reported by file and field, and skipped.
+    assert!(
+        stderr.contains("broken.yaml")
+            && stderr.contains("spec.containers[0].resources.requests.cpu"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn admit_and_inspect_name_what_is_wrong() {
+    let dir = fixtures();
+    let node = dir.join("node.yaml");
+    // A pod file that is not a pod manifest.
+    let out = wasmlet(&[
+        "plugin",
+        "admit",
+        path(&shipped_plugin("resource-fit")),
+        "--pod",
+        path(&dir.join("active/broken.yaml")),
+        "--node",
+        path(&node),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
+
+    // A policy file that is not a component.
+    let out = wasmlet(&[
+        "plugin",
+        "admit",
+        path(&node),
+        "--pod",
+        path(&dir.join("pods.yaml")),
+        "--node",
+        path(&node),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("node.yaml: not a WebAssembly file"),
+        "{stderr}"
+    );
+
+    let out = wasmlet(&[
+        "plugin",
+        "inspect",
+        path(&shipped_plugin("restricted-pods")),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("world:        wasmlet:plugin/admission-policy@0.1.0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("wasmlet:plugin/pod-document@0.1.0"),
+        "{stdout}"
+    );
+}
