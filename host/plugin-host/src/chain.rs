@@ -28,27 +28,47 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+/// How a link is loaded and what it does when its plugin fails.
+#[derive(Debug, Clone)]
+pub struct LinkSpec {
+    /// The component file.
+    pub path: PathBuf,
+    /// The plugin's configuration values.
+    pub config: BTreeMap<String, String>,
+    /// Limits of each call.
+    pub limits: Limits,
+    /// What a failure of the plugin means for the pod.
+    pub failure_policy: FailurePolicy,
+}
+
+/// What serves a link.
+enum Slot {
+    /// A loaded plugin.
+    Ready(Arc<AdmissionPlugin>),
+    /// The plugin could not be loaded; the failure policy decides what that means.
+    Unavailable(String),
+}
+
 /// One link: a named plugin slot.
 struct Link {
     name: String,
-    path: PathBuf,
-    config: BTreeMap<String, String>,
-    limits: Limits,
-    failure_policy: FailurePolicy,
-    current: ArcSwap<AdmissionPlugin>,
+    spec: LinkSpec,
+    current: ArcSwap<Slot>,
 }
 
 /// The admission chain. Cheap to share behind an `Arc`.
 pub struct AdmissionChain {
     engine: PluginEngine,
     links: ArcSwap<Vec<Arc<Link>>>,
+    /// The configured order: links named here come first, in this order; the others
+    /// follow by name.
+    order: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for AdmissionChain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<String> = self.links.load().iter().map(|l| l.name.clone()).collect();
         f.debug_struct("AdmissionChain")
-            .field("links", &names)
+            .field("links", &self.names())
             .finish()
     }
 }
@@ -62,10 +82,48 @@ impl AdmissionChain {
         Self {
             engine,
             links: ArcSwap::from_pointee(Vec::new()),
+            order: std::sync::Mutex::new(Vec::new()),
         }
     }
 
-    /// Loads `path` as the last link, named `name`.
+    /// The engine the chain loads its plugins on.
+    pub fn engine(&self) -> &PluginEngine {
+        &self.engine
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.order.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the chain's order: links named in `order` first, in that order; the others
+    /// after them, by name.
+    pub fn set_order(&self, order: Vec<String>) {
+        *self.order() = order;
+        self.links
+            .rcu(|links| self.sorted(links.iter().cloned().collect()));
+    }
+
+    fn sorted(&self, mut links: Vec<Arc<Link>>) -> Vec<Arc<Link>> {
+        let order = self.order();
+        let rank = |name: &str| order.iter().position(|n| n == name).unwrap_or(usize::MAX);
+        links.sort_by(|a, b| (rank(&a.name), &a.name).cmp(&(rank(&b.name), &b.name)));
+        links
+    }
+
+    fn put(&self, name: &str, link: Arc<Link>) {
+        self.links.rcu(|links| {
+            let mut next: Vec<Arc<Link>> =
+                links.iter().filter(|l| l.name != name).cloned().collect();
+            next.push(link.clone());
+            self.sorted(next)
+        });
+    }
+
+    fn link(&self, name: &str) -> Option<Arc<Link>> {
+        self.links.load().iter().find(|l| l.name == name).cloned()
+    }
+
+    /// Loads `path` as the last link, named `name` (replacing a link of that name).
     pub fn push(
         &self,
         name: &str,
@@ -77,21 +135,73 @@ impl AdmissionChain {
         let plugin = self
             .engine
             .load_admission(name, path, config.clone(), limits.clone())?;
-        let link = Arc::new(Link {
-            name: name.to_owned(),
+        {
+            let mut order = self.order();
+            order.retain(|n| n != name);
+            order.push(name.to_owned());
+        }
+        let spec = LinkSpec {
             path: path.to_owned(),
             config,
             limits,
             failure_policy,
-            current: ArcSwap::from_pointee(plugin),
-        });
-        self.links.rcu(|links| {
-            let mut next: Vec<Arc<Link>> =
-                links.iter().filter(|l| l.name != name).cloned().collect();
-            next.push(link.clone());
-            next
-        });
+        };
+        self.put(name, Arc::new(Link::ready(name, spec, plugin)));
         Ok(())
+    }
+
+    /// Adds link `name`, or swaps the plugin serving it, from `spec`, compiling off the
+    /// async workers. When the new version cannot be loaded nothing changes: an existing
+    /// link keeps serving its old version.
+    pub async fn install(
+        &self,
+        name: &str,
+        spec: LinkSpec,
+    ) -> Result<Arc<AdmissionPlugin>, ReplaceError> {
+        let plugin = self.load(name, &spec).await?;
+        match self.link(name) {
+            // Same settings: swap the plugin in place, one atomic store.
+            Some(link) if link.spec.same_settings(&spec) => {
+                link.current.store(Arc::new(Slot::Ready(plugin.clone())));
+            }
+            _ => self.put(name, Arc::new(Link::ready(name, spec, plugin.clone()))),
+        }
+        tracing::info!(
+            plugin = name,
+            digest = plugin.digest(),
+            "admission plugin loaded"
+        );
+        Ok(plugin)
+    }
+
+    /// Adds link `name` as unavailable for `why` (its failure policy decides what that
+    /// means for pods), unless a link of that name exists. For configured plugins that
+    /// do not load: a required policy must not silently vanish from the chain.
+    pub fn add_unavailable(&self, name: &str, spec: LinkSpec, why: String) {
+        if self.link(name).is_none() {
+            let link = Link {
+                name: name.to_owned(),
+                spec,
+                current: ArcSwap::from_pointee(Slot::Unavailable(why)),
+            };
+            self.put(name, Arc::new(link));
+        }
+    }
+
+    async fn load(
+        &self,
+        name: &str,
+        spec: &LinkSpec,
+    ) -> Result<Arc<AdmissionPlugin>, ReplaceError> {
+        let engine = self.engine.clone();
+        let (owned, spec) = (name.to_owned(), spec.clone());
+        // Compiling takes tens of milliseconds of CPU: keep it off the async workers.
+        let plugin = tokio::task::spawn_blocking(move || {
+            engine.load_admission(&owned, &spec.path, spec.config, spec.limits)
+        })
+        .await
+        .map_err(|e| ReplaceError::Join(e.to_string()))??;
+        Ok(Arc::new(plugin))
     }
 
     /// Replaces link `name` with the component at `path` (or, with `None`, reloads its
@@ -102,24 +212,14 @@ impl AdmissionChain {
         path: Option<&Path>,
     ) -> Result<Arc<AdmissionPlugin>, ReplaceError> {
         let link = self
-            .links
-            .load()
-            .iter()
-            .find(|l| l.name == name)
-            .cloned()
+            .link(name)
             .ok_or_else(|| ReplaceError::Unknown(name.to_owned()))?;
-        let path = path.unwrap_or(&link.path).to_owned();
-        let engine = self.engine.clone();
-        let (config, limits) = (link.config.clone(), link.limits.clone());
-        let owned = name.to_owned();
-        // Compiling takes tens of milliseconds of CPU: keep it off the async workers.
-        let plugin = tokio::task::spawn_blocking(move || {
-            engine.load_admission(&owned, &path, config, limits)
-        })
-        .await
-        .map_err(|e| ReplaceError::Join(e.to_string()))??;
-        let plugin = Arc::new(plugin);
-        link.current.store(plugin.clone());
+        let mut spec = link.spec.clone();
+        if let Some(path) = path {
+            spec.path = path.to_owned();
+        }
+        let plugin = self.load(name, &spec).await?;
+        link.current.store(Arc::new(Slot::Ready(plugin.clone())));
         tracing::info!(
             plugin = name,
             digest = plugin.digest(),
@@ -144,13 +244,25 @@ impl AdmissionChain {
         self.links.load().iter().map(|l| l.name.clone()).collect()
     }
 
-    /// The plugin currently serving link `name`.
+    /// The plugin currently serving link `name` (none when unknown or unavailable).
     pub fn current(&self, name: &str) -> Option<Arc<AdmissionPlugin>> {
-        self.links
-            .load()
-            .iter()
-            .find(|l| l.name == name)
-            .map(|l| l.current.load_full())
+        match &**self.link(name)?.current.load() {
+            Slot::Ready(plugin) => Some(plugin.clone()),
+            Slot::Unavailable(_) => None,
+        }
+    }
+
+    /// Why link `name` is unavailable, when it is.
+    pub fn unavailable(&self, name: &str) -> Option<String> {
+        match &**self.link(name)?.current.load() {
+            Slot::Ready(_) => None,
+            Slot::Unavailable(why) => Some(why.clone()),
+        }
+    }
+
+    /// The component file serving link `name` is expected at.
+    pub fn path(&self, name: &str) -> Option<PathBuf> {
+        self.link(name).map(|l| l.spec.path.clone())
     }
 
     /// Runs the chain: the first rejection wins; a failing plugin rejects or is skipped
@@ -165,25 +277,50 @@ impl AdmissionChain {
     ) -> (Verdict, Option<String>) {
         let links = self.links.load_full();
         for link in links.iter() {
-            let plugin = link.current.load_full();
-            match plugin.admit(pod, node, usage, pod_json.clone()).await {
-                Ok(Verdict::Admit) => {}
-                Ok(rejection) => return (rejection, Some(link.name.clone())),
-                Err(e) => match link.failure_policy {
-                    FailurePolicy::Ignore => {
-                        tracing::warn!(plugin = %link.name, error = %e, "admission plugin failed; ignored by its failure policy");
-                    }
-                    FailurePolicy::Fail => {
-                        let rejection = Rejection {
-                            reason: PLUGIN_ERROR_REASON.to_owned(),
-                            message: e.to_string(),
-                        };
-                        return (Verdict::Reject(rejection), Some(link.name.clone()));
-                    }
+            let slot = link.current.load_full();
+            let error = match &*slot {
+                Slot::Ready(plugin) => match plugin.admit(pod, node, usage, pod_json.clone()).await
+                {
+                    Ok(Verdict::Admit) => continue,
+                    Ok(rejection) => return (rejection, Some(link.name.clone())),
+                    Err(e) => e.to_string(),
                 },
+                Slot::Unavailable(why) => why.clone(),
+            };
+            match link.spec.failure_policy {
+                FailurePolicy::Ignore => {
+                    tracing::warn!(plugin = %link.name, %error, "admission plugin failed; ignored by its failure policy");
+                }
+                FailurePolicy::Fail => {
+                    let rejection = Rejection {
+                        reason: PLUGIN_ERROR_REASON.to_owned(),
+                        message: error,
+                    };
+                    return (Verdict::Reject(rejection), Some(link.name.clone()));
+                }
             }
         }
         (Verdict::Admit, None)
+    }
+}
+
+impl Link {
+    fn ready(name: &str, spec: LinkSpec, plugin: impl Into<Arc<AdmissionPlugin>>) -> Self {
+        Self {
+            name: name.to_owned(),
+            spec,
+            current: ArcSwap::from_pointee(Slot::Ready(plugin.into())),
+        }
+    }
+}
+
+impl LinkSpec {
+    fn same_settings(&self, other: &LinkSpec) -> bool {
+        self.path == other.path
+            && self.config == other.config
+            && self.limits.deadline == other.limits.deadline
+            && self.limits.memory_bytes == other.limits.memory_bytes
+            && self.failure_policy == other.failure_policy
     }
 }
 

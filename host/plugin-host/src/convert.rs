@@ -115,6 +115,42 @@ pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
     u64::try_from(value).map_err(|_| too_large())
 }
 
+/// Parses a Kubernetes duration (`metav1.Duration` text: `500ms`, `1s`, `1m30s`, `2h`).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let invalid = || format!("invalid duration {text:?} (expected e.g. 500ms, 1s, 1m30s)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    if rest == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let (number, tail) = rest.split_at(split);
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += value * seconds;
+        rest = tail;
+    }
+    std::time::Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
 /// Converts a Kubernetes resource map (`requests`, `limits`, `allocatable`, `overhead`).
 pub fn resource_list(
     field: &str,
@@ -471,6 +507,18 @@ mod tests {
             "99999999999999999999999Ei",
         ] {
             assert!(parse_quantity(text, 0).is_err(), "{text} should be refused");
+        }
+    }
+
+    #[test]
+    fn durations_read_like_kubernetes() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "1", "s", "1d", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }
 

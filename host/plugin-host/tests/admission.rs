@@ -169,10 +169,20 @@ fn load(engine: &PluginEngine, fixture: &str, limits: Limits) -> AdmissionPlugin
 
 #[tokio::test]
 async fn bad_guests_are_cut_off_and_the_host_keeps_serving() {
+    bad_guests(InstanceMode::PerCall).await;
+}
+
+#[tokio::test]
+async fn bad_guests_are_cut_off_with_reused_instances_too() {
+    bad_guests(InstanceMode::Reused).await;
+}
+
+async fn bad_guests(instances: InstanceMode) {
     let engine = PluginEngine::new().expect("engine");
     let limits = Limits {
         deadline: std::time::Duration::from_millis(200),
         memory_bytes: 16 << 20,
+        instances,
     };
     let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
 
@@ -225,7 +235,14 @@ async fn bad_guests_are_cut_off_and_the_host_keeps_serving() {
         .await
         .expect("admit");
     assert!(matches!(verdict, Verdict::Admit));
-    // A trapped plugin is not poisoned: each call has a fresh instance.
+    for _ in 0..3 {
+        let verdict = good
+            .admit(&args.0, &args.1, &args.2, || "{}".into())
+            .await
+            .expect("admit again");
+        assert!(matches!(verdict, Verdict::Admit));
+    }
+    // A trapped plugin is not poisoned: its instance is thrown away.
     let again = spin
         .admit(&args.0, &args.1, &args.2, || "{}".into())
         .await
@@ -297,4 +314,35 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
     std::fs::write(entry, b"short").expect("truncate");
     assert!(matches!(load().load_outcome(), CacheOutcome::Replaced(_)));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_call_yields_to_the_other_tasks() {
+    let engine = PluginEngine::new().expect("engine");
+    let limits = Limits {
+        deadline: std::time::Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let spin = load(&engine, "fixture-spin", limits);
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ticks.clone();
+    // On this one-thread runtime the ticker only runs when the guest yields.
+    let ticker = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
+    let err = spin
+        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .await
+        .expect_err("spins");
+    ticker.abort();
+    assert!(matches!(err, PluginError::Deadline { .. }), "{err}");
+    let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        ticks >= 5,
+        "the ticker ran only {ticks} times during a 300 ms call"
+    );
 }

@@ -116,6 +116,7 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
     let limits = Limits {
         deadline: Duration::from_millis(100),
         memory_bytes: 16 << 20,
+        ..Limits::default()
     };
     let chain = AdmissionChain::new(PluginEngine::new().expect("engine"));
     chain

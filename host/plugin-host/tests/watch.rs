@@ -1,0 +1,191 @@
+//! The plugin directory: files added, replaced (atomically and in place), broken and
+//! removed while pods are admitted in a loop.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{node, plugin};
+use wasmlet_plugin_host::*;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-watch-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("admission")).expect("dir");
+    dir
+}
+
+/// Writes `from`'s bytes to `to` the safe way: a temporary file renamed into place.
+fn install_atomically(from: &Path, to: &Path) {
+    let tmp = to.with_extension("tmp");
+    std::fs::copy(from, &tmp).expect("copy");
+    std::fs::rename(&tmp, to).expect("rename");
+}
+
+async fn admit(chain: &AdmissionChain) -> String {
+    let (verdict, _) = chain
+        .admit(
+            &common::pod(Vec::new()),
+            &node(),
+            &common::usage(&[]),
+            || "{}".to_string(),
+        )
+        .await;
+    match verdict {
+        Verdict::Admit => "Admit".into(),
+        Verdict::Reject(r) => r.reason,
+    }
+}
+
+/// Polls until the chain's verdict is `want` or `limit` passes; returns how long it took.
+async fn until(chain: &AdmissionChain, want: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let got = admit(chain).await;
+        if got == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "still {got:?} after {limit:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn config(dir: &Path, yaml: &str) -> PluginsConfig {
+    let mut c: PluginsConfig = serde_yaml_ng::from_str(yaml).expect("config");
+    c.directory = Some(dir.to_owned());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_drives_the_chain_under_load() {
+    let dir = temp_dir("load");
+    let policy = dir.join("admission/policy.wasm");
+    install_atomically(&plugin("node-ports"), &policy);
+    let chain = Arc::new(AdmissionChain::new(PluginEngine::new().expect("engine")));
+    let _watching = AdmissionDirectory::start(
+        chain.clone(),
+        &config(&dir, "admission: [{name: policy}]"),
+        false,
+    )
+    .await
+    .expect("start");
+    assert_eq!(chain.names(), ["policy"]);
+    assert_eq!(admit(&chain).await, "Admit");
+
+    // Admissions in a loop on both workers; any plugin error is a failed call.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (calls, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (chain, stop, calls, failed) =
+            (chain.clone(), stop.clone(), calls.clone(), failed.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if admit(&chain).await == chain::PLUGIN_ERROR_REASON {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                calls.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+
+    // Renamed into place: the new decision is served well within a second.
+    install_atomically(&plugin("fixture-deny-all"), &policy);
+    let took = until(&chain, "DeniedByPolicy", Duration::from_secs(1)).await;
+    eprintln!("atomic replace served after {took:?}");
+
+    // A broken version is refused; the old one keeps serving.
+    let broken = dir.join("broken.bin");
+    std::fs::write(&broken, b"\0asm\x0d\0\x01\0 truncated").expect("write");
+    install_atomically(&broken, &policy);
+    tokio::time::sleep(watch::SETTLE * 3).await;
+    assert_eq!(admit(&chain).await, "DeniedByPolicy");
+
+    // Copied in place (several write events, the first may see half a file).
+    std::fs::copy(plugin("node-ports"), &policy).expect("copy");
+    until(&chain, "Admit", Duration::from_secs(1)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    assert!(calls.load(Ordering::Relaxed) > 100, "the load ran");
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "no call failed during the swaps"
+    );
+
+    // A new file joins after the configured links; removing it removes the link.
+    let extra = dir.join("admission/fixture_deny_all.wasm");
+    install_atomically(&plugin("fixture-deny-all"), &extra);
+    until(&chain, "DeniedByPolicy", Duration::from_secs(1)).await;
+    assert_eq!(chain.names(), ["policy", "fixture-deny-all"]);
+    std::fs::remove_file(&extra).expect("remove");
+    until(&chain, "Admit", Duration::from_secs(1)).await;
+    assert_eq!(chain.names(), ["policy"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_plugin_that_does_not_load_follows_its_failure_policy() {
+    let dir = temp_dir("missing");
+    let chain = Arc::new(AdmissionChain::new(PluginEngine::new().expect("engine")));
+    let watching = AdmissionDirectory::start(
+        chain.clone(),
+        &config(
+            &dir,
+            "admission: [{name: required}, {name: optional, failurePolicy: Ignore}]",
+        ),
+        false,
+    )
+    .await
+    .expect("a missing plugin does not stop the start");
+    assert_eq!(chain.names(), ["required", "optional"]);
+    let why = chain.unavailable("required").expect("unavailable");
+    assert!(
+        why.contains("plugin required") && why.contains("required.wasm"),
+        "{why}"
+    );
+    assert_eq!(admit(&chain).await, chain::PLUGIN_ERROR_REASON);
+
+    // The file appears: the link comes alive in place.
+    install_atomically(&plugin("node-ports"), &dir.join("admission/required.wasm"));
+    until(&chain, "Admit", Duration::from_secs(1)).await;
+    assert!(chain.current("required").is_some());
+
+    // A rescan (SIGHUP, an API call) picks up what the watcher did not see.
+    drop(watching);
+    let watching = AdmissionDirectory::start(
+        chain.clone(),
+        &config(&dir, "admission: [{name: required}]"),
+        false,
+    )
+    .await
+    .expect("restart");
+    std::fs::copy(
+        plugin("fixture-deny-all"),
+        dir.join("admission/required.wasm"),
+    )
+    .expect("copy");
+    watching.rescan();
+    until(&chain, "DeniedByPolicy", Duration::from_secs(1)).await;
+
+    let bad = config(&dir, "admission: [{name: x, timeout: soon}]");
+    let err = AdmissionDirectory::start(chain.clone(), &bad, false)
+        .await
+        .err()
+        .expect("invalid config");
+    assert_eq!(
+        err.to_string(),
+        "plugins.admission[0].timeout: invalid duration \"soon\" (expected e.g. 500ms, 1s, 1m30s)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
