@@ -15,7 +15,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::{
-    AdmissionPlugin, Limits, Node, NodeUsage, PluginEngine, PluginError, Pod, Rejection, Verdict,
+    AdmissionPlugin, Limits, Node, NodeLoad, PluginEngine, PluginError, Pod, Rejection, Verdict,
 };
 
 /// What a chain does with a plugin that fails (traps, times out) instead of deciding,
@@ -272,19 +272,20 @@ impl AdmissionChain {
         &self,
         pod: &Pod,
         node: &Node,
-        usage: &NodeUsage,
+        load: &NodeLoad,
         pod_json: impl Fn() -> String + Clone + Send + 'static,
     ) -> (Verdict, Option<String>) {
         let links = self.links.load_full();
         for link in links.iter() {
             let slot = link.current.load_full();
             let error = match &*slot {
-                Slot::Ready(plugin) => match plugin.admit(pod, node, usage, pod_json.clone()).await
-                {
-                    Ok(Verdict::Admit) => continue,
-                    Ok(rejection) => return (rejection, Some(link.name.clone())),
-                    Err(e) => e.to_string(),
-                },
+                Slot::Ready(plugin) => {
+                    match plugin.admit(pod, node, load, pod_json.clone()).await {
+                        Ok(Verdict::Admit) => continue,
+                        Ok(rejection) => return (rejection, Some(link.name.clone())),
+                        Err(e) => e.to_string(),
+                    }
+                }
                 Slot::Unavailable(why) => why.clone(),
             };
             match link.spec.failure_policy {

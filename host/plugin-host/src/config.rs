@@ -10,7 +10,8 @@
 //!     file: /opt/policies/restricted.wasm   # absolute, or relative to admission/
 //!     failurePolicy: Ignore                 # Fail (default) or Ignore
 //!     timeout: 500ms                        # per decision; default 1s
-//!     memoryLimit: 32Mi                     # guest memory; default 64Mi
+//!     memoryLimit: 32Mi                     # guest memory; default 64Mi, at most 256Mi
+//!     instances: PerCall                    # Reused (default) or PerCall
 //!     config: {allowed-namespaces: "kube-system,ops"}
 //! ```
 //!
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::chain::{FailurePolicy, LinkSpec};
-use crate::{Limits, convert};
+use crate::{InstanceMode, Limits, convert};
 
 /// The `plugins:` section.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -54,9 +55,22 @@ pub struct AdmissionConfig {
     pub timeout: Option<String>,
     /// Largest guest memory (`64Mi`). Default 64Mi.
     pub memory_limit: Option<String>,
+    /// `Reused` (default) or `PerCall`: whether decisions share instances.
+    #[serde(default)]
+    pub instances: InstancesConfig,
     /// Values the plugin reads through `host.config`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+}
+
+/// `instances` as written in the file.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum InstancesConfig {
+    /// Instances are kept between decisions.
+    #[default]
+    Reused,
+    /// A fresh instance for every decision.
+    PerCall,
 }
 
 /// `failurePolicy` as written in the file.
@@ -94,7 +108,13 @@ impl AdmissionConfig {
                 message: "must not be empty".into(),
             });
         }
-        let mut limits = Limits::default();
+        let mut limits = Limits {
+            instances: match self.instances {
+                InstancesConfig::Reused => InstanceMode::Reused,
+                InstancesConfig::PerCall => InstanceMode::PerCall,
+            },
+            ..Limits::default()
+        };
         if let Some(t) = &self.timeout {
             limits.deadline = convert::parse_duration(t).map_err(|message| ConfigError {
                 field: field("timeout"),
@@ -106,6 +126,12 @@ impl AdmissionConfig {
                 field: field("memoryLimit"),
                 message,
             })?;
+            if bytes > crate::MAX_MEMORY_BYTES as u64 {
+                return Err(ConfigError {
+                    field: field("memoryLimit"),
+                    message: format!("{m} is more than the largest allowed, 256Mi"),
+                });
+            }
             limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
         let file = self
@@ -131,7 +157,7 @@ mod tests {
     #[test]
     fn entries_become_links_and_bad_values_are_named() {
         let config: PluginsConfig = serde_yaml_ng::from_str(
-            "directory: /p\nadmission:\n- name: resource-fit\n- name: x\n  file: /abs/x.wasm\n  failurePolicy: Ignore\n  timeout: 250ms\n  memoryLimit: 8Mi\n  config: {a: b}\n",
+            "directory: /p\nadmission:\n- name: resource-fit\n- name: x\n  file: /abs/x.wasm\n  failurePolicy: Ignore\n  timeout: 250ms\n  memoryLimit: 8Mi\n  instances: PerCall\n  config: {a: b}\n",
         )
         .expect("config");
         let dir = Path::new("/p/admission");
@@ -147,6 +173,8 @@ mod tests {
             std::time::Duration::from_millis(250)
         );
         assert_eq!(second.limits.memory_bytes, 8 << 20);
+        assert_eq!(second.limits.instances, InstanceMode::PerCall);
+        assert_eq!(first.limits.instances, InstanceMode::Reused);
 
         let bad: PluginsConfig =
             serde_yaml_ng::from_str("admission:\n- name: a\n- name: b\n  timeout: soon\n")

@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::resources;
 use crate::{
-    Container, ContainerPort, HostPortInUse, Node, NodeSelectorRequirement, NodeSelectorTerm,
-    NodeUsage, Pod, ResourceList, SelectorOperator, Taint, TaintEffect, Toleration,
-    TolerationOperator,
+    Container, ContainerPort, HostPortInUse, Node, NodeLoad, NodeSelectorRequirement,
+    NodeSelectorTerm, NodeUsage, Pod, Protocol, ResourceList, SelectorOperator, Taint, TaintEffect,
+    Toleration, TolerationOperator,
 };
 
 /// A field of a Kubernetes object that cannot be turned into the plugin types.
@@ -193,7 +193,17 @@ fn port(field: &str, p: &k8s::ContainerPort) -> Result<ContainerPort, ConvertErr
             .transpose()?
             .filter(|v| *v != 0),
         host_ip: p.host_ip.clone().unwrap_or_default(),
-        protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+        protocol: match p.protocol.as_deref() {
+            None | Some("TCP") => Protocol::Tcp,
+            Some("UDP") => Protocol::Udp,
+            Some("SCTP") => Protocol::Sctp,
+            Some(other) => {
+                return Err(bad(
+                    format!("{field}.protocol"),
+                    format!("unknown protocol {other:?} (TCP, UDP or SCTP)"),
+                ));
+            }
+        },
     })
 }
 
@@ -415,30 +425,33 @@ pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
 
 /// What `active` pods hold on the node: their requests summed the kubelet's way, their
 /// number, and the host ports their long-running containers bind.
-pub fn usage<'a>(active: impl IntoIterator<Item = &'a Pod>) -> NodeUsage {
-    let mut out = NodeUsage {
+pub fn load<'a>(active: impl IntoIterator<Item = &'a Pod>) -> NodeLoad {
+    let mut usage = NodeUsage {
         requested: resources::empty(),
         pod_count: 0,
-        host_ports: Vec::new(),
     };
+    let mut host_ports = Vec::new();
     for pod in active {
-        out.pod_count += 1;
-        resources::add(&mut out.requested, &resources::pod_requests(pod));
+        usage.pod_count += 1;
+        resources::add(&mut usage.requested, &resources::pod_requests(pod));
         for p in resources::long_running(pod).flat_map(|c| &c.ports) {
             if let Some(port) = p.host_port {
-                out.host_ports.push(HostPortInUse {
+                host_ports.push(HostPortInUse {
                     host_ip: if p.host_ip.is_empty() {
                         "0.0.0.0".into()
                     } else {
                         p.host_ip.clone()
                     },
-                    protocol: p.protocol.clone(),
+                    protocol: p.protocol,
                     port,
                 });
             }
         }
     }
-    out
+    NodeLoad {
+        usage,
+        host_ports: host_ports.into(),
+    }
 }
 
 /// Every object in a YAML or JSON text: one or more documents, each a single object or a
@@ -560,13 +573,13 @@ mod tests {
             "metadata: {name: a}\nspec:\n  overhead: {cpu: 10m}\n  initContainers:\n  - name: side\n    restartPolicy: Always\n    resources: {requests: {cpu: 50m}}\n    ports: [{containerPort: 9, hostPort: 9090}]\n  - name: init\n    resources: {requests: {cpu: 300m, memory: 1Mi}}\n  containers:\n  - name: app\n    resources: {requests: {cpu: 100m, memory: 2Mi}}\n",
         )
         .expect("pod");
-        let u = usage([&p, &p]);
-        assert_eq!(u.pod_count, 2);
-        assert_eq!(u.requested.milli_cpu, 2 * 360);
-        assert_eq!(u.requested.memory, 2 * (2 << 20));
-        assert_eq!(u.host_ports.len(), 2);
-        assert_eq!(u.host_ports[0].host_ip, "0.0.0.0");
-        assert_eq!(u.host_ports[0].protocol, "TCP");
+        let l = load([&p, &p]);
+        assert_eq!(l.usage.pod_count, 2);
+        assert_eq!(l.usage.requested.milli_cpu, 2 * 360);
+        assert_eq!(l.usage.requested.memory, 2 * (2 << 20));
+        assert_eq!(l.host_ports.len(), 2);
+        assert_eq!(l.host_ports[0].host_ip, "0.0.0.0");
+        assert_eq!(l.host_ports[0].protocol, Protocol::Tcp);
     }
 
     #[test]

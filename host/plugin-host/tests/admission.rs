@@ -21,7 +21,7 @@ fn container(name: &str, ports: &[(u16, &str, &str)]) -> Container {
                 container_port: *port,
                 host_port: Some(*port),
                 host_ip: (*ip).into(),
-                protocol: (*protocol).into(),
+                protocol: common::protocol(protocol),
             })
             .collect(),
         privileged: false,

@@ -348,7 +348,7 @@ async fn shipped_policies_give_the_kubelets_verdicts() {
             .admit(
                 &pod,
                 &parse_node(case.node),
-                &convert::usage(&active),
+                &convert::load(&active),
                 String::new,
             )
             .await
@@ -384,7 +384,7 @@ async fn the_example_policy_reads_config_and_the_pod_json() {
         )
         .expect("load");
     let node = parse_node(NODE);
-    let usage = convert::usage([]);
+    let usage = convert::load([]);
     let decide = |yaml: &'static str| {
         let policy = &policy;
         let node = &node;

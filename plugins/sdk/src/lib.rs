@@ -42,6 +42,7 @@ use bindings::wasmlet::plugin::types::{Container, Pod, ResourceList};
 /// Writing an admission policy.
 pub mod admission {
     pub use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};
+    pub use crate::bindings::wasmlet::plugin::node_state::host_ports_in_use;
     pub use crate::bindings::wasmlet::plugin::pod_document::pod_json;
     pub use crate::bindings::wasmlet::plugin::types::*;
 

@@ -51,16 +51,27 @@ pub fn node() -> Node {
     }
 }
 
-/// A node usage holding these host ports: (address, protocol, port).
-pub fn usage(held: &[(&str, &str, u16)]) -> NodeUsage {
-    NodeUsage {
-        requested: resources(),
-        pod_count: held.len() as u32,
+/// A protocol by its Kubernetes name.
+pub fn protocol(name: &str) -> Protocol {
+    match name {
+        "UDP" => Protocol::Udp,
+        "SCTP" => Protocol::Sctp,
+        _ => Protocol::Tcp,
+    }
+}
+
+/// A node load holding these host ports: (address, protocol, port).
+pub fn usage(held: &[(&str, &str, u16)]) -> NodeLoad {
+    NodeLoad {
+        usage: NodeUsage {
+            requested: resources(),
+            pod_count: held.len() as u32,
+        },
         host_ports: held
             .iter()
-            .map(|(ip, protocol, port)| HostPortInUse {
+            .map(|(ip, proto, port)| HostPortInUse {
                 host_ip: (*ip).into(),
-                protocol: (*protocol).into(),
+                protocol: protocol(proto),
                 port: *port,
             })
             .collect(),

@@ -202,7 +202,7 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
 
     let mut rejected = false;
     for (pod, json) in candidates {
-        let usage = convert::usage(&active);
+        let usage = convert::load(&active);
         let (verdict, by) = chain
             .admit(&pod, &node, &usage, move || json.as_str().to_owned())
             .await;

@@ -10,32 +10,38 @@ struct NodePorts;
 
 const WILDCARD: &str = "0.0.0.0";
 
-fn normalize(ip: &str, protocol: &str) -> (String, String) {
-    let ip = if ip.is_empty() { WILDCARD } else { ip };
-    let protocol = if protocol.is_empty() { "TCP" } else { protocol };
-    (ip.to_owned(), protocol.to_owned())
+fn normalize(ip: &str) -> &str {
+    if ip.is_empty() { WILDCARD } else { ip }
 }
 
-fn conflicts(wanted: (&str, &str, u16), held: &[HostPortInUse]) -> bool {
-    let (ip, protocol, port) = wanted;
+fn conflicts(ip: &str, protocol: Protocol, port: u16, held: &[HostPortInUse]) -> bool {
     held.iter().any(|h| {
-        let (h_ip, h_protocol) = normalize(&h.host_ip, &h.protocol);
+        let held_ip = normalize(&h.host_ip);
         h.port == port
-            && h_protocol == protocol
-            && (ip == WILDCARD || h_ip == WILDCARD || h_ip == ip)
+            && h.protocol == protocol
+            && (ip == WILDCARD || held_ip == WILDCARD || held_ip == ip)
     })
 }
 
 impl AdmissionPolicy for NodePorts {
-    fn admit(pod: Pod, _node: Node, usage: NodeUsage) -> Verdict {
+    fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
         let sidecars = pod.init_containers.iter().filter(|c| c.restartable);
-        let mut taken = usage.host_ports;
-        for port in pod.containers.iter().chain(sidecars).flat_map(|c| &c.ports) {
-            let Some(host_port) = port.host_port.filter(|p| *p != 0) else {
-                continue;
-            };
-            let (ip, protocol) = normalize(&port.host_ip, &port.protocol);
-            if conflicts((&ip, &protocol, host_port), &taken) {
+        let wanted: Vec<&ContainerPort> = pod
+            .containers
+            .iter()
+            .chain(sidecars)
+            .flat_map(|c| &c.ports)
+            .filter(|p| p.host_port.is_some_and(|p| p != 0))
+            .collect();
+        if wanted.is_empty() {
+            // Most pods ask for no host port: no need to fetch the node's.
+            return Verdict::Admit;
+        }
+        let mut taken = host_ports_in_use();
+        for port in wanted {
+            let host_port = port.host_port.unwrap_or_default();
+            let ip = normalize(&port.host_ip).to_owned();
+            if conflicts(&ip, port.protocol, host_port, &taken) {
                 return predicate_failed(
                     "NodePorts",
                     "node(s) didn't have free ports for the requested pod ports",
@@ -44,7 +50,7 @@ impl AdmissionPolicy for NodePorts {
             // Two containers of the same pod cannot share a host port either.
             taken.push(HostPortInUse {
                 host_ip: ip,
-                protocol,
+                protocol: port.protocol,
                 port: host_port,
             });
         }

@@ -1,0 +1,382 @@
+//! The WebAssembly plugin platform: admission decisions, loading, hot swap, memory.
+//!
+//! `cargo bench -p wasmlet-bench --bench plugins` (or `cargo xtask bench plugins`).
+//!
+//! Decisions are made for a pod on a node that already runs 110 pods (the host sums
+//! their usage; the sum's cost is its own row). The same resource-fit logic compiled
+//! natively into the host gives the baseline: `fit.rs` below is the very file the
+//! `resource-fit` plugin is built from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmlet_bench::{Budget, Samples, fmt, header, row, time_async};
+use wasmlet_plugin_host::dev::shipped_plugin;
+use wasmlet_plugin_host::*;
+#[allow(unused_imports)]
+use wasmlet_plugin_host::{Rejection, resources};
+
+/// The resource-fit plugin's decision, compiled natively.
+#[path = "../../plugins/admission/resource-fit/src/fit.rs"]
+#[allow(dead_code, missing_docs)]
+mod fit;
+
+const KUBELET_CHAIN: [&str; 4] = [
+    "resource-fit",
+    "node-affinity",
+    "node-ports",
+    "taint-toleration",
+];
+
+fn list(milli_cpu: u64, memory: u64) -> ResourceList {
+    ResourceList {
+        milli_cpu,
+        memory,
+        ..resources::empty()
+    }
+}
+
+fn container(name: &str, milli_cpu: u64, memory: u64, host_port: Option<u16>) -> Container {
+    Container {
+        name: name.into(),
+        image: "registry.example/app:1.2.3".into(),
+        requests: list(milli_cpu, memory),
+        limits: list(milli_cpu * 2, memory),
+        ports: vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: 8080,
+            host_port,
+            host_ip: String::new(),
+            protocol: Protocol::Tcp,
+        }],
+        privileged: false,
+        restartable: false,
+    }
+}
+
+fn pod(i: usize, host_port: Option<u16>) -> Pod {
+    Pod {
+        uid: format!("uid-{i:04}"),
+        name: format!("app-{i}"),
+        namespace: "default".into(),
+        labels: vec![("app".into(), format!("app-{}", i % 7))],
+        annotations: Vec::new(),
+        containers: vec![
+            container("app", 100, 128 << 20, host_port),
+            container("sidecar", 10, 16 << 20, None),
+        ],
+        init_containers: Vec::new(),
+        overhead: resources::empty(),
+        node_selector: vec![("kubernetes.io/os".into(), "linux".into())],
+        required_node_affinity: Vec::new(),
+        tolerations: vec![Toleration {
+            key: "node.kubernetes.io/not-ready".into(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: Some(TaintEffect::NoExecute),
+            toleration_seconds: Some(300),
+        }],
+        host_network: false,
+        priority: 0,
+        static_pod: false,
+        source: "api".into(),
+    }
+}
+
+fn node() -> Node {
+    Node {
+        name: "node-1".into(),
+        labels: vec![("kubernetes.io/os".into(), "linux".into())],
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: "batch".into(),
+            effect: TaintEffect::NoSchedule,
+        }],
+        allocatable: ResourceList {
+            milli_cpu: 64_000,
+            memory: 256 << 30,
+            ephemeral_storage: 100 << 30,
+            pods: 250,
+            scalar: Vec::new(),
+        },
+    }
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp(tag: &str) -> Dir {
+    let dir = std::env::temp_dir().join(format!("wasmlet-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    Dir(dir)
+}
+
+/// Copies a component with a custom section appended: a new digest, the same code.
+fn variant(from: &Path, to: &Path, n: u64) {
+    let mut bytes = std::fs::read(from).expect("read");
+    let name = b"wasmlet-bench";
+    let payload = n.to_le_bytes();
+    let mut section = vec![name.len() as u8];
+    section.extend_from_slice(name);
+    section.extend_from_slice(&payload);
+    bytes.push(0);
+    bytes.push(section.len() as u8);
+    bytes.extend_from_slice(&section);
+    let tmp = to.with_extension("tmp");
+    std::fs::write(&tmp, bytes).expect("write");
+    std::fs::rename(&tmp, to).expect("rename");
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn load(engine: &PluginEngine, name: &str, instances: InstanceMode) -> AdmissionPlugin {
+    let limits = Limits {
+        instances,
+        ..Limits::default()
+    };
+    engine
+        .load_admission(name, &shipped_plugin(name), BTreeMap::new(), limits)
+        .expect("load")
+}
+
+fn reason(v: &Verdict) -> &str {
+    match v {
+        Verdict::Admit => "Admit",
+        Verdict::Reject(r) => &r.reason,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let budget = Budget::from_args(20_000);
+    let few = Budget::from_args(100);
+    let cache = temp("cache");
+    let engine = PluginEngine::with_cache(&cache.0).expect("engine");
+
+    let active: Vec<Pod> = (0..110)
+        .map(|i| pod(i, (i % 10 == 0).then_some(30_000 + i as u16)))
+        .collect();
+    let candidate = pod(999, Some(31_999));
+    let node = node();
+    let usage = convert::load(&active);
+
+    header("Admission of one pod beside 110 active pods (sequential decisions)");
+    let native = time_async(budget, || async {
+        assert!(matches!(
+            fit::admit(&candidate, &node, &usage.usage),
+            Verdict::Admit
+        ));
+    })
+    .await;
+    row("resource-fit compiled natively into the host", &native);
+    let mut wasm_p50 = Vec::new();
+    for (mode, label) in [
+        (InstanceMode::Reused, "warm instance, reused"),
+        (InstanceMode::PerCall, "fresh instance per call"),
+    ] {
+        let plugin = load(&engine, "resource-fit", mode);
+        let s = time_async(budget, || async {
+            let v = plugin
+                .admit(&candidate, &node, &usage, String::new)
+                .await
+                .expect("admit");
+            assert_eq!(reason(&v), "Admit");
+        })
+        .await;
+        row(&format!("resource-fit as a component, {label}"), &s);
+        wasm_p50.push((label, s.percentile(50.0)));
+    }
+    for (mode, label) in [
+        (InstanceMode::Reused, "warm instances"),
+        (InstanceMode::PerCall, "fresh instances"),
+    ] {
+        let chain = AdmissionChain::new(engine.clone());
+        for name in KUBELET_CHAIN {
+            let limits = Limits {
+                instances: mode,
+                ..Limits::default()
+            };
+            chain
+                .push(
+                    name,
+                    &shipped_plugin(name),
+                    BTreeMap::new(),
+                    limits,
+                    FailurePolicy::Fail,
+                )
+                .expect("load");
+        }
+        let s = time_async(budget, || async {
+            let (v, _) = chain.admit(&candidate, &node, &usage, String::new).await;
+            assert_eq!(reason(&v), "Admit");
+        })
+        .await;
+        row(
+            &format!("the kubelet's four checks as a chain, {label}"),
+            &s,
+        );
+    }
+    let sum = time_async(budget, || async {
+        assert_eq!(convert::load(&active).usage.pod_count, 110);
+    })
+    .await;
+    row("host: node usage summed over the 110 active pods", &sum);
+    let native_p50 = native.percentile(50.0).as_secs_f64();
+    for (label, p50) in wasm_p50 {
+        println!(
+            "\nresource-fit, {label}: {:.0}× the native decision at p50",
+            p50.as_secs_f64() / native_p50.max(1e-9)
+        );
+    }
+
+    header("Loading a plugin");
+    let fresh_dir = temp("fresh");
+    let mut n = 0;
+    let compile = time_async(few, || {
+        n += 1;
+        let path = fresh_dir.0.join(format!("v{n}.wasm"));
+        variant(&shipped_plugin("resource-fit"), &path, n);
+        let engine = &engine;
+        async move {
+            let p = engine
+                .load_admission("fit", &path, BTreeMap::new(), Limits::default())
+                .expect("compile");
+            assert_eq!(*p.load_outcome(), CacheOutcome::Miss);
+        }
+    })
+    .await;
+    row(
+        "compile a new component (resource-fit, cache miss)",
+        &compile,
+    );
+    let cached = time_async(Budget::from_args(500), || async {
+        let p = load(&engine, "resource-fit", InstanceMode::PerCall);
+        assert_eq!(*p.load_outcome(), CacheOutcome::Hit);
+    })
+    .await;
+    row("load from the compiled-component cache", &cached);
+
+    header("Hot swap: file renamed into place → new decisions served");
+    let swaps = temp("swap");
+    let dir = swaps.0.join("admission");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let live = dir.join("policy.wasm");
+    variant(&shipped_plugin("node-ports"), &live, 0);
+    let chain = Arc::new(AdmissionChain::new(engine.clone()));
+    let config: PluginsConfig =
+        serde_yaml_ng::from_str("admission: [{name: policy}]").expect("config");
+    let config = PluginsConfig {
+        directory: Some(swaps.0.clone()),
+        ..config
+    };
+    let _watching = AdmissionDirectory::start(chain.clone(), &config, false)
+        .await
+        .expect("watch");
+    let mut failed = 0usize;
+    let mut calls = 0usize;
+    let (cand, nd, us) = (&candidate, &node, &usage);
+    let swap = |from: &'static str, digest: u64| {
+        let (chain, live) = (chain.clone(), live.clone());
+        async move {
+            let before = reason(&chain.admit(cand, nd, us, String::new).await.0).to_owned();
+            let started = Instant::now();
+            variant(&shipped_plugin(from), &live, digest);
+            let (mut calls, mut failed) = (0, 0);
+            loop {
+                let (v, _) = chain.admit(cand, nd, us, String::new).await;
+                calls += 1;
+                let got = reason(&v);
+                if got == chain::PLUGIN_ERROR_REASON {
+                    failed += 1;
+                }
+                if got != before {
+                    return (started.elapsed(), calls, failed);
+                }
+                assert!(started.elapsed() < Duration::from_secs(5), "swap not seen");
+            }
+        }
+    };
+    let swap_budget = Budget::from_args(40);
+    for (label, fresh) in [
+        ("from a cached artifact", false),
+        ("with compilation (a new digest each time)", true),
+    ] {
+        let mut samples = Vec::new();
+        for i in 0..swap_budget.iterations as u64 {
+            // Always to the other decision, so that the swap is visible.
+            let now = reason(&chain.admit(cand, nd, us, String::new).await.0).to_owned();
+            let from = if now == "Admit" {
+                "fixture-deny-all"
+            } else {
+                "node-ports"
+            };
+            // Cached: one digest per decision (both compiled in the first round).
+            let digest = if fresh {
+                1_000 + i
+            } else {
+                u64::from(from == "node-ports")
+            };
+            let (took, c, f) = swap(from, digest).await;
+            if !fresh && i < 2 {
+                continue;
+            }
+            samples.push(took);
+            calls += c;
+            failed += f;
+        }
+        row(label, &Samples::new(samples));
+    }
+    println!("\n{calls} decisions made during the swaps, {failed} failed.");
+
+    header_memory();
+    let before = rss_bytes();
+    let mut kept = Vec::new();
+    let plugins = 20;
+    for i in 0..plugins {
+        let path = fresh_dir.0.join(format!("mem{i}.wasm"));
+        variant(&shipped_plugin("resource-fit"), &path, 10_000 + i);
+        let limits = Limits {
+            instances: InstanceMode::Reused,
+            ..Limits::default()
+        };
+        let p = engine
+            .load_admission(&format!("p{i}"), &path, BTreeMap::new(), limits)
+            .expect("load");
+        // One decision each, so that each keeps a warm instance.
+        p.admit(&candidate, &node, &usage, String::new)
+            .await
+            .expect("admit");
+        kept.push(p);
+    }
+    let after = rss_bytes();
+    println!(
+        "| {plugins} resource-fit plugins loaded, one warm instance each | {:.1} MiB | {:.2} MiB | {:.1} MiB |",
+        (after.saturating_sub(before)) as f64 / (1 << 20) as f64,
+        (after.saturating_sub(before)) as f64 / plugins as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64,
+    );
+    drop(kept);
+    let _ = fmt;
+}
+
+fn header_memory() {
+    println!("\n### Host memory per loaded plugin (RSS)\n");
+    println!("| case | added | per plugin | process total |");
+    println!("|---|---|---|---|");
+}
