@@ -129,20 +129,25 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
     step("toolchain: the wasm32-wasip2 target plugins are built for");
     run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     let plugins = repo().join("plugins");
-    step("format (cargo fmt --check), host and plugins");
+    let template = repo().join("templates/admission-policy");
+    step("format (cargo fmt --check): host, plugins, template");
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    run(cargo()
-        .args(["fmt", "--all", "--check"])
-        .current_dir(&plugins))?;
-    step("lint (cargo clippy -D warnings), host and plugins");
+    for dir in [&plugins, &template] {
+        run(cargo().args(["fmt", "--all", "--check"]).current_dir(dir))?;
+    }
+    step("lint (cargo clippy -D warnings): host, plugins, template");
     let deny = ["--", "-D", "warnings"];
     run(cargo()
         .args(["clippy", "--workspace", "--all-targets", "--locked"])
         .args(deny))?;
-    run(cargo()
-        .args(["clippy", "--release", "--locked"])
-        .args(deny)
-        .current_dir(&plugins))?;
+    for dir in [&plugins, &template] {
+        // The template is its own workspace; it shares the plugins' build directory.
+        run(cargo()
+            .args(["clippy", "--release", "--locked"])
+            .args(deny)
+            .env("CARGO_TARGET_DIR", plugins.join("target"))
+            .current_dir(dir))?;
+    }
     step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
