@@ -14,6 +14,8 @@
 //!   keeps a chain in step with a plugin directory and the `plugins:` configuration
 //!   ([`PluginsConfig`]).
 //! - [`convert`]: Kubernetes objects to the plugin types, and the node's load.
+//! - [`PluginMetrics`]: calls by result, latency and instantiation histograms, loads,
+//!   per plugin.
 //!
 //! Plugins get no filesystem, network or environment: WASI is linked (Rust's std needs
 //! it) with nothing granted.
@@ -35,6 +37,7 @@ pub mod convert;
 #[doc(hidden)]
 pub mod dev;
 pub mod inspect;
+pub mod metrics;
 /// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
 /// the usage the host sums and the requests a policy computes never disagree.
 #[path = "../../../plugins/sdk/src/resources.rs"]
@@ -44,6 +47,8 @@ pub mod watch;
 pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, LinkSpec, ReplaceError};
 pub use config::PluginsConfig;
+use metrics::CallMetrics;
+pub use metrics::PluginMetrics;
 pub use watch::AdmissionDirectory;
 
 #[allow(missing_docs)]
@@ -230,6 +235,7 @@ pub struct PluginEngine {
     pub(crate) engine: Engine,
     linker: Arc<Linker<PluginState>>,
     cache: Option<ComponentCache>,
+    metrics: PluginMetrics,
     _ticker: Arc<Ticker>,
 }
 
@@ -312,13 +318,31 @@ impl PluginEngine {
             engine,
             linker: Arc::new(linker),
             cache,
+            metrics: PluginMetrics::default(),
             _ticker: Arc::new(Ticker { stop }),
         })
+    }
+
+    /// The metrics of every plugin loaded on this engine.
+    pub fn metrics(&self) -> &PluginMetrics {
+        &self.metrics
     }
 
     /// Compiles the component at `path` as admission policy `name`, checking that it
     /// implements the `admission-policy` world.
     pub fn load_admission(
+        &self,
+        name: &str,
+        path: &Path,
+        config: BTreeMap<String, String>,
+        limits: Limits,
+    ) -> Result<AdmissionPlugin, PluginError> {
+        let loaded = self.compile_admission(name, path, config, limits);
+        self.metrics.loaded(name, "admission", loaded.is_ok());
+        loaded
+    }
+
+    fn compile_admission(
         &self,
         name: &str,
         path: &Path,
@@ -355,6 +379,7 @@ impl PluginEngine {
             config: Arc::new(config),
             limits,
             idle: std::sync::Mutex::new(Vec::new()),
+            metrics: self.metrics.for_plugin(name, "admission"),
         })
     }
 }
@@ -448,6 +473,7 @@ pub struct AdmissionPlugin {
     limits: Limits,
     /// Instances kept between calls ([`InstanceMode::Reused`]).
     idle: std::sync::Mutex<Vec<Warm>>,
+    metrics: CallMetrics,
 }
 
 /// An instance kept for reuse, with its store.
@@ -545,6 +571,26 @@ impl AdmissionPlugin {
         load: &NodeLoad,
         pod_json: impl FnOnce() -> String + Send + 'static,
     ) -> Result<Verdict, PluginError> {
+        let started = std::time::Instant::now();
+        let result = self.decide(pod, node, load, pod_json).await;
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(Verdict::Admit) => self.metrics.admitted.inc(),
+            Ok(Verdict::Reject(_)) => self.metrics.rejected.inc(),
+            Err(_) => self.metrics.errors.inc(),
+        };
+        result
+    }
+
+    async fn decide(
+        &self,
+        pod: &Pod,
+        node: &Node,
+        load: &NodeLoad,
+        pod_json: impl FnOnce() -> String + Send + 'static,
+    ) -> Result<Verdict, PluginError> {
         const CALL: &str = "admit";
         let reuse = self.limits.instances == InstanceMode::Reused;
         let warm = if reuse {
@@ -562,6 +608,7 @@ impl AdmissionPlugin {
                 warm
             }
             None => {
+                let started = std::time::Instant::now();
                 let mut store = self.new_store();
                 store.set_epoch_deadline(1);
                 let bindings = self
@@ -569,6 +616,9 @@ impl AdmissionPlugin {
                     .instantiate_async(&mut store)
                     .await
                     .map_err(|e| self.error(CALL, e))?;
+                self.metrics
+                    .instantiation
+                    .observe(started.elapsed().as_secs_f64());
                 Warm { store, bindings }
             }
         };

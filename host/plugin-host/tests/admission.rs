@@ -346,3 +346,59 @@ async fn a_long_call_yields_to_the_other_tasks() {
         "the ticker ran only {ticks} times during a 300 ms call"
     );
 }
+
+#[tokio::test]
+async fn every_call_and_load_is_counted_per_plugin() {
+    let engine = PluginEngine::new().expect("engine");
+    let ports = load(&engine, "node-ports", Limits::default());
+    let spin = load(
+        &engine,
+        "fixture-spin",
+        Limits {
+            deadline: std::time::Duration::from_millis(50),
+            ..Limits::default()
+        },
+    );
+    let free = (
+        pod(vec![container("a", &[(80, "", "TCP")])]),
+        node(),
+        usage(&[]),
+    );
+    let taken = usage(&[("0.0.0.0", "TCP", 80)]);
+    for _ in 0..3 {
+        ports
+            .admit(&free.0, &free.1, &free.2, String::new)
+            .await
+            .expect("admit");
+    }
+    ports
+        .admit(&free.0, &free.1, &taken, String::new)
+        .await
+        .expect("reject");
+    spin.admit(&free.0, &free.1, &free.2, String::new)
+        .await
+        .expect_err("deadline");
+    let missing = std::path::Path::new("/nonexistent/x.wasm");
+    let _ = engine.load_admission("gone", missing, BTreeMap::new(), Limits::default());
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    engine.metrics().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    for line in [
+        r#"wasmlet_plugin_calls_total{plugin="node-ports",kind="admission",result="admit"} 3"#,
+        r#"wasmlet_plugin_calls_total{plugin="node-ports",kind="admission",result="reject"} 1"#,
+        r#"wasmlet_plugin_calls_total{plugin="fixture-spin",kind="admission",result="error"} 1"#,
+        r#"wasmlet_plugin_call_duration_seconds_count{plugin="node-ports",kind="admission"} 4"#,
+        r#"wasmlet_plugin_loads_total{plugin="node-ports",kind="admission",result="loaded"} 1"#,
+        r#"wasmlet_plugin_loads_total{plugin="gone",kind="admission",result="refused"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+    }
+    // Reused instances: only the first call of each plugin instantiated.
+    assert!(
+        text.lines().any(|l| l
+            == r#"wasmlet_plugin_instantiation_duration_seconds_count{plugin="node-ports",kind="admission"} 1"#),
+        "{text}"
+    );
+}
