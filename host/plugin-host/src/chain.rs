@@ -174,6 +174,16 @@ impl AdmissionChain {
         Ok(plugin)
     }
 
+    /// Makes link `name` unavailable for `why` in one step (adding it if absent): for a
+    /// required plugin whose file went away. Calls already running finish on the old
+    /// version; later ones meet the failure policy.
+    pub fn set_unavailable(&self, name: &str, spec: LinkSpec, why: String) {
+        match self.link(name) {
+            Some(link) => link.current.store(Arc::new(Slot::Unavailable(why))),
+            None => self.add_unavailable(name, spec, why),
+        }
+    }
+
     /// Adds link `name` as unavailable for `why` (its failure policy decides what that
     /// means for pods), unless a link of that name exists. For configured plugins that
     /// do not load: a required policy must not silently vanish from the chain.

@@ -8,6 +8,9 @@
 //! (`Fail` rejects pods, `Ignore` skips it). The same happens on demand ([`AdmissionDirectory::rescan`], for an
 //! API call) and, when asked for, on `SIGHUP`.
 //!
+//! A configured plugin whose file lives outside the directory is not watched; it is
+//! re-read on a rescan.
+//!
 //! Writing a component in place (`cp`) shows up as several events, and the first may
 //! see half a file: a version that fails to load is only reported once the file has
 //! stopped changing for [`SETTLE`]. Renaming a finished file into place (`mv`) is one
@@ -251,8 +254,7 @@ impl Follower {
                     "plugin {name}: component file {} is missing",
                     path.display()
                 );
-                self.chain.remove(&name);
-                self.chain.add_unavailable(&name, spec, why.clone());
+                self.chain.set_unavailable(&name, spec, why.clone());
                 tracing::error!(plugin = %name, "{why}; its failure policy applies");
             } else if self.chain.remove(&name) {
                 tracing::info!(plugin = %name, path = %path.display(), "admission plugin removed with its file");

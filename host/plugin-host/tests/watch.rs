@@ -161,6 +161,15 @@ async fn a_configured_plugin_that_does_not_load_follows_its_failure_policy() {
     until(&chain, "Admit", Duration::from_secs(1)).await;
     assert!(chain.current("required").is_some());
 
+    // Its file goes away: a required plugin stays in the chain, unavailable.
+    std::fs::remove_file(dir.join("admission/required.wasm")).expect("remove");
+    until(&chain, chain::PLUGIN_ERROR_REASON, Duration::from_secs(1)).await;
+    assert_eq!(chain.names(), ["required", "optional"]);
+    let why = chain.unavailable("required").expect("unavailable");
+    assert!(why.contains("is missing"), "{why}");
+    install_atomically(&plugin("node-ports"), &dir.join("admission/required.wasm"));
+    until(&chain, "Admit", Duration::from_secs(1)).await;
+
     // A rescan (SIGHUP, an API call) picks up what the watcher did not see.
     drop(watching);
     let watching = AdmissionDirectory::start(
