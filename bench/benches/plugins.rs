@@ -237,6 +237,62 @@ async fn main() {
     })
     .await;
     row("host: node usage summed over the 110 active pods", &sum);
+
+    header("What a policy asks for on demand (warm instances)");
+    // node-ports asks the host for the ports in use only when the pod wants one.
+    let ports = load(&engine, "node-ports", InstanceMode::Reused);
+    let no_port = Pod {
+        containers: candidate
+            .containers
+            .iter()
+            .map(|c| Container {
+                ports: Vec::new(),
+                ..c.clone()
+            })
+            .collect(),
+        ..candidate.clone()
+    };
+    for (label, p) in [
+        (
+            "node-ports, pod without host ports (host ports never fetched)",
+            &no_port,
+        ),
+        (
+            "node-ports, pod with a host port (fetches the 11 ports in use)",
+            &candidate,
+        ),
+    ] {
+        let s = time_async(budget, || async {
+            let v = ports
+                .admit(p, &node, &usage, String::new)
+                .await
+                .expect("admit");
+            assert_eq!(reason(&v), "Admit");
+        })
+        .await;
+        row(label, &s);
+    }
+    // restricted-pods reads the pod's JSON (hostPID, hostIPC): produced only on request.
+    let restricted = load(&engine, "restricted-pods", InstanceMode::Reused);
+    let json = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app-999", "namespace": "default"},
+        "spec": {"containers": [
+            {"name": "app", "image": "registry.example/app:1.2.3",
+             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
+            {"name": "sidecar", "image": "registry.example/app:1.2.3"}]}
+    })
+    .to_string();
+    let s = time_async(budget, || async {
+        let json = json.clone();
+        let v = restricted
+            .admit(&candidate, &node, &usage, move || json)
+            .await
+            .expect("admit");
+        assert_eq!(reason(&v), "Admit");
+    })
+    .await;
+    row("restricted-pods, reads the pod's JSON (≈ 300 bytes)", &s);
     let native_p50 = native.percentile(50.0).as_secs_f64();
     for (label, p50) in wasm_p50 {
         println!(
