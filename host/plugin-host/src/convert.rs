@@ -389,8 +389,12 @@ pub fn pod(p: &k8s::Pod, source: &str) -> Result<Pod, ConvertError> {
     })
 }
 
+/// The pod count a node that states none gets: the kubelet's default `maxPods`.
+pub const DEFAULT_MAX_PODS: u64 = 110;
+
 /// Converts a node. Its allocatable resources are `status.allocatable`, or
-/// `status.capacity` when a node reports no allocatable.
+/// `status.capacity` when a node reports no allocatable; a node that states no pod count
+/// gets the kubelet's default, [`DEFAULT_MAX_PODS`] (a kubelet always reports one).
 pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
     let status = n.status.as_ref();
     let (field, allocatable) = match status.and_then(|s| s.allocatable.as_ref()) {
@@ -419,7 +423,13 @@ pub fn node(n: &k8s::Node) -> Result<Node, ConvertError> {
                 })
             })
             .collect::<Result<_, ConvertError>>()?,
-        allocatable: resource_list(field, allocatable)?,
+        allocatable: {
+            let mut list = resource_list(field, allocatable)?;
+            if !allocatable.is_some_and(|a| a.contains_key("pods")) {
+                list.pods = DEFAULT_MAX_PODS;
+            }
+            list
+        },
     })
 }
 
@@ -580,6 +590,15 @@ mod tests {
         assert_eq!(l.host_ports.len(), 2);
         assert_eq!(l.host_ports[0].host_ip, "0.0.0.0");
         assert_eq!(l.host_ports[0].protocol, Protocol::Tcp);
+    }
+
+    #[test]
+    fn a_node_without_a_pod_count_gets_the_kubelets_default() {
+        let n: k8s::Node =
+            serde_yaml_ng::from_str("metadata: {name: n}\nstatus: {capacity: {cpu: '4'}}\n")
+                .expect("node");
+        let n = node(&n).expect("node");
+        assert_eq!((n.allocatable.milli_cpu, n.allocatable.pods), (4000, 110));
     }
 
     #[test]

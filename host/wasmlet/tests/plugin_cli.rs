@@ -128,3 +128,53 @@ fn admit_and_inspect_name_what_is_wrong() {
         "{stdout}"
     );
 }
+
+#[test]
+fn admit_refuses_what_is_not_a_pod_and_defaults_the_pod_count() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (pod, deploy, node) = (
+        dir.join("pod.yaml"),
+        dir.join("deploy.yaml"),
+        dir.join("node.yaml"),
+    );
+    std::fs::write(&pod, "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: 3}}}]}\n").expect("write");
+    std::fs::write(&deploy, "kind: Deployment\nmetadata: {name: d}\nspec: {}\n").expect("write");
+    // A node as an operator might jot it down: capacity only, no pod count.
+    std::fs::write(
+        &node,
+        "kind: Node\nmetadata: {name: n}\nstatus: {capacity: {cpu: '2'}}\n",
+    )
+    .expect("write");
+    let fit = shipped_plugin("resource-fit");
+    let out = wasmlet(&[
+        "plugin",
+        "admit",
+        path(&fit),
+        "--pod",
+        path(&pod),
+        "--node",
+        path(&node),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "default/p: rejected by resource_fit: OutOfcpu: Node didn't have enough resource: cpu, \
+         requested: 3000, used: 0, capacity: 2000"
+    );
+    let out = wasmlet(&[
+        "plugin",
+        "admit",
+        path(&fit),
+        "--pod",
+        path(&deploy),
+        "--node",
+        path(&node),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("deploy.yaml (object 1): a Deployment, not a Pod"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

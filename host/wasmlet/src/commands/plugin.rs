@@ -129,6 +129,10 @@ fn pods(path: &Path, source: &str) -> Result<Vec<(Pod, Arc<String>)>> {
         .enumerate()
         .map(|(i, value)| {
             let at = || format!("{} (object {})", path.display(), i + 1);
+            match value.get("kind").and_then(|k| k.as_str()) {
+                None | Some("Pod") => {}
+                Some(kind) => bail!("{}: a {kind}, not a Pod", at()),
+            }
             let json = Arc::new(value.to_string());
             let p: k8s::Pod = serde_json::from_value(value).with_context(at)?;
             let pod = convert::pod(&p, source).with_context(at)?;
