@@ -38,6 +38,7 @@ pub mod convert;
 pub mod dev;
 pub mod inspect;
 pub mod metrics;
+pub mod probe;
 /// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
 /// the usage the host sums and the requests a policy computes never disagree.
 #[path = "../../../plugins/sdk/src/resources.rs"]
@@ -52,7 +53,7 @@ pub use metrics::PluginMetrics;
 pub use watch::AdmissionDirectory;
 
 #[allow(missing_docs)]
-mod bindings {
+pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "admission-policy",
@@ -229,11 +230,57 @@ pub(crate) fn read_component(path: &Path) -> Result<Vec<u8>, BoxError> {
     }
 }
 
+/// A failed call as a [`PluginError`]: a deadline when the epoch callback cut it off,
+/// else the trap or host error.
+pub(crate) fn call_error(
+    plugin: &str,
+    call: &'static str,
+    deadline: Duration,
+    source: wasmtime::Error,
+) -> PluginError {
+    let interrupted = source.downcast_ref::<DeadlinePassed>().is_some()
+        || matches!(
+            source.downcast_ref::<wasmtime::Trap>(),
+            Some(wasmtime::Trap::Interrupt)
+        );
+    if interrupted {
+        PluginError::Deadline {
+            plugin: plugin.to_owned(),
+            call,
+            deadline,
+        }
+    } else {
+        PluginError::Call {
+            plugin: plugin.to_owned(),
+            call,
+            source: source.into_boxed_dyn_error(),
+        }
+    }
+}
+
+/// A store for one plugin call (or a reused instance): memory and instance limits, and
+/// the deadline callback — every epoch tick the guest yields to the async runtime (a
+/// long call never starves other tasks) and is cut off once `deadline_at` has passed.
+pub(crate) fn plugin_store(engine: &Engine, state: PluginState) -> Store<PluginState> {
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limits);
+    store.epoch_deadline_callback(|ctx| {
+        if std::time::Instant::now() >= ctx.data().deadline_at {
+            Err(DeadlinePassed.into())
+        } else {
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        }
+    });
+    store.set_epoch_deadline(1);
+    store
+}
+
 /// The wasmtime engine every plugin shares, with its epoch ticker.
 #[derive(Clone)]
 pub struct PluginEngine {
     pub(crate) engine: Engine,
     linker: Arc<Linker<PluginState>>,
+    probe_linker: Arc<Linker<PluginState>>,
     cache: Option<ComponentCache>,
     metrics: PluginMetrics,
     _ticker: Arc<Ticker>,
@@ -297,6 +344,7 @@ impl PluginEngine {
             |s| s,
         )?;
 
+        let probe_linker = Arc::new(probe::linker(&engine)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (ticking, flag) = (engine.clone(), stop.clone());
         std::thread::Builder::new()
@@ -317,10 +365,32 @@ impl PluginEngine {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            probe_linker,
             cache,
             metrics: PluginMetrics::default(),
             _ticker: Arc::new(Ticker { stop }),
         })
+    }
+
+    /// Reads and compiles (or loads from the cache) the component at `path`.
+    pub(crate) fn component(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<(Component, String, CacheOutcome), PluginError> {
+        let load_err = |source: BoxError| PluginError::Load {
+            plugin: name.to_owned(),
+            path: path.to_owned(),
+            source,
+        };
+        let wasm = read_component(path).map_err(load_err)?;
+        let digest = cache::sha256_hex(&wasm);
+        let (component, outcome) = match &self.cache {
+            Some(cache) => cache.load(&self.engine, &wasm, &digest),
+            None => Component::new(&self.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
+        }
+        .map_err(|e| load_err(e.into_boxed_dyn_error()))?;
+        Ok((component, digest, outcome))
     }
 
     /// The metrics of every plugin loaded on this engine.
@@ -349,18 +419,7 @@ impl PluginEngine {
         config: BTreeMap<String, String>,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let load_err = |source: BoxError| PluginError::Load {
-            plugin: name.to_owned(),
-            path: path.to_owned(),
-            source,
-        };
-        let wasm = read_component(path).map_err(load_err)?;
-        let digest = cache::sha256_hex(&wasm);
-        let (component, outcome) = match &self.cache {
-            Some(cache) => cache.load(&self.engine, &wasm, &digest),
-            None => Component::new(&self.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
-        }
-        .map_err(|e| load_err(e.into_boxed_dyn_error()))?;
+        let (component, digest, outcome) = self.component(name, path)?;
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -398,6 +457,8 @@ pub struct PluginState {
     config: Arc<BTreeMap<String, String>>,
     pod_json: PodJson,
     host_ports: Arc<[HostPortInUse]>,
+    /// The probed container's exec, when the handler is granted it.
+    exec: Option<Arc<dyn probe::ContainerExec>>,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -522,6 +583,7 @@ impl AdmissionPlugin {
             config: self.config.clone(),
             pod_json: PodJson::Ready(String::new()),
             host_ports: Arc::new([]),
+            exec: None,
             wasi: WasiCtxBuilder::new().build(),
             table: ResourceTable::new(),
             limits: StoreLimitsBuilder::new()
@@ -529,37 +591,11 @@ impl AdmissionPlugin {
                 .instances(MAX_CORE_INSTANCES)
                 .build(),
         };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
-        store.epoch_deadline_callback(|ctx| {
-            if std::time::Instant::now() >= ctx.data().deadline_at {
-                Err(DeadlinePassed.into())
-            } else {
-                Ok(wasmtime::UpdateDeadline::Yield(1))
-            }
-        });
-        store
+        plugin_store(&self.engine, state)
     }
 
     fn error(&self, call: &'static str, source: wasmtime::Error) -> PluginError {
-        let interrupted = source.downcast_ref::<DeadlinePassed>().is_some()
-            || matches!(
-                source.downcast_ref::<wasmtime::Trap>(),
-                Some(wasmtime::Trap::Interrupt)
-            );
-        if interrupted {
-            PluginError::Deadline {
-                plugin: self.name.to_string(),
-                call,
-                deadline: self.limits.deadline,
-            }
-        } else {
-            PluginError::Call {
-                plugin: self.name.to_string(),
-                call,
-                source: source.into_boxed_dyn_error(),
-            }
-        }
+        call_error(&self.name, call, self.limits.deadline, source)
     }
 
     /// Decides on `pod`, in a fresh instance or a reused one as its limits say.

@@ -21,7 +21,8 @@
 //! The types are generated from `wit/plugin.wit` (package `wasmlet:plugin@0.1.0`); the
 //! host functions every plugin may call are in [`host`].
 
-/// Bindings generated from the WIT package. Plugins use [`admission`] and [`host`].
+/// Bindings generated from the WIT package, one module per world. Plugins use
+/// [`admission`], [`probe`] and [`host`].
 #[doc(hidden)]
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod bindings {
@@ -31,6 +32,24 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "__export_admission_policy",
         default_bindings_module: "wasmlet_plugin_sdk::bindings",
+        generate_all,
+    });
+}
+
+/// The probe-handler world's bindings; shared interfaces come from [`bindings`].
+#[doc(hidden)]
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod probe_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "probe-handler",
+        pub_export_macro: true,
+        export_macro_name: "__export_probe_handler",
+        default_bindings_module: "wasmlet_plugin_sdk::probe_bindings",
+        with: {
+            "wasmlet:plugin/types@0.1.0": crate::bindings::wasmlet::plugin::types,
+            "wasmlet:plugin/host@0.1.0": crate::bindings::wasmlet::plugin::host,
+        },
         generate_all,
     });
 }
@@ -71,6 +90,38 @@ pub mod admission {
 /// What the host offers every plugin: logging, configuration, a clock.
 pub mod host {
     pub use crate::bindings::wasmlet::plugin::host::{Level, config, config_all, log, now};
+}
+
+/// Writing a probe handler.
+pub mod probe {
+    pub use crate::bindings::wasmlet::plugin::types::*;
+    pub use crate::probe_bindings::exports::wasmlet::plugin::probe::{
+        Action, GrpcAction, HttpGetAction, Outcome, ProbeKind, Target, TcpSocketAction,
+    };
+    pub use crate::probe_bindings::wasmlet::plugin::exec::{ExecOutput, exec_sync};
+
+    /// A probe handler: checks one container.
+    pub trait ProbeHandler {
+        /// Makes the check `target` describes.
+        fn check(target: Target) -> Outcome;
+    }
+}
+
+/// Exports a type implementing [`probe::ProbeHandler`] as the component's
+/// `wasmlet:plugin/probe` implementation.
+#[macro_export]
+macro_rules! export_probe_handler {
+    ($handler:ty) => {
+        const _: () = {
+            struct __WasmletProbe;
+            impl $crate::probe_bindings::exports::wasmlet::plugin::probe::Guest for __WasmletProbe {
+                fn check(target: $crate::probe::Target) -> $crate::probe::Outcome {
+                    <$handler as $crate::probe::ProbeHandler>::check(target)
+                }
+            }
+            $crate::probe_bindings::__export_probe_handler!(__WasmletProbe with_types_in $crate::probe_bindings);
+        };
+    };
 }
 
 /// Exports a type implementing [`admission::AdmissionPolicy`] as the component's

@@ -1,0 +1,325 @@
+//! Probe handlers: components of the `probe-handler` world, each check in a fresh
+//! instance (checks are seconds apart; nothing a check leaves behind reaches the next,
+//! and no socket outlives its check).
+//!
+//! Capabilities are granted per handler ([`Grants`]): `exec` in the probed container
+//! through the runtime, and TCP to the addresses granted (`pod` = the probed pod's own
+//! address, or CIDRs). Everything else is refused — a connect to an address not granted
+//! fails inside the guest with "access denied".
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, StoreLimitsBuilder};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::sockets::SocketAddrUse;
+
+use crate::metrics::CallMetrics;
+use crate::{
+    CacheOutcome, Limits, MAX_CORE_INSTANCES, PluginEngine, PluginError, PluginState, PodJson,
+    call_error, plugin_store,
+};
+
+#[allow(missing_docs)]
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "probe-handler",
+        exports: { default: async },
+        imports: { "wasmlet:plugin/exec.exec-sync": async },
+        additional_derives: [PartialEq, Eq],
+        with: {
+            "wasmlet:plugin/types": crate::bindings::wasmlet::plugin::types,
+            "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
+        },
+    });
+}
+
+pub use bindings::exports::wasmlet::plugin::probe::{
+    Action, GrpcAction, HttpGetAction, Outcome, ProbeKind, Target, TcpSocketAction,
+};
+pub use bindings::wasmlet::plugin::exec::ExecOutput;
+
+/// How long past the probe's timeout a check may run before it is cut off.
+pub const PROBE_GRACE: Duration = Duration::from_millis(500);
+
+/// Runs a command in the probed container (the agent wires it to CRI ExecSync).
+pub trait ContainerExec: Send + Sync + 'static {
+    /// Runs `command` and waits at most `timeout`; an error is the runtime's.
+    fn exec_sync(
+        &self,
+        command: Vec<String>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, String>> + Send + '_>>;
+}
+
+/// An address range a handler may connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkGrant {
+    /// The probed pod's own address (the target's `pod-ip`).
+    Pod,
+    /// An address range: `10.88.0.0/16`, `127.0.0.1` (a /32).
+    Cidr(IpAddr, u8),
+}
+
+impl std::str::FromStr for NetworkGrant {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "pod" {
+            return Ok(Self::Pod);
+        }
+        let invalid = || format!("{s:?} is neither `pod` nor an address or CIDR");
+        let (addr, bits) = match s.split_once('/') {
+            Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| invalid())?)),
+            None => (s, None),
+        };
+        let ip: IpAddr = addr.parse().map_err(|_| invalid())?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let bits = bits.unwrap_or(max);
+        if bits > max {
+            return Err(invalid());
+        }
+        Ok(Self::Cidr(ip, bits))
+    }
+}
+
+impl NetworkGrant {
+    fn contains(&self, ip: IpAddr, pod_ip: Option<IpAddr>) -> bool {
+        match self {
+            Self::Pod => pod_ip == Some(ip),
+            Self::Cidr(net, bits) => match (net, ip) {
+                (IpAddr::V4(n), IpAddr::V4(a)) => {
+                    let mask = u32::MAX.checked_shl(32 - u32::from(*bits)).unwrap_or(0);
+                    u32::from(*n) & mask == u32::from(a) & mask
+                }
+                (IpAddr::V6(n), IpAddr::V6(a)) => {
+                    let mask = u128::MAX.checked_shl(128 - u32::from(*bits)).unwrap_or(0);
+                    u128::from(*n) & mask == u128::from(a) & mask
+                }
+                _ => false,
+            },
+        }
+    }
+}
+
+/// What a handler may use besides computing. Nothing by default.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// Run commands in the probed container.
+    pub exec: bool,
+    /// Open TCP connections to these addresses.
+    pub network: Vec<NetworkGrant>,
+}
+
+/// The linker of the `probe-handler` world: WASI (nothing granted unless the call's
+/// context grants it), the platform, `exec`.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    bindings::ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+impl bindings::wasmlet::plugin::exec::Host for PluginState {
+    async fn exec_sync(
+        &mut self,
+        command: Vec<String>,
+        timeout_ms: u32,
+    ) -> Result<ExecOutput, String> {
+        let Some(exec) = self.exec.clone() else {
+            return Err(format!(
+                "exec is not granted to plugin {} (grant it in its configuration)",
+                self.plugin
+            ));
+        };
+        exec.exec_sync(command, Duration::from_millis(u64::from(timeout_ms)))
+            .await
+    }
+}
+
+/// A loaded probe handler.
+pub struct ProbeHandler {
+    name: Arc<str>,
+    digest: String,
+    outcome: CacheOutcome,
+    engine: Engine,
+    pre: bindings::ProbeHandlerPre<PluginState>,
+    config: Arc<BTreeMap<String, String>>,
+    limits: Limits,
+    grants: Grants,
+    metrics: CallMetrics,
+}
+
+impl std::fmt::Debug for ProbeHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeHandler")
+            .field("name", &self.name)
+            .field("grants", &self.grants)
+            .finish()
+    }
+}
+
+impl PluginEngine {
+    /// Compiles the component at `path` as probe handler `name`, checking that it
+    /// implements the `probe-handler` world. A check's deadline is the probe's own
+    /// timeout plus [`PROBE_GRACE`]; `limits.deadline` does not apply.
+    pub fn load_probe(
+        &self,
+        name: &str,
+        path: &Path,
+        config: BTreeMap<String, String>,
+        limits: Limits,
+        grants: Grants,
+    ) -> Result<ProbeHandler, PluginError> {
+        let loaded = (|| {
+            let (component, digest, outcome) = self.component(name, path)?;
+            let pre = self
+                .probe_linker
+                .instantiate_pre(&component)
+                .and_then(bindings::ProbeHandlerPre::new)
+                .map_err(|source| PluginError::World {
+                    plugin: name.to_owned(),
+                    world: "probe-handler",
+                    source: source.into_boxed_dyn_error(),
+                })?;
+            Ok(ProbeHandler {
+                name: name.into(),
+                digest,
+                outcome,
+                engine: self.engine.clone(),
+                pre,
+                config: Arc::new(config),
+                limits,
+                grants,
+                metrics: self.metrics.for_plugin(name, "probe"),
+            })
+        })();
+        self.metrics.loaded(name, "probe", loaded.is_ok());
+        loaded
+    }
+}
+
+impl ProbeHandler {
+    /// The handler's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sha256 of its component file.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether it came from the compiled-component cache.
+    pub fn load_outcome(&self) -> &CacheOutcome {
+        &self.outcome
+    }
+
+    /// Makes one check in a fresh instance, cut off at the probe's timeout plus
+    /// [`PROBE_GRACE`]. `exec` runs commands in the probed container; it reaches the
+    /// guest only if the handler is granted `exec`.
+    pub async fn check(
+        &self,
+        target: &Target,
+        exec: Option<Arc<dyn ContainerExec>>,
+    ) -> Result<Outcome, PluginError> {
+        const CALL: &str = "check";
+        let started = Instant::now();
+        // The handler bounds its own work by the probe's timeout (a connect, an exec);
+        // the call's deadline, a little later, only stops a handler that does not.
+        let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
+        let deadline = timeout + PROBE_GRACE;
+        let result = async {
+            let fail = |e| call_error(&self.name, CALL, deadline, e);
+            let mut store = plugin_store(&self.engine, self.state(target, exec, deadline));
+            let handler = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
+            self.metrics
+                .instantiation
+                .observe(started.elapsed().as_secs_f64());
+            handler
+                .wasmlet_plugin_probe()
+                .call_check(&mut store, target)
+                .await
+                .map_err(fail)
+        }
+        .await;
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(Outcome::Success(_)) => self.metrics.admitted.inc(),
+            Ok(Outcome::Failure(_)) => self.metrics.rejected.inc(),
+            Ok(Outcome::Error(_)) | Err(_) => self.metrics.errors.inc(),
+        };
+        result
+    }
+
+    fn state(
+        &self,
+        target: &Target,
+        exec: Option<Arc<dyn ContainerExec>>,
+        deadline: Duration,
+    ) -> PluginState {
+        let mut wasi = WasiCtxBuilder::new();
+        if !self.grants.network.is_empty() {
+            let pod_ip = target.pod_ip.parse::<IpAddr>().ok();
+            let grants = self.grants.network.clone();
+            wasi.allow_tcp(true)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false)
+                .socket_addr_check(move |addr, use_| {
+                    // Connecting binds an ephemeral local port first (0.0.0.0:0); that
+                    // reaches nothing. Every address the guest talks to must be granted.
+                    let ephemeral = matches!(use_, SocketAddrUse::TcpBind)
+                        && addr.port() == 0
+                        && addr.ip().is_unspecified();
+                    let ok = ephemeral || grants.iter().any(|g| g.contains(addr.ip(), pod_ip));
+                    Box::pin(async move { ok })
+                });
+        }
+        PluginState {
+            plugin: self.name.clone(),
+            deadline_at: Instant::now() + deadline,
+            config: self.config.clone(),
+            pod_json: PodJson::Ready(String::new()),
+            host_ports: Arc::new([]),
+            exec: exec.filter(|_| self.grants.exec),
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(self.limits.memory_bytes)
+                .instances(MAX_CORE_INSTANCES)
+                .build(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_parse_and_match() {
+        let pod: IpAddr = "10.88.0.7".parse().expect("ip");
+        let g: Vec<NetworkGrant> = ["pod", "127.0.0.1", "10.0.0.0/8", "fd00::/8"]
+            .iter()
+            .map(|s| s.parse().expect("grant"))
+            .collect();
+        assert!(g[0].contains(pod, Some(pod)));
+        assert!(!g[0].contains("10.88.0.8".parse().expect("ip"), Some(pod)));
+        assert!(g[1].contains("127.0.0.1".parse().expect("ip"), None));
+        assert!(!g[1].contains("127.0.0.2".parse().expect("ip"), None));
+        assert!(g[2].contains(pod, None));
+        assert!(g[3].contains("fd12::1".parse().expect("ip"), None));
+        assert!(!g[3].contains(pod, None));
+        for bad in ["", "10.0.0.0/33", "example.com", "1.2.3.4/x"] {
+            assert!(bad.parse::<NetworkGrant>().is_err(), "{bad}");
+        }
+    }
+}
