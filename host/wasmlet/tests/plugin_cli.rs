@@ -178,3 +178,31 @@ fn admit_refuses_what_is_not_a_pod_and_defaults_the_pod_count() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn probe_runs_a_handler_with_only_the_network_granted() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let tcp = shipped_plugin("probe-tcp-socket");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["plugin", "probe", path(&tcp), "--tcp-socket", &addr];
+        args.extend(extra);
+        let out = wasmlet(&args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    };
+    assert_eq!(
+        run(&["--allow-network", "pod"]),
+        (Some(0), "success".to_owned())
+    );
+    assert_eq!(
+        run(&["--allow-network", "10.0.0.0/8"]),
+        (
+            Some(3),
+            format!("failure: dial tcp {addr}: connect: not permitted for this plugin")
+        )
+    );
+    drop(listener);
+}

@@ -4,9 +4,12 @@
 //! wasmlet plugin inspect FILE.wasm
 //! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
 //!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http]
+//! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --exec CMD…) \
+//!     [--allow-network pod|CIDR…] [--container ID --endpoint E] [--timeout-ms N]
 //! ```
 //!
-//! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error.
+//! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
+//! `probe` exits 0 on success, 3 on failure, 1 when the probe errored.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::{
-    AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert,
+    AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert, probe,
 };
 
 /// Arguments of `wasmlet plugin`.
@@ -39,6 +42,38 @@ pub enum PluginCommand {
     /// Decide on pods with one or more admission policies, in order (the first
     /// rejection wins), as the agent's admission chain would.
     Admit(AdmitArgs),
+    /// Run one check with a probe handler.
+    Probe(ProbeArgs),
+}
+
+/// Arguments of `wasmlet plugin probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The probe handler.
+    pub handler: PathBuf,
+    /// A tcpSocket check of HOST:PORT (HOST is also the pod IP the handler sees).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "exec")]
+    pub tcp_socket: Option<String>,
+    /// An exec check: this command in `--container`, through the CRI at `--endpoint`.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, requires = "container")]
+    pub exec: Option<Vec<String>>,
+    /// The container to exec in.
+    #[arg(long)]
+    pub container: Option<String>,
+    /// The CRI runtime's endpoint, for exec.
+    #[arg(
+        long,
+        env = "WASMLET_CRI_ENDPOINT",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    pub endpoint: String,
+    /// Network the handler may reach: `pod` (the target's address) or a CIDR
+    /// (repeatable). Nothing by default.
+    #[arg(long = "allow-network", value_name = "pod|CIDR")]
+    pub allow_network: Vec<String>,
+    /// The probe's timeout.
+    #[arg(long, default_value_t = 1000)]
+    pub timeout_ms: u32,
 }
 
 /// Arguments of `wasmlet plugin admit`.
@@ -81,6 +116,7 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
     match args.command {
         PluginCommand::Inspect { file } => inspect(&file),
         PluginCommand::Admit(a) => admit(a).await,
+        PluginCommand::Probe(a) => probe(a).await,
     }
 }
 
@@ -227,5 +263,126 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// Exec through a CRI runtime, for the exec probe.
+struct CriExec {
+    client: wasmlet_cri::CriClient,
+    container: String,
+}
+
+impl probe::ContainerExec for CriExec {
+    fn exec_sync(
+        &self,
+        command: Vec<String>,
+        timeout: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<probe::ExecOutput, String>> + Send + '_>>
+    {
+        Box::pin(async move {
+            use wasmlet_cri::CriRuntime;
+            let r = self
+                .client
+                .exec_sync(&self.container, command, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(probe::ExecOutput {
+                exit_code: r.exit_code,
+                stdout: r.stdout,
+                stderr: r.stderr,
+            })
+        })
+    }
+}
+
+async fn probe(args: ProbeArgs) -> Result<ExitCode> {
+    let network = args
+        .allow_network
+        .iter()
+        .map(|g| {
+            g.parse()
+                .map_err(|e: String| anyhow::anyhow!("--allow-network: {e}"))
+        })
+        .collect::<Result<Vec<probe::NetworkGrant>>>()?;
+    let (action, pod_ip, exec): (_, _, Option<Arc<dyn probe::ContainerExec>>) =
+        match (&args.tcp_socket, &args.exec) {
+            (Some(hostport), None) => {
+                let (host, port) = hostport
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse().ok()?)))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--tcp-socket {hostport:?}: expected HOST:PORT")
+                    })?;
+                let action = probe::Action::TcpSocket(probe::TcpSocketAction {
+                    host: String::new(),
+                    port,
+                });
+                (action, host.to_owned(), None)
+            }
+            (None, Some(command)) => {
+                let client = wasmlet_cri::CriClient::connect_with(
+                    &args.endpoint,
+                    wasmlet_cri::ClientOptions::default(),
+                )
+                .await?;
+                let exec = CriExec {
+                    client,
+                    container: args.container.clone().unwrap_or_default(),
+                };
+                (
+                    probe::Action::Exec(command.clone()),
+                    String::new(),
+                    Some(Arc::new(exec) as _),
+                )
+            }
+            _ => bail!("give one check: --tcp-socket HOST:PORT or --exec CMD..."),
+        };
+    let grants = probe::Grants {
+        exec: exec.is_some(),
+        network,
+    };
+    let engine = PluginEngine::new()?;
+    let name = args
+        .handler
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let handler = engine.load_probe(
+        &name,
+        &args.handler,
+        BTreeMap::new(),
+        Limits::default(),
+        grants,
+    )?;
+    let target = probe::Target {
+        pod_namespace: "default".into(),
+        pod_name: "offline".into(),
+        pod_uid: String::new(),
+        container_name: args.container.unwrap_or_default(),
+        pod_ip,
+        kind: probe::ProbeKind::Liveness,
+        action,
+        timeout_ms: args.timeout_ms,
+    };
+    Ok(match handler.check(&target, exec).await? {
+        probe::Outcome::Success(m) => {
+            println!(
+                "success{}",
+                if m.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {m}")
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        probe::Outcome::Failure(m) => {
+            println!("failure: {m}");
+            ExitCode::from(3)
+        }
+        probe::Outcome::Error(m) => {
+            println!("error: {m}");
+            ExitCode::FAILURE
+        }
     })
 }
