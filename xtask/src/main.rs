@@ -129,19 +129,20 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
     step("toolchain: the wasm32-wasip2 target plugins are built for");
     run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     let plugins = repo().join("plugins");
-    let template = repo().join("templates/admission-policy");
-    step("format (cargo fmt --check): host, plugins, template");
+    let templates = ["admission-policy", "probe-handler"].map(|t| repo().join("templates").join(t));
+    let [admission_template, probe_template] = &templates;
+    step("format (cargo fmt --check): host, plugins, templates");
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    for dir in [&plugins, &template] {
+    for dir in [&plugins, admission_template, probe_template] {
         run(cargo().args(["fmt", "--all", "--check"]).current_dir(dir))?;
     }
-    step("lint (cargo clippy -D warnings): host, plugins, template");
+    step("lint (cargo clippy -D warnings): host, plugins, templates");
     let deny = ["--", "-D", "warnings"];
     run(cargo()
         .args(["clippy", "--workspace", "--all-targets", "--locked"])
         .args(deny))?;
-    for dir in [&plugins, &template] {
-        // The template is its own workspace; it shares the plugins' build directory.
+    for dir in [&plugins, admission_template, probe_template] {
+        // A template is its own workspace; it shares the plugins' build directory.
         run(cargo()
             .args(["clippy", "--release", "--locked"])
             .args(deny)

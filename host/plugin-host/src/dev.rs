@@ -34,3 +34,28 @@ pub fn shipped_plugin(name: &str) -> PathBuf {
     });
     dir.join(format!("{}.wasm", name.replace('-', "_")))
 }
+
+/// Builds `templates/<dir>` (its own workspace, sharing the plugins' build directory)
+/// and returns the path of its component, named `<crate>.wasm`.
+///
+/// # Panics
+/// If cargo cannot build it.
+pub fn template(dir: &str, crate_name: &str) -> PathBuf {
+    let root = plugins_dir().join("..").join("templates").join(dir);
+    let target = plugins_dir().join("target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "--quiet"])
+        .current_dir(&root)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env("CARGO_TARGET_DIR", &target)
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "building templates/{dir} failed"
+    );
+    target
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", crate_name.replace('-', "_")))
+}

@@ -205,3 +205,47 @@ async fn a_component_of_another_world_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// A one-connection server that answers the first line it reads with `reply`.
+fn answer_once(reply: &'static [u8]) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        if let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = [0u8; 64];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(reply);
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_custom_probe_template_pings_redis() {
+    let engine = PluginEngine::new().expect("engine");
+    let path = wasmlet_plugin_host::dev::template("probe-handler", "redis-ping-probe");
+    let handler = engine
+        .load_probe(
+            "redis",
+            &path,
+            BTreeMap::new(),
+            Limits::default(),
+            network(&["pod"]),
+        )
+        .expect("load");
+    let custom = |port: u16| Action::Custom(vec![("port".into(), port.to_string())]);
+    let out = handler
+        .check(&target(custom(answer_once(b"+PONG\r\n")), 1000), None)
+        .await
+        .expect("check");
+    assert_eq!(out, Outcome::Success("+PONG".into()));
+    let out = handler
+        .check(&target(custom(answer_once(b"-LOADING\r\n")), 1000), None)
+        .await
+        .expect("check");
+    assert_eq!(
+        out,
+        Outcome::Failure("redis answered \"-LOADING\" to PING".into())
+    );
+}
