@@ -331,6 +331,7 @@ impl LinkSpec {
             && self.config == other.config
             && self.limits.deadline == other.limits.deadline
             && self.limits.memory_bytes == other.limits.memory_bytes
+            && self.limits.instances == other.limits.instances
             && self.failure_policy == other.failure_policy
     }
 }
