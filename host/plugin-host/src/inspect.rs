@@ -3,9 +3,7 @@
 
 use std::path::Path;
 
-use wasmtime::component::Component;
-
-use crate::{BoxError, PluginEngine, PluginError};
+use crate::{PluginEngine, PluginError};
 
 /// The export that makes a component one of wasmlet's plugin kinds, by world.
 pub const WORLDS: &[(&str, &str)] = &[
@@ -43,16 +41,11 @@ pub struct Inspection {
 }
 
 impl PluginEngine {
-    /// Compiles the component at `path` and reports what it is, without running it.
+    /// Compiles the component at `path` (or takes it from the cache) and reports what it
+    /// is, without running it.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, PluginError> {
-        let load_err = |source: BoxError| PluginError::Load {
-            plugin: path.display().to_string(),
-            path: path.to_owned(),
-            source,
-        };
-        let wasm = crate::read_component(path).map_err(load_err)?;
-        let component =
-            Component::new(&self.engine, &wasm).map_err(|e| load_err(e.into_boxed_dyn_error()))?;
+        let (component, digest, _) = self.component(&path.display().to_string(), path)?;
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
         let ty = component.component_type();
         let imports: Vec<String> = ty
             .imports(&self.engine)
@@ -77,8 +70,8 @@ impl PluginEngine {
             imports,
             exports,
             capabilities,
-            digest: crate::cache::sha256_hex(&wasm),
-            size: wasm.len() as u64,
+            digest,
+            size,
         })
     }
 }

@@ -464,6 +464,33 @@ pub struct PluginState {
     limits: StoreLimits,
 }
 
+impl PluginState {
+    /// The state of one call (or reused instance) of `plugin`, due within `deadline`,
+    /// with `wasi` granting what the plugin may use.
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        config: Arc<BTreeMap<String, String>>,
+        limits: &Limits,
+        deadline: Duration,
+        wasi: WasiCtx,
+    ) -> Self {
+        Self {
+            plugin,
+            deadline_at: std::time::Instant::now() + deadline,
+            config,
+            pod_json: PodJson::Ready(String::new()),
+            host_ports: Arc::new([]),
+            exec: None,
+            wasi,
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(MAX_CORE_INSTANCES)
+                .build(),
+        }
+    }
+}
+
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -577,20 +604,13 @@ impl AdmissionPlugin {
     /// epoch tick the guest yields to the async runtime (a long call never starves the
     /// other tasks) and is cut off once its call's deadline has passed.
     fn new_store(&self) -> Store<PluginState> {
-        let state = PluginState {
-            plugin: self.name.clone(),
-            deadline_at: std::time::Instant::now() + self.limits.deadline,
-            config: self.config.clone(),
-            pod_json: PodJson::Ready(String::new()),
-            host_ports: Arc::new([]),
-            exec: None,
-            wasi: WasiCtxBuilder::new().build(),
-            table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(self.limits.memory_bytes)
-                .instances(MAX_CORE_INSTANCES)
-                .build(),
-        };
+        let state = PluginState::new(
+            self.name.clone(),
+            self.config.clone(),
+            &self.limits,
+            self.limits.deadline,
+            WasiCtxBuilder::new().build(),
+        );
         plugin_store(&self.engine, state)
     }
 

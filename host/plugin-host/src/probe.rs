@@ -14,15 +14,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{Engine, StoreLimitsBuilder};
+use wasmtime::Engine;
+use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
 use crate::metrics::CallMetrics;
 use crate::{
-    CacheOutcome, Limits, MAX_CORE_INSTANCES, PluginEngine, PluginError, PluginState, PodJson,
-    call_error, plugin_store,
+    CacheOutcome, Limits, PluginEngine, PluginError, PluginState, call_error, plugin_store,
 };
 
 #[allow(missing_docs)]
@@ -284,18 +283,14 @@ impl ProbeHandler {
                 });
         }
         PluginState {
-            plugin: self.name.clone(),
-            deadline_at: Instant::now() + deadline,
-            config: self.config.clone(),
-            pod_json: PodJson::Ready(String::new()),
-            host_ports: Arc::new([]),
             exec: exec.filter(|_| self.grants.exec),
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(self.limits.memory_bytes)
-                .instances(MAX_CORE_INSTANCES)
-                .build(),
+            ..PluginState::new(
+                self.name.clone(),
+                self.config.clone(),
+                &self.limits,
+                deadline,
+                wasi.build(),
+            )
         }
     }
 }

@@ -11,13 +11,7 @@ pub fn plugin(name: &str) -> std::path::PathBuf {
 
 /// No resources at all.
 pub fn resources() -> ResourceList {
-    ResourceList {
-        milli_cpu: 0,
-        memory: 0,
-        ephemeral_storage: 0,
-        pods: 0,
-        scalar: Vec::new(),
-    }
+    wasmlet_plugin_host::resources::empty()
 }
 
 /// Pod `web` in `default` with these containers.

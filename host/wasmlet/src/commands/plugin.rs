@@ -151,6 +151,13 @@ fn inspect(file: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A plugin run offline is named after its file: `resource_fit.wasm` → `resource_fit`.
+fn plugin_name(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
 /// Every object in a manifest file, with the file named in errors.
 fn objects(path: &Path) -> Result<Vec<serde_json::Value>> {
     let text =
@@ -227,12 +234,8 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
         ..Limits::default()
     };
     for path in &args.policies {
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
         chain.push(
-            &name,
+            &plugin_name(path),
             path,
             config.clone(),
             limits.clone(),
@@ -342,13 +345,8 @@ async fn probe(args: ProbeArgs) -> Result<ExitCode> {
         network,
     };
     let engine = PluginEngine::new()?;
-    let name = args
-        .handler
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let handler = engine.load_probe(
-        &name,
+        &plugin_name(&args.handler),
         &args.handler,
         BTreeMap::new(),
         Limits::default(),
