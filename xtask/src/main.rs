@@ -87,6 +87,19 @@ fn containerd(action: &str) -> Command {
     c
 }
 
+/// The triple of this machine (plugins build for wasm32-wasip2 unless told otherwise).
+fn host_triple() -> std::result::Result<String, String> {
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("rustc -vV: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .ok_or_else(|| "rustc -vV printed no host triple".to_owned())
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -149,6 +162,10 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
             .env("CARGO_TARGET_DIR", plugins.join("target"))
             .current_dir(dir))?;
     }
+    step("plugin unit tests (the plugins' pure logic, built for this machine)");
+    run(cargo()
+        .args(["test", "--workspace", "--locked", "--target", &host_triple()?])
+        .current_dir(&plugins))?;
     step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");

@@ -29,6 +29,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub mod cache;
 pub mod chain;
@@ -36,6 +37,7 @@ pub mod config;
 pub mod convert;
 #[doc(hidden)]
 pub mod dev;
+pub mod http;
 pub mod inspect;
 pub mod metrics;
 pub mod probe;
@@ -460,6 +462,8 @@ pub struct PluginState {
     /// The probed container's exec, when the handler is granted it.
     exec: Option<Arc<dyn probe::ContainerExec>>,
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    http_hooks: http::HttpHooks,
     table: ResourceTable,
     limits: StoreLimits,
 }
@@ -482,6 +486,8 @@ impl PluginState {
             host_ports: Arc::new([]),
             exec: None,
             wasi,
+            http: WasiHttpCtx::new(),
+            http_hooks: http::HttpHooks::default(),
             table: ResourceTable::new(),
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
@@ -496,6 +502,16 @@ impl WasiView for PluginState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
         }
     }
 }

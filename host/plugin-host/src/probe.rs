@@ -3,9 +3,11 @@
 //! and no socket outlives its check).
 //!
 //! Capabilities are granted per handler ([`Grants`]): `exec` in the probed container
-//! through the runtime, and TCP to the addresses granted (`pod` = the probed pod's own
-//! address, or CIDRs). Everything else is refused — a connect to an address not granted
-//! fails inside the guest with "access denied".
+//! through the runtime, and TCP and HTTP (`wasi:sockets`, `wasi:http`) to the addresses
+//! granted (`pod` = the probed pod's own address, or CIDRs). Everything else is refused —
+//! a connect to an address not granted fails inside the guest with "access denied", a
+//! request with `HTTP-request-denied`. HTTPS peers are not verified, as the kubelet's
+//! probes do not verify them (see [`crate::http`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -19,6 +21,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
+use crate::http::{HttpAccess, TlsVerification};
 use crate::metrics::CallMetrics;
 use crate::{
     CacheOutcome, Limits, PluginEngine, PluginError, PluginState, call_error, plugin_store,
@@ -89,7 +92,8 @@ impl std::str::FromStr for NetworkGrant {
 }
 
 impl NetworkGrant {
-    fn contains(&self, ip: IpAddr, pod_ip: Option<IpAddr>) -> bool {
+    /// Whether `ip` is in the grant, `pod_ip` being the probed pod's address.
+    pub(crate) fn contains(&self, ip: IpAddr, pod_ip: Option<IpAddr>) -> bool {
         match self {
             Self::Pod => pod_ip == Some(ip),
             Self::Cidr(net, bits) => match (net, ip) {
@@ -112,7 +116,7 @@ impl NetworkGrant {
 pub struct Grants {
     /// Run commands in the probed container.
     pub exec: bool,
-    /// Open TCP connections to these addresses.
+    /// Open TCP connections and send HTTP requests to these addresses.
     pub network: Vec<NetworkGrant>,
 }
 
@@ -121,6 +125,7 @@ pub struct Grants {
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
     let mut linker = Linker::<PluginState>::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     bindings::ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
     Ok(linker)
 }
@@ -266,8 +271,15 @@ impl ProbeHandler {
         deadline: Duration,
     ) -> PluginState {
         let mut wasi = WasiCtxBuilder::new();
+        let mut access = None;
         if !self.grants.network.is_empty() {
             let pod_ip = target.pod_ip.parse::<IpAddr>().ok();
+            access = Some(Arc::new(HttpAccess {
+                network: self.grants.network.clone(),
+                pod_ip,
+                urls: Vec::new(),
+                tls: TlsVerification::Skip,
+            }));
             let grants = self.grants.network.clone();
             wasi.allow_tcp(true)
                 .allow_udp(false)
@@ -282,7 +294,7 @@ impl ProbeHandler {
                     Box::pin(async move { ok })
                 });
         }
-        PluginState {
+        let mut state = PluginState {
             exec: exec.filter(|_| self.grants.exec),
             ..PluginState::new(
                 self.name.clone(),
@@ -291,7 +303,9 @@ impl ProbeHandler {
                 deadline,
                 wasi.build(),
             )
-        }
+        };
+        state.http_hooks.access = access;
+        state
     }
 }
 

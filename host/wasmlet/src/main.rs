@@ -30,7 +30,7 @@ enum Command {
     Run(commands::agent::RunArgs),
     /// Talk to a CRI runtime directly.
     Cri(commands::cri::CriArgs),
-    /// Run and examine plugins offline (inspect, admit).
+    /// Run and examine plugins offline (inspect, admit, probe, source).
     Plugin(commands::plugin::PluginArgs),
 }
 

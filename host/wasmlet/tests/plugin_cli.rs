@@ -206,3 +206,47 @@ fn probe_runs_a_handler_with_only_the_network_granted() {
     );
     drop(listener);
 }
+
+#[test]
+fn probe_http_get_reports_the_status_as_the_kubelet_does() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(2) {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 2048];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let reply: &[u8] = if head.contains("x-ready: yes") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            } else {
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            };
+            let _ = conn.write_all(reply);
+        }
+    });
+    let handler = shipped_plugin("probe-http-get");
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["plugin", "probe", path(&handler), "--http-get", &url];
+        args.extend(extra);
+        args.extend(["--allow-network", "pod"]);
+        let out = wasmlet(&args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    };
+    assert_eq!(
+        run(&["--header", "X-Ready: yes"]),
+        (Some(0), "success: ok".to_owned())
+    );
+    assert_eq!(
+        run(&[]),
+        (
+            Some(3),
+            "failure: HTTP probe failed with statuscode: 500".to_owned()
+        )
+    );
+}

@@ -54,6 +54,7 @@ pub mod probe_bindings {
     });
 }
 
+pub mod http;
 pub mod resources;
 
 use bindings::wasmlet::plugin::types::{Container, Pod, ResourceList};

@@ -4,8 +4,9 @@
 //! wasmlet plugin inspect FILE.wasm
 //! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
 //!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http]
-//! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --exec CMD…) \
-//!     [--allow-network pod|CIDR…] [--container ID --endpoint E] [--timeout-ms N]
+//! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --http-get URL [--header H…]
+//!     | --grpc HOST:PORT [--service S] | --exec CMD… --container ID [--endpoint E]
+//!     | --custom KEY=VALUE… [--pod-ip IP]) [--allow-network pod|CIDR…] [--timeout-ms N]
 //! ```
 //!
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
@@ -43,17 +44,38 @@ pub enum PluginCommand {
     /// rejection wins), as the agent's admission chain would.
     Admit(AdmitArgs),
     /// Run one check with a probe handler.
-    Probe(ProbeArgs),
+    Probe(Box<ProbeArgs>),
 }
 
 /// Arguments of `wasmlet plugin probe`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("check").required(true).args(["tcp_socket", "http_get", "grpc", "exec", "custom"])))]
 pub struct ProbeArgs {
     /// The probe handler.
     pub handler: PathBuf,
     /// A tcpSocket check of HOST:PORT (HOST is also the pod IP the handler sees).
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "exec")]
+    #[arg(long, value_name = "HOST:PORT")]
     pub tcp_socket: Option<String>,
+    /// An httpGet check of this URL (`http://10.88.0.5:8080/healthz`, or `https://`);
+    /// its host is also the pod IP the handler sees.
+    #[arg(long, value_name = "URL")]
+    pub http_get: Option<String>,
+    /// A header of the httpGet check, `NAME: VALUE` (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE", requires = "http_get")]
+    pub headers: Vec<String>,
+    /// A grpc check (grpc.health.v1) of HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub grpc: Option<String>,
+    /// The service the grpc check asks about (none: the server as a whole).
+    #[arg(long, requires = "grpc")]
+    pub service: Option<String>,
+    /// A custom check: an argument KEY=VALUE for the handler (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub custom: Vec<String>,
+    /// The pod IP the handler sees (for custom checks; the others take it from their
+    /// address).
+    #[arg(long)]
+    pub pod_ip: Option<String>,
     /// An exec check: this command in `--container`, through the CRI at `--endpoint`.
     #[arg(long, num_args = 1.., allow_hyphen_values = true, requires = "container")]
     pub exec: Option<Vec<String>>,
@@ -298,7 +320,50 @@ impl probe::ContainerExec for CriExec {
     }
 }
 
-async fn probe(args: ProbeArgs) -> Result<ExitCode> {
+/// `HOST:PORT` (IPv6 in brackets) split, naming the flag in the error.
+fn host_port(flag: &str, text: &str) -> Result<(String, u16)> {
+    text.rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_matches(['[', ']']).to_owned(), p.parse().ok()?)))
+        .ok_or_else(|| anyhow::anyhow!("{flag} {text:?}: expected HOST:PORT"))
+}
+
+/// The httpGet action of `--http-get URL` and its `--header`s.
+fn http_get_action(url: &str, headers: &[String]) -> Result<(probe::Action, String)> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .filter(|(s, _)| matches!(*s, "http" | "https"))
+        .ok_or_else(|| anyhow::anyhow!("--http-get {url:?}: expected http://HOST[:PORT]/PATH"))?;
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    let default_port = if scheme == "https" { 443 } else { 80 };
+    let (host, port) = if authority.ends_with(']') || !authority.contains(':') {
+        (authority.trim_matches(['[', ']']).to_owned(), default_port)
+    } else {
+        host_port("--http-get", authority)?
+    };
+    let headers = headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| anyhow::anyhow!("--header {h:?}: expected NAME: VALUE"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let action = probe::Action::HttpGet(probe::HttpGetAction {
+        scheme: scheme.to_ascii_uppercase(),
+        host: String::new(),
+        port,
+        path: if path.is_empty() {
+            "/".into()
+        } else {
+            path.into()
+        },
+        headers,
+    });
+    Ok((action, host))
+}
+
+async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
     let network = args
         .allow_network
         .iter()
@@ -307,39 +372,48 @@ async fn probe(args: ProbeArgs) -> Result<ExitCode> {
                 .map_err(|e: String| anyhow::anyhow!("--allow-network: {e}"))
         })
         .collect::<Result<Vec<probe::NetworkGrant>>>()?;
-    let (action, pod_ip, exec): (_, _, Option<Arc<dyn probe::ContainerExec>>) =
-        match (&args.tcp_socket, &args.exec) {
-            (Some(hostport), None) => {
-                let (host, port) = hostport
-                    .rsplit_once(':')
-                    .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse().ok()?)))
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("--tcp-socket {hostport:?}: expected HOST:PORT")
-                    })?;
-                let action = probe::Action::TcpSocket(probe::TcpSocketAction {
-                    host: String::new(),
-                    port,
-                });
-                (action, host.to_owned(), None)
-            }
-            (None, Some(command)) => {
-                let client = wasmlet_cri::CriClient::connect_with(
-                    &args.endpoint,
-                    wasmlet_cri::ClientOptions::default(),
-                )
-                .await?;
-                let exec = CriExec {
-                    client,
-                    container: args.container.clone().unwrap_or_default(),
-                };
-                (
-                    probe::Action::Exec(command.clone()),
-                    String::new(),
-                    Some(Arc::new(exec) as _),
-                )
-            }
-            _ => bail!("give one check: --tcp-socket HOST:PORT or --exec CMD..."),
-        };
+    let mut exec: Option<Arc<dyn probe::ContainerExec>> = None;
+    let (action, pod_ip) = if let Some(hostport) = &args.tcp_socket {
+        let (host, port) = host_port("--tcp-socket", hostport)?;
+        let action = probe::Action::TcpSocket(probe::TcpSocketAction {
+            host: String::new(),
+            port,
+        });
+        (action, host)
+    } else if let Some(url) = &args.http_get {
+        http_get_action(url, &args.headers)?
+    } else if let Some(hostport) = &args.grpc {
+        let (host, port) = host_port("--grpc", hostport)?;
+        let action = probe::Action::Grpc(probe::GrpcAction {
+            host: String::new(),
+            port,
+            service: args.service.clone(),
+        });
+        (action, host)
+    } else if let Some(command) = &args.exec {
+        let client = wasmlet_cri::CriClient::connect_with(
+            &args.endpoint,
+            wasmlet_cri::ClientOptions::default(),
+        )
+        .await?;
+        exec = Some(Arc::new(CriExec {
+            client,
+            container: args.container.clone().unwrap_or_default(),
+        }));
+        (probe::Action::Exec(command.clone()), String::new())
+    } else {
+        let custom = args
+            .custom
+            .iter()
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .ok_or_else(|| anyhow::anyhow!("--custom {kv:?}: expected KEY=VALUE"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        (probe::Action::Custom(custom), String::new())
+    };
+    let pod_ip = args.pod_ip.clone().unwrap_or(pod_ip);
     let grants = probe::Grants {
         exec: exec.is_some(),
         network,
