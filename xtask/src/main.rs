@@ -142,11 +142,17 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
     step("toolchain: the wasm32-wasip2 target plugins are built for");
     run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     let plugins = repo().join("plugins");
-    let templates = ["admission-policy", "probe-handler"].map(|t| repo().join("templates").join(t));
-    let [admission_template, probe_template] = &templates;
+    let templates = ["admission-policy", "probe-handler", "pod-source"]
+        .map(|t| repo().join("templates").join(t));
+    let [admission_template, probe_template, source_template] = &templates;
     step("format (cargo fmt --check): host, plugins, templates");
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    for dir in [&plugins, admission_template, probe_template] {
+    for dir in [
+        &plugins,
+        admission_template,
+        probe_template,
+        source_template,
+    ] {
         run(cargo().args(["fmt", "--all", "--check"]).current_dir(dir))?;
     }
     step("lint (cargo clippy -D warnings): host, plugins, templates");
@@ -154,7 +160,12 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
     run(cargo()
         .args(["clippy", "--workspace", "--all-targets", "--locked"])
         .args(deny))?;
-    for dir in [&plugins, admission_template, probe_template] {
+    for dir in [
+        &plugins,
+        admission_template,
+        probe_template,
+        source_template,
+    ] {
         // A template is its own workspace; it shares the plugins' build directory.
         run(cargo()
             .args(["clippy", "--release", "--locked"])
@@ -164,7 +175,13 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
     }
     step("plugin unit tests (the plugins' pure logic, built for this machine)");
     run(cargo()
-        .args(["test", "--workspace", "--locked", "--target", &host_triple()?])
+        .args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--target",
+            &host_triple()?,
+        ])
         .current_dir(&plugins))?;
     step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;

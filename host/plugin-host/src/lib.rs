@@ -45,6 +45,7 @@ pub mod probe;
 /// the usage the host sums and the requests a policy computes never disagree.
 #[path = "../../../plugins/sdk/src/resources.rs"]
 pub mod resources;
+pub mod source;
 pub mod watch;
 
 pub use cache::{CacheOutcome, ComponentCache};
@@ -283,6 +284,7 @@ pub struct PluginEngine {
     pub(crate) engine: Engine,
     linker: Arc<Linker<PluginState>>,
     probe_linker: Arc<Linker<PluginState>>,
+    source_linker: Arc<Linker<PluginState>>,
     cache: Option<ComponentCache>,
     metrics: PluginMetrics,
     _ticker: Arc<Ticker>,
@@ -347,6 +349,7 @@ impl PluginEngine {
         )?;
 
         let probe_linker = Arc::new(probe::linker(&engine)?);
+        let source_linker = Arc::new(source::linker(&engine)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (ticking, flag) = (engine.clone(), stop.clone());
         std::thread::Builder::new()
@@ -368,6 +371,7 @@ impl PluginEngine {
             engine,
             linker: Arc::new(linker),
             probe_linker,
+            source_linker,
             cache,
             metrics: PluginMetrics::default(),
             _ticker: Arc::new(Ticker { stop }),
@@ -649,8 +653,8 @@ impl AdmissionPlugin {
             .duration
             .observe(started.elapsed().as_secs_f64());
         match &result {
-            Ok(Verdict::Admit) => self.metrics.admitted.inc(),
-            Ok(Verdict::Reject(_)) => self.metrics.rejected.inc(),
+            Ok(Verdict::Admit) => self.metrics.passed.inc(),
+            Ok(Verdict::Reject(_)) => self.metrics.failed.inc(),
             Err(_) => self.metrics.errors.inc(),
         };
         result

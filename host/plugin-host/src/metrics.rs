@@ -2,7 +2,7 @@
 //!
 //! | metric | labels |
 //! |---|---|
-//! | `wasmlet_plugin_calls_total` | `plugin`, `kind`, `result` = `admit` / `reject` / `error` |
+//! | `wasmlet_plugin_calls_total` | `plugin`, `kind`, `result`: admission `admit` / `reject` / `error`, probe `success` / `failure` / `error`, source `ok` / `partial` (manifests skipped) / `error` |
 //! | `wasmlet_plugin_call_duration_seconds` (histogram) | `plugin`, `kind` |
 //! | `wasmlet_plugin_instantiation_duration_seconds` (histogram) | `plugin`, `kind` |
 //! | `wasmlet_plugin_loads_total` | `plugin`, `kind`, `result` = `loaded` / `refused` |
@@ -60,8 +60,11 @@ impl Default for PluginMetrics {
 /// One plugin's series, resolved at load.
 #[derive(Clone, Debug)]
 pub(crate) struct CallMetrics {
-    pub admitted: Counter,
-    pub rejected: Counter,
+    /// Admitted, succeeded, read whole.
+    pub passed: Counter,
+    /// Rejected, failed, read with manifests skipped.
+    pub failed: Counter,
+    /// The call erred.
     pub errors: Counter,
     pub duration: Histogram,
     pub instantiation: Histogram,
@@ -72,7 +75,7 @@ impl PluginMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "wasmlet_plugin_calls",
-            "Plugin calls by result (admit, reject, error)",
+            "Plugin calls by result (admit/reject, success/failure, ok/partial; error)",
             self.calls.clone(),
         );
         registry.register(
@@ -118,9 +121,14 @@ impl PluginMetrics {
             plugin: plugin.to_owned(),
             kind: kind.to_owned(),
         };
+        let (passed, failed) = match kind {
+            "probe" => ("success", "failure"),
+            "source" => ("ok", "partial"),
+            _ => ("admit", "reject"),
+        };
         CallMetrics {
-            admitted: counter("admit"),
-            rejected: counter("reject"),
+            passed: counter(passed),
+            failed: counter(failed),
             errors: counter("error"),
             duration: self.duration.get_or_create(&labels).clone(),
             instantiation: self.instantiation.get_or_create(&labels).clone(),

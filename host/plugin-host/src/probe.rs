@@ -257,8 +257,8 @@ impl ProbeHandler {
             .duration
             .observe(started.elapsed().as_secs_f64());
         match &result {
-            Ok(Outcome::Success(_)) => self.metrics.admitted.inc(),
-            Ok(Outcome::Failure(_)) => self.metrics.rejected.inc(),
+            Ok(Outcome::Success(_)) => self.metrics.passed.inc(),
+            Ok(Outcome::Failure(_)) => self.metrics.failed.inc(),
             Ok(Outcome::Error(_)) | Err(_) => self.metrics.errors.inc(),
         };
         result

@@ -250,3 +250,47 @@ fn probe_http_get_reports_the_status_as_the_kubelet_does() {
         )
     );
 }
+
+#[test]
+fn source_lists_the_pods_of_a_directory_and_names_what_it_skipped() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-cli-source-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop}\nspec: {containers: [{name: app, image: nginx}]}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("bad.yaml"), "kind: Pod\nmetadata: [oops\n").expect("write");
+    let source = shipped_plugin("source-file");
+    let out = wasmlet(&["plugin", "source", path(&source), "--dir", path(&dir)]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stdout.trim(), "shop/web\tweb.yaml");
+    assert!(stderr.contains("skipped bad.yaml: "), "{stderr}");
+
+    std::fs::remove_file(dir.join("bad.yaml")).expect("rm");
+    let out = wasmlet(&[
+        "plugin",
+        "source",
+        path(&source),
+        "--dir",
+        path(&dir),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(list["items"][0]["metadata"]["name"], "web");
+
+    // Without the directory granted the source cannot read anything: exit 1, named.
+    let out = wasmlet(&["plugin", "source", path(&source)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("pod source source_file: cannot read the manifest directory"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,5 +1,6 @@
-//! The wasmlet plugin SDK: write an admission policy (and, soon, probe handlers and pod
-//! sources) as a plain Rust type, then export it with one macro.
+//! The wasmlet plugin SDK: write an admission policy, a probe handler or a pod source as
+//! a plain Rust type, then export it with one macro ([`export_admission_policy!`],
+//! [`export_probe_handler!`], [`export_pod_source!`]).
 //!
 //! ```ignore
 //! use wasmlet_plugin_sdk::admission::*;
@@ -54,8 +55,26 @@ pub mod probe_bindings {
     });
 }
 
+/// The pod-source world's bindings; shared interfaces come from [`bindings`].
+#[doc(hidden)]
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod source_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "pod-source",
+        pub_export_macro: true,
+        export_macro_name: "__export_pod_source",
+        default_bindings_module: "wasmlet_plugin_sdk::source_bindings",
+        with: {
+            "wasmlet:plugin/host@0.1.0": crate::bindings::wasmlet::plugin::host,
+        },
+        generate_all,
+    });
+}
+
 pub mod http;
 pub mod resources;
+pub mod source;
 
 use bindings::wasmlet::plugin::types::{Container, Pod, ResourceList};
 
@@ -121,6 +140,23 @@ macro_rules! export_probe_handler {
                 }
             }
             $crate::probe_bindings::__export_probe_handler!(__WasmletProbe with_types_in $crate::probe_bindings);
+        };
+    };
+}
+
+/// Exports a type implementing [`source::PodSource`] as the component's
+/// `wasmlet:plugin/source` implementation.
+#[macro_export]
+macro_rules! export_pod_source {
+    ($source:ty) => {
+        const _: () = {
+            struct __WasmletSource;
+            impl $crate::source_bindings::exports::wasmlet::plugin::source::Guest for __WasmletSource {
+                fn poll() -> Result<$crate::source::Snapshot, String> {
+                    <$source as $crate::source::PodSource>::poll()
+                }
+            }
+            $crate::source_bindings::__export_pod_source!(__WasmletSource with_types_in $crate::source_bindings);
         };
     };
 }

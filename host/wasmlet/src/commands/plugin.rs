@@ -7,10 +7,13 @@
 //! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --http-get URL [--header H…]
 //!     | --grpc HOST:PORT [--service S] | --exec CMD… --container ID [--endpoint E]
 //!     | --custom KEY=VALUE… [--pod-ip IP]) [--allow-network pod|CIDR…] [--timeout-ms N]
+//! wasmlet plugin source SOURCE.wasm [--dir DIR] [--allow-url URL…] [--config KEY=VALUE…] \
+//!     [--output names|yaml|json] [--timeout-ms N]
 //! ```
 //!
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
-//! `probe` exits 0 on success, 3 on failure, 1 when the probe errored.
+//! `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
+//! when every manifest was read, 3 when some were skipped, 1 when the source failed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,42 @@ pub enum PluginCommand {
     Admit(AdmitArgs),
     /// Run one check with a probe handler.
     Probe(Box<ProbeArgs>),
+    /// Poll a pod source once and list the pods it wants (and the manifests it
+    /// skipped).
+    Source(SourceArgs),
+}
+
+/// How `wasmlet plugin source` prints the pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceOutput {
+    /// One line per pod: `namespace/name  origin`.
+    Names,
+    /// The pods as YAML documents.
+    Yaml,
+    /// The pods as a JSON PodList.
+    Json,
+}
+
+/// Arguments of `wasmlet plugin source`.
+#[derive(Debug, Args)]
+pub struct SourceArgs {
+    /// The pod source.
+    pub source: PathBuf,
+    /// A directory the source may read (preopened read-only at /manifests).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A URL prefix the source may fetch (repeatable).
+    #[arg(long = "allow-url", value_name = "URL")]
+    pub allow_urls: Vec<String>,
+    /// A configuration value for the source (repeatable), e.g. `url=http://…`.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub config: Vec<(String, String)>,
+    /// How long the poll may take.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// How to print the pods.
+    #[arg(long, short, value_enum, default_value_t = SourceOutput::Names)]
+    pub output: SourceOutput,
 }
 
 /// Arguments of `wasmlet plugin probe`.
@@ -70,8 +109,8 @@ pub struct ProbeArgs {
     #[arg(long, requires = "grpc")]
     pub service: Option<String>,
     /// A custom check: an argument KEY=VALUE for the handler (repeatable).
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub custom: Vec<String>,
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub custom: Vec<(String, String)>,
     /// The pod IP the handler sees (for custom checks; the others take it from their
     /// address).
     #[arg(long)]
@@ -139,7 +178,61 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
         PluginCommand::Inspect { file } => inspect(&file),
         PluginCommand::Admit(a) => admit(a).await,
         PluginCommand::Probe(a) => probe(a).await,
+        PluginCommand::Source(a) => source(a).await,
     }
+}
+
+async fn source(args: SourceArgs) -> Result<ExitCode> {
+    use wasmlet_plugin_host::source::SourceGrants;
+    if let Some(dir) = &args.dir
+        && !dir.is_dir()
+    {
+        bail!("--dir {}: not a directory", dir.display());
+    }
+    let engine = PluginEngine::new()?;
+    let source = engine.load_source(
+        &plugin_name(&args.source),
+        &args.source,
+        args.config.into_iter().collect(),
+        Limits {
+            deadline: std::time::Duration::from_millis(args.timeout_ms),
+            ..Limits::default()
+        },
+        SourceGrants {
+            directory: args.dir,
+            urls: args.allow_urls,
+        },
+    )?;
+    let snapshot = source.poll().await?;
+    match args.output {
+        SourceOutput::Names => {
+            for p in &snapshot.pods {
+                let namespace = p.pod.metadata.namespace.as_deref().unwrap_or("default");
+                let name = p.pod.metadata.name.as_deref().unwrap_or_default();
+                println!("{namespace}/{name}\t{}", p.origin);
+            }
+        }
+        SourceOutput::Yaml => {
+            for p in &snapshot.pods {
+                println!("# {}", p.origin);
+                print!("{}", serde_yaml_ng::to_string(&p.pod)?);
+                println!("---");
+            }
+        }
+        SourceOutput::Json => {
+            let items: Vec<_> = snapshot.pods.iter().map(|p| &p.pod).collect();
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList", "items": items});
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+    }
+    for problem in &snapshot.problems {
+        eprintln!("skipped {problem}");
+    }
+    Ok(if snapshot.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }
 
 fn inspect(file: &Path) -> Result<ExitCode> {
@@ -402,16 +495,7 @@ async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
         }));
         (probe::Action::Exec(command.clone()), String::new())
     } else {
-        let custom = args
-            .custom
-            .iter()
-            .map(|kv| {
-                kv.split_once('=')
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .ok_or_else(|| anyhow::anyhow!("--custom {kv:?}: expected KEY=VALUE"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        (probe::Action::Custom(custom), String::new())
+        (probe::Action::Custom(args.custom.clone()), String::new())
     };
     let pod_ip = args.pod_ip.clone().unwrap_or(pod_ip);
     let grants = probe::Grants {

@@ -1,0 +1,326 @@
+//! Pod sources: components of the `pod-source` world. Each poll runs in a fresh instance
+//! (polls are seconds apart) and returns the source's whole desired set; the agent's pod
+//! config diffs it into ADD / UPDATE / REMOVE.
+//!
+//! A source sees only what it is granted ([`SourceGrants`]): one host directory,
+//! preopened read-only at [`MANIFEST_DIR`] in the guest, and URL prefixes it may fetch
+//! over `wasi:http` (verified TLS). The host turns each pod's JSON into a Kubernetes
+//! object here, so a manifest that is not a valid Pod becomes a [`Problem`] naming its
+//! origin, and the other pods go on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmtime::Engine;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::http::{HttpAccess, TlsVerification};
+use crate::metrics::CallMetrics;
+use crate::{
+    CacheOutcome, Limits, PluginEngine, PluginError, PluginState, call_error, plugin_store,
+};
+
+#[allow(missing_docs)]
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "pod-source",
+        exports: { default: async },
+        with: {
+            "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
+        },
+    });
+}
+
+/// Where the granted directory appears inside the guest.
+pub const MANIFEST_DIR: &str = "/manifests";
+
+/// What a source may read. Nothing by default.
+#[derive(Debug, Clone, Default)]
+pub struct SourceGrants {
+    /// A host directory, readable at [`MANIFEST_DIR`].
+    pub directory: Option<PathBuf>,
+    /// URL prefixes it may fetch (`http://config.local/pods/`).
+    pub urls: Vec<String>,
+}
+
+/// A pod the source wants.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcePod {
+    /// Where it came from (`web.yaml`, `all.yaml#2`, a URL).
+    pub origin: String,
+    /// The pod, as the source wrote it (not yet defaulted).
+    pub pod: k8s::Pod,
+}
+
+/// A manifest skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where it came from.
+    pub origin: String,
+    /// Why it was skipped.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.origin, self.message)
+    }
+}
+
+/// One reading of a source: its whole desired set, and the manifests it skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The pods, in the source's order.
+    pub pods: Vec<SourcePod>,
+    /// Manifests that could not be read; a pod from one of these origins that the
+    /// source had before is best kept, not removed.
+    pub problems: Vec<Problem>,
+}
+
+/// Why a poll gave no snapshot; the previous set stands.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    /// The source could not be read at all (its own words).
+    #[error("pod source {plugin}: {message}")]
+    Unavailable {
+        /// The source's name.
+        plugin: String,
+        /// What it said.
+        message: String,
+    },
+    /// The plugin failed (trap, deadline, …).
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// The linker of the `pod-source` world: WASI (the granted directory only), wasi:http
+/// (granted URLs only), the platform.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    bindings::PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// A loaded pod source.
+pub struct PodSource {
+    name: Arc<str>,
+    digest: String,
+    outcome: CacheOutcome,
+    engine: Engine,
+    pre: bindings::PodSourcePre<PluginState>,
+    config: Arc<BTreeMap<String, String>>,
+    limits: Limits,
+    grants: SourceGrants,
+    metrics: CallMetrics,
+}
+
+impl std::fmt::Debug for PodSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodSource")
+            .field("name", &self.name)
+            .field("grants", &self.grants)
+            .finish()
+    }
+}
+
+impl PluginEngine {
+    /// Compiles the component at `path` as pod source `name`, checking that it
+    /// implements the `pod-source` world. A poll is cut off at `limits.deadline`.
+    pub fn load_source(
+        &self,
+        name: &str,
+        path: &Path,
+        config: BTreeMap<String, String>,
+        limits: Limits,
+        grants: SourceGrants,
+    ) -> Result<PodSource, PluginError> {
+        let loaded = (|| {
+            let (component, digest, outcome) = self.component(name, path)?;
+            let pre = self
+                .source_linker
+                .instantiate_pre(&component)
+                .and_then(bindings::PodSourcePre::new)
+                .map_err(|source| PluginError::World {
+                    plugin: name.to_owned(),
+                    world: "pod-source",
+                    source: source.into_boxed_dyn_error(),
+                })?;
+            Ok(PodSource {
+                name: name.into(),
+                digest,
+                outcome,
+                engine: self.engine.clone(),
+                pre,
+                config: Arc::new(config),
+                limits,
+                grants,
+                metrics: self.metrics.for_plugin(name, "source"),
+            })
+        })();
+        self.metrics.loaded(name, "source", loaded.is_ok());
+        loaded
+    }
+}
+
+impl PodSource {
+    /// The source's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sha256 of its component file.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether it came from the compiled-component cache.
+    pub fn load_outcome(&self) -> &CacheOutcome {
+        &self.outcome
+    }
+
+    /// What it is granted.
+    pub fn grants(&self) -> &SourceGrants {
+        &self.grants
+    }
+
+    /// Reads the source once, in a fresh instance.
+    pub async fn poll(&self) -> Result<Snapshot, PollError> {
+        const CALL: &str = "poll";
+        let started = Instant::now();
+        let deadline = self.limits.deadline;
+        let result = async {
+            let fail = |e| call_error(&self.name, CALL, deadline, e);
+            let state = self.state().map_err(|message| PollError::Unavailable {
+                plugin: self.name.to_string(),
+                message,
+            })?;
+            let mut store = plugin_store(&self.engine, state);
+            let source = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
+            self.metrics
+                .instantiation
+                .observe(started.elapsed().as_secs_f64());
+            let snapshot = source
+                .wasmlet_plugin_source()
+                .call_poll(&mut store)
+                .await
+                .map_err(fail)?
+                .map_err(|message| PollError::Unavailable {
+                    plugin: self.name.to_string(),
+                    message,
+                })?;
+            Ok(decode(snapshot))
+        }
+        .await;
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(s) if s.problems.is_empty() => self.metrics.passed.inc(),
+            Ok(_) => self.metrics.failed.inc(),
+            Err(_) => self.metrics.errors.inc(),
+        };
+        result
+    }
+
+    fn state(&self) -> Result<PluginState, String> {
+        let mut wasi = WasiCtxBuilder::new();
+        if let Some(dir) = &self.grants.directory {
+            wasi.preopened_dir(dir, MANIFEST_DIR, FsPerms::ReadOnly)
+                .map_err(|e| format!("directory {}: {e:#}", dir.display()))?;
+        }
+        let mut state = PluginState::new(
+            self.name.clone(),
+            self.config.clone(),
+            &self.limits,
+            self.limits.deadline,
+            wasi.build(),
+        );
+        if !self.grants.urls.is_empty() {
+            state.http_hooks.access = Some(Arc::new(HttpAccess {
+                network: Vec::new(),
+                pod_ip: None,
+                urls: self.grants.urls.clone(),
+                tls: TlsVerification::System,
+            }));
+        }
+        Ok(state)
+    }
+}
+
+/// The guest's pods as Kubernetes objects; one that is not a Pod becomes a problem.
+fn decode(snapshot: bindings::exports::wasmlet::plugin::source::Snapshot) -> Snapshot {
+    let mut out = Snapshot {
+        pods: Vec::with_capacity(snapshot.pods.len()),
+        problems: snapshot
+            .problems
+            .into_iter()
+            .map(|p| Problem {
+                origin: p.origin,
+                message: p.message,
+            })
+            .collect(),
+    };
+    for manifest in snapshot.pods {
+        match pod_from_json(&manifest.pod_json) {
+            Ok(pod) => out.pods.push(SourcePod {
+                origin: manifest.origin,
+                pod,
+            }),
+            Err(message) => out.problems.push(Problem {
+                origin: manifest.origin,
+                message,
+            }),
+        }
+    }
+    out
+}
+
+/// A v1 Pod from JSON, with the checks every source needs: the kind, and a name.
+fn pod_from_json(json: &str) -> Result<k8s::Pod, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+    match value.get("kind").and_then(|k| k.as_str()) {
+        Some("Pod") | None => {}
+        Some(other) => return Err(format!("a {other}, not a Pod")),
+    }
+    let pod: k8s::Pod = serde_json::from_value(value).map_err(|e| format!("invalid Pod: {e}"))?;
+    if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
+        return Err("metadata.name: Required value: name or generateName is required".into());
+    }
+    Ok(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_from_json_are_checked() {
+        let ok = pod_from_json(
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{"containers":[{"name":"app","image":"nginx"}]}}"#,
+        )
+        .expect("pod");
+        assert_eq!(ok.metadata.name.as_deref(), Some("web"));
+        assert_eq!(
+            pod_from_json(r#"{"kind":"Service","metadata":{"name":"x"}}"#),
+            Err("a Service, not a Pod".into())
+        );
+        assert!(
+            pod_from_json(r#"{"kind":"Pod","metadata":{}}"#)
+                .expect_err("no name")
+                .starts_with("metadata.name: Required value")
+        );
+        assert!(
+            pod_from_json(r#"{"kind":"Pod","metadata":{"name":"x"},"spec":{"containers":"no"}}"#)
+                .expect_err("bad spec")
+                .starts_with("invalid Pod:")
+        );
+    }
+}
