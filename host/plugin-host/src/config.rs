@@ -13,10 +13,26 @@
 //!     memoryLimit: 32Mi                     # guest memory; default 64Mi, at most 256Mi
 //!     instances: PerCall                    # Reused (default) or PerCall
 //!     config: {allowed-namespaces: "kube-system,ops"}
+//!   probes:                                 # probe handlers (probes/ below directory)
+//!   - name: probe-http-get                  # probes/probe_http_get.wasm
+//!     kinds: [httpGet]                      # httpGet, tcpSocket, exec, grpc, or custom
+//!     network: [pod]                        # may reach the probed pod (or CIDRs)
+//!     exec: false                           # may run commands in the container
+//!     memoryLimit: 16Mi
+//!     config: {}
+//!   sources:                                # pod sources (sources/ below directory)
+//!   - name: source-file
+//!     directory: /etc/kubernetes/manifests  # readable at /manifests, read-only
+//!     period: 20s                           # poll every (default 20s)
+//!     timeout: 10s                          # per poll (default 10s)
+//!   - name: source-http
+//!     urls: ["http://config.local/pods/"]   # URL prefixes it may fetch
+//!     config: {url: "http://config.local/pods/node-a.yaml"}
 //! ```
 //!
 //! Components in `admission/` that the list does not name join the chain after the
-//! listed ones, by name, with the defaults.
+//! listed ones, by name, with the defaults. Probe handlers and sources have no such
+//! defaults: what they may reach is granted here or not at all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,7 +53,103 @@ pub struct PluginsConfig {
     /// The admission chain, in order.
     #[serde(default)]
     pub admission: Vec<AdmissionConfig>,
+    /// Probe handlers.
+    #[serde(default)]
+    pub probes: Vec<ProbeConfig>,
+    /// Pod sources.
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
 }
+
+/// One probe handler.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Its name in logs and metrics.
+    pub name: String,
+    /// Its component: absolute, or relative to `<directory>/probes/`. Default: the name
+    /// with `-` as `_`, plus `.wasm`.
+    pub file: Option<PathBuf>,
+    /// The probe kinds it checks: `httpGet`, `tcpSocket`, `exec`, `grpc`, or a custom
+    /// kind's name.
+    pub kinds: Vec<String>,
+    /// Addresses it may connect to: `pod` (the probed pod's) or CIDRs.
+    #[serde(default)]
+    pub network: Vec<String>,
+    /// Whether it may run commands in the probed container.
+    #[serde(default)]
+    pub exec: bool,
+    /// Largest guest memory (`16Mi`). Default 64Mi.
+    pub memory_limit: Option<String>,
+    /// Values the plugin reads through `host.config`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// One pod source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Its name: the pods' `kubernetes.io/config.source`, logs, metrics.
+    pub name: String,
+    /// Its component: absolute, or relative to `<directory>/sources/`. Default: the name
+    /// with `-` as `_`, plus `.wasm`.
+    pub file: Option<PathBuf>,
+    /// A directory it may read (at `/manifests`, read-only).
+    pub directory: Option<PathBuf>,
+    /// URL prefixes it may fetch.
+    #[serde(default)]
+    pub urls: Vec<String>,
+    /// How often it is polled (`20s`, the kubelet's fileCheckFrequency). Default 20s.
+    pub period: Option<String>,
+    /// Deadline of one poll. Default 10s.
+    pub timeout: Option<String>,
+    /// Largest guest memory (`32Mi`). Default 64Mi.
+    pub memory_limit: Option<String>,
+    /// Values the plugin reads through `host.config`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// The probe kinds the kubelet knows; any other name is a custom kind.
+pub const BUILTIN_PROBE_KINDS: [&str; 4] = ["httpGet", "tcpSocket", "exec", "grpc"];
+
+/// A probe handler, ready to load.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    /// Its component.
+    pub path: PathBuf,
+    /// The kinds it checks.
+    pub kinds: Vec<String>,
+    /// What it may use.
+    pub grants: crate::probe::Grants,
+    /// Its limits (the deadline of a check is the probe's timeout).
+    pub limits: Limits,
+    /// Its configuration values.
+    pub config: BTreeMap<String, String>,
+}
+
+/// A pod source, ready to load.
+#[derive(Debug, Clone)]
+pub struct SourceSpec {
+    /// Its component.
+    pub path: PathBuf,
+    /// What it may read.
+    pub grants: crate::source::SourceGrants,
+    /// How often it is polled.
+    pub period: std::time::Duration,
+    /// Its limits (`deadline` bounds one poll).
+    pub limits: Limits,
+    /// Its configuration values.
+    pub config: BTreeMap<String, String>,
+}
+
+/// How often a source is polled by default (the kubelet's file and HTTP check
+/// frequency).
+pub const DEFAULT_SOURCE_PERIOD: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// How long a poll may take by default.
+pub const DEFAULT_SOURCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One admission plugin.
 #[derive(Debug, Clone, Deserialize)]
@@ -98,42 +210,159 @@ pub fn default_file_name(name: &str) -> String {
     format!("{}.wasm", name.replace('-', "_"))
 }
 
+/// Checks a name and parses a memory limit, for entries of any kind; `field` names a
+/// value in errors.
+fn common(
+    name: &str,
+    memory_limit: Option<&str>,
+    field: &dyn Fn(&str) -> String,
+) -> Result<Limits, ConfigError> {
+    if name.is_empty() {
+        return Err(ConfigError {
+            field: field("name"),
+            message: "must not be empty".into(),
+        });
+    }
+    let mut limits = Limits::default();
+    if let Some(m) = memory_limit {
+        let bytes = convert::parse_quantity(m, 0).map_err(|message| ConfigError {
+            field: field("memoryLimit"),
+            message,
+        })?;
+        if bytes > crate::MAX_MEMORY_BYTES as u64 {
+            return Err(ConfigError {
+                field: field("memoryLimit"),
+                message: format!("{m} is more than the largest allowed, 256Mi"),
+            });
+        }
+        limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+    Ok(limits)
+}
+
+fn duration(
+    text: Option<&str>,
+    default: std::time::Duration,
+    field: String,
+) -> Result<std::time::Duration, ConfigError> {
+    match text {
+        None => Ok(default),
+        Some(t) => match convert::parse_duration(t) {
+            Ok(d) if d.is_zero() => Err(ConfigError {
+                field,
+                message: "must be more than 0".into(),
+            }),
+            Ok(d) => Ok(d),
+            Err(message) => Err(ConfigError { field, message }),
+        },
+    }
+}
+
+impl ProbeConfig {
+    /// The handler this entry describes; `index` is its place in the list, for errors.
+    pub fn spec(&self, probes_dir: &Path, index: usize) -> Result<ProbeSpec, ConfigError> {
+        let field = |f: &str| format!("plugins.probes[{index}].{f}");
+        let limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
+        if self.kinds.is_empty() {
+            return Err(ConfigError {
+                field: field("kinds"),
+                message: "name at least one probe kind (httpGet, tcpSocket, exec, grpc, or a custom kind)".into(),
+            });
+        }
+        if let Some(k) = self.kinds.iter().find(|k| k.is_empty()) {
+            return Err(ConfigError {
+                field: field("kinds"),
+                message: format!("{k:?} is not a probe kind"),
+            });
+        }
+        let network = self
+            .network
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                g.parse().map_err(|message| ConfigError {
+                    field: field(&format!("network[{i}]")),
+                    message,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let file = self
+            .file
+            .clone()
+            .unwrap_or_else(|| default_file_name(&self.name).into());
+        Ok(ProbeSpec {
+            path: probes_dir.join(file),
+            kinds: self.kinds.clone(),
+            grants: crate::probe::Grants {
+                exec: self.exec,
+                network,
+            },
+            limits,
+            config: self.config.clone(),
+        })
+    }
+}
+
+impl SourceConfig {
+    /// The source this entry describes; `index` is its place in the list, for errors.
+    pub fn spec(&self, sources_dir: &Path, index: usize) -> Result<SourceSpec, ConfigError> {
+        let field = |f: &str| format!("plugins.sources[{index}].{f}");
+        let mut limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
+        limits.instances = InstanceMode::PerCall;
+        limits.deadline = duration(
+            self.timeout.as_deref(),
+            DEFAULT_SOURCE_TIMEOUT,
+            field("timeout"),
+        )?;
+        let period = duration(
+            self.period.as_deref(),
+            DEFAULT_SOURCE_PERIOD,
+            field("period"),
+        )?;
+        if let Some(dir) = &self.directory
+            && !dir.is_absolute()
+        {
+            return Err(ConfigError {
+                field: field("directory"),
+                message: format!("{} is not an absolute path", dir.display()),
+            });
+        }
+        for (i, url) in self.urls.iter().enumerate() {
+            let scheme = url.split_once("://").map(|(s, _)| s);
+            if !matches!(scheme, Some("http" | "https")) || url.len() <= "https://".len() {
+                return Err(ConfigError {
+                    field: field(&format!("urls[{i}]")),
+                    message: format!("{url:?} is not an http:// or https:// URL"),
+                });
+            }
+        }
+        let file = self
+            .file
+            .clone()
+            .unwrap_or_else(|| default_file_name(&self.name).into());
+        Ok(SourceSpec {
+            path: sources_dir.join(file),
+            grants: crate::source::SourceGrants {
+                directory: self.directory.clone(),
+                urls: self.urls.clone(),
+            },
+            period,
+            limits,
+            config: self.config.clone(),
+        })
+    }
+}
+
 impl AdmissionConfig {
     /// The link this entry describes; `index` is its place in the list, for errors.
     pub fn link_spec(&self, admission_dir: &Path, index: usize) -> Result<LinkSpec, ConfigError> {
         let field = |f: &str| format!("plugins.admission[{index}].{f}");
-        if self.name.is_empty() {
-            return Err(ConfigError {
-                field: field("name"),
-                message: "must not be empty".into(),
-            });
-        }
-        let mut limits = Limits {
-            instances: match self.instances {
-                InstancesConfig::Reused => InstanceMode::Reused,
-                InstancesConfig::PerCall => InstanceMode::PerCall,
-            },
-            ..Limits::default()
+        let mut limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
+        limits.instances = match self.instances {
+            InstancesConfig::Reused => InstanceMode::Reused,
+            InstancesConfig::PerCall => InstanceMode::PerCall,
         };
-        if let Some(t) = &self.timeout {
-            limits.deadline = convert::parse_duration(t).map_err(|message| ConfigError {
-                field: field("timeout"),
-                message,
-            })?;
-        }
-        if let Some(m) = &self.memory_limit {
-            let bytes = convert::parse_quantity(m, 0).map_err(|message| ConfigError {
-                field: field("memoryLimit"),
-                message,
-            })?;
-            if bytes > crate::MAX_MEMORY_BYTES as u64 {
-                return Err(ConfigError {
-                    field: field("memoryLimit"),
-                    message: format!("{m} is more than the largest allowed, 256Mi"),
-                });
-            }
-            limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-        }
+        limits.deadline = duration(self.timeout.as_deref(), limits.deadline, field("timeout"))?;
         let file = self
             .file
             .clone()
@@ -182,10 +411,83 @@ mod tests {
         let e = bad.admission[1].link_spec(dir, 1).expect_err("bad timeout");
         assert_eq!(e.field, "plugins.admission[1].timeout");
 
+        let zero: PluginsConfig =
+            serde_yaml_ng::from_str("admission:\n- name: a\n  timeout: 0s\n").expect("config");
+        let e = zero.admission[0]
+            .link_spec(dir, 0)
+            .expect_err("zero timeout");
+        assert_eq!(
+            e.to_string(),
+            "plugins.admission[0].timeout: must be more than 0"
+        );
+
         let unknown = serde_yaml_ng::from_str::<PluginsConfig>(
             "admission:\n- name: a\n  failurPolicy: Fail\n",
         );
         let text = unknown.expect_err("unknown field").to_string();
         assert!(text.contains("failurPolicy"), "{text}");
+    }
+
+    #[test]
+    fn probe_and_source_entries_carry_their_grants() {
+        let config: PluginsConfig = serde_yaml_ng::from_str(
+            "directory: /p\nprobes:\n- name: probe-http-get\n  kinds: [httpGet]\n  network: [pod, 10.0.0.0/8]\n- name: redis\n  file: /opt/redis.wasm\n  kinds: [redis-ping]\n  exec: true\n  memoryLimit: 8Mi\nsources:\n- name: source-file\n  directory: /etc/kubernetes/manifests\n- name: source-http\n  urls: [\"http://cfg/pods/\"]\n  period: 1m\n  timeout: 2s\n  config: {url: \"http://cfg/pods/a.yaml\"}\n",
+        )
+        .expect("config");
+        let probes = Path::new("/p/probes");
+        let http = config.probes[0].spec(probes, 0).expect("spec");
+        assert_eq!(http.path, Path::new("/p/probes/probe_http_get.wasm"));
+        assert_eq!(http.kinds, ["httpGet"]);
+        assert_eq!(http.grants.network.len(), 2);
+        assert!(!http.grants.exec);
+        let redis = config.probes[1].spec(probes, 1).expect("spec");
+        assert_eq!(redis.path, Path::new("/opt/redis.wasm"));
+        assert!(redis.grants.exec && redis.grants.network.is_empty());
+        assert_eq!(redis.limits.memory_bytes, 8 << 20);
+
+        let sources = Path::new("/p/sources");
+        let file = config.sources[0].spec(sources, 0).expect("spec");
+        assert_eq!(file.path, Path::new("/p/sources/source_file.wasm"));
+        assert_eq!(
+            file.grants.directory.as_deref(),
+            Some(Path::new("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(file.period, DEFAULT_SOURCE_PERIOD);
+        assert_eq!(file.limits.deadline, DEFAULT_SOURCE_TIMEOUT);
+        let http = config.sources[1].spec(sources, 1).expect("spec");
+        assert_eq!(http.grants.urls, ["http://cfg/pods/"]);
+        assert_eq!(http.period, std::time::Duration::from_secs(60));
+        assert_eq!(http.limits.deadline, std::time::Duration::from_secs(2));
+
+        for (yaml, field) in [
+            (
+                "probes:\n- name: p\n  kinds: []\n",
+                "plugins.probes[0].kinds",
+            ),
+            (
+                "probes:\n- name: p\n  kinds: [exec]\n  network: [everywhere]\n",
+                "plugins.probes[0].network[0]",
+            ),
+            (
+                "sources:\n- name: s\n  directory: manifests\n",
+                "plugins.sources[0].directory",
+            ),
+            (
+                "sources:\n- name: s\n  urls: [ftp://x/]\n",
+                "plugins.sources[0].urls[0]",
+            ),
+            (
+                "sources:\n- name: s\n  period: often\n",
+                "plugins.sources[0].period",
+            ),
+        ] {
+            let config: PluginsConfig = serde_yaml_ng::from_str(yaml).expect("config");
+            let error = match (config.probes.first(), config.sources.first()) {
+                (Some(p), _) => p.spec(probes, 0).expect_err(yaml),
+                (_, Some(s)) => s.spec(sources, 0).expect_err(yaml),
+                _ => unreachable!(),
+            };
+            assert_eq!(error.field, field, "{yaml}");
+        }
     }
 }

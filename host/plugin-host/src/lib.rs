@@ -39,6 +39,7 @@ pub mod convert;
 pub mod dev;
 pub mod http;
 pub mod inspect;
+pub mod kinds;
 pub mod metrics;
 pub mod probe;
 /// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
@@ -51,9 +52,10 @@ pub mod watch;
 pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, LinkSpec, ReplaceError};
 pub use config::PluginsConfig;
+pub use kinds::{PodSources, ProbeHandlers};
 use metrics::CallMetrics;
 pub use metrics::PluginMetrics;
-pub use watch::AdmissionDirectory;
+pub use watch::{AdmissionDirectory, PluginDirectory, PluginSet};
 
 #[allow(missing_docs)]
 pub(crate) mod bindings {

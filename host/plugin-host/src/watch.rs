@@ -1,4 +1,5 @@
-//! [`AdmissionDirectory`]: the admission chain kept in step with a plugin directory.
+//! [`AdmissionDirectory`]: the admission chain kept in step with a plugin directory;
+//! [`PluginDirectory`]: the same for a [`PluginSet`] of probe handlers or pod sources.
 //!
 //! `<directory>/admission/` is watched (inotify through `notify`). Adding a `.wasm` adds
 //! a link, replacing one swaps its plugin (calls in flight finish on the old version),
@@ -129,7 +130,7 @@ impl AdmissionDirectory {
         };
         let follower = Follower { chain, configured };
         follower.rescan().await;
-        let task = tokio::spawn(follower.run(rx, reload_on_sighup));
+        let task = tokio::spawn(follow(follower, rx, reload_on_sighup));
         Ok(Self {
             tx,
             task,
@@ -178,48 +179,74 @@ struct Follower {
     configured: Arc<Configured>,
 }
 
-impl Follower {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Msg>, reload_on_sighup: bool) {
-        let mut hangup = if reload_on_sighup {
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-                .map_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP"))
-                .ok()
-        } else {
-            None
-        };
-        loop {
-            let first = tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(msg) => msg,
-                    None => return,
-                },
-                Some(()) = async { hangup.as_mut()?.recv().await } => {
-                    tracing::info!("SIGHUP: re-reading admission plugins");
-                    Msg::Rescan
-                }
-            };
-            // Take whatever else is already queued, so a burst of events for one file
-            // loads it once.
-            let mut paths = BTreeSet::new();
-            let mut rescan = false;
-            let mut take = |msg| match msg {
-                Msg::Changed(path) => {
-                    paths.insert(path);
-                }
-                Msg::Rescan => rescan = true,
-            };
-            take(first);
-            while let Ok(msg) = rx.try_recv() {
-                take(msg);
+/// What follows a directory: reads every file again, or one that changed.
+trait Follow: Send + Sync + 'static {
+    /// What it follows, for logs.
+    fn what(&self) -> &'static str;
+    async fn rescan(&self);
+    async fn changed(&self, path: &Path);
+}
+
+/// Feeds `follower` the directory's events until the sender is gone: a burst of events
+/// for one file loads it once; lost events and `SIGHUP` read everything again.
+async fn follow<F: Follow>(
+    follower: F,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    reload_on_sighup: bool,
+) {
+    let mut hangup = if reload_on_sighup {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP"))
+            .ok()
+    } else {
+        None
+    };
+    loop {
+        let first = tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(msg) => msg,
+                None => return,
+            },
+            Some(()) = async { hangup.as_mut()?.recv().await } => {
+                tracing::info!("SIGHUP: re-reading {}", follower.what());
+                Msg::Rescan
             }
-            if rescan {
-                self.rescan().await;
-            } else {
-                for path in paths {
-                    self.changed(&path).await;
-                }
+        };
+        // Take whatever else is already queued, so a burst of events for one file
+        // loads it once.
+        let mut paths = BTreeSet::new();
+        let mut rescan = false;
+        let mut take = |msg| match msg {
+            Msg::Changed(path) => {
+                paths.insert(path);
+            }
+            Msg::Rescan => rescan = true,
+        };
+        take(first);
+        while let Ok(msg) = rx.try_recv() {
+            take(msg);
+        }
+        if rescan {
+            follower.rescan().await;
+        } else {
+            for path in paths {
+                follower.changed(&path).await;
             }
         }
+    }
+}
+
+/// After a failed load: whether `path` stayed as it was (`before`) for [`SETTLE`], so
+/// the failure is the file's and not a half-written copy's.
+async fn settled(path: &Path, before: &std::fs::Metadata) -> bool {
+    tokio::time::sleep(SETTLE).await;
+    std::fs::metadata(path)
+        .is_ok_and(|m| m.len() == before.len() && m.modified().ok() == before.modified().ok())
+}
+
+impl Follow for Follower {
+    fn what(&self) -> &'static str {
+        "admission plugins"
     }
 
     /// Every file that may hold a link: configured ones, the directory's, the chain's.
@@ -275,12 +302,7 @@ impl Follower {
             if configured {
                 self.chain.add_unavailable(&name, spec, error.to_string());
             }
-            tokio::time::sleep(SETTLE).await;
-            let now = std::fs::metadata(path).ok();
-            let settled = now.is_some_and(|m| {
-                m.len() == meta.len() && m.modified().ok() == meta.modified().ok()
-            });
-            if settled {
+            if settled(path, &meta).await {
                 if self.chain.current(&name).is_some() {
                     tracing::error!(plugin = %name, %error, "new version refused; the old one keeps serving");
                 } else {
@@ -288,6 +310,196 @@ impl Follower {
                 }
             }
             // Otherwise the file is still being written: its next event loads it.
+        }
+    }
+}
+
+/// Plugins by name (probe handlers, pod sources), each swapped in one atomic step:
+/// a caller holding the old version finishes with it, the next caller gets the new one.
+pub struct PluginSet<T> {
+    plugins: arc_swap::ArcSwap<std::collections::BTreeMap<String, Arc<T>>>,
+}
+
+impl<T> Default for PluginSet<T> {
+    fn default() -> Self {
+        Self {
+            plugins: arc_swap::ArcSwap::from_pointee(Default::default()),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for PluginSet<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+impl<T> PluginSet<T> {
+    /// The current version of plugin `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<T>> {
+        self.plugins.load().get(name).cloned()
+    }
+
+    /// The names of the plugins loaded now.
+    pub fn names(&self) -> Vec<String> {
+        self.plugins.load().keys().cloned().collect()
+    }
+
+    /// Puts `plugin` in as `name`, replacing any older version.
+    pub fn insert(&self, name: &str, plugin: Arc<T>) {
+        self.plugins.rcu(|map| {
+            let mut map = (**map).clone();
+            map.insert(name.to_owned(), plugin.clone());
+            map
+        });
+    }
+
+    /// Takes plugin `name` out; whether it was there.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut removed = false;
+        self.plugins.rcu(|map| {
+            let mut map = (**map).clone();
+            removed = map.remove(name).is_some();
+            map
+        });
+        removed
+    }
+}
+
+/// A loaded plugin version, told apart from the next by its component's digest.
+pub trait Versioned: Send + Sync + 'static {
+    /// The sha256 of its component file.
+    fn digest(&self) -> &str;
+}
+
+impl Versioned for crate::probe::ProbeHandler {
+    fn digest(&self) -> &str {
+        self.digest()
+    }
+}
+
+impl Versioned for crate::source::PodSource {
+    fn digest(&self) -> &str {
+        self.digest()
+    }
+}
+
+/// Loads plugin `name` from its configured settings.
+pub type Loader<T> = Arc<dyn Fn(&str) -> Result<T, crate::PluginError> + Send + Sync>;
+
+/// A [`PluginSet`] following the files of its configured plugins: a file written or
+/// renamed into place swaps that plugin (a version that does not load is refused and
+/// the old one keeps serving), a file removed takes it out (with an error logged: the
+/// configuration still names it). Dropping it stops the watching.
+pub struct PluginDirectory {
+    tx: mpsc::UnboundedSender<Msg>,
+    task: tokio::task::JoinHandle<()>,
+    _watchers: Vec<notify::RecommendedWatcher>,
+}
+
+impl Drop for PluginDirectory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PluginDirectory {
+    /// Loads every configured plugin (`name`, its file) into `set` with `load`, then
+    /// follows the directories their files are in. `what` names them in logs
+    /// (`probe handler`, `pod source`).
+    pub async fn start<T: Versioned>(
+        set: Arc<PluginSet<T>>,
+        configured: Vec<(String, PathBuf)>,
+        load: Loader<T>,
+        what: &'static str,
+        reload_on_sighup: bool,
+    ) -> Result<Self, StartError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let dirs: BTreeSet<PathBuf> = configured
+            .iter()
+            .filter_map(|(_, p)| p.parent().map(Path::to_owned))
+            .collect();
+        let watchers = dirs
+            .iter()
+            .map(|d| watch(d, tx.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let follower = SetFollower {
+            set,
+            configured,
+            load,
+            what,
+        };
+        follower.rescan().await;
+        let task = tokio::spawn(follow(follower, rx, reload_on_sighup));
+        Ok(Self {
+            tx,
+            task,
+            _watchers: watchers,
+        })
+    }
+
+    /// Re-reads every plugin file now, as `SIGHUP` does.
+    pub fn rescan(&self) {
+        let _ = self.tx.send(Msg::Rescan);
+    }
+}
+
+struct SetFollower<T> {
+    set: Arc<PluginSet<T>>,
+    configured: Vec<(String, PathBuf)>,
+    load: Loader<T>,
+    what: &'static str,
+}
+
+impl<T: Versioned> Follow for SetFollower<T> {
+    fn what(&self) -> &'static str {
+        self.what
+    }
+
+    async fn rescan(&self) {
+        for (_, path) in &self.configured {
+            self.changed(path).await;
+        }
+    }
+
+    async fn changed(&self, path: &Path) {
+        let what = self.what;
+        for (name, _) in self.configured.iter().filter(|(_, p)| p == path) {
+            let Ok(meta) = std::fs::metadata(path) else {
+                if self.set.remove(name) {
+                    tracing::error!(plugin = %name, path = %path.display(), "{what} removed with its file; the configuration still names it");
+                } else {
+                    tracing::error!(plugin = %name, path = %path.display(), "{what} unavailable: component file missing");
+                }
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            if let (Some(current), Ok(bytes)) = (self.set.get(name), std::fs::read(path))
+                && current.digest() == cache::sha256_hex(&bytes)
+            {
+                continue;
+            }
+            let (load, owned) = (self.load.clone(), name.clone());
+            // Compiling takes tens of milliseconds of CPU: keep it off the async workers.
+            let loaded = tokio::task::spawn_blocking(move || load(&owned)).await;
+            match loaded {
+                Ok(Ok(plugin)) => {
+                    tracing::info!(plugin = %name, digest = plugin.digest(), "{what} loaded");
+                    self.set.insert(name, Arc::new(plugin));
+                }
+                Ok(Err(error)) => {
+                    if settled(path, &meta).await {
+                        if self.set.get(name).is_some() {
+                            tracing::error!(plugin = %name, %error, "new {what} version refused; the old one keeps serving");
+                        } else {
+                            tracing::error!(plugin = %name, %error, "{what} unavailable");
+                        }
+                    }
+                }
+                Err(e) => tracing::error!(plugin = %name, error = %e, "loading {what} panicked"),
+            }
         }
     }
 }

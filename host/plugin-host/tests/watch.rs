@@ -198,3 +198,121 @@ async fn a_configured_plugin_that_does_not_load_follows_its_failure_policy() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Polls `check` until it is true or `limit` passes.
+async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    check()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_handlers_follow_their_files_by_kind() {
+    let dir = temp_dir("probes");
+    std::fs::create_dir_all(dir.join("probes")).expect("dir");
+    let file = dir.join("probes/tcp.wasm");
+    install_atomically(&plugin("probe-tcp-socket"), &file);
+    let config = config(
+        &dir,
+        "probes:\n- name: tcp\n  file: tcp.wasm\n  kinds: [tcpSocket]\n  network: [pod]\n",
+    );
+    let engine = PluginEngine::new().expect("engine");
+    let handlers = ProbeHandlers::start(&engine, &config, false)
+        .await
+        .expect("start");
+    let first = handlers.for_kind("tcpSocket").expect("loaded");
+    assert_eq!(
+        handlers.for_kind("httpGet").expect_err("none"),
+        "no probe handler is configured for httpGet probes"
+    );
+
+    // A new version renamed into place replaces it; the holder of the old one keeps it.
+    install_atomically(&plugin("probe-http-get"), &file);
+    let swapped = eventually(Duration::from_secs(2), || {
+        handlers
+            .for_kind("tcpSocket")
+            .is_ok_and(|h| h.digest() != first.digest())
+    })
+    .await;
+    assert!(swapped, "the new version is served");
+    let second = handlers.for_kind("tcpSocket").expect("loaded");
+
+    // A broken version is refused; the last good one keeps serving.
+    std::fs::write(dir.join("probes/tcp.tmp"), b"\0asm garbage").expect("write");
+    std::fs::rename(dir.join("probes/tcp.tmp"), &file).expect("rename");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        handlers
+            .for_kind("tcpSocket")
+            .expect("still loaded")
+            .digest(),
+        second.digest()
+    );
+
+    // Removed: probes of its kind fail, saying so.
+    std::fs::remove_file(&file).expect("rm");
+    let gone = eventually(Duration::from_secs(2), || {
+        handlers.for_kind("tcpSocket").is_err()
+    })
+    .await;
+    assert!(gone);
+    assert_eq!(
+        handlers.for_kind("tcpSocket").expect_err("gone"),
+        "probe handler tcp (for tcpSocket probes) is not loaded"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_sources_load_from_configuration() {
+    let dir = temp_dir("sources");
+    std::fs::create_dir_all(dir.join("sources")).expect("dir");
+    std::fs::create_dir_all(dir.join("manifests")).expect("dir");
+    std::fs::write(
+        dir.join("manifests/web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: a, image: nginx}]}\n",
+    )
+    .expect("write");
+    install_atomically(
+        &plugin("source-file"),
+        &dir.join("sources/source_file.wasm"),
+    );
+    let yaml = format!(
+        "sources:\n- name: source-file\n  directory: {}\n  period: 5s\n",
+        dir.join("manifests").display()
+    );
+    let engine = PluginEngine::new().expect("engine");
+    let sources = PodSources::start(&engine, &config(&dir, &yaml), false)
+        .await
+        .expect("start");
+    let [(name, spec)] = sources.configured() else {
+        panic!("one source")
+    };
+    assert_eq!(name, "source-file");
+    assert_eq!(spec.period, Duration::from_secs(5));
+    let snapshot = sources
+        .get("source-file")
+        .expect("loaded")
+        .poll()
+        .await
+        .expect("poll");
+    assert_eq!(snapshot.pods.len(), 1);
+
+    let twice = config(
+        &dir,
+        "probes:\n- name: a\n  kinds: [exec]\n- name: b\n  kinds: [grpc, exec]\n",
+    );
+    let Err(error) = ProbeHandlers::start(&engine, &twice, false).await else {
+        panic!("two handlers for one kind")
+    };
+    assert_eq!(
+        error.to_string(),
+        "plugins.probes[1].kinds: exec probes are already checked by a"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,183 @@
+//! The probe handlers and pod sources of a `plugins:` configuration, loaded and
+//! following their files: [`ProbeHandlers`] (which handler checks each probe kind) and
+//! [`PodSources`] (each source with its poll period).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::PluginEngine;
+use crate::config::{ConfigError, PluginsConfig, SourceSpec};
+use crate::probe::ProbeHandler;
+use crate::source::PodSource;
+use crate::watch::{Loader, PluginDirectory, PluginSet, StartError};
+
+/// The directory configured plugins of `kind` are relative to.
+fn kind_dir(config: &PluginsConfig, kind: &str) -> PathBuf {
+    config
+        .directory
+        .as_ref()
+        .map(|d| d.join(kind))
+        .unwrap_or_default()
+}
+
+/// The configured probe handlers, by the probe kinds they check.
+pub struct ProbeHandlers {
+    set: Arc<PluginSet<ProbeHandler>>,
+    by_kind: BTreeMap<String, String>,
+    directory: PluginDirectory,
+}
+
+impl ProbeHandlers {
+    /// Loads every handler in `config.probes` and follows their files. A handler that
+    /// does not load is logged; probes of its kinds fail until a good version appears.
+    pub async fn start(
+        engine: &PluginEngine,
+        config: &PluginsConfig,
+        reload_on_sighup: bool,
+    ) -> Result<Self, StartError> {
+        let base = kind_dir(config, "probes");
+        let mut specs = BTreeMap::new();
+        let mut by_kind = BTreeMap::<String, String>::new();
+        for (i, entry) in config.probes.iter().enumerate() {
+            let spec = entry.spec(&base, i)?;
+            for kind in &spec.kinds {
+                if let Some(other) = by_kind.insert(kind.clone(), entry.name.clone()) {
+                    return Err(ConfigError {
+                        field: format!("plugins.probes[{i}].kinds"),
+                        message: format!("{kind} probes are already checked by {other}"),
+                    }
+                    .into());
+                }
+            }
+            if specs.insert(entry.name.clone(), spec).is_some() {
+                return Err(ConfigError {
+                    field: format!("plugins.probes[{i}].name"),
+                    message: format!("{} is named twice", entry.name),
+                }
+                .into());
+            }
+        }
+        let configured = specs
+            .iter()
+            .map(|(n, s)| (n.clone(), s.path.clone()))
+            .collect();
+        let (engine, specs) = (engine.clone(), Arc::new(specs));
+        let load: Loader<ProbeHandler> = Arc::new(move |name| {
+            let spec = &specs[name];
+            engine.load_probe(
+                name,
+                &spec.path,
+                spec.config.clone(),
+                spec.limits.clone(),
+                spec.grants.clone(),
+            )
+        });
+        let set = Arc::new(PluginSet::default());
+        let directory = PluginDirectory::start(
+            set.clone(),
+            configured,
+            load,
+            "probe handler",
+            reload_on_sighup,
+        )
+        .await?;
+        Ok(Self {
+            set,
+            by_kind,
+            directory,
+        })
+    }
+
+    /// The handler that checks `kind` probes (`httpGet`, `exec`, a custom kind), or why
+    /// there is none.
+    pub fn for_kind(&self, kind: &str) -> Result<Arc<ProbeHandler>, String> {
+        let name = self
+            .by_kind
+            .get(kind)
+            .ok_or_else(|| format!("no probe handler is configured for {kind} probes"))?;
+        self.set
+            .get(name)
+            .ok_or_else(|| format!("probe handler {name} (for {kind} probes) is not loaded"))
+    }
+
+    /// Re-reads every handler's file now.
+    pub fn rescan(&self) {
+        self.directory.rescan();
+    }
+}
+
+/// The configured pod sources.
+pub struct PodSources {
+    set: Arc<PluginSet<PodSource>>,
+    specs: Vec<(String, SourceSpec)>,
+    directory: PluginDirectory,
+}
+
+impl PodSources {
+    /// Loads every source in `config.sources` and follows their files. A source that
+    /// does not load is logged and not polled until a good version appears.
+    pub async fn start(
+        engine: &PluginEngine,
+        config: &PluginsConfig,
+        reload_on_sighup: bool,
+    ) -> Result<Self, StartError> {
+        let base = kind_dir(config, "sources");
+        let mut specs: Vec<(String, SourceSpec)> = Vec::new();
+        for (i, entry) in config.sources.iter().enumerate() {
+            if specs.iter().any(|(n, _)| *n == entry.name) {
+                return Err(ConfigError {
+                    field: format!("plugins.sources[{i}].name"),
+                    message: format!("{} is named twice", entry.name),
+                }
+                .into());
+            }
+            specs.push((entry.name.clone(), entry.spec(&base, i)?));
+        }
+        let configured = specs
+            .iter()
+            .map(|(n, s)| (n.clone(), s.path.clone()))
+            .collect();
+        let by_name: Arc<BTreeMap<_, _>> = Arc::new(specs.iter().cloned().collect());
+        let engine = engine.clone();
+        let load: Loader<PodSource> = Arc::new(move |name| {
+            let spec: &SourceSpec = &by_name[name];
+            engine.load_source(
+                name,
+                &spec.path,
+                spec.config.clone(),
+                spec.limits.clone(),
+                spec.grants.clone(),
+            )
+        });
+        let set = Arc::new(PluginSet::default());
+        let directory = PluginDirectory::start(
+            set.clone(),
+            configured,
+            load,
+            "pod source",
+            reload_on_sighup,
+        )
+        .await?;
+        Ok(Self {
+            set,
+            specs,
+            directory,
+        })
+    }
+
+    /// The configured sources, in configuration order, with their settings.
+    pub fn configured(&self) -> &[(String, SourceSpec)] {
+        &self.specs
+    }
+
+    /// The current version of source `name` (none while it does not load).
+    pub fn get(&self, name: &str) -> Option<Arc<PodSource>> {
+        self.set.get(name)
+    }
+
+    /// Re-reads every source's file now.
+    pub fn rescan(&self) {
+        self.directory.rescan();
+    }
+}
