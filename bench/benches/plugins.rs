@@ -400,6 +400,8 @@ async fn main() {
     }
     println!("\n{calls} decisions made during the swaps, {failed} failed.");
 
+    probes_and_sources(&engine).await;
+
     header_memory();
     let before = rss_bytes();
     let mut kept = Vec::new();
@@ -429,6 +431,167 @@ async fn main() {
     );
     drop(kept);
     let _ = fmt;
+}
+
+/// A container whose every command exits 0 at once: the exec probe's own cost.
+struct InstantExec;
+
+impl probe::ContainerExec for InstantExec {
+    fn exec_sync(
+        &self,
+        _command: Vec<String>,
+        _timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<probe::ExecOutput, String>> + Send + '_>>
+    {
+        Box::pin(async {
+            Ok(probe::ExecOutput {
+                exit_code: 0,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            })
+        })
+    }
+}
+
+/// A keep-nothing HTTP/1.1 server answering every request `200 ok`.
+async fn ok_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 2048];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = conn
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// Probe checks and source polls, each in a fresh instance, against local peers.
+async fn probes_and_sources(engine: &PluginEngine) {
+    let budget = Budget::from_args(2_000);
+    header("Probe checks and pod-source polls (a fresh instance each, local peers)");
+    let target = |action| probe::Target {
+        pod_namespace: "default".into(),
+        pod_name: "web".into(),
+        pod_uid: "uid".into(),
+        container_name: "app".into(),
+        pod_ip: "127.0.0.1".into(),
+        kind: probe::ProbeKind::Readiness,
+        action,
+        timeout_ms: 1000,
+    };
+    let grants = |exec: bool, network: &[&str]| probe::Grants {
+        exec,
+        network: network.iter().map(|g| g.parse().expect("grant")).collect(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let tcp_port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move { while listener.accept().await.is_ok() {} });
+    let http_port = ok_server().await;
+    let exec: Arc<dyn probe::ContainerExec> = Arc::new(InstantExec);
+    let cases = [
+        (
+            "probe-exec",
+            "exec (the runtime's exec answered at once)",
+            grants(true, &[]),
+            probe::Action::Exec(vec!["true".into()]),
+        ),
+        (
+            "probe-tcp-socket",
+            "tcpSocket, connect to a local listener",
+            grants(false, &["pod"]),
+            probe::Action::TcpSocket(probe::TcpSocketAction {
+                host: String::new(),
+                port: tcp_port,
+            }),
+        ),
+        (
+            "probe-http-get",
+            "httpGet, a new connection and GET to a local server",
+            grants(false, &["pod"]),
+            probe::Action::HttpGet(probe::HttpGetAction {
+                scheme: "HTTP".into(),
+                host: String::new(),
+                port: http_port,
+                path: "/healthz".into(),
+                headers: Vec::new(),
+            }),
+        ),
+    ];
+    for (name, label, grants, action) in cases {
+        let handler = engine
+            .load_probe(
+                name,
+                &shipped_plugin(name),
+                BTreeMap::new(),
+                Limits::default(),
+                grants,
+            )
+            .expect("load");
+        let target = target(action);
+        let s = time_async(budget, || async {
+            let out = handler
+                .check(&target, Some(exec.clone()))
+                .await
+                .expect("check");
+            assert!(matches!(out, probe::Outcome::Success(_)), "{out:?}");
+        })
+        .await;
+        row(label, &s);
+    }
+
+    let dir = temp("manifests");
+    for i in 0..30 {
+        std::fs::write(
+            dir.0.join(format!("pod-{i}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pod-{i}\n  labels: {{app: web}}\nspec:\n  containers:\n  - name: app\n    image: nginx:1.27\n    resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}\n    ports: [{{containerPort: 80}}]\n"
+            ),
+        )
+        .expect("write");
+    }
+    let source = engine
+        .load_source(
+            "source-file",
+            &shipped_plugin("source-file"),
+            BTreeMap::new(),
+            Limits {
+                deadline: Duration::from_secs(10),
+                ..Limits::default()
+            },
+            source::SourceGrants {
+                directory: Some(dir.0.clone()),
+                urls: Vec::new(),
+            },
+        )
+        .expect("load");
+    let s = time_async(Budget::from_args(300), || async {
+        let snapshot = source.poll().await.expect("poll");
+        assert_eq!(snapshot.pods.len(), 30);
+    })
+    .await;
+    row(
+        "file source: a directory of 30 manifests, read, parsed, decoded",
+        &s,
+    );
 }
 
 fn header_memory() {

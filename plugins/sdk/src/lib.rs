@@ -72,6 +72,7 @@ pub mod source_bindings {
     });
 }
 
+#[cfg(feature = "http")]
 pub mod http;
 pub mod resources;
 pub mod source;
