@@ -490,6 +490,175 @@ pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
     Ok(out)
 }
 
+/// The probe kind a handler is picked by: `httpGet`, `tcpSocket`, `exec` or `grpc`.
+pub fn probe_kind(action: &crate::probe::Action) -> &'static str {
+    use crate::probe::Action;
+    match action {
+        Action::Exec(_) => "exec",
+        Action::HttpGet(_) => "httpGet",
+        Action::TcpSocket(_) => "tcpSocket",
+        Action::Grpc(_) => "grpc",
+        Action::Custom(_) => "custom",
+    }
+}
+
+/// A probe's port as the kubelet resolves it: a number, or the name of one of the
+/// container's ports.
+fn probe_port(
+    field: &str,
+    port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    container: &k8s::Container,
+) -> Result<u16, ConvertError> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let number = match port {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port)
+            .ok_or_else(|| {
+                bad(
+                    field,
+                    format!("couldn't find port: {name} in container {}", container.name),
+                )
+            })?,
+    };
+    u16::try_from(number)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| bad(field, format!("invalid port number: {number}")))
+}
+
+/// `$(NAME)` in an exec probe's command replaced by the container's literal env value,
+/// `$$` by `$`, as the kubelet expands it; a reference to an unknown (or not literal)
+/// variable stays as written.
+fn expand_command(arg: &str, env: &BTreeMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match env.get(name) {
+                Some(value) => out.push_str(value),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The check a container's probe asks for, as the probe handlers see it: `field` is the
+/// probe's path (`spec.containers[0].livenessProbe`) for errors, `pod_ip` the pod's
+/// address (the host a probe checks unless it names one). Named ports are resolved
+/// against the container's ports; `timeoutSeconds` defaults to 1, as in the API.
+pub fn probe_target(
+    pod: &k8s::Pod,
+    container: &k8s::Container,
+    probe: &k8s::Probe,
+    kind: crate::probe::ProbeKind,
+    pod_ip: &str,
+    field: &str,
+) -> Result<crate::probe::Target, ConvertError> {
+    use crate::probe::{Action, GrpcAction, HttpGetAction, TcpSocketAction};
+    let action = if let Some(exec) = &probe.exec {
+        let env: BTreeMap<&str, &str> = container
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+            .collect();
+        let command: Vec<String> = exec
+            .command
+            .iter()
+            .flatten()
+            .map(|a| expand_command(a, &env))
+            .collect();
+        if command.is_empty() {
+            return Err(bad(format!("{field}.exec.command"), "Required value"));
+        }
+        Action::Exec(command)
+    } else if let Some(get) = &probe.http_get {
+        Action::HttpGet(HttpGetAction {
+            scheme: get.scheme.clone().unwrap_or_else(|| "HTTP".into()),
+            host: get.host.clone().unwrap_or_default(),
+            port: probe_port(&format!("{field}.httpGet.port"), &get.port, container)?,
+            path: get.path.clone().unwrap_or_default(),
+            headers: get
+                .http_headers
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+        })
+    } else if let Some(tcp) = &probe.tcp_socket {
+        Action::TcpSocket(TcpSocketAction {
+            host: tcp.host.clone().unwrap_or_default(),
+            port: probe_port(&format!("{field}.tcpSocket.port"), &tcp.port, container)?,
+        })
+    } else if let Some(grpc) = &probe.grpc {
+        let port = u16::try_from(grpc.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                bad(
+                    format!("{field}.grpc.port"),
+                    format!("invalid port number: {}", grpc.port),
+                )
+            })?;
+        Action::Grpc(GrpcAction {
+            host: String::new(),
+            port,
+            service: grpc.service.clone(),
+        })
+    } else {
+        return Err(bad(
+            field,
+            "must specify a handler type (exec, httpGet, tcpSocket or grpc)",
+        ));
+    };
+    let timeout = probe.timeout_seconds.unwrap_or(1);
+    if timeout < 1 {
+        return Err(bad(
+            format!("{field}.timeoutSeconds"),
+            format!("must be greater than or equal to 1, got {timeout}"),
+        ));
+    }
+    Ok(crate::probe::Target {
+        pod_namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod_name: pod.metadata.name.clone().unwrap_or_default(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+        container_name: container.name.clone(),
+        pod_ip: pod_ip.to_owned(),
+        kind,
+        action,
+        timeout_ms: u32::try_from(timeout)
+            .unwrap_or(u32::MAX / 1000)
+            .saturating_mul(1000),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,5 +780,70 @@ mod tests {
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert!(documents("a: [1, 2").is_err());
+    }
+
+    #[test]
+    fn probes_become_targets_as_the_kubelet_resolves_them() {
+        use crate::probe::{Action, ProbeKind};
+        let pod: k8s::Pod = serde_yaml_ng::from_str(
+            "metadata: {name: web, namespace: shop, uid: u1}\nspec:\n  containers:\n  - name: app\n    image: nginx\n    env: [{name: FILE, value: /tmp/ok}, {name: FROM, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]\n    ports: [{name: http, containerPort: 8080}]\n    livenessProbe: {httpGet: {port: http, path: /healthz, httpHeaders: [{name: X-A, value: b}]}, timeoutSeconds: 3}\n    readinessProbe: {tcpSocket: {port: 9000}}\n    startupProbe: {exec: {command: [cat, $(FILE), $(FROM), $$(FILE)]}}\n  - name: side\n    image: x\n    livenessProbe: {httpGet: {port: metrics}}\n    readinessProbe: {grpc: {port: 50051, service: db}}\n",
+        )
+        .expect("pod");
+        let spec = pod.spec.as_ref().expect("spec");
+        let app = &spec.containers[0];
+        let target = |c: &k8s::Container, p: Option<&k8s::Probe>, field: &str| {
+            probe_target(
+                &pod,
+                c,
+                p.expect("probe"),
+                ProbeKind::Liveness,
+                "10.88.0.9",
+                field,
+            )
+        };
+        let live = target(app, app.liveness_probe.as_ref(), "l").expect("target");
+        assert_eq!(live.timeout_ms, 3000);
+        assert_eq!(
+            (live.pod_namespace.as_str(), live.pod_ip.as_str()),
+            ("shop", "10.88.0.9")
+        );
+        let Action::HttpGet(get) = &live.action else {
+            panic!("httpGet")
+        };
+        assert_eq!(
+            (get.scheme.as_str(), get.port, get.path.as_str()),
+            ("HTTP", 8080, "/healthz")
+        );
+        assert_eq!(get.headers, [("X-A".to_owned(), "b".to_owned())]);
+        assert_eq!(probe_kind(&live.action), "httpGet");
+
+        let ready = target(app, app.readiness_probe.as_ref(), "r").expect("target");
+        assert_eq!(ready.timeout_ms, 1000, "timeoutSeconds defaults to 1");
+        assert_eq!(probe_kind(&ready.action), "tcpSocket");
+
+        let start = target(app, app.startup_probe.as_ref(), "s").expect("target");
+        assert_eq!(
+            start.action,
+            Action::Exec(vec![
+                "cat".into(),
+                "/tmp/ok".into(),
+                "$(FROM)".into(),
+                "$(FILE)".into()
+            ])
+        );
+
+        let side = &spec.containers[1];
+        let err = target(
+            side,
+            side.liveness_probe.as_ref(),
+            "spec.containers[1].livenessProbe",
+        )
+        .expect_err("unknown port name");
+        assert_eq!(
+            err.to_string(),
+            "spec.containers[1].livenessProbe.httpGet.port: couldn't find port: metrics in container side"
+        );
+        let grpc = target(side, side.readiness_probe.as_ref(), "g").expect("target");
+        assert_eq!(probe_kind(&grpc.action), "grpc");
     }
 }
