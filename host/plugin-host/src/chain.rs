@@ -15,7 +15,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::{
-    AdmissionPlugin, Limits, Node, NodeLoad, PluginEngine, PluginError, Pod, Rejection, Verdict,
+    AdmissionPlugin, Limits, Node, NodeLoad, Plugin, PluginEngine, PluginError, Pod, Rejection,
+    Verdict,
 };
 
 /// What a chain does with a plugin that fails (traps, times out) instead of deciding,

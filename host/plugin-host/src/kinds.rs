@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::PluginEngine;
-use crate::config::{ConfigError, PluginsConfig, SourceSpec};
+use crate::config::{ConfigError, PluginsConfig, ProbeSpec, SourceSpec};
 use crate::probe::ProbeHandler;
 use crate::source::PodSource;
 use crate::watch::{Loader, PluginDirectory, PluginSet, StartError};
+use crate::{Plugin, PluginEngine, PluginError};
 
 /// The directory configured plugins of `kind` are relative to.
 fn kind_dir(config: &PluginsConfig, kind: &str) -> PathBuf {
@@ -19,6 +19,32 @@ fn kind_dir(config: &PluginsConfig, kind: &str) -> PathBuf {
         .as_ref()
         .map(|d| d.join(kind))
         .unwrap_or_default()
+}
+
+/// The error for a plugin named twice in the list `plugins.<list>`.
+fn named_twice(list: &str, index: usize, name: &str) -> StartError {
+    ConfigError {
+        field: format!("plugins.{list}[{index}].name"),
+        message: format!("{name} is named twice"),
+    }
+    .into()
+}
+
+/// Loads every configured plugin in `specs` with `load` into a new set and follows
+/// their files (`path` says where a spec's file is).
+async fn start_set<T: Plugin, S: Send + Sync + 'static>(
+    specs: BTreeMap<String, S>,
+    path: impl Fn(&S) -> PathBuf,
+    load: impl Fn(&str, &S) -> Result<T, PluginError> + Send + Sync + 'static,
+    what: &'static str,
+    reload_on_sighup: bool,
+) -> Result<(Arc<PluginSet<T>>, PluginDirectory), StartError> {
+    let configured = specs.iter().map(|(n, s)| (n.clone(), path(s))).collect();
+    let load: Loader<T> = Arc::new(move |name| load(name, &specs[name]));
+    let set = Arc::new(PluginSet::default());
+    let directory =
+        PluginDirectory::start(set.clone(), configured, load, what, reload_on_sighup).await?;
+    Ok((set, directory))
 }
 
 /// The configured probe handlers, by the probe kinds they check.
@@ -51,33 +77,22 @@ impl ProbeHandlers {
                 }
             }
             if specs.insert(entry.name.clone(), spec).is_some() {
-                return Err(ConfigError {
-                    field: format!("plugins.probes[{i}].name"),
-                    message: format!("{} is named twice", entry.name),
-                }
-                .into());
+                return Err(named_twice("probes", i, &entry.name));
             }
         }
-        let configured = specs
-            .iter()
-            .map(|(n, s)| (n.clone(), s.path.clone()))
-            .collect();
-        let (engine, specs) = (engine.clone(), Arc::new(specs));
-        let load: Loader<ProbeHandler> = Arc::new(move |name| {
-            let spec = &specs[name];
-            engine.load_probe(
-                name,
-                &spec.path,
-                spec.config.clone(),
-                spec.limits.clone(),
-                spec.grants.clone(),
-            )
-        });
-        let set = Arc::new(PluginSet::default());
-        let directory = PluginDirectory::start(
-            set.clone(),
-            configured,
-            load,
+        let engine = engine.clone();
+        let (set, directory) = start_set(
+            specs,
+            |spec: &ProbeSpec| spec.path.clone(),
+            move |name, spec| {
+                engine.load_probe(
+                    name,
+                    &spec.path,
+                    spec.config.clone(),
+                    spec.limits.clone(),
+                    spec.grants.clone(),
+                )
+            },
             "probe handler",
             reload_on_sighup,
         )
@@ -126,35 +141,23 @@ impl PodSources {
         let mut specs: Vec<(String, SourceSpec)> = Vec::new();
         for (i, entry) in config.sources.iter().enumerate() {
             if specs.iter().any(|(n, _)| *n == entry.name) {
-                return Err(ConfigError {
-                    field: format!("plugins.sources[{i}].name"),
-                    message: format!("{} is named twice", entry.name),
-                }
-                .into());
+                return Err(named_twice("sources", i, &entry.name));
             }
             specs.push((entry.name.clone(), entry.spec(&base, i)?));
         }
-        let configured = specs
-            .iter()
-            .map(|(n, s)| (n.clone(), s.path.clone()))
-            .collect();
-        let by_name: Arc<BTreeMap<_, _>> = Arc::new(specs.iter().cloned().collect());
         let engine = engine.clone();
-        let load: Loader<PodSource> = Arc::new(move |name| {
-            let spec: &SourceSpec = &by_name[name];
-            engine.load_source(
-                name,
-                &spec.path,
-                spec.config.clone(),
-                spec.limits.clone(),
-                spec.grants.clone(),
-            )
-        });
-        let set = Arc::new(PluginSet::default());
-        let directory = PluginDirectory::start(
-            set.clone(),
-            configured,
-            load,
+        let (set, directory) = start_set(
+            specs.iter().cloned().collect(),
+            |spec: &SourceSpec| spec.path.clone(),
+            move |name, spec| {
+                engine.load_source(
+                    name,
+                    &spec.path,
+                    spec.config.clone(),
+                    spec.limits.clone(),
+                    spec.grants.clone(),
+                )
+            },
             "pod source",
             reload_on_sighup,
         )

@@ -419,40 +419,72 @@ impl PluginEngine {
         config: BTreeMap<String, String>,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let loaded = self.compile_admission(name, path, config, limits);
-        self.metrics.loaded(name, "admission", loaded.is_ok());
-        loaded
+        let kind = LoadKind {
+            label: "admission",
+            world: "admission-policy",
+            linker: &self.linker,
+        };
+        let (loaded, pre) = self.load_as(
+            name,
+            path,
+            kind,
+            config,
+            limits,
+            bindings::AdmissionPolicyPre::new,
+        )?;
+        Ok(AdmissionPlugin {
+            loaded,
+            pre,
+            idle: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
-    fn compile_admission(
+    /// Compiles (or takes from the cache) the component at `path` as plugin `name` of
+    /// `kind`, checks it against the kind's world with `prepare`, and counts the load.
+    pub(crate) fn load_as<P>(
         &self,
         name: &str,
         path: &Path,
+        kind: LoadKind<'_>,
         config: BTreeMap<String, String>,
         limits: Limits,
-    ) -> Result<AdmissionPlugin, PluginError> {
-        let (component, digest, outcome) = self.component(name, path)?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .and_then(bindings::AdmissionPolicyPre::new)
-            .map_err(|source| PluginError::World {
-                plugin: name.to_owned(),
-                world: "admission-policy",
-                source: source.into_boxed_dyn_error(),
-            })?;
-        Ok(AdmissionPlugin {
-            name: name.into(),
-            digest,
-            outcome,
-            engine: self.engine.clone(),
-            pre,
-            config: Arc::new(config),
-            limits,
-            idle: std::sync::Mutex::new(Vec::new()),
-            metrics: self.metrics.for_plugin(name, "admission"),
-        })
+        prepare: impl FnOnce(wasmtime::component::InstancePre<PluginState>) -> wasmtime::Result<P>,
+    ) -> Result<(Loaded, P), PluginError> {
+        let loaded = (|| {
+            let (component, digest, outcome) = self.component(name, path)?;
+            let pre = kind
+                .linker
+                .instantiate_pre(&component)
+                .and_then(prepare)
+                .map_err(|source| PluginError::World {
+                    plugin: name.to_owned(),
+                    world: kind.world,
+                    source: source.into_boxed_dyn_error(),
+                })?;
+            let loaded = Loaded {
+                name: name.into(),
+                digest,
+                outcome,
+                engine: self.engine.clone(),
+                config: Arc::new(config),
+                limits,
+                metrics: self.metrics.for_plugin(name, kind.label),
+            };
+            Ok((loaded, pre))
+        })();
+        self.metrics.loaded(name, kind.label, loaded.is_ok());
+        loaded
     }
+}
+
+/// A plugin kind, as [`PluginEngine::load_as`] loads it.
+pub(crate) struct LoadKind<'a> {
+    /// Its metrics label: `admission`, `probe`, `source`.
+    pub(crate) label: &'static str,
+    /// The world it must implement.
+    pub(crate) world: &'static str,
+    /// The linker of that world.
+    pub(crate) linker: &'a Linker<PluginState>,
 }
 
 /// The pod under admission as JSON: produced on the first `pod-json` call, then kept.
@@ -576,18 +608,101 @@ impl bindings::wasmlet::plugin::pod_document::Host for PluginState {
     }
 }
 
-/// A loaded admission policy.
-pub struct AdmissionPlugin {
+/// What every loaded plugin is, whatever its kind: its name and version, its settings,
+/// the engine it runs on and where its calls are counted.
+pub struct Loaded {
     name: Arc<str>,
     digest: String,
     outcome: CacheOutcome,
     engine: Engine,
-    pre: bindings::AdmissionPolicyPre<PluginState>,
     config: Arc<BTreeMap<String, String>>,
     limits: Limits,
+    metrics: CallMetrics,
+}
+
+/// How a call ended, for the plugin's metrics.
+#[derive(Clone, Copy)]
+pub(crate) enum CallResult {
+    /// Admitted, succeeded, read whole.
+    Passed,
+    /// Rejected, failed, read with manifests skipped.
+    Failed,
+    /// The call erred.
+    Error,
+}
+
+impl Loaded {
+    /// Counts one call that started at `started` and ended as `result`.
+    pub(crate) fn record(&self, started: std::time::Instant, result: CallResult) {
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            CallResult::Passed => self.metrics.passed.inc(),
+            CallResult::Failed => self.metrics.failed.inc(),
+            CallResult::Error => self.metrics.errors.inc(),
+        };
+    }
+
+    /// Counts the instantiation of a fresh instance begun at `started`.
+    pub(crate) fn instantiated(&self, started: std::time::Instant) {
+        self.metrics
+            .instantiation
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The state of one call (or reused instance) due within `deadline`, with `wasi`
+    /// granting what the plugin may use.
+    pub(crate) fn state(&self, deadline: Duration, wasi: WasiCtx) -> PluginState {
+        PluginState::new(
+            self.name.clone(),
+            self.config.clone(),
+            &self.limits,
+            deadline,
+            wasi,
+        )
+    }
+}
+
+/// A loaded plugin of any kind: what it is called, which version it is, how it was
+/// loaded, the limits its calls run under.
+pub trait Plugin: Send + Sync + 'static {
+    /// What every plugin carries.
+    fn loaded(&self) -> &Loaded;
+
+    /// The plugin's name.
+    fn name(&self) -> &str {
+        &self.loaded().name
+    }
+
+    /// The sha256 of the component file it was loaded from.
+    fn digest(&self) -> &str {
+        &self.loaded().digest
+    }
+
+    /// Whether it came from the compiled-component cache.
+    fn load_outcome(&self) -> &CacheOutcome {
+        &self.loaded().outcome
+    }
+
+    /// The limits its calls run under.
+    fn limits(&self) -> &Limits {
+        &self.loaded().limits
+    }
+}
+
+/// A loaded admission policy.
+pub struct AdmissionPlugin {
+    loaded: Loaded,
+    pre: bindings::AdmissionPolicyPre<PluginState>,
     /// Instances kept between calls ([`InstanceMode::Reused`]).
     idle: std::sync::Mutex<Vec<Warm>>,
-    metrics: CallMetrics,
+}
+
+impl Plugin for AdmissionPlugin {
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
+    }
 }
 
 /// An instance kept for reuse, with its store.
@@ -599,49 +714,26 @@ struct Warm {
 impl std::fmt::Debug for AdmissionPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdmissionPlugin")
-            .field("name", &self.name)
-            .field("limits", &self.limits)
+            .field("name", &self.name())
+            .field("limits", self.limits())
             .finish()
     }
 }
 
 impl AdmissionPlugin {
-    /// The plugin's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The sha256 of the component file it was loaded from.
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
-
-    /// Whether it came from the compiled-component cache.
-    pub fn load_outcome(&self) -> &CacheOutcome {
-        &self.outcome
-    }
-
-    /// The limits its calls run under.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
     /// A new store for this plugin, with its limits and the deadline callback: every
     /// epoch tick the guest yields to the async runtime (a long call never starves the
     /// other tasks) and is cut off once its call's deadline has passed.
     fn new_store(&self) -> Store<PluginState> {
-        let state = PluginState::new(
-            self.name.clone(),
-            self.config.clone(),
-            &self.limits,
-            self.limits.deadline,
-            WasiCtxBuilder::new().build(),
-        );
-        plugin_store(&self.engine, state)
+        let l = &self.loaded;
+        plugin_store(
+            &l.engine,
+            l.state(l.limits.deadline, WasiCtxBuilder::new().build()),
+        )
     }
 
     fn error(&self, call: &'static str, source: wasmtime::Error) -> PluginError {
-        call_error(&self.name, call, self.limits.deadline, source)
+        call_error(self.name(), call, self.limits().deadline, source)
     }
 
     /// Decides on `pod`, in a fresh instance or a reused one as its limits say.
@@ -655,14 +747,14 @@ impl AdmissionPlugin {
     ) -> Result<Verdict, PluginError> {
         let started = std::time::Instant::now();
         let result = self.decide(pod, node, load, pod_json).await;
-        self.metrics
-            .duration
-            .observe(started.elapsed().as_secs_f64());
-        match &result {
-            Ok(Verdict::Admit) => self.metrics.passed.inc(),
-            Ok(Verdict::Reject(_)) => self.metrics.failed.inc(),
-            Err(_) => self.metrics.errors.inc(),
-        };
+        self.loaded.record(
+            started,
+            match &result {
+                Ok(Verdict::Admit) => CallResult::Passed,
+                Ok(Verdict::Reject(_)) => CallResult::Failed,
+                Err(_) => CallResult::Error,
+            },
+        );
         result
     }
 
@@ -674,7 +766,8 @@ impl AdmissionPlugin {
         pod_json: impl FnOnce() -> String + Send + 'static,
     ) -> Result<Verdict, PluginError> {
         const CALL: &str = "admit";
-        let reuse = self.limits.instances == InstanceMode::Reused;
+        let limits = self.limits();
+        let reuse = limits.instances == InstanceMode::Reused;
         let warm = if reuse {
             self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
         } else {
@@ -685,8 +778,7 @@ impl AdmissionPlugin {
             bindings,
         } = match warm {
             Some(mut warm) => {
-                warm.store.data_mut().deadline_at =
-                    std::time::Instant::now() + self.limits.deadline;
+                warm.store.data_mut().deadline_at = std::time::Instant::now() + limits.deadline;
                 warm
             }
             None => {
@@ -698,9 +790,7 @@ impl AdmissionPlugin {
                     .instantiate_async(&mut store)
                     .await
                     .map_err(|e| self.error(CALL, e))?;
-                self.metrics
-                    .instantiation
-                    .observe(started.elapsed().as_secs_f64());
+                self.loaded.instantiated(started);
                 Warm { store, bindings }
             }
         };

@@ -22,9 +22,9 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
 use crate::http::{HttpAccess, TlsVerification};
-use crate::metrics::CallMetrics;
 use crate::{
-    CacheOutcome, Limits, PluginEngine, PluginError, PluginState, call_error, plugin_store,
+    CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
+    call_error, plugin_store,
 };
 
 #[allow(missing_docs)]
@@ -149,21 +149,21 @@ impl bindings::wasmlet::plugin::exec::Host for PluginState {
 
 /// A loaded probe handler.
 pub struct ProbeHandler {
-    name: Arc<str>,
-    digest: String,
-    outcome: CacheOutcome,
-    engine: Engine,
+    loaded: Loaded,
     pre: bindings::ProbeHandlerPre<PluginState>,
-    config: Arc<BTreeMap<String, String>>,
-    limits: Limits,
     grants: Grants,
-    metrics: CallMetrics,
+}
+
+impl Plugin for ProbeHandler {
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
+    }
 }
 
 impl std::fmt::Debug for ProbeHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProbeHandler")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("grants", &self.grants)
             .finish()
     }
@@ -181,50 +181,28 @@ impl PluginEngine {
         limits: Limits,
         grants: Grants,
     ) -> Result<ProbeHandler, PluginError> {
-        let loaded = (|| {
-            let (component, digest, outcome) = self.component(name, path)?;
-            let pre = self
-                .probe_linker
-                .instantiate_pre(&component)
-                .and_then(bindings::ProbeHandlerPre::new)
-                .map_err(|source| PluginError::World {
-                    plugin: name.to_owned(),
-                    world: "probe-handler",
-                    source: source.into_boxed_dyn_error(),
-                })?;
-            Ok(ProbeHandler {
-                name: name.into(),
-                digest,
-                outcome,
-                engine: self.engine.clone(),
-                pre,
-                config: Arc::new(config),
-                limits,
-                grants,
-                metrics: self.metrics.for_plugin(name, "probe"),
-            })
-        })();
-        self.metrics.loaded(name, "probe", loaded.is_ok());
-        loaded
+        let kind = LoadKind {
+            label: "probe",
+            world: "probe-handler",
+            linker: &self.probe_linker,
+        };
+        let (loaded, pre) = self.load_as(
+            name,
+            path,
+            kind,
+            config,
+            limits,
+            bindings::ProbeHandlerPre::new,
+        )?;
+        Ok(ProbeHandler {
+            loaded,
+            pre,
+            grants,
+        })
     }
 }
 
 impl ProbeHandler {
-    /// The handler's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The sha256 of its component file.
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
-
-    /// Whether it came from the compiled-component cache.
-    pub fn load_outcome(&self) -> &CacheOutcome {
-        &self.outcome
-    }
-
     /// Makes one check in a fresh instance, cut off at the probe's timeout plus
     /// [`PROBE_GRACE`]. `exec` runs commands in the probed container; it reaches the
     /// guest only if the handler is granted `exec`.
@@ -240,12 +218,10 @@ impl ProbeHandler {
         let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
         let deadline = timeout + PROBE_GRACE;
         let result = async {
-            let fail = |e| call_error(&self.name, CALL, deadline, e);
-            let mut store = plugin_store(&self.engine, self.state(target, exec, deadline));
+            let fail = |e| call_error(self.name(), CALL, deadline, e);
+            let mut store = plugin_store(&self.loaded.engine, self.state(target, exec, deadline));
             let handler = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
-            self.metrics
-                .instantiation
-                .observe(started.elapsed().as_secs_f64());
+            self.loaded.instantiated(started);
             handler
                 .wasmlet_plugin_probe()
                 .call_check(&mut store, target)
@@ -253,14 +229,14 @@ impl ProbeHandler {
                 .map_err(fail)
         }
         .await;
-        self.metrics
-            .duration
-            .observe(started.elapsed().as_secs_f64());
-        match &result {
-            Ok(Outcome::Success(_)) => self.metrics.passed.inc(),
-            Ok(Outcome::Failure(_)) => self.metrics.failed.inc(),
-            Ok(Outcome::Error(_)) | Err(_) => self.metrics.errors.inc(),
-        };
+        self.loaded.record(
+            started,
+            match &result {
+                Ok(Outcome::Success(_)) => CallResult::Passed,
+                Ok(Outcome::Failure(_)) => CallResult::Failed,
+                Ok(Outcome::Error(_)) | Err(_) => CallResult::Error,
+            },
+        );
         result
     }
 
@@ -294,16 +270,8 @@ impl ProbeHandler {
                     Box::pin(async move { ok })
                 });
         }
-        let mut state = PluginState {
-            exec: exec.filter(|_| self.grants.exec),
-            ..PluginState::new(
-                self.name.clone(),
-                self.config.clone(),
-                &self.limits,
-                deadline,
-                wasi.build(),
-            )
-        };
+        let mut state = self.loaded.state(deadline, wasi.build());
+        state.exec = exec.filter(|_| self.grants.exec);
         state.http_hooks.access = access;
         state
     }

@@ -19,9 +19,9 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::http::{HttpAccess, TlsVerification};
-use crate::metrics::CallMetrics;
 use crate::{
-    CacheOutcome, Limits, PluginEngine, PluginError, PluginState, call_error, plugin_store,
+    CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
+    call_error, plugin_store,
 };
 
 #[allow(missing_docs)]
@@ -110,21 +110,21 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
 
 /// A loaded pod source.
 pub struct PodSource {
-    name: Arc<str>,
-    digest: String,
-    outcome: CacheOutcome,
-    engine: Engine,
+    loaded: Loaded,
     pre: bindings::PodSourcePre<PluginState>,
-    config: Arc<BTreeMap<String, String>>,
-    limits: Limits,
     grants: SourceGrants,
-    metrics: CallMetrics,
+}
+
+impl Plugin for PodSource {
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
+    }
 }
 
 impl std::fmt::Debug for PodSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PodSource")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("grants", &self.grants)
             .finish()
     }
@@ -141,50 +141,28 @@ impl PluginEngine {
         limits: Limits,
         grants: SourceGrants,
     ) -> Result<PodSource, PluginError> {
-        let loaded = (|| {
-            let (component, digest, outcome) = self.component(name, path)?;
-            let pre = self
-                .source_linker
-                .instantiate_pre(&component)
-                .and_then(bindings::PodSourcePre::new)
-                .map_err(|source| PluginError::World {
-                    plugin: name.to_owned(),
-                    world: "pod-source",
-                    source: source.into_boxed_dyn_error(),
-                })?;
-            Ok(PodSource {
-                name: name.into(),
-                digest,
-                outcome,
-                engine: self.engine.clone(),
-                pre,
-                config: Arc::new(config),
-                limits,
-                grants,
-                metrics: self.metrics.for_plugin(name, "source"),
-            })
-        })();
-        self.metrics.loaded(name, "source", loaded.is_ok());
-        loaded
+        let kind = LoadKind {
+            label: "source",
+            world: "pod-source",
+            linker: &self.source_linker,
+        };
+        let (loaded, pre) = self.load_as(
+            name,
+            path,
+            kind,
+            config,
+            limits,
+            bindings::PodSourcePre::new,
+        )?;
+        Ok(PodSource {
+            loaded,
+            pre,
+            grants,
+        })
     }
 }
 
 impl PodSource {
-    /// The source's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The sha256 of its component file.
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
-
-    /// Whether it came from the compiled-component cache.
-    pub fn load_outcome(&self) -> &CacheOutcome {
-        &self.outcome
-    }
-
     /// What it is granted.
     pub fn grants(&self) -> &SourceGrants {
         &self.grants
@@ -194,38 +172,34 @@ impl PodSource {
     pub async fn poll(&self) -> Result<Snapshot, PollError> {
         const CALL: &str = "poll";
         let started = Instant::now();
-        let deadline = self.limits.deadline;
+        let deadline = self.limits().deadline;
+        let unavailable = |message| PollError::Unavailable {
+            plugin: self.name().to_owned(),
+            message,
+        };
         let result = async {
-            let fail = |e| call_error(&self.name, CALL, deadline, e);
-            let state = self.state().map_err(|message| PollError::Unavailable {
-                plugin: self.name.to_string(),
-                message,
-            })?;
-            let mut store = plugin_store(&self.engine, state);
+            let fail = |e| call_error(self.name(), CALL, deadline, e);
+            let state = self.state().map_err(unavailable)?;
+            let mut store = plugin_store(&self.loaded.engine, state);
             let source = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
-            self.metrics
-                .instantiation
-                .observe(started.elapsed().as_secs_f64());
+            self.loaded.instantiated(started);
             let snapshot = source
                 .wasmlet_plugin_source()
                 .call_poll(&mut store)
                 .await
                 .map_err(fail)?
-                .map_err(|message| PollError::Unavailable {
-                    plugin: self.name.to_string(),
-                    message,
-                })?;
+                .map_err(unavailable)?;
             Ok(decode(snapshot))
         }
         .await;
-        self.metrics
-            .duration
-            .observe(started.elapsed().as_secs_f64());
-        match &result {
-            Ok(s) if s.problems.is_empty() => self.metrics.passed.inc(),
-            Ok(_) => self.metrics.failed.inc(),
-            Err(_) => self.metrics.errors.inc(),
-        };
+        self.loaded.record(
+            started,
+            match &result {
+                Ok(s) if s.problems.is_empty() => CallResult::Passed,
+                Ok(_) => CallResult::Failed,
+                Err(_) => CallResult::Error,
+            },
+        );
         result
     }
 
@@ -235,13 +209,7 @@ impl PodSource {
             wasi.preopened_dir(dir, MANIFEST_DIR, FsPerms::ReadOnly)
                 .map_err(|e| format!("directory {}: {e:#}", dir.display()))?;
         }
-        let mut state = PluginState::new(
-            self.name.clone(),
-            self.config.clone(),
-            &self.limits,
-            self.limits.deadline,
-            wasi.build(),
-        );
+        let mut state = self.loaded.state(self.limits().deadline, wasi.build());
         if !self.grants.urls.is_empty() {
             state.http_hooks.access = Some(Arc::new(HttpAccess {
                 network: Vec::new(),

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use crate::chain::{AdmissionChain, FailurePolicy, LinkSpec};
 use crate::config::{ConfigError, PluginsConfig};
-use crate::{Limits, cache};
+use crate::{Limits, Plugin, cache};
 
 /// How long a file that failed to load must stay unchanged before the failure counts.
 pub const SETTLE: Duration = Duration::from_millis(100);
@@ -366,24 +366,6 @@ impl<T> PluginSet<T> {
     }
 }
 
-/// A loaded plugin version, told apart from the next by its component's digest.
-pub trait Versioned: Send + Sync + 'static {
-    /// The sha256 of its component file.
-    fn digest(&self) -> &str;
-}
-
-impl Versioned for crate::probe::ProbeHandler {
-    fn digest(&self) -> &str {
-        self.digest()
-    }
-}
-
-impl Versioned for crate::source::PodSource {
-    fn digest(&self) -> &str {
-        self.digest()
-    }
-}
-
 /// Loads plugin `name` from its configured settings.
 pub type Loader<T> = Arc<dyn Fn(&str) -> Result<T, crate::PluginError> + Send + Sync>;
 
@@ -407,7 +389,7 @@ impl PluginDirectory {
     /// Loads every configured plugin (`name`, its file) into `set` with `load`, then
     /// follows the directories their files are in. `what` names them in logs
     /// (`probe handler`, `pod source`).
-    pub async fn start<T: Versioned>(
+    pub async fn start<T: Plugin>(
         set: Arc<PluginSet<T>>,
         configured: Vec<(String, PathBuf)>,
         load: Loader<T>,
@@ -451,7 +433,7 @@ struct SetFollower<T> {
     what: &'static str,
 }
 
-impl<T: Versioned> Follow for SetFollower<T> {
+impl<T: Plugin> Follow for SetFollower<T> {
     fn what(&self) -> &'static str {
         self.what
     }
