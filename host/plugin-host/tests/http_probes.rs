@@ -4,42 +4,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::plugin;
+use common::{network, probe_target as target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmlet_plugin_host::probe::*;
 use wasmlet_plugin_host::*;
 
-fn target(action: Action, timeout_ms: u32) -> Target {
-    Target {
-        pod_namespace: "default".into(),
-        pod_name: "web".into(),
-        pod_uid: "uid-1".into(),
-        container_name: "app".into(),
-        pod_ip: "127.0.0.1".into(),
-        kind: ProbeKind::Readiness,
-        action,
-        timeout_ms,
-    }
-}
-
 fn load(engine: &PluginEngine, name: &str, grants: &[&str]) -> ProbeHandler {
-    let grants = Grants {
-        exec: false,
-        network: grants.iter().map(|g| g.parse().expect("grant")).collect(),
-    };
-    engine
-        .load_probe(
-            name,
-            &plugin(name),
-            BTreeMap::new(),
-            Limits::default(),
-            grants,
-        )
-        .expect("load")
+    common::load_probe(engine, name, network(grants))
 }
 
 fn get(scheme: &str, port: u16, path: &str, headers: &[(&str, &str)]) -> Action {

@@ -8,47 +8,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::plugin;
+use common::{load_probe as load, network, plugin, probe_target as target};
 use wasmlet_plugin_host::probe::*;
 use wasmlet_plugin_host::*;
-
-fn target(action: Action, timeout_ms: u32) -> Target {
-    Target {
-        pod_namespace: "default".into(),
-        pod_name: "web".into(),
-        pod_uid: "uid-1".into(),
-        container_name: "app".into(),
-        pod_ip: "127.0.0.1".into(),
-        kind: ProbeKind::Liveness,
-        action,
-        timeout_ms,
-    }
-}
 
 fn tcp(port: u16) -> Action {
     Action::TcpSocket(TcpSocketAction {
         host: String::new(),
         port,
     })
-}
-
-fn load(engine: &PluginEngine, name: &str, grants: Grants) -> ProbeHandler {
-    engine
-        .load_probe(
-            name,
-            &plugin(name),
-            BTreeMap::new(),
-            Limits::default(),
-            grants,
-        )
-        .expect("load")
-}
-
-fn network(grants: &[&str]) -> Grants {
-    Grants {
-        exec: false,
-        network: grants.iter().map(|g| g.parse().expect("grant")).collect(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,3 +71,38 @@ pub fn usage(held: &[(&str, &str, u16)]) -> NodeLoad {
             .collect(),
     }
 }
+
+/// A check of container `app` of pod `default/web` at 127.0.0.1.
+pub fn probe_target(action: probe::Action, timeout_ms: u32) -> probe::Target {
+    probe::Target {
+        pod_namespace: "default".into(),
+        pod_name: "web".into(),
+        pod_uid: "uid-1".into(),
+        container_name: "app".into(),
+        pod_ip: "127.0.0.1".into(),
+        kind: probe::ProbeKind::Liveness,
+        action,
+        timeout_ms,
+    }
+}
+
+/// Network grants (`pod`, CIDRs), nothing else.
+pub fn network(grants: &[&str]) -> probe::Grants {
+    probe::Grants {
+        exec: false,
+        network: grants.iter().map(|g| g.parse().expect("grant")).collect(),
+    }
+}
+
+/// The shipped probe handler `name`, with `grants`.
+pub fn load_probe(engine: &PluginEngine, name: &str, grants: probe::Grants) -> probe::ProbeHandler {
+    engine
+        .load_probe(
+            name,
+            &plugin(name),
+            std::collections::BTreeMap::new(),
+            Limits::default(),
+            grants,
+        )
+        .expect("load")
+}
