@@ -121,6 +121,24 @@ pub mod probe {
     };
     pub use crate::probe_bindings::wasmlet::plugin::exec::{ExecOutput, exec_sync};
 
+    impl Target {
+        /// The probe's timeout (at least 1 ms).
+        pub fn timeout(&self) -> std::time::Duration {
+            std::time::Duration::from_millis(u64::from(self.timeout_ms.max(1)))
+        }
+
+        /// `host:port` to check: `host`, or the pod's IP when `host` is empty (as the
+        /// kubelet does); an IPv6 address in brackets.
+        pub fn address(&self, host: &str, port: u16) -> String {
+            let host = if host.is_empty() { &self.pod_ip } else { host };
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        }
+    }
+
     /// A probe handler: checks one container.
     pub trait ProbeHandler {
         /// Makes the check `target` describes.

@@ -20,7 +20,7 @@ fn ping(addr: SocketAddr, timeout: Duration) -> std::io::Result<String> {
 
 impl ProbeHandler for RedisPing {
     fn check(target: Target) -> Outcome {
-        let Action::Custom(args) = target.action else {
+        let Action::Custom(args) = &target.action else {
             return Outcome::Error("redis-ping handles custom probes only".into());
         };
         let port = args
@@ -30,7 +30,7 @@ impl ProbeHandler for RedisPing {
         let Ok(addr) = format!("{}:{port}", target.pod_ip).parse::<SocketAddr>() else {
             return Outcome::Error(format!("bad address {}:{port}", target.pod_ip));
         };
-        let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
+        let timeout = target.timeout();
         match ping(addr, timeout) {
             Ok(reply) if reply == "+PONG" => Outcome::Success(reply),
             Ok(reply) => Outcome::Failure(format!("redis answered {reply:?} to PING")),

@@ -6,8 +6,6 @@
 //! Needs network access to the pod's address (wasi:http; the host speaks HTTP/2 for
 //! `application/grpc` requests).
 
-use std::time::Duration;
-
 use wasmlet_plugin_sdk::http::{self, Request};
 use wasmlet_plugin_sdk::probe::*;
 
@@ -137,21 +135,12 @@ fn status_name(status: u64) -> String {
 
 impl ProbeHandler for Grpc {
     fn check(target: Target) -> Outcome {
-        let Action::Grpc(action) = target.action else {
+        let Action::Grpc(action) = &target.action else {
             return Outcome::Error("probe-grpc handles grpc probes only".into());
         };
-        let host = if action.host.is_empty() {
-            &target.pod_ip
-        } else {
-            &action.host
-        };
-        let address = if host.contains(':') {
-            format!("[{host}]:{}", action.port)
-        } else {
-            format!("{host}:{}", action.port)
-        };
-        let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
-        let service = action.service.unwrap_or_default();
+        let address = target.address(&action.host, action.port);
+        let timeout = target.timeout();
+        let service = action.service.clone().unwrap_or_default();
         let request = Request::post(
             format!("http://{address}/grpc.health.v1.Health/Check"),
             request_frame(&service),

@@ -6,7 +6,7 @@
 //! warning. At most 10 KiB of the body is kept, and on success it is the message.
 //! Needs network access to the pod's address (wasi:http).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmlet_plugin_sdk::http::{self, Request};
 use wasmlet_plugin_sdk::probe::*;
@@ -17,15 +17,6 @@ const MAX_BODY: usize = 10 << 10;
 const MAX_REDIRECTS: usize = 10;
 
 struct HttpGet;
-
-/// `host:port`, with brackets around an IPv6 address.
-fn authority(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
 
 /// The host name of an absolute URL, without port.
 fn host_of(url: &str) -> Option<&str> {
@@ -66,7 +57,7 @@ fn failure_text(url: &str, address: &str, e: &http::Error) -> String {
 
 impl ProbeHandler for HttpGet {
     fn check(target: Target) -> Outcome {
-        let Action::HttpGet(action) = target.action else {
+        let Action::HttpGet(action) = &target.action else {
             return Outcome::Error("probe-http-get handles httpGet probes only".into());
         };
         let scheme = match action.scheme.to_ascii_uppercase().as_str() {
@@ -74,12 +65,7 @@ impl ProbeHandler for HttpGet {
             "HTTPS" => "https",
             other => return Outcome::Error(format!("unsupported scheme {other:?}")),
         };
-        let host = if action.host.is_empty() {
-            &target.pod_ip
-        } else {
-            &action.host
-        };
-        let address = authority(host, action.port);
+        let address = target.address(&action.host, action.port);
         let path = if action.path.starts_with('/') {
             action.path.clone()
         } else {
@@ -96,7 +82,7 @@ impl ProbeHandler for HttpGet {
         // An explicitly empty User-Agent means none, as in Go's client.
         headers.retain(|(k, v)| !(k.eq_ignore_ascii_case("user-agent") && v.is_empty()));
 
-        let deadline = Instant::now() + Duration::from_millis(u64::from(target.timeout_ms.max(1)));
+        let deadline = Instant::now() + target.timeout();
         let first_host = host_of(&url).unwrap_or_default().to_owned();
         for _ in 0..=MAX_REDIRECTS {
             let request = Request {
@@ -151,6 +137,5 @@ mod tests {
         assert_eq!(resolve(base, "https://other/x"), "https://other/x");
         assert_eq!(host_of("http://10.0.0.1:8080/a"), Some("10.0.0.1"));
         assert_eq!(host_of("http://[fd00::1]:80/"), Some("fd00::1"));
-        assert_eq!(authority("fd00::1", 80), "[fd00::1]:80");
     }
 }

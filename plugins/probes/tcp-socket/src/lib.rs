@@ -4,7 +4,6 @@
 //! connection refused`). Needs network access to the pod's address (wasi:sockets).
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
 
 use wasmlet_plugin_sdk::probe::*;
 
@@ -21,23 +20,14 @@ fn describe(e: &std::io::Error) -> String {
 
 impl ProbeHandler for TcpSocket {
     fn check(target: Target) -> Outcome {
-        let Action::TcpSocket(action) = target.action else {
+        let Action::TcpSocket(action) = &target.action else {
             return Outcome::Error("probe-tcp-socket handles tcpSocket probes only".into());
         };
-        let host = if action.host.is_empty() {
-            &target.pod_ip
-        } else {
-            &action.host
-        };
-        let text = if host.contains(':') {
-            format!("[{host}]:{}", action.port)
-        } else {
-            format!("{host}:{}", action.port)
-        };
+        let text = target.address(&action.host, action.port);
         let Ok(addr) = text.parse::<SocketAddr>() else {
             return Outcome::Error(format!("{text:?} is not an IP address and port"));
         };
-        let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
+        let timeout = target.timeout();
         // wasi-libc reports a non-blocking connect as done once the socket is writable,
         // which a refused connection also is: the peer address tells the two apart, and
         // a blocking connect (which fails at once) tells why.
