@@ -183,8 +183,10 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
             &host_triple()?,
         ])
         .current_dir(&plugins))?;
-    step("build (binaries, including the wasmlet CLI used by containerd.sh down)");
-    run(cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+    // `cargo test --no-run` builds the binaries with the tests' feature set, so the test
+    // step reuses them instead of building every crate a second time.
+    step("build (tests and binaries, including the wasmlet CLI used by containerd.sh down)");
+    run(cargo().args(["test", "--workspace", "--no-run", "--locked"]))?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
     run(cargo()
         .args(["test", "--workspace", "--locked"])

@@ -531,10 +531,10 @@ fn probe_port(
         .ok_or_else(|| bad(field, format!("invalid port number: {number}")))
 }
 
-/// `$(NAME)` in an exec probe's command replaced by the container's literal env value,
-/// `$$` by `$`, as the kubelet expands it; a reference to an unknown (or not literal)
-/// variable stays as written.
-fn expand_command(arg: &str, env: &BTreeMap<&str, &str>) -> String {
+/// `$(NAME)` replaced by the value of `NAME` in `env`, `$$` by `$`, as Kubernetes expands
+/// commands, arguments and env values; a reference to an unknown variable stays as
+/// written.
+pub fn expand_command(arg: &str, env: &BTreeMap<&str, &str>) -> String {
     let mut out = String::with_capacity(arg.len());
     let mut rest = arg;
     while let Some(at) = rest.find('$') {

@@ -1,0 +1,176 @@
+//! Per-key exponential back-off, the kubelet's way: CrashLoopBackOff for containers and
+//! ImagePullBackOff for images.
+//!
+//! The first failure may be retried at once; each later one waits twice as long as the
+//! previous wait (10 s, 20 s, 40 s … up to 300 s). A key whose last failure lies more
+//! than twice the maximum (10 min) before the new one starts again from the beginning.
+//! Times are passed in, so the rules are tested without a clock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The kubelet's container restart back-off: 10 s doubling to 300 s.
+pub const CRASH_INITIAL: Duration = Duration::from_secs(10);
+/// The longest back-off.
+pub const CRASH_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The current wait.
+    delay: Duration,
+    /// The failure the wait counts from.
+    since: Instant,
+}
+
+/// Back-off state for many keys.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    entries: HashMap<String, Entry>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new(CRASH_INITIAL, CRASH_MAX)
+    }
+}
+
+impl Backoff {
+    /// Back-off from `initial`, doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn expired(&self, entry: &Entry, failed_at: Instant) -> bool {
+        failed_at.saturating_duration_since(entry.since) > self.max * 2
+    }
+
+    /// When `key`, which last failed at `failed_at`, may be retried: `None` if it may be
+    /// now.
+    pub fn retry_at(&self, key: &str, failed_at: Instant, now: Instant) -> Option<Instant> {
+        let entry = self.entries.get(key)?;
+        if self.expired(entry, failed_at) {
+            return None;
+        }
+        let at = failed_at + entry.delay;
+        (now < at).then_some(at)
+    }
+
+    /// Records a retry of `key` after its failure at `failed_at`: the next failure waits
+    /// longer. Call it when the retry is made (the container restarted).
+    pub fn next(&mut self, key: &str, failed_at: Instant) {
+        let delay = match self.entries.get(key) {
+            Some(e) if !self.expired(e, failed_at) => (e.delay * 2).min(self.max),
+            _ => self.initial,
+        };
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                delay,
+                since: failed_at,
+            },
+        );
+    }
+
+    /// The current wait of `key`, if it has one.
+    pub fn delay(&self, key: &str) -> Option<Duration> {
+        self.entries.get(key).map(|e| e.delay)
+    }
+
+    /// Forgets `key` (its pod is gone, or its image is present).
+    pub fn reset(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+
+    /// Forgets every key starting with `prefix` (all of a pod's containers).
+    pub fn reset_prefix(&mut self, prefix: &str) {
+        self.entries.retain(|k, _| !k.starts_with(prefix));
+    }
+
+    /// Forgets keys whose last failure is older than twice the maximum.
+    pub fn gc(&mut self, now: Instant) {
+        let limit = self.max * 2;
+        self.entries
+            .retain(|_, e| now.saturating_duration_since(e.since) <= limit);
+    }
+
+    /// How many keys are backing off.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no key is backing off.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[tokio::test(start_paused = true)]
+    async fn crash_loop_waits_0_10_20_40_then_caps_at_300() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let mut failed = t0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let at = b.retry_at("c", failed, failed).unwrap_or(failed);
+            waits.push(at.duration_since(failed).as_secs());
+            // Restarted at `at`; it crashes one second later.
+            b.next("c", failed);
+            failed = at + S(1);
+        }
+        assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300, 300]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_before_the_wait_is_refused_with_its_time() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        b.next("c", t0);
+        let crashed = t0 + S(2);
+        assert_eq!(b.retry_at("c", crashed, crashed + S(3)), Some(crashed + S(10)));
+        assert_eq!(b.retry_at("c", crashed, crashed + S(10)), None);
+        assert_eq!(b.retry_at("other", crashed, crashed), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_minutes_of_running_well_resets_it() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        b.next("c", t0);
+        b.next("c", t0 + S(20));
+        assert_eq!(b.delay("c"), Some(S(20)));
+        // Ran for more than 600 s before failing again: back to the start.
+        let failed = t0 + S(20) + S(601);
+        assert_eq!(b.retry_at("c", failed, failed), None);
+        b.next("c", failed);
+        assert_eq!(b.delay("c"), Some(S(10)));
+        b.gc(failed + S(601));
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn prefixes_reset_a_pods_keys() {
+        let mut b = Backoff::default();
+        let now = Instant::now();
+        b.next("uid1/a", now);
+        b.next("uid1/b", now);
+        b.next("uid2/a", now);
+        b.reset_prefix("uid1/");
+        assert_eq!(b.len(), 1);
+        b.reset("uid2/a");
+        assert!(b.is_empty());
+    }
+}

@@ -1,0 +1,33 @@
+//! `wasmlet-agent`: the node agent's core — what turns pod specs into running containers
+//! through the CRI and keeps them healthy, as the kubelet does.
+//!
+//! Start at [`agent::Agent`]: it wires everything below and runs until shut down.
+//!
+//! # Layout
+//! Pure logic (no I/O, no clock; unit-tested with paused time):
+//! - [`pod`]: defaults, static pod names and UIDs, validation.
+//! - [`podconfig`]: sources' sets merged into ADD / UPDATE / REMOVE / RECONCILE.
+//! - [`lifecycle`]: a pod worker's state machine (SyncPod → TerminatingPod →
+//!   TerminatedPod; one work at a time; a kill is never replaced; grace only shortens).
+//! - [`actions`]: computePodActions.
+//! - [`backoff`]: CrashLoopBackOff and image pull back-off.
+//! - [`status`]: phase, conditions, container statuses, QoS.
+//! - [`runtime`]: what the runtime has for a pod, read back from labels.
+//! - [`criconfig`]: pods and containers as CRI configurations.
+//! - [`time`]: the agent's clock and RFC 3339.
+//!
+//! With the runtime:
+//! - [`pleg`]: relist, generateEvents, the coalescing event queue, health.
+//! - [`cache`]: the pod cache (newest observation wins).
+
+pub mod actions;
+pub mod backoff;
+pub mod cache;
+pub mod criconfig;
+pub mod lifecycle;
+pub mod pleg;
+pub mod pod;
+pub mod podconfig;
+pub mod runtime;
+pub mod status;
+pub mod time;

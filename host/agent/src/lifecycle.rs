@@ -1,0 +1,337 @@
+//! A pod worker's state, as a pure state machine: what it is doing with its pod
+//! ([`Lifecycle`]), which work is running and which waits.
+//!
+//! The rules, all in [`WorkerState`]:
+//! - one piece of work runs at a time; a request that comes meanwhile waits, and a newer
+//!   one replaces an older one that waits;
+//! - a kill is never replaced by a sync: once terminating, syncs are ignored;
+//! - a termination grace period can only shorten;
+//! - SyncPod → TerminatingPod → TerminatedPod, never back: a pod whose UID comes back is
+//!   a new worker.
+//!
+//! The worker task drives it: [`WorkerState::request`] when the syncLoop sends something,
+//! [`WorkerState::next`] to take the work to run, [`WorkerState::finished`] with the
+//! [`Outcome`]. No I/O and no clock here, so every transition is a unit test.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+
+/// Where a pod is in its life on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// The pod should run: syncs create and restart its containers.
+    Syncing,
+    /// The pod is being stopped with at most this grace period.
+    Terminating {
+        /// The grace period of the kill (only ever shortened).
+        grace: Duration,
+    },
+    /// Every container is stopped; what remains is cleanup.
+    Terminated,
+}
+
+/// What the syncLoop asks of a worker.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// Make the runtime match this pod (the newest spec).
+    Sync(Arc<k8s::Pod>),
+    /// Stop the pod within `grace`.
+    Kill {
+        /// The longest the containers get to stop.
+        grace: Duration,
+    },
+}
+
+/// A piece of work for the worker task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// syncPod: compute and apply the actions for the pod.
+    Sync(Arc<k8s::Pod>),
+    /// killPod: preStop hooks, stop the containers, stop the sandbox.
+    Terminate {
+        /// The pod being stopped.
+        pod: Arc<k8s::Pod>,
+        /// The grace period.
+        grace: Duration,
+    },
+    /// Cleanup after termination: remove the containers and the sandbox.
+    Cleanup(Arc<k8s::Pod>),
+}
+
+impl Work {
+    /// The work's name in logs and metrics (`sync`, `terminate`, `cleanup`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Work::Sync(_) => "sync",
+            Work::Terminate { .. } => "terminate",
+            Work::Cleanup(_) => "cleanup",
+        }
+    }
+}
+
+/// How a piece of work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A sync applied its actions (or failed and will be retried by the worker).
+    Synced,
+    /// A sync found the pod finished for good: every container exited and none will
+    /// restart. The pod is terminated without a grace period.
+    Finished,
+    /// Every container and the sandbox are stopped.
+    Stopped,
+    /// Stopping failed; it is tried again.
+    StopFailed,
+    /// The pod's runtime objects are removed.
+    CleanedUp,
+    /// Cleanup failed; it is tried again.
+    CleanupFailed,
+}
+
+/// One pod's worker state.
+#[derive(Debug, Clone)]
+pub struct WorkerState {
+    pod: Arc<k8s::Pod>,
+    lifecycle: Lifecycle,
+    pending: Option<Work>,
+    running: bool,
+    done: bool,
+}
+
+impl WorkerState {
+    /// A worker for a new pod, with its first sync waiting.
+    pub fn new(pod: Arc<k8s::Pod>) -> Self {
+        WorkerState {
+            pending: Some(Work::Sync(pod.clone())),
+            pod,
+            lifecycle: Lifecycle::Syncing,
+            running: false,
+            done: false,
+        }
+    }
+
+    /// The pod, as last requested.
+    pub fn pod(&self) -> &Arc<k8s::Pod> {
+        &self.pod
+    }
+
+    /// Where the pod is in its life.
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.lifecycle
+    }
+
+    /// Whether work is running now.
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// Whether work waits.
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Whether the pod is terminated and cleaned up: the worker can go.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Takes a request from the syncLoop.
+    pub fn request(&mut self, request: Request) {
+        match (self.lifecycle, request) {
+            (Lifecycle::Syncing, Request::Sync(pod)) => {
+                self.pod = pod.clone();
+                self.pending = Some(Work::Sync(pod));
+            }
+            (Lifecycle::Syncing, Request::Kill { grace }) => {
+                self.lifecycle = Lifecycle::Terminating { grace };
+                self.pending = Some(Work::Terminate {
+                    pod: self.pod.clone(),
+                    grace,
+                });
+            }
+            // A kill is never replaced by a sync.
+            (Lifecycle::Terminating { .. } | Lifecycle::Terminated, Request::Sync(_)) => {}
+            (Lifecycle::Terminating { grace: current }, Request::Kill { grace }) => {
+                // Only a shorter grace period changes anything; it reruns the kill.
+                if grace < current {
+                    self.lifecycle = Lifecycle::Terminating { grace };
+                    self.pending = Some(Work::Terminate {
+                        pod: self.pod.clone(),
+                        grace,
+                    });
+                }
+            }
+            (Lifecycle::Terminated, Request::Kill { .. }) => {}
+        }
+    }
+
+    /// The work to run now, if nothing runs and something waits.
+    pub fn next(&mut self) -> Option<Work> {
+        if self.running || self.done {
+            return None;
+        }
+        let work = self.pending.take()?;
+        self.running = true;
+        Some(work)
+    }
+
+    /// Requests a sync of the current pod unless work of any kind already waits (the
+    /// worker's own retries and periodic resyncs).
+    pub fn resync(&mut self) {
+        if self.pending.is_some() || self.done {
+            return;
+        }
+        self.pending = Some(match self.lifecycle {
+            Lifecycle::Syncing => Work::Sync(self.pod.clone()),
+            Lifecycle::Terminating { grace } => Work::Terminate {
+                pod: self.pod.clone(),
+                grace,
+            },
+            Lifecycle::Terminated => Work::Cleanup(self.pod.clone()),
+        });
+    }
+
+    /// Records how the running work ended.
+    pub fn finished(&mut self, outcome: Outcome) {
+        self.running = false;
+        match outcome {
+            Outcome::Synced => {}
+            Outcome::Finished => {
+                if self.lifecycle == Lifecycle::Syncing {
+                    let grace = Duration::ZERO;
+                    self.lifecycle = Lifecycle::Terminating { grace };
+                    self.pending = Some(Work::Terminate {
+                        pod: self.pod.clone(),
+                        grace,
+                    });
+                }
+            }
+            Outcome::Stopped => {
+                // A shorter kill that waits is moot once everything is stopped.
+                self.lifecycle = Lifecycle::Terminated;
+                self.pending = Some(Work::Cleanup(self.pod.clone()));
+            }
+            Outcome::StopFailed | Outcome::CleanupFailed => {}
+            Outcome::CleanedUp => {
+                self.done = true;
+                self.pending = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> Arc<k8s::Pod> {
+        let mut p = k8s::Pod::default();
+        p.metadata.name = Some(name.into());
+        Arc::new(p)
+    }
+
+    fn name(w: &Work) -> String {
+        let p = match w {
+            Work::Sync(p) | Work::Cleanup(p) | Work::Terminate { pod: p, .. } => p,
+        };
+        format!("{}:{}", w.kind(), p.metadata.name.as_deref().unwrap_or(""))
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn one_work_at_a_time_and_the_newest_sync_wins() {
+        let mut w = WorkerState::new(pod("v1"));
+        let first = w.next().expect("first sync");
+        assert_eq!(name(&first), "sync:v1");
+        assert_eq!(w.next(), None, "one sync in flight");
+        w.request(Request::Sync(pod("v2")));
+        w.request(Request::Sync(pod("v3")));
+        assert_eq!(w.next(), None, "still running");
+        w.finished(Outcome::Synced);
+        assert_eq!(name(&w.next().expect("pending")), "sync:v3");
+        w.finished(Outcome::Synced);
+        assert_eq!(w.next(), None, "v2 was replaced, not queued");
+    }
+
+    #[test]
+    fn a_kill_is_never_replaced_by_a_sync() {
+        let mut w = WorkerState::new(pod("p"));
+        w.next();
+        w.request(Request::Kill { grace: S(30) });
+        w.request(Request::Sync(pod("p2")));
+        assert_eq!(w.lifecycle(), Lifecycle::Terminating { grace: S(30) });
+        w.finished(Outcome::Synced);
+        let next = w.next().expect("kill");
+        assert_eq!(
+            next,
+            Work::Terminate {
+                pod: pod("p"),
+                grace: S(30)
+            }
+        );
+    }
+
+    #[test]
+    fn grace_only_shortens() {
+        let mut w = WorkerState::new(pod("p"));
+        w.request(Request::Kill { grace: S(30) });
+        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(30)));
+        w.request(Request::Kill { grace: S(60) });
+        assert!(!w.has_pending(), "a longer grace changes nothing");
+        w.request(Request::Kill { grace: S(5) });
+        assert_eq!(w.lifecycle(), Lifecycle::Terminating { grace: S(5) });
+        w.finished(Outcome::StopFailed);
+        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(5)));
+    }
+
+    #[test]
+    fn sync_terminating_terminated_then_done() {
+        let mut w = WorkerState::new(pod("p"));
+        w.next();
+        w.finished(Outcome::Synced);
+        w.request(Request::Kill { grace: S(2) });
+        w.next();
+        w.finished(Outcome::Stopped);
+        assert_eq!(w.lifecycle(), Lifecycle::Terminated);
+        w.request(Request::Kill { grace: S(1) });
+        w.request(Request::Sync(pod("q")));
+        assert_eq!(name(&w.next().expect("cleanup")), "cleanup:p");
+        w.finished(Outcome::CleanupFailed);
+        assert_eq!(w.next(), None);
+        w.resync();
+        assert_eq!(name(&w.next().expect("retry")), "cleanup:p");
+        w.finished(Outcome::CleanedUp);
+        assert!(w.is_done());
+        w.resync();
+        assert_eq!(w.next(), None);
+    }
+
+    #[test]
+    fn a_finished_pod_terminates_without_grace() {
+        let mut w = WorkerState::new(pod("job"));
+        w.next();
+        w.finished(Outcome::Finished);
+        assert_eq!(
+            w.lifecycle(),
+            Lifecycle::Terminating {
+                grace: Duration::ZERO
+            }
+        );
+        assert_eq!(name(&w.next().expect("stop")), "terminate:job");
+    }
+
+    #[test]
+    fn resync_does_not_replace_waiting_work() {
+        let mut w = WorkerState::new(pod("p"));
+        w.next();
+        w.request(Request::Kill { grace: S(3) });
+        w.resync();
+        w.finished(Outcome::Synced);
+        assert!(matches!(w.next(), Some(Work::Terminate { .. })));
+        w.finished(Outcome::StopFailed);
+        w.resync();
+        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(3)));
+    }
+}

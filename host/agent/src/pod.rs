@@ -1,0 +1,528 @@
+//! Pods as the agent holds them: the kubelet's defaults filled in, static pods named and
+//! given a UID derived from their content, and the checks a pod must pass before the
+//! agent accepts it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1 as k8s;
+use sha2::{Digest, Sha256};
+
+/// Annotation: the source a pod came from (`file`, `http`, `api`).
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// Annotation: the hash a static pod's UID was derived from.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// Annotation: where in its source the pod was defined (file name, `file#2`, URL).
+pub const CONFIG_ORIGIN_ANNOTATION: &str = "wasmlet.io/config.origin";
+/// Annotation: when the agent first saw the pod (RFC 3339).
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// The kubelet's default `terminationGracePeriodSeconds`.
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// A pod's identity in logs, the kubelet's way: `name_namespace(uid)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl PodKey {
+    /// The key of `pod` (empty strings where the pod has no value).
+    pub fn of(pod: &k8s::Pod) -> Self {
+        let m = &pod.metadata;
+        PodKey {
+            uid: m.uid.clone().unwrap_or_default(),
+            namespace: m.namespace.clone().unwrap_or_default(),
+            name: m.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// `namespace/name`.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}_{}({})\"", self.name, self.namespace, self.uid)
+    }
+}
+
+/// The UID of a pod.
+pub fn uid(pod: &k8s::Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+/// The pod's restart policy (`Always` unless set).
+pub fn restart_policy(pod: &k8s::Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+/// Whether the pod runs in the node's network namespace.
+pub fn host_network(pod: &k8s::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The pod's `terminationGracePeriodSeconds` (30 unless set; never negative).
+pub fn grace_seconds(pod: &k8s::Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+        .max(0)
+}
+
+/// The pod's app containers.
+pub fn containers(pod: &k8s::Pod) -> &[k8s::Container] {
+    pod.spec.as_ref().map_or(&[], |s| s.containers.as_slice())
+}
+
+/// The pod's init containers.
+pub fn init_containers(pod: &k8s::Pod) -> &[k8s::Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// Whether an image reference names the `latest` tag (explicitly or by having no tag and
+/// no digest): the kubelet then defaults the pull policy to `Always`.
+fn is_latest(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+fn default_probe(probe: &mut Option<k8s::Probe>) {
+    if let Some(p) = probe {
+        p.period_seconds.get_or_insert(10);
+        p.timeout_seconds.get_or_insert(1);
+        p.success_threshold.get_or_insert(1);
+        p.failure_threshold.get_or_insert(3);
+        p.initial_delay_seconds.get_or_insert(0);
+        if let Some(h) = p.http_get.as_mut() {
+            h.path.get_or_insert_with(|| "/".into());
+            h.scheme.get_or_insert_with(|| "HTTP".into());
+        }
+    }
+}
+
+fn default_container(c: &mut k8s::Container) {
+    let image = c.image.clone().unwrap_or_default();
+    c.image_pull_policy.get_or_insert_with(|| {
+        if is_latest(&image) {
+            "Always".into()
+        } else {
+            "IfNotPresent".into()
+        }
+    });
+    c.termination_message_path
+        .get_or_insert_with(|| "/dev/termination-log".into());
+    c.termination_message_policy
+        .get_or_insert_with(|| "File".into());
+    for p in c.ports.iter_mut().flatten() {
+        p.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    default_probe(&mut c.liveness_probe);
+    default_probe(&mut c.readiness_probe);
+    default_probe(&mut c.startup_probe);
+}
+
+/// Fills in the defaults the API server would (restart policy, grace period, DNS policy,
+/// pull policies, probe timings, port protocols), so that the agent and `GET /pods` see
+/// the same values a kubelet would.
+pub fn apply_defaults(pod: &mut k8s::Pod) {
+    pod.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.termination_grace_period_seconds
+        .get_or_insert(DEFAULT_GRACE_SECONDS);
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
+    spec.security_context.get_or_insert_with(Default::default);
+    for c in spec.containers.iter_mut() {
+        default_container(c);
+    }
+    for c in spec.init_containers.iter_mut().flatten() {
+        default_container(c);
+    }
+}
+
+/// Makes `pod`, as read from a source, the static pod the agent runs: defaults filled in,
+/// the name suffixed with the node's (as the kubelet names static pods), `spec.nodeName`
+/// set, and — when it has none — a UID derived from its content, the node and where it
+/// came from, so that the same manifest gets the same UID after a restart and a changed
+/// one a new UID.
+pub fn make_static(pod: &mut k8s::Pod, source: &str, origin: &str, node_name: &str) {
+    apply_defaults(pod);
+    if let Some(name) = pod.metadata.name.as_mut() {
+        let suffix = format!("-{node_name}");
+        if !name.ends_with(&suffix) {
+            name.push_str(&suffix);
+        }
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node_name.to_owned());
+    }
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        let mut h = Sha256::new();
+        // Canonical JSON: serde_json writes struct fields in declaration order and
+        // BTreeMaps sorted, so equal pods hash equal.
+        h.update(serde_json::to_vec(&*pod).unwrap_or_default());
+        h.update(format!("host:{node_name}"));
+        h.update(format!("{source}:{origin}"));
+        let digest = h.finalize();
+        let uid: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        pod.metadata.uid = Some(uid);
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), source.into());
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
+    annotations.insert(CONFIG_ORIGIN_ANNOTATION.into(), origin.into());
+}
+
+/// A pod that cannot be accepted, with the field at fault (the API server's wording:
+/// `spec.containers[1].name: Duplicate value: "web"`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidPod {
+    /// The field path, e.g. `spec.containers[0].image`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> InvalidPod {
+    InvalidPod {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn dns_label_error(value: &str) -> Option<String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    (!ok).then(|| {
+        format!(
+            "Invalid value: \"{value}\": a lowercase RFC 1123 label must consist of lower case \
+             alphanumeric characters or '-', and must start and end with an alphanumeric \
+             character"
+        )
+    })
+}
+
+fn dns_subdomain_error(value: &str) -> Option<String> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .split('.')
+            .all(|part| dns_label_error(part).is_none());
+    (!ok).then(|| {
+        format!(
+            "Invalid value: \"{value}\": a lowercase RFC 1123 subdomain must consist of lower \
+             case alphanumeric characters, '-' or '.', and must start and end with an \
+             alphanumeric character"
+        )
+    })
+}
+
+fn validate_probe(probe: Option<&k8s::Probe>, field: &str) -> Result<(), InvalidPod> {
+    let Some(p) = probe else { return Ok(()) };
+    let handlers = [
+        p.exec.is_some(),
+        p.http_get.is_some(),
+        p.tcp_socket.is_some(),
+        p.grpc.is_some(),
+    ]
+    .iter()
+    .filter(|h| **h)
+    .count();
+    if handlers != 1 {
+        return Err(invalid(
+            field,
+            if handlers == 0 {
+                "Required value: must specify a handler type"
+            } else {
+                "Forbidden: may not specify more than 1 handler type"
+            },
+        ));
+    }
+    for (name, v) in [
+        ("periodSeconds", p.period_seconds),
+        ("timeoutSeconds", p.timeout_seconds),
+        ("successThreshold", p.success_threshold),
+        ("failureThreshold", p.failure_threshold),
+    ] {
+        if let Some(v) = v
+            && v < 1
+        {
+            return Err(invalid(
+                format!("{field}.{name}"),
+                format!("Invalid value: {v}: must be greater than or equal to 1"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The checks the API server makes on a new pod that matter to a node: names, a unique
+/// name and an image for every container, valid ports, volumes that exist, one handler
+/// per probe. The first problem is returned.
+pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err(invalid("metadata.name", "Required value: name is required"));
+    }
+    if let Some(e) = dns_subdomain_error(name) {
+        return Err(invalid("metadata.name", e));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref()
+        && let Some(e) = dns_label_error(ns)
+    {
+        return Err(invalid("metadata.namespace", e));
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(invalid("spec", "Required value"));
+    };
+    if spec.containers.is_empty() {
+        return Err(invalid("spec.containers", "Required value"));
+    }
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    if !["Always", "OnFailure", "Never"].contains(&policy) {
+        return Err(invalid(
+            "spec.restartPolicy",
+            format!(
+                "Unsupported value: \"{policy}\": supported values: \"Always\", \"OnFailure\", \"Never\""
+            ),
+        ));
+    }
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if let Some(e) = dns_label_error(&v.name) {
+            return Err(invalid(format!("spec.volumes[{i}].name"), e));
+        }
+        if !volumes.insert(v.name.as_str()) {
+            return Err(invalid(
+                format!("spec.volumes[{i}].name"),
+                format!("Duplicate value: \"{}\"", v.name),
+            ));
+        }
+    }
+    let mut names = BTreeSet::new();
+    let lists = [
+        ("initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
+        ("containers", spec.containers.as_slice()),
+    ];
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            let field = format!("spec.{list}[{i}]");
+            if let Some(e) = dns_label_error(&c.name) {
+                return Err(invalid(format!("{field}.name"), e));
+            }
+            if !names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("Duplicate value: \"{}\"", c.name),
+                ));
+            }
+            if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+                return Err(invalid(format!("{field}.image"), "Required value"));
+            }
+            for (j, p) in c.ports.iter().flatten().enumerate() {
+                if !(1..=65535).contains(&p.container_port) {
+                    return Err(invalid(
+                        format!("{field}.ports[{j}].containerPort"),
+                        format!(
+                            "Invalid value: {}: must be between 1 and 65535, inclusive",
+                            p.container_port
+                        ),
+                    ));
+                }
+                if let Some(h) = p.host_port
+                    && !(0..=65535).contains(&h)
+                {
+                    return Err(invalid(
+                        format!("{field}.ports[{j}].hostPort"),
+                        format!("Invalid value: {h}: must be between 1 and 65535, inclusive"),
+                    ));
+                }
+            }
+            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+                if !volumes.contains(m.name.as_str()) {
+                    return Err(invalid(
+                        format!("{field}.volumeMounts[{j}].name"),
+                        format!("Not found: \"{}\"", m.name),
+                    ));
+                }
+            }
+            if list == "containers" {
+                validate_probe(c.liveness_probe.as_ref(), &format!("{field}.livenessProbe"))?;
+                validate_probe(
+                    c.readiness_probe.as_ref(),
+                    &format!("{field}.readinessProbe"),
+                )?;
+                validate_probe(c.startup_probe.as_ref(), &format!("{field}.startupProbe"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: &str) -> k8s::Pod {
+        serde_json::from_str(json).expect("test pod")
+    }
+
+    const WEB: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},
+        "spec":{"containers":[{"name":"web","image":"localhost/busybox:latest"}]}}"#;
+
+    #[test]
+    fn static_pods_get_a_stable_uid_and_the_node_suffix() {
+        let mut a = pod(WEB);
+        make_static(&mut a, "file", "web.yaml", "node-a");
+        let mut b = pod(WEB);
+        make_static(&mut b, "file", "web.yaml", "node-a");
+        assert_eq!(a.metadata.name.as_deref(), Some("web-node-a"));
+        assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(uid(&a).len(), 32);
+        assert_eq!(uid(&a), uid(&b), "same manifest, same UID");
+        let ann = a.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION], "file");
+        assert_eq!(ann[CONFIG_HASH_ANNOTATION], uid(&a));
+
+        let mut other_file = pod(WEB);
+        make_static(&mut other_file, "file", "web2.yaml", "node-a");
+        assert_ne!(uid(&a), uid(&other_file), "the origin is part of the UID");
+        let mut changed = pod(&WEB.replace("latest", "1.36"));
+        make_static(&mut changed, "file", "web.yaml", "node-a");
+        assert_ne!(uid(&a), uid(&changed), "a changed manifest is a new pod");
+    }
+
+    #[test]
+    fn defaults_follow_the_api_server() {
+        let mut p = pod(
+            r#"{"metadata":{"name":"p"},"spec":{"containers":[
+              {"name":"a","image":"busybox","readinessProbe":{"httpGet":{"port":80}}},
+              {"name":"b","image":"busybox:1.36","ports":[{"containerPort":80}]}]}}"#,
+        );
+        apply_defaults(&mut p);
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        let a = &spec.containers[0];
+        assert_eq!(a.image_pull_policy.as_deref(), Some("Always"));
+        let probe = a.readiness_probe.as_ref().expect("probe");
+        assert_eq!(
+            (
+                probe.period_seconds,
+                probe.timeout_seconds,
+                probe.failure_threshold
+            ),
+            (Some(10), Some(1), Some(3))
+        );
+        assert_eq!(
+            probe.http_get.as_ref().and_then(|h| h.path.as_deref()),
+            Some("/")
+        );
+        let b = &spec.containers[1];
+        assert_eq!(b.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            b.ports.as_ref().expect("ports")[0].protocol.as_deref(),
+            Some("TCP")
+        );
+        assert!(is_latest("localhost/busybox"));
+        assert!(is_latest("registry:5000/busybox"));
+        assert!(!is_latest("registry:5000/busybox:1"));
+        assert!(!is_latest("busybox@sha256:abcd"));
+    }
+
+    #[test]
+    fn invalid_pods_name_the_field() {
+        let cases = [
+            (
+                r#"{"metadata":{"name":"Web"},"spec":{"containers":[{"name":"a","image":"i"}]}}"#,
+                "metadata.name",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i"},{"name":"a","image":"i"}]}}"#,
+                "spec.containers[1].name",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"initContainers":[{"name":"a","image":"i"}],"containers":[{"name":"a","image":"i"}]}}"#,
+                "spec.containers[0].name",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a"}]}}"#,
+                "spec.containers[0].image",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[]}}"#,
+                "spec.containers",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i","ports":[{"containerPort":0}]}]}}"#,
+                "spec.containers[0].ports[0].containerPort",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i","volumeMounts":[{"name":"v","mountPath":"/v"}]}]}}"#,
+                "spec.containers[0].volumeMounts[0].name",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i","livenessProbe":{"periodSeconds":3}}]}}"#,
+                "spec.containers[0].livenessProbe",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"restartPolicy":"Sometimes","containers":[{"name":"a","image":"i"}]}}"#,
+                "spec.restartPolicy",
+            ),
+        ];
+        for (json, field) in cases {
+            let err = validate(&pod(json)).expect_err(json);
+            assert_eq!(err.field, field, "{json}: {err}");
+        }
+        validate(&pod(WEB)).expect("valid");
+        let dup = validate(&pod(cases[1].0)).expect_err("dup");
+        assert_eq!(
+            dup.to_string(),
+            "spec.containers[1].name: Duplicate value: \"a\""
+        );
+    }
+
+    #[test]
+    fn keys_print_the_kubelet_way() {
+        let mut p = pod(WEB);
+        make_static(&mut p, "file", "web.yaml", "n");
+        let key = PodKey::of(&p);
+        assert_eq!(key.to_string(), format!("\"web-n_default({})\"", uid(&p)));
+        assert_eq!(key.full_name(), "default/web-n");
+    }
+}

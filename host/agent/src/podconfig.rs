@@ -1,0 +1,379 @@
+//! Pod config: the pods each source wants, merged into one desired set, and the changes
+//! to it as the operations the syncLoop acts on.
+//!
+//! Every source reports its whole set each time (the kubelet's SET semantics); the
+//! merger keeps each source's last set, diffs the new one against it and turns the
+//! difference into [`Op::Add`], [`Op::Update`], [`Op::Reconcile`] and [`Op::Remove`].
+//! A pod that fails validation, or whose name another pod already has, is reported as a
+//! [`Problem`] naming where it came from and never reaches the loop; the rest of the set
+//! goes on. [`PodConfig::all_sources_ready`] is true once every source has reported at
+//! least once — housekeeping does not remove anything before that.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_plugin_host::source::SourcePod;
+
+use crate::pod::{self, PodKey};
+
+/// What changed for a set of pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// New pods.
+    Add,
+    /// Pods whose spec or metadata changed.
+    Update,
+    /// Pods whose status alone changed.
+    Reconcile,
+    /// Pods gone from their source: stop them.
+    Remove,
+    /// Pods deleted gracefully (the API server's deletion timestamp).
+    Delete,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Add => "ADD",
+            Op::Update => "UPDATE",
+            Op::Reconcile => "RECONCILE",
+            Op::Remove => "REMOVE",
+            Op::Delete => "DELETE",
+        })
+    }
+}
+
+/// One change, for the syncLoop.
+#[derive(Debug, Clone)]
+pub struct PodUpdate {
+    /// What happened.
+    pub op: Op,
+    /// The source it happened in.
+    pub source: String,
+    /// The pods concerned (for removals, as they were last seen).
+    pub pods: Vec<Arc<k8s::Pod>>,
+}
+
+/// A pod a source offered that the merger refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The source.
+    pub source: String,
+    /// Where in it (file name, URL, `file#2`).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.origin, self.source, self.message)
+    }
+}
+
+#[derive(Debug, Default)]
+struct SourceSet {
+    seen: bool,
+    pods: BTreeMap<String, Arc<k8s::Pod>>,
+}
+
+/// The merger. One per agent; owned by the config task.
+#[derive(Debug)]
+pub struct PodConfig {
+    node_name: String,
+    /// Sources in configured order: an earlier source wins a name both claim.
+    sources: Vec<(String, SourceSet)>,
+}
+
+/// What one report of a source changed.
+#[derive(Debug, Default)]
+pub struct Merged {
+    /// The operations for the syncLoop, removals first.
+    pub updates: Vec<PodUpdate>,
+    /// Pods refused, by origin.
+    pub problems: Vec<Problem>,
+}
+
+/// The pod without what the agent itself writes (`config.seen`) and its status: what
+/// decides between UPDATE and RECONCILE.
+fn spec_view(pod: &k8s::Pod) -> (k8s::Pod, Option<k8s::PodStatus>) {
+    let mut p = pod.clone();
+    if let Some(a) = p.metadata.annotations.as_mut() {
+        a.remove(pod::CONFIG_SEEN_ANNOTATION);
+    }
+    let status = p.status.take();
+    (p, status)
+}
+
+impl PodConfig {
+    /// A merger for `sources`, in their order of precedence.
+    pub fn new(node_name: &str, sources: impl IntoIterator<Item = String>) -> Self {
+        PodConfig {
+            node_name: node_name.to_owned(),
+            sources: sources
+                .into_iter()
+                .map(|s| (s, SourceSet::default()))
+                .collect(),
+        }
+    }
+
+    /// Whether every source has reported at least once.
+    pub fn all_sources_ready(&self) -> bool {
+        self.sources.iter().all(|(_, s)| s.seen)
+    }
+
+    /// Every desired pod, in source order.
+    pub fn pods(&self) -> Vec<Arc<k8s::Pod>> {
+        self.sources
+            .iter()
+            .flat_map(|(_, s)| s.pods.values().cloned())
+            .collect()
+    }
+
+    /// Whether `uid` is desired by some source.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.sources.iter().any(|(_, s)| s.pods.contains_key(uid))
+    }
+
+    /// Takes `source`'s whole new set. A source that is not configured is reported as a
+    /// problem and changes nothing.
+    pub fn set(&mut self, source: &str, offered: Vec<SourcePod>) -> Merged {
+        let mut merged = Merged::default();
+        let Some(index) = self.sources.iter().position(|(name, _)| name == source) else {
+            merged.problems.push(Problem {
+                source: source.to_owned(),
+                origin: String::new(),
+                message: "not a configured source".into(),
+            });
+            return merged;
+        };
+        // Names other sources hold: an earlier source wins, a later one loses its claim.
+        let mut taken: BTreeMap<String, String> = BTreeMap::new();
+        for (i, (name, set)) in self.sources.iter().enumerate() {
+            if i == index {
+                continue;
+            }
+            for p in set.pods.values() {
+                taken.insert(PodKey::of(p).full_name(), name.clone());
+            }
+        }
+        let previous = std::mem::take(&mut self.sources[index].1.pods);
+        let mut next: BTreeMap<String, Arc<k8s::Pod>> = BTreeMap::new();
+        let mut origins: BTreeMap<String, String> = BTreeMap::new();
+        let (mut added, mut updated, mut reconciled) = (Vec::new(), Vec::new(), Vec::new());
+        for SourcePod { origin, mut pod } in offered {
+            pod::make_static(&mut pod, source, &origin, &self.node_name);
+            let problem = |message: String| Problem {
+                source: source.to_owned(),
+                origin: origin.clone(),
+                message,
+            };
+            if let Err(e) = pod::validate(&pod) {
+                merged.problems.push(problem(format!("invalid pod: {e}")));
+                continue;
+            }
+            let key = PodKey::of(&pod);
+            let full = key.full_name();
+            if let Some(other) = origins.get(&full) {
+                merged.problems.push(problem(format!(
+                    "duplicate pod {full}: already defined by {other}"
+                )));
+                continue;
+            }
+            if let Some(other) = taken.get(&full) {
+                merged.problems.push(problem(format!(
+                    "duplicate pod {full}: already defined by source {other}"
+                )));
+                continue;
+            }
+            origins.insert(full, origin.clone());
+            let pod = match previous.get(&key.uid) {
+                None => {
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(pod::CONFIG_SEEN_ANNOTATION.into(), crate::time::now_rfc3339());
+                    let pod = Arc::new(pod);
+                    added.push(pod.clone());
+                    pod
+                }
+                Some(old) => {
+                    // Keep when it was first seen.
+                    if let Some(seen) = old
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(pod::CONFIG_SEEN_ANNOTATION))
+                    {
+                        pod.metadata
+                            .annotations
+                            .get_or_insert_with(BTreeMap::new)
+                            .insert(pod::CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+                    }
+                    let (old_spec, old_status) = spec_view(old);
+                    let (new_spec, new_status) = spec_view(&pod);
+                    if old_spec != new_spec {
+                        let pod = Arc::new(pod);
+                        updated.push(pod.clone());
+                        pod
+                    } else if old_status != new_status {
+                        let pod = Arc::new(pod);
+                        reconciled.push(pod.clone());
+                        pod
+                    } else {
+                        old.clone()
+                    }
+                }
+            };
+            next.insert(key.uid, pod);
+        }
+        let removed: Vec<_> = previous
+            .iter()
+            .filter(|(uid, _)| !next.contains_key(*uid))
+            .map(|(_, p)| p.clone())
+            .collect();
+        let set = &mut self.sources[index].1;
+        set.pods = next;
+        set.seen = true;
+        for (op, pods) in [
+            (Op::Remove, removed),
+            (Op::Add, added),
+            (Op::Update, updated),
+            (Op::Reconcile, reconciled),
+        ] {
+            if !pods.is_empty() {
+                merged.updates.push(PodUpdate {
+                    op,
+                    source: source.to_owned(),
+                    pods,
+                });
+            }
+        }
+        merged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offered(origin: &str, json: &str) -> SourcePod {
+        SourcePod {
+            origin: origin.into(),
+            pod: serde_json::from_str(json).expect("pod"),
+        }
+    }
+
+    fn web(name: &str, image: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}"}},"spec":{{"containers":[{{"name":"c","image":"{image}"}}]}}}}"#
+        )
+    }
+
+    fn ops(m: &Merged) -> Vec<(Op, Vec<String>)> {
+        m.updates
+            .iter()
+            .map(|u| {
+                (
+                    u.op,
+                    u.pods
+                        .iter()
+                        .map(|p| p.metadata.name.clone().unwrap_or_default())
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sets_become_add_remove_and_nothing_when_unchanged() {
+        let mut c = PodConfig::new("n", ["file".to_string()]);
+        assert!(!c.all_sources_ready());
+        let m = c.set(
+            "file",
+            vec![
+                offered("a.yaml", &web("a", "i:1")),
+                offered("b.yaml", &web("b", "i:1")),
+            ],
+        );
+        assert_eq!(ops(&m), [(Op::Add, vec!["a-n".into(), "b-n".into()])]);
+        assert!(c.all_sources_ready());
+        let again = c.set(
+            "file",
+            vec![
+                offered("a.yaml", &web("a", "i:1")),
+                offered("b.yaml", &web("b", "i:1")),
+            ],
+        );
+        assert!(again.updates.is_empty(), "{:?}", ops(&again));
+        // b's image changes: a new UID, so the old pod goes and a new one comes.
+        let m = c.set(
+            "file",
+            vec![
+                offered("a.yaml", &web("a", "i:1")),
+                offered("b.yaml", &web("b", "i:2")),
+            ],
+        );
+        assert_eq!(
+            ops(&m),
+            [(Op::Remove, vec!["b-n".into()]), (Op::Add, vec!["b-n".into()])]
+        );
+        let m = c.set("file", vec![offered("b.yaml", &web("b", "i:2"))]);
+        assert_eq!(ops(&m), [(Op::Remove, vec!["a-n".into()])]);
+        assert_eq!(c.pods().len(), 1);
+    }
+
+    #[test]
+    fn pods_with_their_own_uid_update_in_place() {
+        let mut c = PodConfig::new("n", ["http".to_string()]);
+        let with_uid = |image: &str, phase: Option<&str>| {
+            let status = phase
+                .map(|p| format!(r#","status":{{"phase":"{p}"}}"#))
+                .unwrap_or_default();
+            offered(
+                "http://x/p",
+                &format!(
+                    r#"{{"metadata":{{"name":"p","uid":"u1"}},"spec":{{"containers":[{{"name":"c","image":"{image}"}}]}}{status}}}"#
+                ),
+            )
+        };
+        c.set("http", vec![with_uid("i:1", None)]);
+        let m = c.set("http", vec![with_uid("i:2", None)]);
+        assert_eq!(ops(&m), [(Op::Update, vec!["p-n".into()])]);
+        let m = c.set("http", vec![with_uid("i:2", Some("Running"))]);
+        assert_eq!(ops(&m), [(Op::Reconcile, vec!["p-n".into()])]);
+    }
+
+    #[test]
+    fn bad_and_duplicate_pods_are_problems_and_the_rest_goes_on() {
+        let mut c = PodConfig::new("n", ["file".to_string(), "http".to_string()]);
+        let m = c.set(
+            "file",
+            vec![
+                offered("bad.yaml", &web("Bad", "i")),
+                offered("a.yaml", &web("a", "i")),
+                offered("a-again.yaml", &web("a", "j")),
+            ],
+        );
+        assert_eq!(ops(&m), [(Op::Add, vec!["a-n".into()])]);
+        assert_eq!(m.problems.len(), 2);
+        assert_eq!(m.problems[0].origin, "bad.yaml");
+        assert!(m.problems[0].message.contains("metadata.name"));
+        assert!(
+            m.problems[1]
+                .message
+                .contains("duplicate pod default/a-n: already defined by a.yaml"),
+            "{}",
+            m.problems[1]
+        );
+        assert!(!c.all_sources_ready(), "http has not reported yet");
+        let m = c.set("http", vec![offered("http://x", &web("a", "k"))]);
+        assert!(m.updates.is_empty());
+        assert!(m.problems[0].message.contains("source file"));
+        assert!(c.all_sources_ready());
+        assert!(c.set("nope", vec![]).problems[0].message.contains("not a configured"));
+    }
+
+}

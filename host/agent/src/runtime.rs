@@ -1,0 +1,303 @@
+//! What the runtime has for a pod ([`PodRuntime`]): its sandboxes and containers, read
+//! back through the labels and annotations the agent put on them when it created them.
+//! Those labels are what lets a restarted agent adopt running pods: everything it needs
+//! to know about a container (pod, name, spec hash, restart count) is on the container.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as k8s;
+use sha2::{Digest, Sha256};
+use wasmlet_cri::proto;
+
+/// Label: the pod's UID (sandboxes and containers).
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// Label: the pod's name.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Label: the pod's namespace.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Label: the container's name in the pod spec.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// Label: the node (agent) that owns the object; an agent touches nothing else.
+pub const NODE_LABEL: &str = "wasmlet.io/node";
+/// Annotation: the hash of the container's spec.
+pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// Annotation: how many times the container was restarted before this instance.
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+/// Annotation: the pod's grace period.
+pub const GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// Annotation: where the container's termination message is written.
+pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePath";
+/// Annotation: `init` for init containers.
+pub const CONTAINER_TYPE_ANNOTATION: &str = "wasmlet.io/container-type";
+
+/// A container's state as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Created, not started.
+    Created,
+    /// Running.
+    Running,
+    /// Exited.
+    Exited,
+    /// The runtime does not know.
+    Unknown,
+}
+
+impl State {
+    /// From the CRI enum value.
+    pub fn from_cri(state: i32) -> Self {
+        match proto::ContainerState::try_from(state) {
+            Ok(proto::ContainerState::ContainerCreated) => State::Created,
+            Ok(proto::ContainerState::ContainerRunning) => State::Running,
+            Ok(proto::ContainerState::ContainerExited) => State::Exited,
+            _ => State::Unknown,
+        }
+    }
+}
+
+/// One sandbox of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The runtime's id.
+    pub id: String,
+    /// How many sandboxes the pod had before this one.
+    pub attempt: u32,
+    /// Whether it is ready.
+    pub ready: bool,
+    /// Unix nanoseconds.
+    pub created_at: i64,
+    /// Its IP addresses (empty with the node's network, or before networking is up).
+    pub ips: Vec<String>,
+    /// Whether it uses the node's network namespace.
+    pub host_network: bool,
+}
+
+/// One container of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// The runtime's id.
+    pub id: String,
+    /// Its sandbox.
+    pub sandbox_id: String,
+    /// The name in the pod spec.
+    pub name: String,
+    /// The runtime's state.
+    pub state: State,
+    /// Unix nanoseconds (0 when unknown).
+    pub created_at: i64,
+    /// Unix nanoseconds (0 when it has not started).
+    pub started_at: i64,
+    /// Unix nanoseconds (0 while it runs).
+    pub finished_at: i64,
+    /// Exit code, once exited.
+    pub exit_code: i32,
+    /// The runtime's reason (`Completed`, `Error`, `OOMKilled`).
+    pub reason: String,
+    /// The runtime's message (or the termination message).
+    pub message: String,
+    /// The image as the spec named it.
+    pub image: String,
+    /// The image the runtime ran (its id or digest).
+    pub image_ref: String,
+    /// The spec hash it was created from.
+    pub hash: String,
+    /// Restarts before this instance.
+    pub restart_count: i32,
+    /// Whether it is an init container.
+    pub init: bool,
+    /// Whether the details (times, exit code) come from ContainerStatus, not just a list.
+    pub detailed: bool,
+}
+
+/// Everything the runtime has for one pod, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRuntime {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its name and namespace, from the labels (for pods the agent no longer knows).
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Sandboxes, newest first.
+    pub sandboxes: Vec<Sandbox>,
+    /// Containers, newest first.
+    pub containers: Vec<ContainerInfo>,
+}
+
+impl PodRuntime {
+    /// The newest instance of the container called `name`.
+    pub fn latest(&self, name: &str) -> Option<&ContainerInfo> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+
+    /// The instance before the newest one of `name` (the status's lastState).
+    pub fn previous(&self, name: &str) -> Option<&ContainerInfo> {
+        self.containers.iter().filter(|c| c.name == name).nth(1)
+    }
+
+    /// The newest sandbox.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandboxes.first()
+    }
+
+    /// Running containers.
+    pub fn running(&self) -> impl Iterator<Item = &ContainerInfo> {
+        self.containers.iter().filter(|c| c.state == State::Running)
+    }
+
+    /// Sorts sandboxes and containers newest first (ties broken by id, for stable output).
+    pub fn sort(&mut self) {
+        self.sandboxes
+            .sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        self.containers
+            .sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+    }
+}
+
+/// The hash of a container's spec: a running container whose hash differs from its
+/// spec's is killed and recreated.
+pub fn container_hash(c: &k8s::Container) -> String {
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(c).unwrap_or_default());
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A sandbox as ListPodSandbox reports it, without the IPs (those come from
+/// PodSandboxStatus).
+pub fn sandbox_from_list(s: &proto::PodSandbox) -> Sandbox {
+    let host_network = s
+        .annotations
+        .get(HOST_NETWORK_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    Sandbox {
+        id: s.id.clone(),
+        attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
+        ready: s.state == proto::PodSandboxState::SandboxReady as i32,
+        created_at: s.created_at,
+        ips: Vec::new(),
+        host_network,
+    }
+}
+
+/// Annotation on sandboxes: `true` when it uses the node's network.
+pub const HOST_NETWORK_ANNOTATION: &str = "wasmlet.io/host-network";
+
+fn parse_annotation<T: std::str::FromStr + Default>(
+    annotations: &BTreeMap<String, String>,
+    key: &str,
+) -> T {
+    annotations
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
+/// A container as ListContainers reports it (no times but creation, no exit code).
+pub fn container_from_list(c: &proto::Container) -> ContainerInfo {
+    ContainerInfo {
+        id: c.id.clone(),
+        sandbox_id: c.pod_sandbox_id.clone(),
+        name: c
+            .labels
+            .get(CONTAINER_NAME_LABEL)
+            .cloned()
+            .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+            .unwrap_or_default(),
+        state: State::from_cri(c.state),
+        created_at: c.created_at,
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        reason: String::new(),
+        message: String::new(),
+        image: c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+        image_ref: c.image_ref.clone(),
+        hash: c
+            .annotations
+            .get(CONTAINER_HASH_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        restart_count: parse_annotation(&c.annotations, RESTART_COUNT_ANNOTATION),
+        init: c
+            .annotations
+            .get(CONTAINER_TYPE_ANNOTATION)
+            .is_some_and(|t| t == "init"),
+        detailed: false,
+    }
+}
+
+/// Fills in what ContainerStatus adds to a listed container.
+pub fn add_status(info: &mut ContainerInfo, s: &proto::ContainerStatus) {
+    info.state = State::from_cri(s.state);
+    info.started_at = s.started_at;
+    info.finished_at = s.finished_at;
+    info.exit_code = s.exit_code;
+    info.reason = s.reason.clone();
+    info.message = s.message.clone();
+    if !s.image_ref.is_empty() {
+        info.image_ref = s.image_ref.clone();
+    }
+    info.detailed = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(name: &str, created: i64, state: State) -> ContainerInfo {
+        ContainerInfo {
+            id: format!("{name}-{created}"),
+            sandbox_id: "s".into(),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            hash: String::new(),
+            restart_count: 0,
+            init: false,
+            detailed: false,
+        }
+    }
+
+    #[test]
+    fn latest_and_previous_follow_creation_time() {
+        let mut p = PodRuntime {
+            containers: vec![
+                container("a", 1, State::Exited),
+                container("a", 3, State::Running),
+                container("b", 2, State::Running),
+                container("a", 2, State::Exited),
+            ],
+            ..Default::default()
+        };
+        p.sort();
+        assert_eq!(p.latest("a").map(|c| c.id.as_str()), Some("a-3"));
+        assert_eq!(p.previous("a").map(|c| c.id.as_str()), Some("a-2"));
+        assert_eq!(p.previous("b"), None);
+        assert_eq!(p.running().count(), 2);
+    }
+
+    #[test]
+    fn hashes_change_with_the_spec() {
+        let mut c = k8s::Container {
+            name: "a".into(),
+            image: Some("i:1".into()),
+            ..Default::default()
+        };
+        let h1 = container_hash(&c);
+        assert_eq!(h1.len(), 16);
+        assert_eq!(h1, container_hash(&c));
+        c.image = Some("i:2".into());
+        assert_ne!(h1, container_hash(&c));
+    }
+}
