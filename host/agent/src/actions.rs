@@ -114,10 +114,10 @@ fn next_init<'a>(
         return (None, None, true);
     }
     // An app container that runs means initialization finished.
-    if pod::containers(pod)
-        .iter()
-        .any(|c| rt.latest(&c.name).is_some_and(|s| s.state == State::Running))
-    {
+    if pod::containers(pod).iter().any(|c| {
+        rt.latest(&c.name)
+            .is_some_and(|s| s.state == State::Running)
+    }) {
         return (None, None, true);
     }
     for (i, c) in inits.iter().enumerate().rev() {
@@ -344,7 +344,10 @@ mod tests {
     fn init_containers_run_one_at_a_time_in_order() {
         let p = pod("Always", &["i1", "i2"], &["app"]);
         let a = compute(&p, &PodRuntime::default(), &no_probe);
-        assert_eq!((a.create_sandbox, a.next_init, a.start.len()), (true, Some(0), 0));
+        assert_eq!(
+            (a.create_sandbox, a.next_init, a.start.len()),
+            (true, Some(0), 0)
+        );
         let rt = Rt::new(true).with(&p, "i1", State::Running, 0);
         let a = compute(&p, &rt.0, &no_probe);
         assert_eq!((a.next_init, a.start.len(), a.kill_pod), (None, 0, false));
@@ -379,9 +382,10 @@ mod tests {
             ("Never", 2, false),
         ] {
             let p = pod(policy, &[], &["a", "b"]);
-            let rt = Rt::new(true)
-                .with(&p, "a", State::Exited, exit)
-                .with(&p, "b", State::Running, 0);
+            let rt =
+                Rt::new(true)
+                    .with(&p, "a", State::Exited, exit)
+                    .with(&p, "b", State::Running, 0);
             let a = compute(&p, &rt.0, &no_probe);
             assert_eq!(a.start == [0], restarts, "{policy} exit {exit}");
             assert!(!a.kill_pod, "b still runs");

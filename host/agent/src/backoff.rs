@@ -140,7 +140,10 @@ mod tests {
         let t0 = Instant::now();
         b.next("c", t0);
         let crashed = t0 + S(2);
-        assert_eq!(b.retry_at("c", crashed, crashed + S(3)), Some(crashed + S(10)));
+        assert_eq!(
+            b.retry_at("c", crashed, crashed + S(3)),
+            Some(crashed + S(10))
+        );
         assert_eq!(b.retry_at("c", crashed, crashed + S(10)), None);
         assert_eq!(b.retry_at("other", crashed, crashed), None);
     }

@@ -109,7 +109,10 @@ mod tests {
         let t1 = t0 + Duration::from_millis(5);
         assert!(cache.set(rt("u", "new"), t1));
         assert!(!cache.set(rt("u", "old"), t0));
-        assert_eq!(cache.get("u").map(|r| r.name.clone()).as_deref(), Some("new"));
+        assert_eq!(
+            cache.get("u").map(|r| r.name.clone()).as_deref(),
+            Some("new")
+        );
         cache.remove("u", t0);
         assert!(cache.get("u").is_some(), "removal older than the entry");
         cache.remove("u", t1);

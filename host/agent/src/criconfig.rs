@@ -102,7 +102,9 @@ pub fn pod_dir(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
 
 fn dns_config(pod: &k8s::Pod, ctx: &NodeContext) -> proto::DnsConfig {
     let spec = pod.spec.as_ref();
-    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
     // Without a cluster DNS, ClusterFirst falls back to the node's resolver, as the
     // kubelet does; `None` starts from nothing.
     let mut dns = if policy == "None" {
@@ -114,7 +116,9 @@ fn dns_config(pod: &k8s::Pod, ctx: &NodeContext) -> proto::DnsConfig {
         dns.servers.extend(c.nameservers.iter().flatten().cloned());
         dns.searches.extend(c.searches.iter().flatten().cloned());
         for o in c.options.iter().flatten() {
-            let Some(name) = o.name.as_deref() else { continue };
+            let Some(name) = o.name.as_deref() else {
+                continue;
+            };
             dns.options.retain(|x| x.split(':').next() != Some(name));
             dns.options.push(match o.value.as_deref() {
                 Some(v) => format!("{name}:{v}"),
@@ -180,10 +184,7 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
     labels.extend(base_labels(pod, ctx));
     let mut annotations = m.annotations.clone().unwrap_or_default();
     annotations.insert(HOST_NETWORK_ANNOTATION.into(), host_network.to_string());
-    annotations.insert(
-        GRACE_ANNOTATION.into(),
-        pod::grace_seconds(pod).to_string(),
-    );
+    annotations.insert(GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string());
     let hostname = if host_network {
         ctx.hostname.clone()
     } else {
@@ -307,7 +308,9 @@ fn resource_ref(
     };
     let q = list.and_then(|l| l.get(name).cloned());
     let (scale, divisor_default) = if name == "cpu" { (3, 1000) } else { (0, 1) };
-    let value = q.and_then(|q| parse_quantity(&q.0, scale).ok()).unwrap_or(0);
+    let value = q
+        .and_then(|q| parse_quantity(&q.0, scale).ok())
+        .unwrap_or(0);
     let divisor = match &r.divisor {
         Some(d) => parse_quantity(&d.0, scale)
             .map_err(|e| ConfigError(format!("{field}.divisor: {e}")))?
@@ -345,10 +348,7 @@ fn environment(
             (None, Some(from)) => {
                 if let Some(f) = &from.field_ref {
                     field_ref(pod, &f.field_path, pod_ip, ctx).ok_or_else(|| {
-                        ConfigError(format!(
-                            "{field}: unsupported fieldRef {}",
-                            f.field_path
-                        ))
+                        ConfigError(format!("{field}: unsupported fieldRef {}", f.field_path))
                     })?
                 } else if let Some(r) = &from.resource_field_ref {
                     resource_ref(c, r, &field)?
@@ -375,9 +375,15 @@ fn environment(
     Ok(env)
 }
 
-fn resources(pod: &k8s::Pod, c: &k8s::Container, ctx: &NodeContext) -> proto::LinuxContainerResources {
+fn resources(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    ctx: &NodeContext,
+) -> proto::LinuxContainerResources {
     let res = c.resources.clone().unwrap_or_default();
-    let get = |list: &Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    let get = |list: &Option<
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
                name: &str,
                scale: i32| {
         list.as_ref()
@@ -495,15 +501,13 @@ fn mounts(
                 "DirectoryOrCreate" => std::fs::create_dir_all(&path).map_err(|e| {
                     ConfigError(format!("volume \"{}\": {}: {e}", v.name, path.display()))
                 })?,
-                "FileOrCreate" => {
-                    if !path.exists() {
-                        if let Some(parent) = path.parent() {
-                            let _ = std::fs::create_dir_all(parent);
-                        }
-                        std::fs::write(&path, b"").map_err(|e| {
-                            ConfigError(format!("volume \"{}\": {}: {e}", v.name, path.display()))
-                        })?;
+                "FileOrCreate" if !path.exists() => {
+                    if let Some(parent) = path.parent() {
+                        let _ = std::fs::create_dir_all(parent);
                     }
+                    std::fs::write(&path, b"").map_err(|e| {
+                        ConfigError(format!("volume \"{}\": {}: {e}", v.name, path.display()))
+                    })?;
                 }
                 "Directory" if !path.is_dir() => {
                     return Err(ConfigError(format!(
@@ -557,7 +561,12 @@ fn mounts(
 
 /// The file a container's termination message is written to (mounted at its
 /// `terminationMessagePath`).
-pub fn termination_message_file(pod: &k8s::Pod, ctx: &NodeContext, container: &str, restart: i32) -> PathBuf {
+pub fn termination_message_file(
+    pod: &k8s::Pod,
+    ctx: &NodeContext,
+    container: &str,
+    restart: i32,
+) -> PathBuf {
     pod_dir(pod, ctx)
         .join("containers")
         .join(container)
@@ -676,10 +685,8 @@ mod tests {
     }
 
     fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "wasmlet-criconfig-{name}-{}",
-            std::process::id()
-        ));
+        let d =
+            std::env::temp_dir().join(format!("wasmlet-criconfig-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("tempdir");
         d
@@ -724,8 +731,14 @@ mod tests {
             .as_ref()
             .and_then(|l| l.security_context.as_ref())
             .expect("security context");
-        assert!(sc.privileged, "a privileged container makes the sandbox privileged");
-        assert!(c.log_directory.ends_with(&format!("default_web-node-a_{}", crate::pod::uid(&p))));
+        assert!(
+            sc.privileged,
+            "a privileged container makes the sandbox privileged"
+        );
+        assert!(
+            c.log_directory
+                .ends_with(&format!("default_web-node-a_{}", crate::pod::uid(&p)))
+        );
 
         let host = pod(
             r#"{"metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"i"}]}}"#,
@@ -760,7 +773,11 @@ mod tests {
         );
         let c = &crate::pod::containers(&p)[0];
         let cfg = container_config(&p, c, false, 3, "10.88.0.9", &ctx(&dir)).expect("config");
-        let env: BTreeMap<_, _> = cfg.envs.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect();
+        let env: BTreeMap<_, _> = cfg
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
         assert_eq!(env["GREETING"], "hello world");
         assert_eq!(env["POD"], "web-node-a");
         assert_eq!(env["IP"], "10.88.0.9");
@@ -781,9 +798,15 @@ mod tests {
             .as_ref()
             .and_then(|l| l.resources.as_ref())
             .expect("resources");
-        assert_eq!((r.cpu_period, r.cpu_quota, r.cpu_shares), (100_000, 50_000, 512));
+        assert_eq!(
+            (r.cpu_period, r.cpu_quota, r.cpu_shares),
+            (100_000, 50_000, 512)
+        );
         assert_eq!(r.memory_limit_in_bytes, 64 << 20);
-        assert_eq!(r.oom_score_adj, -997, "limits alone make the pod Guaranteed");
+        assert_eq!(
+            r.oom_score_adj, -997,
+            "limits alone make the pod Guaranteed"
+        );
         let sc = cfg
             .linux
             .as_ref()

@@ -7,10 +7,13 @@
 //! - a kill is never replaced by a sync: once terminating, syncs are ignored;
 //! - a termination grace period can only shorten;
 //! - SyncPod → TerminatingPod → TerminatedPod, never back: a pod whose UID comes back is
-//!   a new worker.
+//!   a new worker;
+//! - a pod that finished on its own (every container exited for good) is stopped but
+//!   kept — its containers are what its status shows — until it is removed; a removed
+//!   pod is cleaned up as soon as it is stopped.
 //!
 //! The worker task drives it: [`WorkerState::request`] when the syncLoop sends something,
-//! [`WorkerState::next`] to take the work to run, [`WorkerState::finished`] with the
+//! [`WorkerState::take_next`] to take the work to run, [`WorkerState::finished`] with the
 //! [`Outcome`]. No I/O and no clock here, so every transition is a unit test.
 
 use std::sync::Arc;
@@ -96,6 +99,8 @@ pub struct WorkerState {
     lifecycle: Lifecycle,
     pending: Option<Work>,
     running: bool,
+    /// A kill was asked for (the pod is gone from its source): clean up once stopped.
+    removed: bool,
     done: bool,
 }
 
@@ -107,6 +112,7 @@ impl WorkerState {
             pod,
             lifecycle: Lifecycle::Syncing,
             running: false,
+            removed: false,
             done: false,
         }
     }
@@ -144,6 +150,7 @@ impl WorkerState {
                 self.pending = Some(Work::Sync(pod));
             }
             (Lifecycle::Syncing, Request::Kill { grace }) => {
+                self.removed = true;
                 self.lifecycle = Lifecycle::Terminating { grace };
                 self.pending = Some(Work::Terminate {
                     pod: self.pod.clone(),
@@ -153,6 +160,7 @@ impl WorkerState {
             // A kill is never replaced by a sync.
             (Lifecycle::Terminating { .. } | Lifecycle::Terminated, Request::Sync(_)) => {}
             (Lifecycle::Terminating { grace: current }, Request::Kill { grace }) => {
+                self.removed = true;
                 // Only a shorter grace period changes anything; it reruns the kill.
                 if grace < current {
                     self.lifecycle = Lifecycle::Terminating { grace };
@@ -162,12 +170,18 @@ impl WorkerState {
                     });
                 }
             }
-            (Lifecycle::Terminated, Request::Kill { .. }) => {}
+            // A finished pod that is now removed: clean it up.
+            (Lifecycle::Terminated, Request::Kill { .. }) => {
+                if !self.removed && !self.done {
+                    self.removed = true;
+                    self.pending = Some(Work::Cleanup(self.pod.clone()));
+                }
+            }
         }
     }
 
     /// The work to run now, if nothing runs and something waits.
-    pub fn next(&mut self) -> Option<Work> {
+    pub fn take_next(&mut self) -> Option<Work> {
         if self.running || self.done {
             return None;
         }
@@ -188,7 +202,8 @@ impl WorkerState {
                 pod: self.pod.clone(),
                 grace,
             },
-            Lifecycle::Terminated => Work::Cleanup(self.pod.clone()),
+            Lifecycle::Terminated if self.removed => Work::Cleanup(self.pod.clone()),
+            Lifecycle::Terminated => return,
         });
     }
 
@@ -210,7 +225,7 @@ impl WorkerState {
             Outcome::Stopped => {
                 // A shorter kill that waits is moot once everything is stopped.
                 self.lifecycle = Lifecycle::Terminated;
-                self.pending = Some(Work::Cleanup(self.pod.clone()));
+                self.pending = self.removed.then(|| Work::Cleanup(self.pod.clone()));
             }
             Outcome::StopFailed | Outcome::CleanupFailed => {}
             Outcome::CleanedUp => {
@@ -243,27 +258,27 @@ mod tests {
     #[test]
     fn one_work_at_a_time_and_the_newest_sync_wins() {
         let mut w = WorkerState::new(pod("v1"));
-        let first = w.next().expect("first sync");
+        let first = w.take_next().expect("first sync");
         assert_eq!(name(&first), "sync:v1");
-        assert_eq!(w.next(), None, "one sync in flight");
+        assert_eq!(w.take_next(), None, "one sync in flight");
         w.request(Request::Sync(pod("v2")));
         w.request(Request::Sync(pod("v3")));
-        assert_eq!(w.next(), None, "still running");
+        assert_eq!(w.take_next(), None, "still running");
         w.finished(Outcome::Synced);
-        assert_eq!(name(&w.next().expect("pending")), "sync:v3");
+        assert_eq!(name(&w.take_next().expect("pending")), "sync:v3");
         w.finished(Outcome::Synced);
-        assert_eq!(w.next(), None, "v2 was replaced, not queued");
+        assert_eq!(w.take_next(), None, "v2 was replaced, not queued");
     }
 
     #[test]
     fn a_kill_is_never_replaced_by_a_sync() {
         let mut w = WorkerState::new(pod("p"));
-        w.next();
+        w.take_next();
         w.request(Request::Kill { grace: S(30) });
         w.request(Request::Sync(pod("p2")));
         assert_eq!(w.lifecycle(), Lifecycle::Terminating { grace: S(30) });
         w.finished(Outcome::Synced);
-        let next = w.next().expect("kill");
+        let next = w.take_next().expect("kill");
         assert_eq!(
             next,
             Work::Terminate {
@@ -277,41 +292,41 @@ mod tests {
     fn grace_only_shortens() {
         let mut w = WorkerState::new(pod("p"));
         w.request(Request::Kill { grace: S(30) });
-        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(30)));
+        assert!(matches!(w.take_next(), Some(Work::Terminate { grace, .. }) if grace == S(30)));
         w.request(Request::Kill { grace: S(60) });
         assert!(!w.has_pending(), "a longer grace changes nothing");
         w.request(Request::Kill { grace: S(5) });
         assert_eq!(w.lifecycle(), Lifecycle::Terminating { grace: S(5) });
         w.finished(Outcome::StopFailed);
-        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(5)));
+        assert!(matches!(w.take_next(), Some(Work::Terminate { grace, .. }) if grace == S(5)));
     }
 
     #[test]
     fn sync_terminating_terminated_then_done() {
         let mut w = WorkerState::new(pod("p"));
-        w.next();
+        w.take_next();
         w.finished(Outcome::Synced);
         w.request(Request::Kill { grace: S(2) });
-        w.next();
+        w.take_next();
         w.finished(Outcome::Stopped);
         assert_eq!(w.lifecycle(), Lifecycle::Terminated);
         w.request(Request::Kill { grace: S(1) });
         w.request(Request::Sync(pod("q")));
-        assert_eq!(name(&w.next().expect("cleanup")), "cleanup:p");
+        assert_eq!(name(&w.take_next().expect("cleanup")), "cleanup:p");
         w.finished(Outcome::CleanupFailed);
-        assert_eq!(w.next(), None);
+        assert_eq!(w.take_next(), None);
         w.resync();
-        assert_eq!(name(&w.next().expect("retry")), "cleanup:p");
+        assert_eq!(name(&w.take_next().expect("retry")), "cleanup:p");
         w.finished(Outcome::CleanedUp);
         assert!(w.is_done());
         w.resync();
-        assert_eq!(w.next(), None);
+        assert_eq!(w.take_next(), None);
     }
 
     #[test]
-    fn a_finished_pod_terminates_without_grace() {
+    fn a_finished_pod_is_stopped_and_kept_until_removed() {
         let mut w = WorkerState::new(pod("job"));
-        w.next();
+        w.take_next();
         w.finished(Outcome::Finished);
         assert_eq!(
             w.lifecycle(),
@@ -319,19 +334,28 @@ mod tests {
                 grace: Duration::ZERO
             }
         );
-        assert_eq!(name(&w.next().expect("stop")), "terminate:job");
+        assert_eq!(name(&w.take_next().expect("stop")), "terminate:job");
+        w.finished(Outcome::Stopped);
+        assert_eq!(w.lifecycle(), Lifecycle::Terminated);
+        assert_eq!(w.take_next(), None, "its containers stay for its status");
+        w.resync();
+        assert_eq!(w.take_next(), None);
+        w.request(Request::Kill { grace: S(30) });
+        assert_eq!(name(&w.take_next().expect("cleanup")), "cleanup:job");
+        w.finished(Outcome::CleanedUp);
+        assert!(w.is_done());
     }
 
     #[test]
     fn resync_does_not_replace_waiting_work() {
         let mut w = WorkerState::new(pod("p"));
-        w.next();
+        w.take_next();
         w.request(Request::Kill { grace: S(3) });
         w.resync();
         w.finished(Outcome::Synced);
-        assert!(matches!(w.next(), Some(Work::Terminate { .. })));
+        assert!(matches!(w.take_next(), Some(Work::Terminate { .. })));
         w.finished(Outcome::StopFailed);
         w.resync();
-        assert!(matches!(w.next(), Some(Work::Terminate { grace, .. }) if grace == S(3)));
+        assert!(matches!(w.take_next(), Some(Work::Terminate { grace, .. }) if grace == S(3)));
     }
 }

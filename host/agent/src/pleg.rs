@@ -4,23 +4,20 @@
 //! the differences into events (ContainerStarted, ContainerDied, ContainerRemoved,
 //! ContainerChanged) and refreshes the pod cache for the pods that changed.
 //!
-//! Events go through an [`EventQueue`] that coalesces per pod: a pod with events
-//! waiting is one entry, however many events it collects (beyond [`MAX_EVENTS_PER_POD`]
-//! they are counted, not kept — the pod is synced either way), so the queue is bounded
-//! by the number of pods and nothing is dropped silently.
+//! Events go through an [`EventQueue`] that coalesces per pod (see [`crate::queue`]), so
+//! the queue is bounded by the number of pods and nothing is dropped silently.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use wasmlet_cri::proto::{self, ContainerFilter, PodSandboxFilter};
 use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::cache::PodCache;
+use crate::queue::PodQueue;
 use crate::runtime::{
     self, ContainerInfo, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
     PodRuntime, Sandbox, State,
@@ -30,8 +27,6 @@ use crate::runtime::{
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// PLEG is unhealthy when the last relist is older than this.
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
-/// Events kept per pod while it waits; more are counted.
-pub const MAX_EVENTS_PER_POD: usize = 16;
 
 /// What happened to a container (or a sandbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,66 +58,8 @@ pub struct PlegEvent {
     pub id: String,
 }
 
-/// Events waiting for the syncLoop, one entry per pod.
-#[derive(Debug, Default)]
-pub struct EventQueue {
-    inner: Mutex<(VecDeque<String>, HashMap<String, Vec<PlegEvent>>)>,
-    notify: Notify,
-    coalesced: AtomicU64,
-}
-
-impl EventQueue {
-    /// An empty queue.
-    pub fn new() -> Self {
-        EventQueue::default()
-    }
-
-    /// Adds events, waking the consumer.
-    pub fn push(&self, events: impl IntoIterator<Item = PlegEvent>) {
-        let mut any = false;
-        {
-            let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let (order, by_pod) = &mut *guard;
-            for e in events {
-                any = true;
-                match by_pod.get_mut(&e.uid) {
-                    Some(list) if list.len() >= MAX_EVENTS_PER_POD => {
-                        self.coalesced.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some(list) => list.push(e),
-                    None => {
-                        order.push_back(e.uid.clone());
-                        by_pod.insert(e.uid.clone(), vec![e]);
-                    }
-                }
-            }
-        }
-        if any {
-            self.notify.notify_one();
-        }
-    }
-
-    /// Takes everything waiting, pods in the order their first event came.
-    pub fn take(&self) -> Vec<(String, Vec<PlegEvent>)> {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let (order, by_pod) = &mut *guard;
-        order
-            .drain(..)
-            .filter_map(|uid| by_pod.remove(&uid).map(|e| (uid, e)))
-            .collect()
-    }
-
-    /// Waits until something is pushed (returns at once if something was pushed since
-    /// the last wait).
-    pub async fn wait(&self) {
-        self.notify.notified().await;
-    }
-
-    /// Events counted but not kept because their pod already had many waiting.
-    pub fn coalesced(&self) -> u64 {
-        self.coalesced.load(Ordering::Relaxed)
-    }
-}
+/// PLEG's events, queued per pod for the syncLoop.
+pub type EventQueue = PodQueue<PlegEvent>;
 
 /// A container's or sandbox's state as PLEG compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +79,12 @@ fn container_state(s: State) -> PlegState {
 
 /// The kubelet's generateEvents: what a change from `old` to `new` (`None`: not in the
 /// runtime) means.
-fn generate_events(uid: &str, id: &str, old: Option<PlegState>, new: Option<PlegState>) -> Vec<PlegEvent> {
+fn generate_events(
+    uid: &str,
+    id: &str,
+    old: Option<PlegState>,
+    new: Option<PlegState>,
+) -> Vec<PlegEvent> {
     if old == new {
         return Vec::new();
     }
@@ -299,7 +241,10 @@ impl Health {
 
     /// Whether a relist has finished yet.
     pub fn has_relisted(&self) -> bool {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 }
 
@@ -347,7 +292,9 @@ impl<R: CriRuntime + 'static> Pleg<R> {
     pub async fn relist(&mut self) -> wasmlet_cri::runtime::Result<RelistStats> {
         let observed = Instant::now();
         let selector: std::collections::BTreeMap<String, String> =
-            [(NODE_LABEL.to_owned(), self.node.clone())].into_iter().collect();
+            [(NODE_LABEL.to_owned(), self.node.clone())]
+                .into_iter()
+                .collect();
         let sandboxes = self
             .runtime
             .list_pod_sandbox(Some(PodSandboxFilter {
@@ -366,7 +313,9 @@ impl<R: CriRuntime + 'static> Pleg<R> {
         let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
         let mut record = HashMap::with_capacity(sandboxes.len() + containers.len());
         for s in &sandboxes {
-            let Some(uid) = s.labels.get(POD_UID_LABEL) else { continue };
+            let Some(uid) = s.labels.get(POD_UID_LABEL) else {
+                continue;
+            };
             pods.entry(uid).or_default().0.push(s);
             let state = if s.state == proto::PodSandboxState::SandboxReady as i32 {
                 PlegState::Running
@@ -376,7 +325,9 @@ impl<R: CriRuntime + 'static> Pleg<R> {
             record.insert(s.id.clone(), (uid.clone(), state));
         }
         for c in &containers {
-            let Some(uid) = c.labels.get(POD_UID_LABEL) else { continue };
+            let Some(uid) = c.labels.get(POD_UID_LABEL) else {
+                continue;
+            };
             pods.entry(uid).or_default().1.push(c);
             record.insert(
                 c.id.clone(),
@@ -413,7 +364,9 @@ impl<R: CriRuntime + 'static> Pleg<R> {
             events: events.len(),
         };
         self.record = record;
-        self.queue.push(events);
+        for e in events {
+            self.queue.push(&e.uid.clone(), e);
+        }
         self.health.relisted();
         Ok(stats)
     }
@@ -443,24 +396,6 @@ mod tests {
         );
         assert_eq!(kinds(None, Some(Unknown)), [ContainerChanged]);
         assert!(kinds(Some(Running), Some(Running)).is_empty());
-    }
-
-    #[test]
-    fn the_queue_coalesces_per_pod_and_counts_overflow() {
-        let q = EventQueue::new();
-        let e = |uid: &str| PlegEvent {
-            uid: uid.into(),
-            kind: EventKind::ContainerStarted,
-            id: "c".into(),
-        };
-        q.push((0..20).map(|_| e("a")));
-        q.push([e("b"), e("a")]);
-        let taken = q.take();
-        assert_eq!(taken.len(), 2);
-        assert_eq!(taken[0].0, "a");
-        assert_eq!(taken[0].1.len(), MAX_EVENTS_PER_POD);
-        assert_eq!(q.coalesced(), 5);
-        assert!(q.take().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

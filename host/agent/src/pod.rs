@@ -20,7 +20,7 @@ pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// A pod's identity in logs, the kubelet's way: `name_namespace(uid)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodKey {
     /// The pod's UID.
     pub uid: String,
@@ -239,9 +239,7 @@ fn dns_label_error(value: &str) -> Option<String> {
 fn dns_subdomain_error(value: &str) -> Option<String> {
     let ok = !value.is_empty()
         && value.len() <= 253
-        && value
-            .split('.')
-            .all(|part| dns_label_error(part).is_none());
+        && value.split('.').all(|part| dns_label_error(part).is_none());
     (!ok).then(|| {
         format!(
             "Invalid value: \"{value}\": a lowercase RFC 1123 subdomain must consist of lower \
@@ -335,7 +333,10 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
     }
     let mut names = BTreeSet::new();
     let lists = [
-        ("initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
         ("containers", spec.containers.as_slice()),
     ];
     for (list, containers) in lists {
@@ -428,11 +429,9 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_api_server() {
-        let mut p = pod(
-            r#"{"metadata":{"name":"p"},"spec":{"containers":[
+        let mut p = pod(r#"{"metadata":{"name":"p"},"spec":{"containers":[
               {"name":"a","image":"busybox","readinessProbe":{"httpGet":{"port":80}}},
-              {"name":"b","image":"busybox:1.36","ports":[{"containerPort":80}]}]}}"#,
-        );
+              {"name":"b","image":"busybox:1.36","ports":[{"containerPort":80}]}]}}"#);
         apply_defaults(&mut p);
         let spec = p.spec.as_ref().expect("spec");
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));

@@ -194,7 +194,10 @@ impl PodConfig {
                     pod.metadata
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
-                        .insert(pod::CONFIG_SEEN_ANNOTATION.into(), crate::time::now_rfc3339());
+                        .insert(
+                            pod::CONFIG_SEEN_ANNOTATION.into(),
+                            crate::time::now_rfc3339(),
+                        );
                     let pod = Arc::new(pod);
                     added.push(pod.clone());
                     pod
@@ -318,7 +321,10 @@ mod tests {
         );
         assert_eq!(
             ops(&m),
-            [(Op::Remove, vec!["b-n".into()]), (Op::Add, vec!["b-n".into()])]
+            [
+                (Op::Remove, vec!["b-n".into()]),
+                (Op::Add, vec!["b-n".into()])
+            ]
         );
         let m = c.set("file", vec![offered("b.yaml", &web("b", "i:2"))]);
         assert_eq!(ops(&m), [(Op::Remove, vec!["a-n".into()])]);
@@ -373,7 +379,10 @@ mod tests {
         assert!(m.updates.is_empty());
         assert!(m.problems[0].message.contains("source file"));
         assert!(c.all_sources_ready());
-        assert!(c.set("nope", vec![]).problems[0].message.contains("not a configured"));
+        assert!(
+            c.set("nope", vec![]).problems[0]
+                .message
+                .contains("not a configured")
+        );
     }
-
 }

@@ -214,7 +214,11 @@ pub fn container_from_list(c: &proto::Container) -> ContainerInfo {
         exit_code: 0,
         reason: String::new(),
         message: String::new(),
-        image: c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+        image: c
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default(),
         image_ref: c.image_ref.clone(),
         hash: c
             .annotations

@@ -171,7 +171,11 @@ fn container_status(
 }
 
 /// The kubelet's getPhase over the computed container statuses.
-fn phase(pod: &k8s::Pod, inits: &[k8s::ContainerStatus], apps: &[k8s::ContainerStatus]) -> &'static str {
+fn phase(
+    pod: &k8s::Pod,
+    inits: &[k8s::ContainerStatus],
+    apps: &[k8s::ContainerStatus],
+) -> &'static str {
     let policy = pod::restart_policy(pod);
     let (mut pending_init, mut failed_init) = (0, 0);
     for s in inits {
@@ -204,7 +208,11 @@ fn phase(pod: &k8s::Pod, inits: &[k8s::ContainerStatus], apps: &[k8s::ContainerS
                 succeeded += 1;
             }
         } else if state.waiting.is_some() {
-            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some()
+            {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -340,10 +348,10 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     let incomplete: Vec<&str> = init_statuses
         .iter()
         .filter(|s| {
-            !s.state
+            s.state
                 .as_ref()
                 .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
+                .is_none_or(|t| t.exit_code != 0)
         })
         .map(|s| s.name.as_str())
         .collect();
@@ -361,21 +369,26 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     } else {
         (
             Some("ContainersNotReady"),
-            Some(format!("containers with unready status: {}", names(&unready))),
+            Some(format!(
+                "containers with unready status: {}",
+                names(&unready)
+            )),
         )
     };
     let conditions = vec![
-        condition("PodReadyToStartContainers", sandbox_ready, None, None, input),
+        condition(
+            "PodReadyToStartContainers",
+            sandbox_ready,
+            None,
+            None,
+            input,
+        ),
         condition(
             "Initialized",
             init_ok,
             (!init_ok).then_some("ContainersNotInitialized"),
-            (!init_ok).then(|| {
-                format!(
-                    "containers with incomplete status: {}",
-                    names(&incomplete)
-                )
-            }),
+            (!init_ok)
+                .then(|| format!("containers with incomplete status: {}", names(&incomplete))),
             input,
         ),
         condition("Ready", ready, ready_reason, ready_message.clone(), input),
@@ -565,7 +578,11 @@ mod tests {
         let s = status(&p, &rt, &waiting, true);
         assert_eq!(s.phase.as_deref(), Some("Running"), "Always restarts it");
         let c = &s.container_statuses.as_ref().expect("statuses")[0];
-        let w = c.state.as_ref().and_then(|s| s.waiting.as_ref()).expect("waiting");
+        let w = c
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .expect("waiting");
         assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
         let last = c
             .last_state
@@ -683,10 +700,7 @@ mod tests {
         };
         assert_eq!(with(&[], &[]), "BestEffort");
         assert_eq!(with(&[("cpu", "100m")], &[]), "Burstable");
-        assert_eq!(
-            with(&[], &[("cpu", "1"), ("memory", "64Mi")]),
-            "Guaranteed"
-        );
+        assert_eq!(with(&[], &[("cpu", "1"), ("memory", "64Mi")]), "Guaranteed");
         assert_eq!(
             with(
                 &[("cpu", "1000m"), ("memory", "64Mi")],
@@ -713,6 +727,10 @@ mod tests {
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(s.reason.as_deref(), Some("OutOfcpu"));
-        assert!(s.message.as_deref().is_some_and(|m| m.starts_with("Pod was rejected: Node didn't")));
+        assert!(
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Pod was rejected: Node didn't"))
+        );
     }
 }

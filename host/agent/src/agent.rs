@@ -1,0 +1,296 @@
+//! [`Agent`]: everything wired — the sync context, pod workers, PLEG with its relist
+//! loop and the runtime's event stream, the prober and the syncLoop — running until
+//! [`Agent::shutdown`]. Pods come in as [`SourceSet`]s through [`Agent::sources`]
+//! (the source pollers in [`crate::sources`] feed it; tests can too).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tracing::{info, warn};
+use wasmlet_cri::{CriRuntime, ErrorKind};
+
+use crate::backoff::Backoff;
+use crate::cache::PodCache;
+use crate::criconfig::{self, NodeContext};
+use crate::metrics::Metrics;
+use crate::node::NodeFacts;
+use crate::pleg::{EventQueue, Health, Pleg};
+use crate::prober::{Checker, Prober};
+use crate::queue::PodQueue;
+use crate::statuses::StatusManager;
+use crate::sync::{ContainerOps, SyncContext};
+use crate::syncloop::{Admission, Inputs, SourceSet, SyncLoop};
+use crate::time::Clock;
+use crate::workers::{DueQueue, PodWorkers};
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The node.
+    pub node: NodeFacts,
+    /// Where pod volumes and files go (`<root>/pods/<uid>`).
+    pub root_dir: PathBuf,
+    /// Where pod log directories go.
+    pub pod_logs_dir: PathBuf,
+    /// The resolver configuration pods inherit.
+    pub resolv_conf: PathBuf,
+    /// Each pod is synced again this long after its last sync (syncFrequency, 1m).
+    pub sync_frequency: Duration,
+    /// PLEG relist period (1 s).
+    pub relist_period: Duration,
+    /// The pod sources, in precedence order.
+    pub sources: Vec<String>,
+}
+
+/// The runtime's state as the agent last saw it.
+#[derive(Debug, Default)]
+pub struct RuntimeState {
+    ready: AtomicBool,
+    message: Mutex<String>,
+}
+
+impl RuntimeState {
+    /// Whether the last relist succeeded.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Why it is not ready.
+    pub fn message(&self) -> String {
+        self.message
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, ready: bool, message: String) {
+        self.ready.store(ready, Ordering::Relaxed);
+        *self.message.lock().unwrap_or_else(|p| p.into_inner()) = message;
+    }
+}
+
+/// A running agent.
+pub struct Agent<R> {
+    /// What the workers share (cache, statuses, prober, metrics).
+    pub ctx: Arc<SyncContext<R>>,
+    /// The pod workers.
+    pub workers: Arc<PodWorkers<R>>,
+    /// PLEG health.
+    pub health: Arc<Health>,
+    /// The runtime's state.
+    pub runtime_state: Arc<RuntimeState>,
+    /// The node.
+    pub node: NodeFacts,
+    sources: mpsc::Sender<SourceSet>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl<R: CriRuntime + 'static> Agent<R> {
+    /// Starts the agent on `runtime`. `checker` runs probes and hooks; `admission`, if
+    /// given, decides on every new pod.
+    pub fn start(
+        runtime: Arc<R>,
+        options: AgentOptions,
+        checker: Arc<dyn Checker>,
+        admission: Option<Admission>,
+    ) -> Self {
+        let clock = Clock::new();
+        let node = NodeContext {
+            node_name: options.node.name.clone(),
+            hostname: options.node.hostname.clone(),
+            host_ip: options.node.ip.clone(),
+            pod_logs_dir: options.pod_logs_dir.clone(),
+            pods_dir: options.root_dir.join("pods"),
+            dns: criconfig::node_dns(&options.resolv_conf),
+            memory_bytes: options.node.memory_bytes,
+        };
+        let metrics = Arc::new(Metrics::default());
+        let cache = Arc::new(PodCache::new());
+        let probe_updates = Arc::new(PodQueue::new());
+        let prober = Arc::new(Prober::new(
+            runtime.clone(),
+            checker.clone(),
+            probe_updates.clone(),
+            clock,
+            &node.host_ip,
+        ));
+        let ctx = Arc::new(SyncContext {
+            runtime: runtime.clone(),
+            runtime_name: std::sync::OnceLock::new(),
+            ops: Arc::new(ContainerOps {
+                runtime: runtime.clone(),
+                checker,
+                node: node.clone(),
+            }),
+            node,
+            clock,
+            cache: cache.clone(),
+            statuses: Arc::new(StatusManager::new()),
+            prober,
+            crash_backoff: Mutex::new(Backoff::default()),
+            pull_backoff: Mutex::new(Backoff::default()),
+            metrics: metrics.clone(),
+        });
+        let due = Arc::new(DueQueue::new());
+        let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);
+        let (sources_tx, sources_rx) = mpsc::channel(64);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let events = Arc::new(EventQueue::new());
+        let health = Arc::new(Health::default());
+        let runtime_state = Arc::new(RuntimeState::default());
+        let relist_now = Arc::new(Notify::new());
+
+        let mut tasks = Vec::new();
+        let pleg = Pleg::new(
+            runtime.clone(),
+            &options.node.name,
+            cache,
+            events.clone(),
+            health.clone(),
+        );
+        tasks.push(tokio::spawn(relist_loop(
+            pleg,
+            ctx.clone(),
+            runtime_state.clone(),
+            options.relist_period,
+            relist_now.clone(),
+            shutdown_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(event_stream(
+            runtime,
+            relist_now,
+            shutdown_rx.clone(),
+        )));
+        let sync_loop = SyncLoop::new(ctx.clone(), workers.clone(), options.sources, admission);
+        tasks.push(tokio::spawn(sync_loop.run(Inputs {
+            config: sources_rx,
+            pleg: events,
+            probes: probe_updates,
+            due,
+            shutdown: shutdown_rx,
+        })));
+        info!(node = %options.node.name, ip = %options.node.ip, "agent started");
+        Agent {
+            ctx,
+            workers,
+            health,
+            runtime_state,
+            node: options.node,
+            sources: sources_tx,
+            shutdown: shutdown_tx,
+            tasks,
+        }
+    }
+
+    /// Where sources send their sets.
+    pub fn sources(&self) -> mpsc::Sender<SourceSet> {
+        self.sources.clone()
+    }
+
+    /// The node object with its Ready condition.
+    pub fn node_object(&self) -> k8s_openapi::api::core::v1::Node {
+        let (ready, message) = match (self.runtime_state.ready(), self.health.check()) {
+            (true, Ok(())) => (true, String::new()),
+            (false, _) => (false, self.runtime_state.message()),
+            (_, Err(e)) => (false, e),
+        };
+        self.node
+            .object(ready, &message, &self.ctx.clock.now_rfc3339())
+    }
+
+    /// Stops the agent's loops; pods keep running.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+/// Relists every `period`, or at once when the event stream wakes it. A runtime that
+/// does not answer is retried with back-off (1 s doubling to 30 s) and marks the
+/// runtime not ready; the agent never exits because of it.
+async fn relist_loop<R: CriRuntime + 'static>(
+    mut pleg: Pleg<R>,
+    ctx: Arc<SyncContext<R>>,
+    state: Arc<RuntimeState>,
+    period: Duration,
+    now: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut failures = 0u32;
+    loop {
+        if ctx.runtime_name.get().is_none()
+            && let Ok(v) = ctx.runtime.version().await
+        {
+            let _ = ctx.runtime_name.set(v.runtime_name);
+        }
+        let started = Instant::now();
+        let wait = match pleg.relist().await {
+            Ok(_) => {
+                ctx.metrics
+                    .relist_duration
+                    .observe(started.elapsed().as_secs_f64());
+                if failures > 0 {
+                    info!("container runtime is back");
+                }
+                failures = 0;
+                state.set(true, String::new());
+                period
+            }
+            Err(e) => {
+                failures += 1;
+                let message = format!("container runtime is down: {e}");
+                if failures == 1 || failures.is_power_of_two() {
+                    warn!("{message} (attempt {failures}; retrying)");
+                }
+                state.set(false, message);
+                (Duration::from_secs(1) * 2u32.saturating_pow(failures.min(5) - 1))
+                    .min(Duration::from_secs(30))
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = now.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Follows the runtime's container events where it has them (the simulator; not
+/// containerd 1.6), waking the relist on each; relisting stays the safety net.
+async fn event_stream<R: CriRuntime + 'static>(
+    runtime: Arc<R>,
+    relist: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        match runtime.container_events().await {
+            Ok(mut stream) => loop {
+                tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok(_)) => relist.notify_one(),
+                        Some(Err(_)) | None => break,
+                    },
+                    _ = shutdown.changed() => return,
+                }
+            },
+            Err(e) if e.kind() == ErrorKind::Unimplemented => {
+                info!("the runtime has no container event stream; relisting every second");
+                return;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}

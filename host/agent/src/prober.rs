@@ -1,0 +1,458 @@
+//! Probes: a worker per running container and probe (liveness, readiness, startup)
+//! that checks it through the probe-handler plugin for its kind, with the kubelet's
+//! semantics — the first check at `initialDelaySeconds` after the container started,
+//! then every `periodSeconds`; a result changes after `successThreshold` successes or
+//! `failureThreshold` failures in a row; until the startup probe succeeds neither
+//! liveness nor readiness is checked; readiness starts out failed, liveness passed.
+//!
+//! Results are kept by container id (a new instance starts from scratch) and every
+//! change is queued for the syncLoop: a liveness or startup failure makes it sync the
+//! pod (which kills and restarts the container), a readiness change updates the status.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use wasmlet_cri::CriRuntime;
+use wasmlet_plugin_host::convert;
+use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::probe::{ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
+
+use crate::actions::ProbeFailure;
+use crate::pod;
+use crate::queue::PodQueue;
+use crate::runtime::{PodRuntime, State};
+use crate::status::ProbeView;
+use crate::time::Clock;
+
+/// Runs one check of a kind (`exec`, `httpGet`, …) — the probe handlers, or a fake.
+pub trait Checker: Send + Sync + 'static {
+    /// Checks `target`; an `Err` is a check that could not be made (no handler, a
+    /// plugin that failed).
+    fn check<'a>(
+        &'a self,
+        kind: &'a str,
+        target: &'a Target,
+        exec: Option<Arc<dyn ContainerExec>>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>>;
+}
+
+impl Checker for ProbeHandlers {
+    fn check<'a>(
+        &'a self,
+        kind: &'a str,
+        target: &'a Target,
+        exec: Option<Arc<dyn ContainerExec>>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let handler = self.for_kind(kind)?;
+            handler.check(target, exec).await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// ExecSync in one container, for exec probes and hooks.
+pub struct CriExec<R> {
+    runtime: Arc<R>,
+    id: String,
+}
+
+impl<R: CriRuntime + 'static> CriExec<R> {
+    /// Runs commands in container `id`.
+    pub fn new(runtime: Arc<R>, id: &str) -> Self {
+        CriExec {
+            runtime,
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl<R: CriRuntime + 'static> ContainerExec for CriExec<R> {
+    fn exec_sync(
+        &self,
+        command: Vec<String>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, String>> + Send + '_>> {
+        Box::pin(async move {
+            let out = self
+                .runtime
+                .exec_sync(&self.id, command, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(ExecOutput {
+                exit_code: out.exit_code,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            })
+        })
+    }
+}
+
+/// Which probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// livenessProbe
+    Liveness,
+    /// readinessProbe
+    Readiness,
+    /// startupProbe
+    Startup,
+}
+
+impl Kind {
+    fn field(self) -> &'static str {
+        match self {
+            Kind::Liveness => "livenessProbe",
+            Kind::Readiness => "readinessProbe",
+            Kind::Startup => "startupProbe",
+        }
+    }
+
+    fn wit(self) -> ProbeKind {
+        match self {
+            Kind::Liveness => ProbeKind::Liveness,
+            Kind::Readiness => ProbeKind::Readiness,
+            Kind::Startup => ProbeKind::Startup,
+        }
+    }
+
+    fn of(self, c: &k8s::Container) -> Option<&k8s::Probe> {
+        match self {
+            Kind::Liveness => c.liveness_probe.as_ref(),
+            Kind::Readiness => c.readiness_probe.as_ref(),
+            Kind::Startup => c.startup_probe.as_ref(),
+        }
+    }
+}
+
+/// A probe result that changed, for the syncLoop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeUpdate {
+    /// The container's runtime id.
+    pub container_id: String,
+    /// Its name.
+    pub container: String,
+    /// Which probe.
+    pub kind: Kind,
+    /// Whether it now passes.
+    pub ok: bool,
+    /// The handler's message.
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Results {
+    ready: Option<bool>,
+    started: Option<bool>,
+    live: Option<bool>,
+    startup_failed: bool,
+}
+
+type ResultMap = Arc<RwLock<HashMap<String, Results>>>;
+
+/// A task aborted when dropped.
+struct Worker(JoinHandle<()>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A pod's probe workers, by container id and probe.
+type ProbeWorkers = HashMap<(String, Kind), Worker>;
+
+/// The probe manager.
+pub struct Prober<R> {
+    runtime: Arc<R>,
+    checker: Arc<dyn Checker>,
+    results: ResultMap,
+    workers: Mutex<HashMap<String, ProbeWorkers>>,
+    updates: Arc<PodQueue<ProbeUpdate>>,
+    clock: Clock,
+    host_ip: String,
+}
+
+impl<R: CriRuntime + 'static> Prober<R> {
+    /// A prober checking through `checker`, reporting changes to `updates`.
+    pub fn new(
+        runtime: Arc<R>,
+        checker: Arc<dyn Checker>,
+        updates: Arc<PodQueue<ProbeUpdate>>,
+        clock: Clock,
+        host_ip: &str,
+    ) -> Self {
+        Prober {
+            runtime,
+            checker,
+            results: Arc::default(),
+            workers: Mutex::default(),
+            updates,
+            clock,
+            host_ip: host_ip.to_owned(),
+        }
+    }
+
+    /// Probe results of container `id`, for the status.
+    pub fn view(&self, id: &str) -> ProbeView {
+        let r = self
+            .results
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+            .unwrap_or_default();
+        ProbeView {
+            ready: r.ready,
+            started: r.started,
+        }
+    }
+
+    /// Which probe failed for container `id`, if one did.
+    pub fn failure(&self, id: &str) -> Option<ProbeFailure> {
+        let r = self
+            .results
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()?;
+        if r.startup_failed {
+            Some(ProbeFailure::Startup)
+        } else if r.live == Some(false) {
+            Some(ProbeFailure::Liveness)
+        } else {
+            None
+        }
+    }
+
+    /// Starts workers for the running containers of `pod` that have probes and stops
+    /// those whose container no longer runs.
+    pub fn sync_pod(&self, pod: &Arc<k8s::Pod>, rt: &PodRuntime) {
+        let uid = pod::uid(pod).to_owned();
+        let pod_ip = if pod::host_network(pod) {
+            self.host_ip.clone()
+        } else {
+            rt.sandbox()
+                .and_then(|s| s.ips.first().cloned())
+                .unwrap_or_default()
+        };
+        let mut all = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let workers = all.entry(uid.clone()).or_default();
+        let mut wanted = Vec::new();
+        for (index, c) in pod::containers(pod).iter().enumerate() {
+            let Some(running) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
+                continue;
+            };
+            for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
+                if kind.of(c).is_some() {
+                    wanted.push(((running.id.clone(), kind), index, running.started_at));
+                }
+            }
+        }
+        let keep: std::collections::HashSet<&(String, Kind)> =
+            wanted.iter().map(|(k, _, _)| k).collect();
+        let stale: Vec<(String, Kind)> = workers
+            .keys()
+            .filter(|k| !keep.contains(k))
+            .cloned()
+            .collect();
+        if !stale.is_empty() {
+            let mut results = self.results.write().unwrap_or_else(|p| p.into_inner());
+            for key in stale {
+                workers.remove(&key);
+                results.remove(&key.0);
+            }
+        }
+        for (key, index, started_at) in wanted {
+            if workers.contains_key(&key) {
+                continue;
+            }
+            let task = ProbeTask {
+                runtime: self.runtime.clone(),
+                checker: self.checker.clone(),
+                results: self.results.clone(),
+                updates: self.updates.clone(),
+                pod: pod.clone(),
+                index,
+                container_id: key.0.clone(),
+                kind: key.1,
+                pod_ip: pod_ip.clone(),
+                started: self.clock.instant_of(started_at),
+            };
+            task.initialize();
+            workers.insert(key, Worker(tokio::spawn(task.run())));
+        }
+    }
+
+    /// Stops every worker of pod `uid` and forgets its results.
+    pub fn remove_pod(&self, uid: &str) {
+        let removed = self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+        if let Some(workers) = removed {
+            let mut results = self.results.write().unwrap_or_else(|p| p.into_inner());
+            for (id, _) in workers.keys() {
+                results.remove(id);
+            }
+        }
+    }
+
+    /// How many probe workers run.
+    pub fn workers(&self) -> usize {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(HashMap::len)
+            .sum()
+    }
+}
+
+struct ProbeTask<R> {
+    runtime: Arc<R>,
+    checker: Arc<dyn Checker>,
+    results: ResultMap,
+    updates: Arc<PodQueue<ProbeUpdate>>,
+    pod: Arc<k8s::Pod>,
+    index: usize,
+    container_id: String,
+    kind: Kind,
+    pod_ip: String,
+    started: Instant,
+}
+
+impl<R: CriRuntime + 'static> ProbeTask<R> {
+    fn container(&self) -> &k8s::Container {
+        &pod::containers(&self.pod)[self.index]
+    }
+
+    /// The results a new container starts with: not ready, not started, alive.
+    fn initialize(&self) {
+        let mut results = self.results.write().unwrap_or_else(|p| p.into_inner());
+        let r = results.entry(self.container_id.clone()).or_default();
+        match self.kind {
+            Kind::Readiness => r.ready = r.ready.or(Some(false)),
+            Kind::Startup => r.started = r.started.or(Some(false)),
+            Kind::Liveness => {}
+        }
+    }
+
+    fn started(&self) -> bool {
+        self.container().startup_probe.is_none()
+            || self
+                .results
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&self.container_id)
+                .is_some_and(|r| r.started == Some(true))
+    }
+
+    /// Stores a result that reached its threshold; returns whether it changed.
+    fn record(&self, ok: bool) -> bool {
+        let mut results = self.results.write().unwrap_or_else(|p| p.into_inner());
+        let r = results.entry(self.container_id.clone()).or_default();
+        let slot = match self.kind {
+            Kind::Readiness => &mut r.ready,
+            Kind::Startup => &mut r.started,
+            Kind::Liveness => &mut r.live,
+        };
+        let changed = *slot != Some(ok);
+        *slot = Some(ok);
+        // A startup probe that fails for good restarts the container, as liveness does.
+        if self.kind == Kind::Startup && !ok {
+            r.startup_failed = true;
+        }
+        changed
+    }
+
+    async fn check_once(&self) -> (bool, String) {
+        let c = self.container();
+        let Some(probe) = self.kind.of(c) else {
+            return (true, String::new());
+        };
+        let field = format!("spec.containers[{}].{}", self.index, self.kind.field());
+        let target =
+            match convert::probe_target(&self.pod, c, probe, self.kind.wit(), &self.pod_ip, &field)
+            {
+                Ok(t) => t,
+                Err(e) => return (false, e.to_string()),
+            };
+        let kind = convert::probe_kind(&target.action);
+        let exec: Arc<dyn ContainerExec> =
+            Arc::new(CriExec::new(self.runtime.clone(), &self.container_id));
+        match self.checker.check(kind, &target, Some(exec)).await {
+            Ok(Outcome::Success(m)) => (true, m),
+            Ok(Outcome::Failure(m)) => (false, m),
+            Ok(Outcome::Error(m)) => (false, format!("probe errored: {m}")),
+            Err(e) => (false, format!("probe errored: {e}")),
+        }
+    }
+
+    async fn run(self) {
+        let Some(probe) = self.kind.of(self.container()).cloned() else {
+            return;
+        };
+        let secs = |v: Option<i32>, default: i32| {
+            Duration::from_secs(u64::try_from(v.unwrap_or(default).max(0)).unwrap_or(0))
+        };
+        let period = secs(probe.period_seconds, 10).max(Duration::from_secs(1));
+        let success_threshold = probe.success_threshold.unwrap_or(1).max(1);
+        let failure_threshold = probe.failure_threshold.unwrap_or(3).max(1);
+        tokio::time::sleep_until(self.started + secs(probe.initial_delay_seconds, 0)).await;
+        let mut last: Option<bool> = None;
+        let mut run = 0;
+        loop {
+            if self.kind == Kind::Startup || self.started() {
+                let (ok, message) = self.check_once().await;
+                if last == Some(ok) {
+                    run += 1;
+                } else {
+                    last = Some(ok);
+                    run = 1;
+                }
+                let threshold = if ok {
+                    success_threshold
+                } else {
+                    failure_threshold
+                };
+                if run >= threshold && self.record(ok) {
+                    tracing::debug!(
+                        container = %self.container().name,
+                        probe = ?self.kind,
+                        ok,
+                        %message,
+                        "probe result changed"
+                    );
+                    self.updates.push(
+                        pod::uid(&self.pod),
+                        ProbeUpdate {
+                            container_id: self.container_id.clone(),
+                            container: self.container().name.clone(),
+                            kind: self.kind,
+                            ok,
+                            message,
+                        },
+                    );
+                }
+                let done = match self.kind {
+                    // A startup probe stops at its first success.
+                    Kind::Startup => run >= threshold,
+                    // A failed liveness probe waits for the container to be replaced.
+                    Kind::Liveness => !ok && run >= threshold,
+                    Kind::Readiness => false,
+                };
+                if done {
+                    return;
+                }
+            }
+            tokio::time::sleep(period).await;
+        }
+    }
+}

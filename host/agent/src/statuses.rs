@@ -1,0 +1,201 @@
+//! The status manager: every pod the agent serves with its latest status, for
+//! `GET /pods` (and, later, the API server). Pods are listed in the order they were
+//! added; a status is recomputed whenever the runtime, a probe or a sync changes what
+//! it depends on.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1 as k8s;
+
+use crate::runtime::PodRuntime;
+use crate::status::{self, ProbeView, Waiting};
+
+/// One pod as the status manager holds it.
+#[derive(Debug, Clone)]
+pub struct PodEntry {
+    /// The pod.
+    pub pod: Arc<k8s::Pod>,
+    /// Its latest status.
+    pub status: k8s::PodStatus,
+    /// Why containers wait, from the last sync.
+    pub waiting: BTreeMap<String, Waiting>,
+    /// When the agent first worked on it (RFC 3339).
+    pub start_time: Option<String>,
+    /// Refused by admission: its status is final.
+    pub rejected: bool,
+    seq: u64,
+}
+
+/// The status manager.
+#[derive(Debug, Default)]
+pub struct StatusManager {
+    pods: RwLock<(u64, BTreeMap<String, PodEntry>)>,
+}
+
+/// What a status update needs besides the pod's own entry.
+pub struct Context<'a> {
+    /// The runtime's name (container ID prefix).
+    pub runtime_name: &'a str,
+    /// The node's IP.
+    pub host_ip: &'a str,
+    /// Probe results by container id.
+    pub probes: &'a dyn Fn(&str) -> ProbeView,
+    /// Now, RFC 3339.
+    pub now: &'a str,
+}
+
+impl StatusManager {
+    /// An empty manager.
+    pub fn new() -> Self {
+        StatusManager::default()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, (u64, BTreeMap<String, PodEntry>)> {
+        self.pods.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, (u64, BTreeMap<String, PodEntry>)> {
+        self.pods.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a pod (Pending, no containers yet) or replaces its spec.
+    pub fn set_pod(&self, pod: Arc<k8s::Pod>) {
+        let uid = crate::pod::uid(&pod).to_owned();
+        let mut guard = self.write();
+        let (seq, pods) = &mut *guard;
+        match pods.get_mut(&uid) {
+            Some(e) => e.pod = pod,
+            None => {
+                *seq += 1;
+                pods.insert(
+                    uid,
+                    PodEntry {
+                        pod,
+                        status: k8s::PodStatus {
+                            phase: Some("Pending".into()),
+                            ..Default::default()
+                        },
+                        waiting: BTreeMap::new(),
+                        start_time: None,
+                        rejected: false,
+                        seq: *seq,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Records that admission refused the pod.
+    pub fn reject(&self, pod: Arc<k8s::Pod>, reason: &str, message: &str, host_ip: &str) {
+        self.set_pod(pod.clone());
+        let mut guard = self.write();
+        if let Some(e) = guard.1.get_mut(crate::pod::uid(&pod)) {
+            e.rejected = true;
+            e.status = status::rejected(reason, message, host_ip);
+        }
+    }
+
+    /// Forgets a pod.
+    pub fn remove(&self, uid: &str) {
+        self.write().1.remove(uid);
+    }
+
+    /// Sets or clears why a container waits.
+    pub fn set_waiting(&self, uid: &str, container: &str, waiting: Option<Waiting>) {
+        let mut guard = self.write();
+        if let Some(e) = guard.1.get_mut(uid) {
+            match waiting {
+                Some(w) => {
+                    e.waiting.insert(container.to_owned(), w);
+                }
+                None => {
+                    e.waiting.remove(container);
+                }
+            }
+        }
+    }
+
+    /// Recomputes the pod's status from `runtime`; returns the new status (`None` for a
+    /// pod it does not hold or one refused by admission).
+    pub fn update(
+        &self,
+        uid: &str,
+        runtime: &PodRuntime,
+        ctx: &Context<'_>,
+    ) -> Option<k8s::PodStatus> {
+        let mut guard = self.write();
+        let e = guard.1.get_mut(uid)?;
+        if e.rejected {
+            return None;
+        }
+        if e.start_time.is_none() {
+            e.start_time = Some(ctx.now.to_owned());
+        }
+        let new = status::compute(&status::Input {
+            pod: &e.pod,
+            runtime,
+            runtime_name: ctx.runtime_name,
+            host_ip: ctx.host_ip,
+            waiting: &e.waiting,
+            probes: ctx.probes,
+            start_time: e.start_time.as_deref(),
+            previous: Some(&e.status),
+            now: ctx.now,
+        });
+        e.status = new.clone();
+        Some(new)
+    }
+
+    /// The pod's entry.
+    pub fn get(&self, uid: &str) -> Option<PodEntry> {
+        self.read().1.get(uid).cloned()
+    }
+
+    /// Every pod with its status, in the order they were added.
+    pub fn pods(&self) -> Vec<k8s::Pod> {
+        let guard = self.read();
+        let mut entries: Vec<&PodEntry> = guard.1.values().collect();
+        entries.sort_by_key(|e| e.seq);
+        entries
+            .into_iter()
+            .map(|e| {
+                let mut p = (*e.pod).clone();
+                p.status = Some(e.status.clone());
+                p
+            })
+            .collect()
+    }
+
+    /// The pods as a v1 PodList (`GET /pods`), each with `kind` and `apiVersion`.
+    pub fn pod_list(&self) -> serde_json::Value {
+        let items: Vec<serde_json::Value> = self
+            .pods()
+            .iter()
+            .map(|p| {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("kind".into(), "Pod".into());
+                    o.insert("apiVersion".into(), "v1".into());
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {},
+            "items": items,
+        })
+    }
+
+    /// How many pods are held.
+    pub fn len(&self) -> usize {
+        self.read().1.len()
+    }
+
+    /// Whether no pod is held.
+    pub fn is_empty(&self) -> bool {
+        self.read().1.is_empty()
+    }
+}

@@ -1,0 +1,658 @@
+//! What a pod worker does: syncPod (compute the actions, apply them through the CRI),
+//! terminate (preStop hooks, stop the containers within the grace period, stop the
+//! sandbox) and cleanup (remove the containers, the sandboxes and the pod's
+//! directories). After changing anything, the worker reads the pod back from the
+//! runtime at once and updates the cache and the status — status does not wait for
+//! the next relist.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+use wasmlet_cri::proto::{self, ImageSpec};
+use wasmlet_cri::{CriError, CriRuntime};
+use wasmlet_plugin_host::convert;
+use wasmlet_plugin_host::probe::{ContainerExec, Outcome, ProbeKind};
+
+use crate::actions::{self, Kill};
+use crate::backoff::Backoff;
+use crate::cache::PodCache;
+use crate::criconfig::{self, NodeContext};
+use crate::lifecycle::Outcome as WorkOutcome;
+use crate::metrics::Metrics;
+use crate::pleg;
+use crate::pod::{self, PodKey};
+use crate::prober::{Checker, CriExec, Prober};
+use crate::runtime::{PodRuntime, State};
+use crate::status::Waiting;
+use crate::statuses::{self, StatusManager};
+use crate::time::Clock;
+
+/// How soon a sync that failed on the runtime is tried again.
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+/// How soon a kill or cleanup that failed is tried again.
+pub const STOP_RETRY: Duration = Duration::from_secs(1);
+/// The longest a postStart hook may take.
+pub const POST_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a piece of work ended and when the pod wants its next sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncResult {
+    /// For the worker's state machine.
+    pub outcome: WorkOutcome,
+    /// When to sync again (back-off expiry, a retry), if before the periodic resync.
+    pub requeue: Option<Instant>,
+}
+
+impl SyncResult {
+    fn new(outcome: WorkOutcome) -> Self {
+        SyncResult {
+            outcome,
+            requeue: None,
+        }
+    }
+
+    fn retry(outcome: WorkOutcome, after: Duration) -> Self {
+        SyncResult {
+            outcome,
+            requeue: Some(Instant::now() + after),
+        }
+    }
+}
+
+/// Everything a pod worker needs. Shared by all workers.
+pub struct SyncContext<R> {
+    /// The runtime.
+    pub runtime: Arc<R>,
+    /// The runtime's name (`containerd`), the prefix of container IDs in status; set
+    /// once the runtime answers Version.
+    pub runtime_name: std::sync::OnceLock<String>,
+    /// Node facts for CRI configurations.
+    pub node: NodeContext,
+    /// The agent's clock.
+    pub clock: Clock,
+    /// The pod cache.
+    pub cache: Arc<PodCache>,
+    /// Statuses.
+    pub statuses: Arc<StatusManager>,
+    /// Probes.
+    pub prober: Arc<Prober<R>>,
+    /// Hooks and container stops.
+    pub ops: Arc<ContainerOps<R>>,
+    /// CrashLoopBackOff, by `uid/container`.
+    pub crash_backoff: Mutex<Backoff>,
+    /// ImagePullBackOff, by `uid/image`.
+    pub pull_backoff: Mutex<Backoff>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Why a container was not started this time, and when to try again.
+struct NotStarted {
+    waiting: Waiting,
+    retry: Instant,
+}
+
+fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
+    Waiting {
+        reason: reason.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl<R: CriRuntime + 'static> SyncContext<R> {
+    fn lock(b: &Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
+        b.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The runtime's name, once known.
+    pub fn runtime_name(&self) -> &str {
+        self.runtime_name.get().map_or("unknown", String::as_str)
+    }
+
+    /// Reads pod `uid` back from the runtime into the cache.
+    pub async fn refresh(&self, uid: &str) -> Result<Arc<PodRuntime>, CriError> {
+        let observed = Instant::now();
+        let previous = self.cache.get(uid);
+        let rt = pleg::inspect(
+            &*self.runtime,
+            &self.node.node_name,
+            uid,
+            previous.as_deref(),
+        )
+        .await?;
+        self.cache.set(rt, observed);
+        Ok(self.cache.get(uid).unwrap_or_default())
+    }
+
+    /// Recomputes the pod's status from the cache.
+    pub fn update_status(&self, uid: &str) -> Option<k8s::PodStatus> {
+        let rt = self.cache.get(uid).unwrap_or_default();
+        let now = self.clock.now_rfc3339();
+        let probes = |id: &str| self.prober.view(id);
+        self.statuses.update(
+            uid,
+            &rt,
+            &statuses::Context {
+                runtime_name: self.runtime_name(),
+                host_ip: &self.node.host_ip,
+                probes: &probes,
+                now: &now,
+            },
+        )
+    }
+
+    async fn refresh_and_report(&self, pod: &Arc<k8s::Pod>) {
+        let uid = pod::uid(pod);
+        match self.refresh(uid).await {
+            Ok(rt) => self.prober.sync_pod(pod, &rt),
+            Err(e) => debug!(pod = %PodKey::of(pod), "reading the pod back failed: {e}"),
+        }
+        self.update_status(uid);
+    }
+
+    /// syncPod.
+    pub async fn sync_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
+        let key = PodKey::of(pod);
+        let rt = match self.refresh(&key.uid).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(pod = %key, "cannot read the pod from the runtime: {e}");
+                return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
+            }
+        };
+        let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
+        let grace = pod::grace_seconds(pod);
+        if actions.pod_finished() {
+            for k in &actions.kill {
+                self.kill_container(pod, &rt, k, grace).await;
+            }
+            self.refresh_and_report(pod).await;
+            return SyncResult::new(WorkOutcome::Finished);
+        }
+        let mut requeue = None;
+        if actions.kill_pod && !rt.sandboxes.is_empty() {
+            info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
+            if let Err(e) = self.stop_everything(pod, &rt, grace).await {
+                warn!(pod = %key, "stopping the old sandbox failed: {e}");
+                return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
+            }
+        }
+        let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
+        let (sandbox_id, pod_ip) = if actions.create_sandbox {
+            match self.create_sandbox(pod, &sandbox_config).await {
+                Ok(created) => created,
+                Err(e) => {
+                    warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                    self.refresh_and_report(pod).await;
+                    return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+                }
+            }
+        } else {
+            let sandbox = rt.sandbox();
+            (
+                actions.sandbox_id.clone().unwrap_or_default(),
+                sandbox
+                    .and_then(|s| s.ips.first().cloned())
+                    .unwrap_or_default(),
+            )
+        };
+        for k in &actions.kill {
+            self.kill_container(pod, &rt, k, grace).await;
+        }
+        // A fresh sandbox has no containers: the old ones (other sandboxes) only count
+        // for restart counts and back-off.
+        let start = |index: usize, init: bool| {
+            let list = if init {
+                pod::init_containers(pod)
+            } else {
+                pod::containers(pod)
+            };
+            let c = &list[index];
+            let sandbox_id = sandbox_id.clone();
+            let sandbox_config = sandbox_config.clone();
+            let pod_ip = pod_ip.clone();
+            let rt = rt.clone();
+            async move {
+                let r = self
+                    .start_container(pod, c, init, &rt, &sandbox_id, &sandbox_config, &pod_ip)
+                    .await;
+                (c.name.clone(), r)
+            }
+        };
+        let mut results = Vec::new();
+        if let Some(i) = actions.next_init {
+            results.push(start(i, true).await);
+        }
+        for &i in &actions.start {
+            results.push(start(i, false).await);
+        }
+        for (name, r) in results {
+            match r {
+                Ok(()) => self.statuses.set_waiting(&key.uid, &name, None),
+                Err(n) => {
+                    self.statuses.set_waiting(&key.uid, &name, Some(n.waiting));
+                    requeue = min_instant(requeue, n.retry);
+                }
+            }
+        }
+        self.refresh_and_report(pod).await;
+        SyncResult {
+            outcome: WorkOutcome::Synced,
+            requeue,
+        }
+    }
+
+    async fn create_sandbox(
+        &self,
+        pod: &k8s::Pod,
+        config: &proto::PodSandboxConfig,
+    ) -> Result<(String, String), String> {
+        let _ = std::fs::create_dir_all(&config.log_directory);
+        let handler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.clone())
+            .unwrap_or_default();
+        let id = self
+            .runtime
+            .run_pod_sandbox(config.clone(), &handler)
+            .await
+            .map_err(|e| e.to_string())?;
+        let ip = if pod::host_network(pod) {
+            String::new()
+        } else {
+            self.runtime
+                .pod_sandbox_status(&id, false)
+                .await
+                .ok()
+                .and_then(|s| s.status)
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .unwrap_or_default()
+        };
+        info!(pod = %PodKey::of(pod), sandbox = %id, ip = %ip, "created pod sandbox");
+        Ok((id, ip))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        init: bool,
+        rt: &PodRuntime,
+        sandbox_id: &str,
+        sandbox_config: &proto::PodSandboxConfig,
+        pod_ip: &str,
+    ) -> Result<(), NotStarted> {
+        let key = PodKey::of(pod);
+        let backoff_key = format!("{}/{}", key.uid, c.name);
+        let previous = rt.latest(&c.name);
+        let now = Instant::now();
+        if let Some(prev) = previous.filter(|p| p.state == State::Exited) {
+            let failed_at = self.clock.instant_of(if prev.finished_at > 0 {
+                prev.finished_at
+            } else {
+                prev.created_at
+            });
+            let mut backoff = Self::lock(&self.crash_backoff);
+            if let Some(at) = backoff.retry_at(&backoff_key, failed_at, now) {
+                let delay = backoff.delay(&backoff_key).unwrap_or_default();
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "CrashLoopBackOff",
+                        format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({})",
+                            delay.as_secs(),
+                            c.name,
+                            key.name,
+                            key.namespace,
+                            key.uid
+                        ),
+                    ),
+                    retry: at,
+                });
+            }
+            backoff.next(&backoff_key, failed_at);
+        }
+        let restart_count = previous.map_or(0, |p| p.restart_count + 1);
+        self.ensure_image(pod, c).await?;
+        let retry = now + ERROR_RETRY;
+        let config = criconfig::container_config(pod, c, init, restart_count, pod_ip, &self.node)
+            .map_err(|e| NotStarted {
+            waiting: waiting("CreateContainerConfigError", e.to_string()),
+            retry,
+        })?;
+        let id = self
+            .runtime
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| {
+                self.metrics.start_errors.inc();
+                NotStarted {
+                    waiting: waiting("CreateContainerError", e.message().to_owned()),
+                    retry,
+                }
+            })?;
+        if let Err(e) = self.runtime.start_container(&id).await {
+            self.metrics.start_errors.inc();
+            return Err(NotStarted {
+                waiting: waiting("RunContainerError", e.message().to_owned()),
+                retry,
+            });
+        }
+        self.metrics.started_containers.inc();
+        info!(pod = %key, container = %c.name, id = %id, restart_count, "started container");
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())
+            && let Err(message) = self
+                .ops
+                .run_hook(pod, c, hook, &id, pod_ip, POST_START_TIMEOUT)
+                .await
+        {
+            warn!(pod = %key, container = %c.name, "PostStartHook failed: {message}");
+            let _ = self
+                .runtime
+                .stop_container(&id, pod::grace_seconds(pod))
+                .await;
+            return Err(NotStarted {
+                waiting: waiting("PostStartHookError", message),
+                retry,
+            });
+        }
+        Ok(())
+    }
+
+    async fn ensure_image(&self, pod: &k8s::Pod, c: &k8s::Container) -> Result<(), NotStarted> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let spec = ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        };
+        let now = Instant::now();
+        let present = match self.runtime.image_status(spec.clone()).await {
+            Ok(p) => p.is_some(),
+            Err(e) => {
+                return Err(NotStarted {
+                    waiting: waiting("ErrImageInspect", e.message().to_owned()),
+                    retry: now + ERROR_RETRY,
+                });
+            }
+        };
+        match policy {
+            "Never" if !present => {
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "ErrImageNeverPull",
+                        format!(
+                            "Container image \"{image}\" is not present with pull policy of Never"
+                        ),
+                    ),
+                    retry: now + ERROR_RETRY,
+                });
+            }
+            "Never" => return Ok(()),
+            "IfNotPresent" if present => return Ok(()),
+            _ => {}
+        }
+        let key = format!("{}/{image}", pod::uid(pod));
+        {
+            let backoff = Self::lock(&self.pull_backoff);
+            if let Some(at) = backoff.retry_at(&key, now, now) {
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "ImagePullBackOff",
+                        format!("Back-off pulling image \"{image}\""),
+                    ),
+                    retry: at,
+                });
+            }
+        }
+        match self.runtime.pull_image(spec, None, None).await {
+            Ok(_) => {
+                Self::lock(&self.pull_backoff).reset(&key);
+                Ok(())
+            }
+            Err(e) => {
+                let mut backoff = Self::lock(&self.pull_backoff);
+                backoff.next(&key, now);
+                let delay = backoff.delay(&key).unwrap_or(ERROR_RETRY);
+                Err(NotStarted {
+                    waiting: waiting("ErrImagePull", e.message().to_owned()),
+                    retry: now + delay,
+                })
+            }
+        }
+    }
+
+    async fn kill_container(&self, pod: &k8s::Pod, rt: &PodRuntime, k: &Kill, grace: i64) {
+        info!(pod = %PodKey::of(pod), container = %k.name, "Killing container with a grace period: {}", k.message);
+        let spec = pod::containers(pod).iter().find(|c| c.name == k.name);
+        let ip = rt
+            .sandbox()
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_default();
+        if let Err(e) = self.ops.stop_container(pod, spec, &k.id, &ip, grace).await {
+            warn!(pod = %PodKey::of(pod), container = %k.name, "StopContainer failed: {e}");
+        }
+    }
+
+    /// Stops every running container (in parallel, each with its preStop hook) and
+    /// every ready sandbox.
+    async fn stop_everything(
+        &self,
+        pod: &Arc<k8s::Pod>,
+        rt: &PodRuntime,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let ip = rt
+            .sandbox()
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_default();
+        let mut stops = JoinSet::new();
+        for c in rt.running() {
+            let ops = self.ops.clone();
+            let pod = pod.clone();
+            let id = c.id.clone();
+            let name = c.name.clone();
+            let ip = ip.clone();
+            stops.spawn(async move {
+                let spec = pod::containers(&pod)
+                    .iter()
+                    .chain(pod::init_containers(&pod))
+                    .find(|c| c.name == name);
+                ops.stop_container(&pod, spec, &id, &ip, grace).await
+            });
+        }
+        let mut first_error = None;
+        while let Some(r) = stops.join_next().await {
+            if let Ok(Err(e)) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            self.runtime.stop_pod_sandbox(&s.id).await?;
+        }
+        Ok(())
+    }
+
+    /// killPod: stops the pod within `grace`.
+    pub async fn terminate_pod(&self, pod: &Arc<k8s::Pod>, grace: Duration) -> SyncResult {
+        let key = PodKey::of(pod);
+        let rt = match self.refresh(&key.uid).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(pod = %key, "cannot read the pod from the runtime: {e}");
+                return SyncResult::retry(WorkOutcome::StopFailed, STOP_RETRY);
+            }
+        };
+        let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+        let result = self.stop_everything(pod, &rt, grace).await;
+        self.prober.remove_pod(&key.uid);
+        self.refresh_and_report(pod).await;
+        match result {
+            Ok(()) => {
+                info!(pod = %key, "pod stopped");
+                SyncResult::new(WorkOutcome::Stopped)
+            }
+            Err(e) => {
+                warn!(pod = %key, "stopping the pod failed: {e}");
+                SyncResult::retry(WorkOutcome::StopFailed, STOP_RETRY)
+            }
+        }
+    }
+
+    /// Removes a stopped pod's containers, sandboxes and directories.
+    pub async fn cleanup_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
+        let key = PodKey::of(pod);
+        let observed = Instant::now();
+        let result = async {
+            let rt = self.refresh(&key.uid).await?;
+            for c in &rt.containers {
+                self.runtime.remove_container(&c.id).await?;
+            }
+            for s in &rt.sandboxes {
+                self.runtime.stop_pod_sandbox(&s.id).await?;
+                self.runtime.remove_pod_sandbox(&s.id).await?;
+            }
+            Ok::<_, CriError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            warn!(pod = %key, "removing the pod failed: {e}");
+            return SyncResult::retry(WorkOutcome::CleanupFailed, STOP_RETRY);
+        }
+        let _ = std::fs::remove_dir_all(criconfig::pod_dir(pod, &self.node));
+        let _ = std::fs::remove_dir_all(criconfig::log_directory(pod, &self.node));
+        self.cache.remove(&key.uid, observed);
+        Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
+        Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
+        info!(pod = %key, "pod removed from the runtime");
+        SyncResult::new(WorkOutcome::CleanedUp)
+    }
+
+    /// Removes dead containers beyond the newest per container name and sandboxes that
+    /// are neither ready nor the newest nor in use, for pods the agent runs.
+    pub async fn collect_garbage(&self, rt: &PodRuntime) {
+        let mut seen_exited: BTreeMap<&str, ()> = BTreeMap::new();
+        let mut used_sandboxes: Vec<&str> = Vec::new();
+        for c in &rt.containers {
+            // Containers come newest first: the first exited one of a name is kept.
+            let keep = c.state != State::Exited || seen_exited.insert(&c.name, ()).is_none();
+            if keep {
+                used_sandboxes.push(&c.sandbox_id);
+                continue;
+            }
+            if let Err(e) = self.runtime.remove_container(&c.id).await {
+                debug!(container = %c.id, "garbage collection: {e}");
+            }
+        }
+        for (i, s) in rt.sandboxes.iter().enumerate() {
+            if i == 0 || s.ready || used_sandboxes.contains(&s.id.as_str()) {
+                continue;
+            }
+            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await {
+                debug!(sandbox = %s.id, "garbage collection: {e}");
+            }
+        }
+    }
+}
+
+/// Hooks and stops of single containers: what both a sync and the parallel stop tasks
+/// of a kill need.
+pub struct ContainerOps<R> {
+    /// The runtime.
+    pub runtime: Arc<R>,
+    /// Runs hooks (the probe handlers).
+    pub checker: Arc<dyn Checker>,
+    /// Node facts (its IP, for pods on the node's network).
+    pub node: NodeContext,
+}
+
+impl<R: CriRuntime + 'static> ContainerOps<R> {
+    /// Runs a postStart or preStop hook through the probe handler of its kind (a
+    /// `sleep` hook sleeps), bounded by `timeout`.
+    pub async fn run_hook(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        hook: &k8s::LifecycleHandler,
+        container_id: &str,
+        pod_ip: &str,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        if let Some(sleep) = &hook.sleep {
+            let secs = u64::try_from(sleep.seconds.max(0)).unwrap_or(0);
+            tokio::time::sleep(Duration::from_secs(secs).min(timeout)).await;
+            return Ok(());
+        }
+        let probe = k8s::Probe {
+            exec: hook.exec.clone(),
+            http_get: hook.http_get.clone(),
+            tcp_socket: hook.tcp_socket.clone(),
+            timeout_seconds: Some(i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX)),
+            ..Default::default()
+        };
+        let pod_ip = if pod::host_network(pod) {
+            self.node.host_ip.as_str()
+        } else {
+            pod_ip
+        };
+        let target = convert::probe_target(
+            pod,
+            c,
+            &probe,
+            ProbeKind::Liveness,
+            pod_ip,
+            &format!("{}.lifecycle", c.name),
+        )
+        .map_err(|e| e.to_string())?;
+        let kind = convert::probe_kind(&target.action);
+        let exec: Arc<dyn ContainerExec> =
+            Arc::new(CriExec::new(self.runtime.clone(), container_id));
+        match tokio::time::timeout(timeout, self.checker.check(kind, &target, Some(exec))).await {
+            Ok(Ok(Outcome::Success(_))) => Ok(()),
+            Ok(Ok(Outcome::Failure(m) | Outcome::Error(m))) => Err(m),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!("did not finish within {timeout:?}")),
+        }
+    }
+
+    /// Stops one container: its preStop hook first (within the grace period), then
+    /// StopContainer with what is left of it.
+    pub async fn stop_container(
+        &self,
+        pod: &k8s::Pod,
+        c: Option<&k8s::Container>,
+        id: &str,
+        pod_ip: &str,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let started = Instant::now();
+        let grace_d = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        if let Some(c) = c
+            && let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && !grace_d.is_zero()
+            && let Err(m) = self.run_hook(pod, c, hook, id, pod_ip, grace_d).await
+        {
+            warn!(pod = %PodKey::of(pod), container = %c.name, "PreStopHook failed: {m}");
+        }
+        let left = grace_d.saturating_sub(started.elapsed());
+        // Round up: a grace period that has not quite run out still gets its second.
+        let secs =
+            i64::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(i64::MAX);
+        self.runtime.stop_container(id, secs).await
+    }
+}

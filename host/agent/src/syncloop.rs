@@ -1,0 +1,388 @@
+//! The syncLoop: one `select!` over its typed [`Inputs`], each arm one named handler.
+//!
+//! | input | handler |
+//! |---|---|
+//! | a source's new set of pods | [`SyncLoop::handle_config`]: merge, then ADD (admission, then a worker), UPDATE, RECONCILE, REMOVE |
+//! | PLEG events | [`SyncLoop::handle_pleg`]: status from the cache at once, then a sync of the pod |
+//! | probe results | [`SyncLoop::handle_probes`]: status; liveness / startup failures sync the pod (restart) |
+//! | pods due (back-off expiry, retries, resync every syncFrequency) and the 1 s tick | [`SyncLoop::handle_due`] |
+//! | housekeeping every 2 s | [`SyncLoop::housekeeping`]: orphans stopped, finished workers forgotten, dead containers collected, gauges |
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{info, warn};
+use wasmlet_cri::CriRuntime;
+use wasmlet_plugin_host::chain::AdmissionChain;
+use wasmlet_plugin_host::source::SourcePod;
+use wasmlet_plugin_host::{Verdict, convert};
+
+use crate::lifecycle::Lifecycle;
+use crate::metrics::{ContainerState, Source};
+use crate::pleg::EventQueue;
+use crate::pod::{self, PodKey};
+use crate::podconfig::{Op, PodConfig, PodUpdate};
+use crate::prober::{Kind, ProbeUpdate};
+use crate::queue::PodQueue;
+use crate::runtime::State;
+use crate::sync::SyncContext;
+use crate::workers::{DueQueue, PodWorkers};
+
+/// The 1 s sync tick.
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+/// Housekeeping period.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+
+/// A source's whole new set of pods.
+#[derive(Debug, Clone)]
+pub struct SourceSet {
+    /// The source's name.
+    pub source: String,
+    /// Its pods.
+    pub pods: Vec<SourcePod>,
+}
+
+/// Everything that wakes the loop.
+pub struct Inputs {
+    /// Sources' sets.
+    pub config: mpsc::Receiver<SourceSet>,
+    /// PLEG events.
+    pub pleg: Arc<EventQueue>,
+    /// Probe result changes.
+    pub probes: Arc<PodQueue<ProbeUpdate>>,
+    /// Pods whose sync is due.
+    pub due: Arc<DueQueue>,
+    /// Becomes true to stop the loop (running pods keep running).
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// The admission chain and the node it admits onto.
+pub struct Admission {
+    /// The chain.
+    pub chain: Arc<AdmissionChain>,
+    /// The node, as the plugins see it.
+    pub node: wasmlet_plugin_host::Node,
+}
+
+/// The loop's state.
+pub struct SyncLoop<R> {
+    ctx: Arc<SyncContext<R>>,
+    workers: Arc<PodWorkers<R>>,
+    config: PodConfig,
+    admission: Option<Admission>,
+    /// Admitted pods as the admission plugins see them (for the node's load).
+    admitted: BTreeMap<String, wasmlet_plugin_host::Pod>,
+    /// Problems already reported, by source: a bad manifest is logged once, not on
+    /// every poll.
+    reported: BTreeMap<String, Vec<String>>,
+}
+
+impl<R: CriRuntime + 'static> SyncLoop<R> {
+    /// A loop over `sources` (their order is their precedence).
+    pub fn new(
+        ctx: Arc<SyncContext<R>>,
+        workers: Arc<PodWorkers<R>>,
+        sources: Vec<String>,
+        admission: Option<Admission>,
+    ) -> Self {
+        let node = ctx.node.node_name.clone();
+        SyncLoop {
+            ctx,
+            workers,
+            config: PodConfig::new(&node, sources),
+            admission,
+            admitted: BTreeMap::new(),
+            reported: BTreeMap::new(),
+        }
+    }
+
+    /// Runs until shutdown.
+    pub async fn run(mut self, mut inputs: Inputs) {
+        let mut tick = tokio::time::interval(SYNC_TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        housekeeping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let far = Duration::from_secs(3600);
+        loop {
+            let next_due = inputs.due.next().unwrap_or_else(|| Instant::now() + far);
+            let started = Instant::now();
+            let source = tokio::select! {
+                _ = inputs.shutdown.changed() => {
+                    if *inputs.shutdown.borrow() {
+                        info!("syncLoop stopping; pods keep running");
+                        return;
+                    }
+                    continue;
+                }
+                set = inputs.config.recv() => {
+                    let Some(set) = set else { return };
+                    self.handle_config(set).await;
+                    "config"
+                }
+                () = inputs.pleg.wait() => {
+                    self.handle_pleg(&inputs.pleg);
+                    "pleg"
+                }
+                () = inputs.probes.wait() => {
+                    self.handle_probes(&inputs.probes);
+                    "probe"
+                }
+                () = tokio::time::sleep_until(next_due) => {
+                    self.handle_due(&inputs.due);
+                    "sync"
+                }
+                () = inputs.due.changed() => continue,
+                _ = tick.tick() => {
+                    self.handle_due(&inputs.due);
+                    "sync"
+                }
+                _ = housekeeping.tick() => {
+                    self.housekeeping();
+                    "housekeeping"
+                }
+            };
+            self.ctx
+                .metrics
+                .loop_iteration
+                .get_or_create(&Source {
+                    source: source.to_owned(),
+                })
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    fn log_update(update: &PodUpdate) {
+        let pods: Vec<String> = update
+            .pods
+            .iter()
+            .map(|p| PodKey::of(p).to_string())
+            .collect();
+        info!(
+            "SyncLoop ({}, \"{}\"): {}",
+            update.op,
+            update.source,
+            pods.join(", ")
+        );
+    }
+
+    /// A source's new set: merged, then each change handled.
+    pub async fn handle_config(&mut self, set: SourceSet) {
+        let merged = self.config.set(&set.source, set.pods);
+        let messages: Vec<String> = merged.problems.iter().map(|p| p.to_string()).collect();
+        let before = self.reported.insert(set.source.clone(), messages.clone());
+        for m in &messages {
+            if !before.as_ref().is_some_and(|b| b.contains(m)) {
+                warn!(source = %set.source, "skipping a pod: {m}");
+            }
+        }
+        for update in merged.updates {
+            Self::log_update(&update);
+            for pod in update.pods {
+                match update.op {
+                    Op::Add => self.add(pod, &update.source).await,
+                    Op::Update => {
+                        self.ctx.statuses.set_pod(pod.clone());
+                        if !self.is_rejected(&pod) {
+                            self.workers.update(pod);
+                        }
+                    }
+                    Op::Reconcile => self.ctx.statuses.set_pod(pod),
+                    Op::Remove | Op::Delete => self.remove(pod),
+                }
+            }
+        }
+    }
+
+    fn is_rejected(&self, pod: &k8s::Pod) -> bool {
+        self.ctx
+            .statuses
+            .get(pod::uid(pod))
+            .is_some_and(|e| e.rejected)
+    }
+
+    async fn add(&mut self, pod: Arc<k8s::Pod>, source: &str) {
+        self.ctx.statuses.set_pod(pod.clone());
+        let uid = pod::uid(&pod).to_owned();
+        if let Some(admission) = &self.admission {
+            let converted = match convert::pod(&pod, source) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.reject(&pod, "UnexpectedAdmissionError", &e.to_string());
+                    return;
+                }
+            };
+            let load = convert::load(self.admitted.values());
+            let json = Arc::new(serde_json::to_string(&*pod).unwrap_or_default());
+            let (verdict, by) = admission
+                .chain
+                .admit(&converted, &admission.node, &load, move || (*json).clone())
+                .await;
+            if let Verdict::Reject(r) = verdict {
+                let plugin = by.unwrap_or_default();
+                warn!(pod = %PodKey::of(&pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
+                self.reject(&pod, &r.reason, &r.message);
+                return;
+            }
+            self.admitted.insert(uid, converted);
+        }
+        self.workers.add(pod);
+    }
+
+    fn reject(&self, pod: &Arc<k8s::Pod>, reason: &str, message: &str) {
+        self.ctx.metrics.admission_rejections.inc();
+        self.ctx
+            .statuses
+            .reject(pod.clone(), reason, message, &self.ctx.node.host_ip);
+    }
+
+    fn remove(&mut self, pod: Arc<k8s::Pod>) {
+        let uid = pod::uid(&pod).to_owned();
+        self.admitted.remove(&uid);
+        self.ctx.statuses.remove(&uid);
+        let grace = Duration::from_secs(u64::try_from(pod::grace_seconds(&pod)).unwrap_or(0));
+        if self.workers.lifecycle(&uid).is_some() {
+            self.workers.kill(pod, grace);
+        }
+    }
+
+    /// PLEG events: the pod's status is recomputed from the cache at once, and the pod
+    /// synced.
+    pub fn handle_pleg(&mut self, queue: &EventQueue) {
+        for (uid, events) in queue.take() {
+            let key = match self.ctx.statuses.get(&uid) {
+                Some(e) => PodKey::of(&e.pod),
+                None => PodKey {
+                    uid: uid.clone(),
+                    ..Default::default()
+                },
+            };
+            for e in &events {
+                info!(
+                    "SyncLoop (PLEG): {key}, event: {}, data: \"{}\"",
+                    e.kind, e.id
+                );
+            }
+            self.ctx.update_status(&uid);
+            if self.workers.lifecycle(&uid).is_some() {
+                self.workers.resync(&uid);
+            }
+        }
+        self.ctx
+            .metrics
+            .pleg_coalesced
+            .inner()
+            .store(queue.coalesced(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Probe results: status, and a sync where a container must restart.
+    pub fn handle_probes(&mut self, queue: &PodQueue<ProbeUpdate>) {
+        for (uid, updates) in queue.take() {
+            self.ctx.update_status(&uid);
+            let restart = updates
+                .iter()
+                .any(|u| !u.ok && matches!(u.kind, Kind::Liveness | Kind::Startup));
+            for u in &updates {
+                info!(
+                    "SyncLoop (probe): pod {uid}, container {}, {:?} {}{}",
+                    u.container,
+                    u.kind,
+                    if u.ok { "success" } else { "failure" },
+                    if u.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", u.message)
+                    }
+                );
+            }
+            if restart {
+                self.workers.resync(&uid);
+            }
+        }
+    }
+
+    /// Pods whose sync is due.
+    pub fn handle_due(&mut self, due: &DueQueue) {
+        for uid in due.take_due(Instant::now()) {
+            self.workers.resync(&uid);
+        }
+    }
+
+    /// Housekeeping: stops pods the runtime has that no source wants (once every
+    /// source has reported), forgets finished workers of removed pods, starts workers
+    /// for wanted pods that lost theirs, collects dead containers, updates gauges.
+    pub fn housekeeping(&mut self) {
+        let ready = self.config.all_sources_ready();
+        let runtime_pods = self.ctx.cache.all();
+        if ready {
+            for rt in &runtime_pods {
+                if self.config.contains(&rt.uid) || self.workers.lifecycle(&rt.uid).is_some() {
+                    continue;
+                }
+                if rt.running().next().is_none()
+                    && rt.sandboxes.iter().all(|s| !s.ready)
+                    && rt.containers.is_empty()
+                    && rt.sandboxes.is_empty()
+                {
+                    continue;
+                }
+                let mut stub = k8s::Pod::default();
+                stub.metadata.uid = Some(rt.uid.clone());
+                stub.metadata.name = Some(rt.name.clone());
+                stub.metadata.namespace = Some(rt.namespace.clone());
+                info!(pod = %PodKey::of(&stub), "stopping an orphaned pod no source wants");
+                let grace =
+                    Duration::from_secs(u64::try_from(pod::DEFAULT_GRACE_SECONDS).unwrap_or(30));
+                self.workers.kill(Arc::new(stub), grace);
+            }
+            let config = &self.config;
+            self.workers.remove_done(|uid| config.contains(uid));
+        }
+        for pod in self.config.pods() {
+            let uid = pod::uid(&pod);
+            if self.workers.lifecycle(uid).is_none() && !self.is_rejected(&pod) {
+                self.workers.add(pod.clone());
+            }
+        }
+        let mut running_pods = 0;
+        let mut states: BTreeMap<&str, i64> = BTreeMap::new();
+        for rt in &runtime_pods {
+            if rt.sandboxes.iter().any(|s| s.ready) {
+                running_pods += 1;
+            }
+            for c in &rt.containers {
+                let state = match c.state {
+                    State::Running => "running",
+                    State::Exited => "exited",
+                    State::Created => "created",
+                    State::Unknown => "unknown",
+                };
+                *states.entry(state).or_default() += 1;
+            }
+            if self.workers.lifecycle(&rt.uid) == Some(Lifecycle::Syncing) {
+                let ctx = self.ctx.clone();
+                let rt = rt.clone();
+                tokio::spawn(async move { ctx.collect_garbage(&rt).await });
+            }
+        }
+        self.ctx.metrics.running_pods.set(running_pods);
+        for state in ["running", "exited", "created", "unknown"] {
+            self.ctx
+                .metrics
+                .running_containers
+                .get_or_create(&ContainerState {
+                    container_state: state.to_owned(),
+                })
+                .set(states.get(state).copied().unwrap_or(0));
+        }
+        let now = Instant::now();
+        self.ctx
+            .crash_backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gc(now);
+    }
+}

@@ -1,0 +1,381 @@
+//! The agent against the in-process CRI simulator: pods start, report status, crash
+//! loop with the kubelet's back-off, restart on liveness failure, run init containers
+//! in order, stop when removed, and a restarted agent adopts what runs. Time is paused:
+//! back-off and grace periods pass in milliseconds.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::prober::Checker;
+use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_cri::CriRuntime;
+use wasmlet_cri_sim::Simulator;
+use wasmlet_plugin_host::probe::{Action, ContainerExec, Outcome, Target};
+use wasmlet_plugin_host::source::SourcePod;
+
+/// Exec probes as the shipped exec handler makes them: exit 0 passes.
+struct ExecChecker;
+
+impl Checker for ExecChecker {
+    fn check<'a>(
+        &'a self,
+        _kind: &'a str,
+        target: &'a Target,
+        exec: Option<Arc<dyn ContainerExec>>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let Action::Exec(cmd) = &target.action else {
+                return Err("only exec here".into());
+            };
+            let exec = exec.ok_or("no exec")?;
+            let out = exec
+                .exec_sync(
+                    cmd.clone(),
+                    Duration::from_millis(u64::from(target.timeout_ms)),
+                )
+                .await?;
+            Ok(if out.exit_code == 0 {
+                Outcome::Success(String::new())
+            } else {
+                Outcome::Failure(format!("exit {}", out.exit_code))
+            })
+        })
+    }
+}
+
+fn options(name: &str) -> AgentOptions {
+    let root =
+        std::env::temp_dir().join(format!("wasmlet-agent-sim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    AgentOptions {
+        node: NodeFacts {
+            name: format!("node-{name}"),
+            hostname: format!("node-{name}"),
+            ip: "192.168.50.10".into(),
+            cpus: 4,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: 100 << 30,
+            max_pods: 110,
+            labels: Default::default(),
+        },
+        pod_logs_dir: root.join("logs"),
+        root_dir: root,
+        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        sync_frequency: Duration::from_secs(60),
+        relist_period: Duration::from_secs(1),
+        sources: vec!["file".into()],
+    }
+}
+
+fn pod(json: &str) -> SourcePod {
+    SourcePod {
+        origin: "test.yaml".into(),
+        pod: serde_json::from_str(json).expect("pod json"),
+    }
+}
+
+async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
+    agent
+        .sources()
+        .send(SourceSet {
+            source: "file".into(),
+            pods,
+        })
+        .await
+        .expect("loop runs");
+}
+
+/// Waits (in paused time) until `check` holds for the pod named `name`.
+async fn wait_for(
+    agent: &Agent<Simulator>,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    check: impl Fn(&k8s::Pod) -> bool,
+) -> k8s::Pod {
+    let started = tokio::time::Instant::now();
+    loop {
+        let pods = agent.ctx.statuses.pods();
+        if let Some(p) = pods.iter().find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(name))
+        }) && check(p)
+        {
+            return p.clone();
+        }
+        if started.elapsed() > limit {
+            panic!(
+                "{name}: not {what} after {limit:?}: {}",
+                serde_json::to_string_pretty(&pods).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn phase(p: &k8s::Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn container(p: &k8s::Pod, name: &str) -> k8s::ContainerStatus {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no status for {name}"))
+}
+
+fn condition(p: &k8s::Pod, kind: &str) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == kind))
+        .is_some_and(|c| c.status == "True")
+}
+
+const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
+    {"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+     "command":["sleep","3600"]}]}}"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_runs_reports_status_and_stops_when_removed() {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(sim.clone(), options("basic"), Arc::new(ExecChecker), None);
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running" && condition(p, "Ready")
+    })
+    .await;
+    let c = container(&p, "main");
+    assert!(
+        c.container_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("wasmlet-cri-sim://") || id.contains("://"))
+    );
+    assert_eq!(c.restart_count, 0);
+    assert!(
+        p.status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .is_some()
+    );
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.qos_class.as_deref()),
+        Some("BestEffort")
+    );
+    let (sandboxes, containers) = sim.counts();
+    assert_eq!((sandboxes, containers), (1, 1));
+
+    // Removing it stops it, then removes its containers and sandbox.
+    send(&agent, vec![]).await;
+    let started = tokio::time::Instant::now();
+    loop {
+        if sim.counts() == (0, 0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not removed: {:?}",
+            sim.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(agent.ctx.statuses.is_empty());
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_loop_backs_off_10_20_40_seconds() {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(sim.clone(), options("crash"), Arc::new(ExecChecker), None);
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"crasher"},"spec":{"containers":[
+            {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+             "command":["sh","-c","sleep 1; exit 1"]}]}}"#,
+        )],
+    )
+    .await;
+    // Record when each instance starts (from the runtime's ContainerStatus).
+    let mut starts: Vec<i64> = Vec::new();
+    let begun = tokio::time::Instant::now();
+    while starts.len() < 5 && begun.elapsed() < Duration::from_secs(200) {
+        let list = sim.list_containers(None).await.expect("list");
+        for c in list {
+            let st = sim
+                .container_status(&c.id, false)
+                .await
+                .expect("status")
+                .status
+                .expect("status");
+            if st.started_at > 0 && !starts.contains(&st.started_at) {
+                starts.push(st.started_at);
+            }
+        }
+        starts.sort();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(starts.len() >= 5, "only {} starts", starts.len());
+    // Each instance runs 1 s; the waits between its exit and the next start:
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e9 - 1.0)
+        .collect();
+    let expected = [0.0, 10.0, 20.0, 40.0];
+    for (gap, want) in gaps.iter().zip(expected) {
+        assert!(
+            (gap - want).abs() < 0.2,
+            "restart gaps {gaps:?}, want {expected:?} (within 0.2 s)"
+        );
+    }
+    let p = wait_for(
+        &agent,
+        "crasher",
+        "in CrashLoopBackOff",
+        Duration::from_secs(30),
+        |p| {
+            container(p, "c")
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        },
+    )
+    .await;
+    let c = container(&p, "c");
+    assert!(c.restart_count >= 4, "{c:?}");
+    let last = c.last_state.and_then(|s| s.terminated).expect("last state");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(phase(&p), "Running");
+    // Garbage collection keeps at most one dead container per name.
+    assert!(sim.counts().1 <= 2, "{:?}", sim.counts());
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn init_containers_run_first_in_order() {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(sim.clone(), options("init"), Arc::new(ExecChecker), None);
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"inits"},"spec":{
+            "initContainers":[
+              {"name":"one","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sh","-c","sleep 2"]},
+              {"name":"two","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["true"]}],
+            "containers":[{"name":"app","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"]}]}}"#,
+        )],
+    )
+    .await;
+    let p = wait_for(
+        &agent,
+        "inits",
+        "Pending on init",
+        Duration::from_secs(1),
+        |p| phase(p) == "Pending" && !condition(p, "Initialized"),
+    )
+    .await;
+    assert_eq!(
+        container(&p, "app")
+            .state
+            .and_then(|s| s.waiting)
+            .and_then(|w| w.reason)
+            .as_deref(),
+        Some("PodInitializing")
+    );
+    let p = wait_for(&agent, "inits", "Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running" && condition(p, "Initialized")
+    })
+    .await;
+    let inits = p
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.clone())
+        .expect("init statuses");
+    let finished = |c: &k8s::ContainerStatus| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| (t.exit_code, t.finished_at.clone()))
+    };
+    let (one, two) = (
+        finished(&inits[0]).expect("one"),
+        finished(&inits[1]).expect("two"),
+    );
+    assert_eq!((one.0, two.0), (0, 0));
+    assert!(one.1 <= two.1, "one finished before two");
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        options("liveness"),
+        Arc::new(ExecChecker),
+        None,
+    );
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=5s"}},"spec":{"terminationGracePeriodSeconds":3,"containers":[
+            {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
+             "livenessProbe":{"exec":{"command":["cat","/tmp/healthy"]},"periodSeconds":2,"failureThreshold":2}}]}}"#,
+        )],
+    )
+    .await;
+    // Fails from 5 s on; two failures 2 s apart; then a 3 s grace period.
+    let p = wait_for(&agent, "live", "restarted", Duration::from_secs(15), |p| {
+        container(p, "c").restart_count >= 1
+    })
+    .await;
+    let c = container(&p, "c");
+    assert!(
+        c.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
+        "{c:?}"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
+    let sim = Arc::new(Simulator::new());
+    let opts = options("adopt");
+    let agent = Agent::start(sim.clone(), opts.clone(), Arc::new(ExecChecker), None);
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let before = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    agent.shutdown().await;
+
+    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None);
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let after = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(before.metadata.uid, after.metadata.uid);
+    assert_eq!(
+        container(&before, "main").container_id,
+        container(&after, "main").container_id,
+        "the same container, not a new one"
+    );
+    assert_eq!(container(&after, "main").restart_count, 0);
+    assert_eq!(sim.counts(), (1, 1));
+    agent.shutdown().await;
+}
