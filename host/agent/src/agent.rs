@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tracing::{info, warn};
 use wasmlet_cri::{CriRuntime, ErrorKind};
+use wasmlet_plugin_host::kinds::PodSources;
 
 use crate::backoff::Backoff;
 use crate::cache::PodCache;
@@ -89,18 +90,27 @@ pub struct Agent<R> {
     pub node: NodeFacts,
     sources: mpsc::Sender<SourceSet>,
     shutdown: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl<R: CriRuntime + 'static> Agent<R> {
     /// Starts the agent on `runtime`. `checker` runs probes and hooks; `admission`, if
-    /// given, decides on every new pod.
+    /// given, decides on every new pod; `pod_sources`, if given, are polled (their names
+    /// join `options.sources`).
     pub fn start(
         runtime: Arc<R>,
-        options: AgentOptions,
+        mut options: AgentOptions,
         checker: Arc<dyn Checker>,
         admission: Option<Admission>,
+        pod_sources: Option<Arc<PodSources>>,
     ) -> Self {
+        if let Some(s) = &pod_sources {
+            for (name, _) in s.configured() {
+                if !options.sources.contains(name) {
+                    options.sources.push(name.clone());
+                }
+            }
+        }
         let clock = Clock::new();
         let node = NodeContext {
             node_name: options.node.name.clone(),
@@ -168,6 +178,13 @@ impl<R: CriRuntime + 'static> Agent<R> {
             relist_now,
             shutdown_rx.clone(),
         )));
+        if let Some(s) = pod_sources {
+            tasks.extend(crate::sources::start(
+                s,
+                sources_tx.clone(),
+                shutdown_rx.clone(),
+            ));
+        }
         let sync_loop = SyncLoop::new(ctx.clone(), workers.clone(), options.sources, admission);
         tasks.push(tokio::spawn(sync_loop.run(Inputs {
             config: sources_rx,
@@ -185,7 +202,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             node: options.node,
             sources: sources_tx,
             shutdown: shutdown_tx,
-            tasks,
+            tasks: Mutex::new(tasks),
         }
     }
 
@@ -206,11 +223,13 @@ impl<R: CriRuntime + 'static> Agent<R> {
     }
 
     /// Stops the agent's loops; pods keep running.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);
-        for t in self.tasks {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        self.workers.stop();
     }
 }
 

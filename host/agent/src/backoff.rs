@@ -79,6 +79,28 @@ impl Backoff {
         );
     }
 
+    /// For a key the state does not know (a restarted agent adopting a crash loop):
+    /// takes up the back-off where `failures` earlier retries left it — the wait after
+    /// failure `n` (n ≥ 1) is `initial · 2^(n-1)` — counted from `failed_at`. A known
+    /// key, or no earlier retry, changes nothing.
+    pub fn seed(&mut self, key: &str, failed_at: Instant, failures: u32) {
+        if failures == 0 || self.entries.contains_key(key) {
+            return;
+        }
+        let delay = self
+            .initial
+            .checked_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+            .unwrap_or(self.max)
+            .min(self.max);
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                delay,
+                since: failed_at,
+            },
+        );
+    }
+
     /// The current wait of `key`, if it has one.
     pub fn delay(&self, key: &str) -> Option<Duration> {
         self.entries.get(key).map(|e| e.delay)
@@ -162,6 +184,24 @@ mod tests {
         assert_eq!(b.delay("c"), Some(S(10)));
         b.gc(failed + S(601));
         assert!(b.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_agent_takes_up_the_back_off_from_the_restart_count() {
+        let mut b = Backoff::default();
+        let failed = Instant::now();
+        b.seed("c", failed, 0);
+        assert_eq!(
+            b.retry_at("c", failed, failed),
+            None,
+            "never restarted: at once"
+        );
+        b.seed("c", failed, 3);
+        assert_eq!(b.retry_at("c", failed, failed), Some(failed + S(40)));
+        b.seed("c", failed, 9);
+        assert_eq!(b.delay("c"), Some(S(40)), "a known key is kept");
+        b.seed("d", failed, 30);
+        assert_eq!(b.delay("d"), Some(CRASH_MAX));
     }
 
     #[test]

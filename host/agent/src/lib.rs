@@ -25,6 +25,7 @@
 //! - [`prober`] — probe workers checking through the probe-handler plugins.
 //! - [`statuses`] — the status manager behind `GET /pods`.
 //! - [`syncloop`] — the loop, one handler per input.
+//! - [`sources`] — the pod-source plugins polled, and on directory changes.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
 
 pub mod actions;
@@ -41,6 +42,7 @@ pub mod podconfig;
 pub mod prober;
 pub mod queue;
 pub mod runtime;
+pub mod sources;
 pub mod status;
 pub mod statuses;
 pub mod sync;

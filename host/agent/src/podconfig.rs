@@ -137,9 +137,10 @@ impl PodConfig {
         self.sources.iter().any(|(_, s)| s.pods.contains_key(uid))
     }
 
-    /// Takes `source`'s whole new set. A source that is not configured is reported as a
-    /// problem and changes nothing.
-    pub fn set(&mut self, source: &str, offered: Vec<SourcePod>) -> Merged {
+    /// Takes `source`'s whole new set. Pods the source had from an origin in `broken`
+    /// (a manifest that could not be read this time) are kept rather than removed. A
+    /// source that is not configured is reported as a problem and changes nothing.
+    pub fn set(&mut self, source: &str, offered: Vec<SourcePod>, broken: &[String]) -> Merged {
         let mut merged = Merged::default();
         let Some(index) = self.sources.iter().position(|(name, _)| name == source) else {
             merged.problems.push(Problem {
@@ -232,11 +233,24 @@ impl PodConfig {
             };
             next.insert(key.uid, pod);
         }
-        let removed: Vec<_> = previous
-            .iter()
-            .filter(|(uid, _)| !next.contains_key(*uid))
-            .map(|(_, p)| p.clone())
-            .collect();
+        let origin_of = |p: &k8s::Pod| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(pod::CONFIG_ORIGIN_ANNOTATION).cloned())
+                .unwrap_or_default()
+        };
+        let mut removed = Vec::new();
+        for (uid, p) in &previous {
+            if next.contains_key(uid) {
+                continue;
+            }
+            if broken.contains(&origin_of(p)) {
+                next.insert(uid.clone(), p.clone());
+            } else {
+                removed.push(p.clone());
+            }
+        }
         let set = &mut self.sources[index].1;
         set.pods = next;
         set.seen = true;
@@ -300,6 +314,7 @@ mod tests {
                 offered("a.yaml", &web("a", "i:1")),
                 offered("b.yaml", &web("b", "i:1")),
             ],
+            &[],
         );
         assert_eq!(ops(&m), [(Op::Add, vec!["a-n".into(), "b-n".into()])]);
         assert!(c.all_sources_ready());
@@ -309,6 +324,7 @@ mod tests {
                 offered("a.yaml", &web("a", "i:1")),
                 offered("b.yaml", &web("b", "i:1")),
             ],
+            &[],
         );
         assert!(again.updates.is_empty(), "{:?}", ops(&again));
         // b's image changes: a new UID, so the old pod goes and a new one comes.
@@ -318,6 +334,7 @@ mod tests {
                 offered("a.yaml", &web("a", "i:1")),
                 offered("b.yaml", &web("b", "i:2")),
             ],
+            &[],
         );
         assert_eq!(
             ops(&m),
@@ -326,9 +343,20 @@ mod tests {
                 (Op::Add, vec!["b-n".into()])
             ]
         );
-        let m = c.set("file", vec![offered("b.yaml", &web("b", "i:2"))]);
+        let m = c.set("file", vec![offered("b.yaml", &web("b", "i:2"))], &[]);
         assert_eq!(ops(&m), [(Op::Remove, vec!["a-n".into()])]);
         assert_eq!(c.pods().len(), 1);
+    }
+
+    #[test]
+    fn a_pod_whose_manifest_broke_is_kept() {
+        let mut c = PodConfig::new("n", ["file".to_string()]);
+        c.set("file", vec![offered("a.yaml", &web("a", "i"))], &[]);
+        let m = c.set("file", vec![], &["a.yaml".to_string()]);
+        assert!(m.updates.is_empty(), "kept while a.yaml cannot be read");
+        assert_eq!(c.pods().len(), 1);
+        let m = c.set("file", vec![], &[]);
+        assert_eq!(ops(&m), [(Op::Remove, vec!["a-n".into()])]);
     }
 
     #[test]
@@ -345,10 +373,10 @@ mod tests {
                 ),
             )
         };
-        c.set("http", vec![with_uid("i:1", None)]);
-        let m = c.set("http", vec![with_uid("i:2", None)]);
+        c.set("http", vec![with_uid("i:1", None)], &[]);
+        let m = c.set("http", vec![with_uid("i:2", None)], &[]);
         assert_eq!(ops(&m), [(Op::Update, vec!["p-n".into()])]);
-        let m = c.set("http", vec![with_uid("i:2", Some("Running"))]);
+        let m = c.set("http", vec![with_uid("i:2", Some("Running"))], &[]);
         assert_eq!(ops(&m), [(Op::Reconcile, vec!["p-n".into()])]);
     }
 
@@ -362,6 +390,7 @@ mod tests {
                 offered("a.yaml", &web("a", "i")),
                 offered("a-again.yaml", &web("a", "j")),
             ],
+            &[],
         );
         assert_eq!(ops(&m), [(Op::Add, vec!["a-n".into()])]);
         assert_eq!(m.problems.len(), 2);
@@ -375,12 +404,12 @@ mod tests {
             m.problems[1]
         );
         assert!(!c.all_sources_ready(), "http has not reported yet");
-        let m = c.set("http", vec![offered("http://x", &web("a", "k"))]);
+        let m = c.set("http", vec![offered("http://x", &web("a", "k"))], &[]);
         assert!(m.updates.is_empty());
         assert!(m.problems[0].message.contains("source file"));
         assert!(c.all_sources_ready());
         assert!(
-            c.set("nope", vec![]).problems[0]
+            c.set("nope", vec![], &[]).problems[0]
                 .message
                 .contains("not a configured")
         );

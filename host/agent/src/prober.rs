@@ -304,6 +304,14 @@ impl<R: CriRuntime + 'static> Prober<R> {
         }
     }
 
+    /// Stops every probe worker.
+    pub fn stop(&self) {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// How many probe workers run.
     pub fn workers(&self) -> usize {
         self.workers
@@ -411,6 +419,14 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         loop {
             if self.kind == Kind::Startup || self.started() {
                 let (ok, message) = self.check_once().await;
+                if !ok {
+                    tracing::info!(
+                        pod = %crate::pod::PodKey::of(&self.pod),
+                        container = %self.container().name,
+                        probe = ?self.kind,
+                        "Probe failed: {message}"
+                    );
+                }
                 if last == Some(ok) {
                     run += 1;
                 } else {

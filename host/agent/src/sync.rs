@@ -305,6 +305,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 prev.created_at
             });
             let mut backoff = Self::lock(&self.crash_backoff);
+            backoff.seed(
+                &backoff_key,
+                failed_at,
+                u32::try_from(prev.restart_count).unwrap_or(0),
+            );
             if let Some(at) = backoff.retry_at(&backoff_key, failed_at, now) {
                 let delay = backoff.delay(&backoff_key).unwrap_or_default();
                 return Err(NotStarted {

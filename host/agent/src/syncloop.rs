@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 use wasmlet_cri::CriRuntime;
 use wasmlet_plugin_host::chain::AdmissionChain;
-use wasmlet_plugin_host::source::SourcePod;
+use wasmlet_plugin_host::source::{Problem, SourcePod};
 use wasmlet_plugin_host::{Verdict, convert};
 
 use crate::lifecycle::Lifecycle;
@@ -44,6 +44,8 @@ pub struct SourceSet {
     pub source: String,
     /// Its pods.
     pub pods: Vec<SourcePod>,
+    /// Manifests it could not read (their pods are kept as they were).
+    pub problems: Vec<Problem>,
 }
 
 /// Everything that wakes the loop.
@@ -171,8 +173,14 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
 
     /// A source's new set: merged, then each change handled.
     pub async fn handle_config(&mut self, set: SourceSet) {
-        let merged = self.config.set(&set.source, set.pods);
-        let messages: Vec<String> = merged.problems.iter().map(|p| p.to_string()).collect();
+        let broken: Vec<String> = set.problems.iter().map(|p| p.origin.clone()).collect();
+        let merged = self.config.set(&set.source, set.pods, &broken);
+        let messages: Vec<String> = set
+            .problems
+            .iter()
+            .map(|p| p.to_string())
+            .chain(merged.problems.iter().map(|p| p.to_string()))
+            .collect();
         let before = self.reported.insert(set.source.clone(), messages.clone());
         for m in &messages {
             if !before.as_ref().is_some_and(|b| b.contains(m)) {
@@ -253,11 +261,12 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// synced.
     pub fn handle_pleg(&mut self, queue: &EventQueue) {
         for (uid, events) in queue.take() {
-            let key = match self.ctx.statuses.get(&uid) {
-                Some(e) => PodKey::of(&e.pod),
-                None => PodKey {
+            let key = match (self.ctx.statuses.get(&uid), self.ctx.cache.get(&uid)) {
+                (Some(e), _) => PodKey::of(&e.pod),
+                (None, rt) => PodKey {
                     uid: uid.clone(),
-                    ..Default::default()
+                    name: rt.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
+                    namespace: rt.map(|r| r.namespace.clone()).unwrap_or_default(),
                 },
             };
             for e in &events {

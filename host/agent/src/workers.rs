@@ -89,6 +89,7 @@ struct Handle {
     /// The pod came back (same UID) while it was being stopped: start it again once
     /// the old one is cleaned up.
     readd: Mutex<Option<Arc<k8s::Pod>>>,
+    task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Handle {
@@ -97,6 +98,7 @@ impl Handle {
             state: Mutex::new(WorkerState::new(pod)),
             wake: Notify::new(),
             readd: Mutex::new(None),
+            task: Mutex::new(None),
         })
     }
 
@@ -141,7 +143,8 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         let uid = pod::uid(&pod).to_owned();
         let handle = Handle::new(pod);
         map.insert(uid.clone(), handle.clone());
-        tokio::spawn(self.clone().run(uid, handle.clone()));
+        let task = tokio::spawn(self.clone().run(uid, handle.clone()));
+        *handle.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
         handle
     }
 
@@ -205,6 +208,16 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         drop(map);
         handle.state().request(Request::Kill { grace });
         handle.wake.notify_one();
+    }
+
+    /// Stops every worker task (the agent is stopping; pods keep running).
+    pub fn stop(&self) {
+        for (_, h) in self.map().drain() {
+            if let Some(task) = h.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                task.abort();
+            }
+        }
+        self.ctx.prober.stop();
     }
 
     /// Asks for another run of pod `uid`'s current work (its sync, or a retry).

@@ -85,6 +85,7 @@ async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
         .send(SourceSet {
             source: "file".into(),
             pods,
+            problems: Vec::new(),
         })
         .await
         .expect("loop runs");
@@ -151,7 +152,13 @@ const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
 #[tokio::test(start_paused = true)]
 async fn a_pod_runs_reports_status_and_stops_when_removed() {
     let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(sim.clone(), options("basic"), Arc::new(ExecChecker), None);
+    let agent = Agent::start(
+        sim.clone(),
+        options("basic"),
+        Arc::new(ExecChecker),
+        None,
+        None,
+    );
     send(&agent, vec![pod(SLEEPER)]).await;
     let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running" && condition(p, "Ready")
@@ -198,7 +205,13 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
 #[tokio::test(start_paused = true)]
 async fn a_crash_loop_backs_off_10_20_40_seconds() {
     let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(sim.clone(), options("crash"), Arc::new(ExecChecker), None);
+    let agent = Agent::start(
+        sim.clone(),
+        options("crash"),
+        Arc::new(ExecChecker),
+        None,
+        None,
+    );
     send(
         &agent,
         vec![pod(
@@ -267,7 +280,13 @@ async fn a_crash_loop_backs_off_10_20_40_seconds() {
 #[tokio::test(start_paused = true)]
 async fn init_containers_run_first_in_order() {
     let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(sim.clone(), options("init"), Arc::new(ExecChecker), None);
+    let agent = Agent::start(
+        sim.clone(),
+        options("init"),
+        Arc::new(ExecChecker),
+        None,
+        None,
+    );
     send(
         &agent,
         vec![pod(
@@ -327,6 +346,7 @@ async fn a_failing_liveness_probe_restarts_the_container() {
         options("liveness"),
         Arc::new(ExecChecker),
         None,
+        None,
     );
     send(
         &agent,
@@ -354,7 +374,7 @@ async fn a_failing_liveness_probe_restarts_the_container() {
 async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
     let sim = Arc::new(Simulator::new());
     let opts = options("adopt");
-    let agent = Agent::start(sim.clone(), opts.clone(), Arc::new(ExecChecker), None);
+    let agent = Agent::start(sim.clone(), opts.clone(), Arc::new(ExecChecker), None, None);
     send(&agent, vec![pod(SLEEPER)]).await;
     let before = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running"
@@ -362,7 +382,7 @@ async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
     .await;
     agent.shutdown().await;
 
-    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None);
+    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
     send(&agent, vec![pod(SLEEPER)]).await;
     let after = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running"

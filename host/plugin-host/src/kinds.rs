@@ -120,6 +120,15 @@ impl ProbeHandlers {
     pub fn rescan(&self) {
         self.directory.rescan();
     }
+
+    /// Every handler loaded now, by name.
+    pub fn loaded(&self) -> Vec<Arc<ProbeHandler>> {
+        self.set
+            .names()
+            .iter()
+            .filter_map(|n| self.set.get(n))
+            .collect()
+    }
 }
 
 /// The configured pod sources.
@@ -182,5 +191,14 @@ impl PodSources {
     /// Re-reads every source's file now.
     pub fn rescan(&self) {
         self.directory.rescan();
+    }
+
+    /// Every source loaded now, by name.
+    pub fn loaded(&self) -> Vec<Arc<PodSource>> {
+        self.set
+            .names()
+            .iter()
+            .filter_map(|n| self.set.get(n))
+            .collect()
     }
 }

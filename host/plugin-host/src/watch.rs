@@ -156,6 +156,9 @@ fn watch(
     std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
+            // Opening and reading a file (this follower digesting it, the loader
+            // compiling it) is no change; reacting to it would read it again, forever.
+            Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => {}
             Ok(event) => {
                 for path in event.paths {
                     let _ = tx.send(Msg::Changed(path));

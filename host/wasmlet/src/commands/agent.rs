@@ -1,12 +1,31 @@
-//! `wasmlet up` and `wasmlet run`: the agent itself.
+//! `wasmlet up` and `wasmlet run --config FILE`: the agent itself.
 //!
-//! The agent core (syncLoop, pod workers, PLEG, probes) is not built yet; these commands
-//! parse their arguments and then say so plainly rather than pretend to run.
+//! `run` reads a configuration file (a KubeletConfiguration is accepted) and runs the
+//! agent against its `containerRuntimeEndpoint`. `up` is the embedded default: it starts
+//! and supervises its own containerd under a state directory (installing it on first
+//! use, through `scripts/containerd.sh`), loads the shipped plugins and runs the static
+//! pods of a directory. Either way the agent stops on SIGINT or SIGTERM and leaves its
+//! pods running; started again, it adopts them.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
+use prometheus_client::registry::Registry;
+use tracing::{info, warn};
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::prober::Checker;
+use wasmlet_agent::syncloop::Admission;
+use wasmlet_cri::CriClient;
+use wasmlet_plugin_host::convert;
+
+use crate::config::Config;
+use crate::{http, plugins};
 
 /// Arguments of `wasmlet up`.
 #[derive(Debug, Args)]
@@ -27,15 +46,174 @@ pub struct RunArgs {
     pub config: PathBuf,
 }
 
-const NOT_YET: &str = "agent not built yet: this build has the CRI layer, the simulator and the \
-     containerd harness (try `wasmlet cri --help`); the syncLoop, pod workers and PLEG come next";
-
-/// `wasmlet up`.
-pub fn up(_args: UpArgs) -> Result<()> {
-    bail!(NOT_YET)
+/// `wasmlet run`.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let config = Config::load(&args.config)?;
+    let endpoint = config
+        .runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| crate::config::DEFAULT_RUNTIME_ENDPOINT.to_owned());
+    run_agent(config, endpoint, None).await
 }
 
-/// `wasmlet run`.
-pub fn run(_args: RunArgs) -> Result<()> {
-    bail!(NOT_YET)
+/// `wasmlet up`.
+pub async fn up(args: UpArgs) -> Result<()> {
+    let cwd = std::env::current_dir().context("current directory")?;
+    let manifests = cwd.join(&args.manifests);
+    let state_dir = cwd.join(&args.state_dir);
+    std::fs::create_dir_all(&manifests)
+        .with_context(|| format!("--manifests {}", manifests.display()))?;
+    let config = Config::embedded(&manifests, &state_dir);
+    let containerd = state_dir.join("containerd");
+    let endpoint = containerd_up(&containerd)?;
+    info!(%endpoint, manifests = %manifests.display(), "wasmlet up: own containerd running");
+    run_agent(config, endpoint, Some(containerd)).await
+}
+
+/// The project's containerd script.
+fn containerd_script() -> PathBuf {
+    std::env::var_os("WASMLET_CONTAINERD_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/containerd.sh")
+        })
+}
+
+/// Starts (installing on first use) the containerd under `dir`; returns its endpoint.
+fn containerd_up(dir: &Path) -> Result<String> {
+    let script = containerd_script();
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("up")
+        .arg(dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} up {} failed (see above)",
+            script.display(),
+            dir.display()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Connects to the runtime, retrying with back-off while it is not there.
+async fn connect(endpoint: &str) -> CriClient {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match CriClient::connect(endpoint).await {
+            Ok(c) => return c,
+            Err(e) => {
+                warn!("container runtime not reachable yet ({e}); retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn run_agent(
+    config: Config,
+    endpoint: String,
+    own_containerd: Option<PathBuf>,
+) -> Result<()> {
+    for dir in [&config.root_dir, &config.pod_logs_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if let Some(k) = &config.kubeconfig {
+        warn!(kubeconfig = %k.display(), "cluster mode is not built yet: running standalone (static pods only)");
+    }
+    let plugins_config = plugins::effective(&config)?;
+    let loaded = Arc::new(plugins::load(&plugins_config).await?);
+    let runtime = Arc::new(connect(&endpoint).await);
+    let facts = NodeFacts::read(
+        config.node_name.as_deref(),
+        config.node_ip.as_deref(),
+        &config.root_dir,
+        config.max_pods,
+    );
+    let node = convert::node(&facts.object(true, "", &wasmlet_agent::time::now_rfc3339()))
+        .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
+    let admission = Admission {
+        chain: loaded.chain.clone(),
+        node,
+    };
+    let options = AgentOptions {
+        node: facts,
+        root_dir: config.root_dir.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        resolv_conf: config.resolv_conf.clone(),
+        sync_frequency: config.sync_frequency,
+        relist_period: Duration::from_secs(1),
+        sources: Vec::new(),
+    };
+    let checker: Arc<dyn Checker> = loaded.probes.clone();
+    let agent = Arc::new(Agent::start(
+        runtime,
+        options,
+        checker,
+        Some(admission),
+        Some(loaded.sources.clone()),
+    ));
+    let mut registry = Registry::default();
+    agent.ctx.metrics.register(&mut registry);
+    loaded.engine.metrics().register(&mut registry);
+    http::start(
+        http::Endpoints {
+            agent: agent.clone(),
+            plugins: loaded.clone(),
+            registry,
+        },
+        SocketAddr::new(config.healthz.0, config.healthz.1),
+        SocketAddr::new(config.read_only.0, config.read_only.1),
+    )
+    .await?;
+    if let Some(dir) = own_containerd {
+        tokio::spawn(supervise_containerd(agent.clone(), dir));
+    }
+    shutdown_signal().await;
+    info!("stopping (pods keep running; a restarted agent adopts them)");
+    agent.shutdown().await;
+    // Exit here: dropping the runtime would cancel plugin calls still in flight.
+    std::process::exit(0)
+}
+
+/// Restarts the agent's own containerd when the runtime stays unreachable.
+async fn supervise_containerd(agent: Arc<Agent<CriClient>>, dir: PathBuf) {
+    let mut down_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if agent.runtime_state.ready() {
+            down_since = None;
+            continue;
+        }
+        let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= Duration::from_secs(6) {
+            warn!("own containerd is not answering; starting it again");
+            let dir = dir.clone();
+            match tokio::task::spawn_blocking(move || containerd_up(&dir)).await {
+                Ok(Ok(_)) => info!("own containerd restarted"),
+                Ok(Err(e)) => warn!("restarting containerd failed: {e:#}"),
+                Err(e) => warn!("restarting containerd failed: {e}"),
+            }
+            down_since = None;
+        }
+    }
 }

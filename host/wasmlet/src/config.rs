@@ -1,0 +1,396 @@
+//! wasmlet's configuration file: the kubelet's KubeletConfiguration field names where the
+//! meaning is the same, wasmlet's own fields beside them, and the `plugins:` section.
+//!
+//! ```yaml
+//! apiVersion: kubelet.config.k8s.io/v1beta1   # optional; a KubeletConfiguration is accepted as is
+//! kind: KubeletConfiguration
+//! nodeName: node-a                      # default: the hostname
+//! nodeIP: 10.0.0.5                      # default: the address of the default route
+//! containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+//! staticPodPath: /etc/kubernetes/manifests
+//! fileCheckFrequency: 20s
+//! syncFrequency: 1m
+//! maxPods: 110
+//! healthzBindAddress: 127.0.0.1
+//! healthzPort: 10248
+//! address: 127.0.0.1                    # where the read-only port listens
+//! readOnlyPort: 10255                   # GET /pods, /metrics, /plugins, /node; 0 turns it off
+//! rootDir: /var/lib/wasmlet
+//! podLogsDir: /var/lib/wasmlet/pod-logs
+//! resolvConf: /etc/resolv.conf
+//! plugins: { ... }                      # see wasmlet_plugin_host::config
+//! ```
+//!
+//! KubeletConfiguration fields wasmlet does not implement are warned about by name and
+//! ignored; any other unknown field, and every invalid value, is an error naming the
+//! file and the field.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use wasmlet_plugin_host::config::PluginsConfig;
+use wasmlet_plugin_host::convert::parse_duration;
+
+/// KubeletConfiguration fields wasmlet reads but does not act on: a warning each.
+const NOT_IMPLEMENTED: &[&str] = &[
+    "authentication",
+    "authorization",
+    "cgroupDriver",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "clusterDNS",
+    "clusterDomain",
+    "containerLogMaxFiles",
+    "containerLogMaxSize",
+    "contentType",
+    "cpuCFSQuota",
+    "cpuManagerPolicy",
+    "enableControllerAttachDetach",
+    "enableDebuggingHandlers",
+    "enableServer",
+    "enforceNodeAllocatable",
+    "eventBurst",
+    "eventRecordQPS",
+    "evictionHard",
+    "evictionPressureTransitionPeriod",
+    "evictionSoft",
+    "failSwapOn",
+    "featureGates",
+    "hairpinMode",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
+    "imageServiceEndpoint",
+    "kubeAPIBurst",
+    "kubeAPIQPS",
+    "kubeReserved",
+    "localStorageCapacityIsolation",
+    "logging",
+    "makeIPTablesUtilChains",
+    "maxOpenFiles",
+    "maxParallelImagePulls",
+    "memoryManagerPolicy",
+    "memorySwap",
+    "nodeLeaseDurationSeconds",
+    "nodeStatusReportFrequency",
+    "nodeStatusUpdateFrequency",
+    "podCIDR",
+    "podPidsLimit",
+    "port",
+    "protectKernelDefaults",
+    "providerID",
+    "registryBurst",
+    "registryPullQPS",
+    "rotateCertificates",
+    "runtimeRequestTimeout",
+    "seccompDefault",
+    "serializeImagePulls",
+    "serverTLSBootstrap",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "streamingConnectionIdleTimeout",
+    "systemReserved",
+    "tlsCertFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "tlsPrivateKeyFile",
+    "topologyManagerPolicy",
+    "volumeStatsAggPeriod",
+];
+
+/// The file as written (after the unimplemented fields are taken out).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct File {
+    api_version: Option<String>,
+    kind: Option<String>,
+    node_name: Option<String>,
+    #[serde(rename = "nodeIP")]
+    node_ip: Option<String>,
+    kubeconfig: Option<PathBuf>,
+    container_runtime_endpoint: Option<String>,
+    static_pod_path: Option<PathBuf>,
+    file_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
+    max_pods: Option<i64>,
+    healthz_bind_address: Option<String>,
+    healthz_port: Option<i64>,
+    address: Option<String>,
+    read_only_port: Option<i64>,
+    root_dir: Option<PathBuf>,
+    pod_logs_dir: Option<PathBuf>,
+    resolv_conf: Option<PathBuf>,
+    plugins: Option<PluginsConfig>,
+}
+
+/// The agent's configuration, validated, defaults filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `nodeName`.
+    pub node_name: Option<String>,
+    /// `nodeIP`.
+    pub node_ip: Option<String>,
+    /// `kubeconfig` (cluster mode; not used standalone).
+    pub kubeconfig: Option<PathBuf>,
+    /// `containerRuntimeEndpoint`; `None` means wasmlet runs its own containerd (`up`).
+    pub runtime_endpoint: Option<String>,
+    /// `staticPodPath`.
+    pub static_pod_path: Option<PathBuf>,
+    /// `fileCheckFrequency`.
+    pub file_check_frequency: Duration,
+    /// `syncFrequency`.
+    pub sync_frequency: Duration,
+    /// `maxPods`.
+    pub max_pods: u32,
+    /// `healthzBindAddress`:`healthzPort` (port 0: off).
+    pub healthz: (IpAddr, u16),
+    /// `address`:`readOnlyPort` (port 0: off).
+    pub read_only: (IpAddr, u16),
+    /// `rootDir`.
+    pub root_dir: PathBuf,
+    /// `podLogsDir`.
+    pub pod_logs_dir: PathBuf,
+    /// `resolvConf`.
+    pub resolv_conf: PathBuf,
+    /// `plugins` (`None`: the shipped plugins).
+    pub plugins: Option<PluginsConfig>,
+}
+
+/// The kubelet's default runtime endpoint.
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
+    match text {
+        None => Ok(default),
+        Some(t) => {
+            let d = parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+            if d.is_zero() {
+                bail!("{field}: must be more than 0");
+            }
+            Ok(d)
+        }
+    }
+}
+
+fn port(field: &str, value: Option<i64>, default: u16) -> Result<u16> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            u16::try_from(v).map_err(|_| anyhow::anyhow!("{field}: {v} is not a port (0 to 65535)"))
+        }
+    }
+}
+
+fn address(field: &str, value: Option<&str>) -> Result<IpAddr> {
+    value
+        .unwrap_or("127.0.0.1")
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{field}: {:?} is not an IP address", value.unwrap_or("")))
+}
+
+impl Config {
+    /// The configuration `wasmlet up` uses: its own containerd, static pods from
+    /// `manifests`, state under `state_dir`.
+    pub fn embedded(manifests: &Path, state_dir: &Path) -> Self {
+        Config {
+            node_name: None,
+            node_ip: None,
+            kubeconfig: None,
+            runtime_endpoint: None,
+            static_pod_path: Some(manifests.to_owned()),
+            file_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            max_pods: 110,
+            healthz: ([127, 0, 0, 1].into(), 10248),
+            read_only: ([127, 0, 0, 1].into(), 10255),
+            root_dir: state_dir.to_owned(),
+            pod_logs_dir: state_dir.join("pod-logs"),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            plugins: None,
+        }
+    }
+
+    /// Reads and checks `path`; warnings go to the log.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses configuration text read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let at = || format!("{}", path.display());
+        let mut value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).with_context(|| format!("{}: not valid YAML", at()))?;
+        if value.is_null() {
+            value = serde_yaml_ng::Value::Mapping(Default::default());
+        }
+        let Some(map) = value.as_mapping_mut() else {
+            bail!("{}: the configuration must be a mapping of fields", at());
+        };
+        let ignored: Vec<String> = map
+            .keys()
+            .filter_map(|k| k.as_str())
+            .filter(|k| NOT_IMPLEMENTED.contains(k))
+            .map(str::to_owned)
+            .collect();
+        for field in &ignored {
+            tracing::warn!(
+                file = %at(),
+                "KubeletConfiguration field {field} is not implemented by wasmlet; ignored"
+            );
+            map.remove(field.as_str());
+        }
+        let file: File =
+            serde_yaml_ng::from_value(value).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        let with_file = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", at());
+        if let Some(kind) = file.kind.as_deref()
+            && kind != "KubeletConfiguration"
+        {
+            bail!(
+                "{}: kind: expected KubeletConfiguration, found {kind}",
+                at()
+            );
+        }
+        if let Some(v) = file.api_version.as_deref()
+            && !v.starts_with("kubelet.config.k8s.io/")
+        {
+            bail!(
+                "{}: apiVersion: expected kubelet.config.k8s.io/v1beta1, found {v}",
+                at()
+            );
+        }
+        let max_pods = match file.max_pods {
+            None => 110,
+            Some(n) if n > 0 && n <= 100_000 => u32::try_from(n).unwrap_or(110),
+            Some(n) => bail!("{}: maxPods: {n} must be between 1 and 100000", at()),
+        };
+        if let Some(e) = &file.container_runtime_endpoint {
+            wasmlet_cri::Endpoint::parse(e)
+                .map_err(|err| anyhow::anyhow!("{}: containerRuntimeEndpoint: {err}", at()))?;
+        }
+        for (field, p) in [
+            ("staticPodPath", &file.static_pod_path),
+            ("rootDir", &file.root_dir),
+            ("podLogsDir", &file.pod_logs_dir),
+        ] {
+            if let Some(p) = p
+                && !p.is_absolute()
+            {
+                bail!(
+                    "{}: {field}: {} must be an absolute path",
+                    at(),
+                    p.display()
+                );
+            }
+        }
+        if let Some(ip) = &file.node_ip {
+            ip.parse::<IpAddr>()
+                .map_err(|_| anyhow::anyhow!("{}: nodeIP: {ip:?} is not an IP address", at()))?;
+        }
+        let root_dir = file
+            .root_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet"));
+        Ok(Config {
+            node_name: file.node_name,
+            node_ip: file.node_ip,
+            kubeconfig: file.kubeconfig,
+            runtime_endpoint: Some(
+                file.container_runtime_endpoint
+                    .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_owned()),
+            ),
+            static_pod_path: file.static_pod_path,
+            file_check_frequency: duration(
+                "fileCheckFrequency",
+                file.file_check_frequency.as_deref(),
+                Duration::from_secs(20),
+            )
+            .map_err(with_file)?,
+            sync_frequency: duration(
+                "syncFrequency",
+                file.sync_frequency.as_deref(),
+                Duration::from_secs(60),
+            )
+            .map_err(with_file)?,
+            max_pods,
+            healthz: (
+                address("healthzBindAddress", file.healthz_bind_address.as_deref())
+                    .map_err(with_file)?,
+                port("healthzPort", file.healthz_port, 10248).map_err(with_file)?,
+            ),
+            read_only: (
+                address("address", file.address.as_deref()).map_err(with_file)?,
+                port("readOnlyPort", file.read_only_port, 10255).map_err(with_file)?,
+            ),
+            pod_logs_dir: file
+                .pod_logs_dir
+                .unwrap_or_else(|| root_dir.join("pod-logs")),
+            root_dir,
+            resolv_conf: file
+                .resolv_conf
+                .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+            plugins: file.plugins,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, Path::new("/etc/wasmlet/config.yaml"))
+    }
+
+    #[test]
+    fn a_kubelet_configuration_is_accepted_with_defaults() {
+        let c = parse(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 1s\n\
+             clusterDNS: [10.96.0.10]\nauthentication: {anonymous: {enabled: false}}\n",
+        )
+        .expect("valid");
+        assert_eq!(c.file_check_frequency, Duration::from_secs(1));
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!(c.max_pods, 110);
+        assert_eq!(c.healthz.1, 10248);
+        assert_eq!(c.read_only.1, 10255);
+        assert_eq!(
+            c.runtime_endpoint.as_deref(),
+            Some(DEFAULT_RUNTIME_ENDPOINT)
+        );
+        assert!(parse("").is_ok(), "an empty file is all defaults");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        for (text, field) in [
+            ("maxPods: 0", "maxPods"),
+            ("maxPods: many", "maxPods"),
+            ("syncFrequency: soon", "syncFrequency"),
+            ("healthzPort: 70000", "healthzPort"),
+            ("staticPodPath: manifests", "staticPodPath"),
+            ("nodeIP: tenth", "nodeIP"),
+            (
+                "containerRuntimeEndpoint: tcp://x",
+                "containerRuntimeEndpoint",
+            ),
+            ("noSuchField: 1", "noSuchField"),
+            ("kind: Pod", "kind"),
+            (
+                "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",
+                "failurePolicy",
+            ),
+        ] {
+            let err = format!("{:#}", parse(text).expect_err(text));
+            assert!(err.starts_with("/etc/wasmlet/config.yaml"), "{text}: {err}");
+            assert!(err.contains(field), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! The agent end to end on a real containerd: `wasmlet run --config` with a static pod
+//! directory, read back through `GET /pods` and the CRI, as a user would.
+//!
+//! One agent runs every scenario at once: a web server with a readiness httpGet probe
+//! becomes Ready and answers on its pod IP; an exec liveness probe that starts failing
+//! restarts its container; a crash-looping container backs off 10 s, 20 s, 40 s; an init
+//! container runs first; a malformed manifest is reported by name and stops nothing;
+//! the agent killed with SIGKILL and started again restarts no container; deleting a
+//! manifest stops its pod within the grace period.
+//!
+//! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
+//! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmlet_cri::proto::ContainerFilter;
+use wasmlet_cri::{CriClient, CriRuntime};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+
+fn endpoint() -> Option<String> {
+    match std::env::var("WASMLET_CRI_ENDPOINT") {
+        Ok(e) => Some(e),
+        Err(_) if std::env::var("WASMLET_REQUIRE_CONTAINERD").as_deref() == Ok("1") => {
+            panic!("WASMLET_REQUIRE_CONTAINERD=1 but WASMLET_CRI_ENDPOINT is not set")
+        }
+        Err(_) => {
+            eprintln!("skipped: WASMLET_CRI_ENDPOINT is not set (scripts/containerd.sh up)");
+            None
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `GET path` on 127.0.0.1:`port`: (status, body).
+fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+struct Harness {
+    dir: PathBuf,
+    manifests: PathBuf,
+    config: PathBuf,
+    read_only: String,
+    node: String,
+    agent: Option<Child>,
+    runs: u32,
+}
+
+impl Harness {
+    fn new(endpoint: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("wasmlet-e2e-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests).expect("manifest dir");
+        let node = format!("e2e-{}", std::process::id());
+        let (healthz, read_only) = (free_port(), free_port());
+        let config = dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
+                 staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
+                 readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n",
+                manifests.display(),
+                dir.join("root").display()
+            ),
+        )
+        .expect("config");
+        Harness {
+            dir,
+            manifests,
+            config,
+            read_only: format!("127.0.0.1:{read_only}"),
+            node,
+            agent: None,
+            runs: 0,
+        }
+    }
+
+    fn log(&self, run: u32) -> PathBuf {
+        self.dir.join(format!("agent-{run}.log"))
+    }
+
+    fn start(&mut self) {
+        self.runs += 1;
+        let plugins = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+        let log = std::fs::File::create(self.log(self.runs)).expect("log file");
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start wasmlet run");
+        self.agent = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.agent.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        (1..=self.runs)
+            .map(|r| std::fs::read_to_string(self.log(r)).unwrap_or_default())
+            .collect()
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        let tmp = self.dir.join(format!(".{name}"));
+        std::fs::write(&tmp, text).expect("manifest");
+        std::fs::rename(&tmp, self.manifests.join(name)).expect("manifest");
+    }
+
+    fn pods(&self) -> Vec<Value> {
+        get(&self.read_only, "/pods")
+            .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{}", self.node);
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"].as_str() == Some(full.as_str()))
+    }
+
+    fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        limit: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let started = Instant::now();
+        loop {
+            if let Some(p) = self.pod(name)
+                && check(&p)
+            {
+                return p;
+            }
+            if started.elapsed() > limit {
+                panic!(
+                    "{name}: not {what} after {limit:?}\npod: {}\nagent log:\n{}",
+                    self.pod(name).map(|p| p.to_string()).unwrap_or_default(),
+                    tail(&self.logs(), 60)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn condition(pod: &Value, kind: &str) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
+}
+
+fn manifest(name: &str, grace: u32, body: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
+         terminationGracePeriodSeconds: {grace}\n{body}"
+    )
+}
+
+const IMAGE: &str = "image: localhost/busybox:latest\n    imagePullPolicy: IfNotPresent";
+
+/// Records, every 200 ms, when each container of pods named `crash-*` started and
+/// finished (the runtime's nanosecond timestamps), before garbage collection removes
+/// the old ones.
+fn watch_restarts(
+    endpoint: String,
+    node: String,
+    stop: Arc<Mutex<bool>>,
+) -> std::thread::JoinHandle<BTreeMap<String, (i64, i64)>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let client = CriClient::connect(&endpoint).await.expect("connect");
+            let mut seen: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+            while !*stop.lock().expect("lock") {
+                let filter = ContainerFilter {
+                    label_selector: [
+                        ("wasmlet.io/node".to_string(), node.clone()),
+                        (
+                            "io.kubernetes.container.name".to_string(),
+                            "crash".to_string(),
+                        ),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    ..Default::default()
+                };
+                if let Ok(list) = client.list_containers(Some(filter)).await {
+                    for c in list {
+                        if let Ok(s) = client.container_status(&c.id, false).await
+                            && let Some(s) = s.status
+                        {
+                            seen.insert(c.id.clone(), (s.started_at, s.finished_at));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            seen
+        })
+    })
+}
+
+#[test]
+fn static_pods_on_containerd_behave_like_the_kubelets() {
+    let Some(endpoint) = endpoint() else { return };
+    let mut h = Harness::new(&endpoint);
+    h.write(
+        "web.yaml",
+        &manifest(
+            "web",
+            5,
+            &format!(
+                "  containers:\n  - name: web\n    {IMAGE}\n    command: [sh, -c, 'echo hello from $(NAME) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp']\n    \
+                 env: [{{name: NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]\n    \
+                 ports: [{{name: http, containerPort: 8080}}]\n    \
+                 readinessProbe: {{httpGet: {{path: /, port: http}}, periodSeconds: 1}}\n    \
+                 resources: {{limits: {{cpu: 200m, memory: 32Mi}}}}\n"
+            ),
+        ),
+    );
+    h.write(
+        "init.yaml",
+        &manifest(
+            "init",
+            1,
+            &format!(
+                "  volumes: [{{name: work, emptyDir: {{}}}}]\n  initContainers:\n  - name: setup\n    {IMAGE}\n    \
+                 command: [sh, -c, 'sleep 1; echo done > /work/ready']\n    volumeMounts: [{{name: work, mountPath: /work}}]\n  \
+                 containers:\n  - name: app\n    {IMAGE}\n    command: [sh, -c, 'cat /work/ready && exec sleep 3600']\n    \
+                 volumeMounts: [{{name: work, mountPath: /work}}]\n"
+            ),
+        ),
+    );
+    h.write(
+        "live.yaml",
+        &manifest(
+            "live",
+            1,
+            &format!(
+                "  containers:\n  - name: live\n    {IMAGE}\n    \
+                 command: [sh, -c, 'touch /tmp/healthy; sleep 8; rm /tmp/healthy; exec sleep 3600']\n    \
+                 livenessProbe: {{exec: {{command: [cat, /tmp/healthy]}}, periodSeconds: 2, failureThreshold: 1}}\n"
+            ),
+        ),
+    );
+    h.write(
+        "crash.yaml",
+        &manifest(
+            "crash",
+            1,
+            &format!("  containers:\n  - name: crash\n    {IMAGE}\n    command: [sh, -c, 'sleep 1; exit 1']\n"),
+        ),
+    );
+    h.write(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: [oops\n",
+    );
+    let stop = Arc::new(Mutex::new(false));
+    let restarts = watch_restarts(endpoint.clone(), h.node.clone(), stop.clone());
+    let started = Instant::now();
+    h.start();
+
+    // The web server becomes Ready and answers on its pod IP.
+    let web = h.wait_pod("web", "Ready", Duration::from_secs(30), |p| {
+        condition(p, "Ready")
+    });
+    let ip = web["status"]["podIP"].as_str().expect("pod IP").to_owned();
+    let (code, body) = get(&format!("{ip}:8080"), "/").expect("the web server answers");
+    assert_eq!(
+        (code, body.trim()),
+        (200, format!("hello from web-{}", h.node).as_str())
+    );
+    assert_eq!(web["status"]["qosClass"], "Guaranteed");
+    eprintln!("web Ready after {:?}", started.elapsed());
+
+    // The init container ran first, to completion.
+    let init = h.wait_pod("init", "Running", Duration::from_secs(30), |p| {
+        p["status"]["phase"] == "Running" && condition(p, "Initialized")
+    });
+    let setup = &init["status"]["initContainerStatuses"][0];
+    assert_eq!(setup["state"]["terminated"]["exitCode"], 0, "{setup}");
+    assert_eq!(container(&init, "app")["restartCount"], 0);
+
+    // The malformed manifest is reported by name; everything else runs.
+    assert!(
+        h.logs().contains("broken.yaml"),
+        "broken.yaml not reported:\n{}",
+        tail(&h.logs(), 40)
+    );
+
+    // SIGKILL and start again: everything is adopted, nothing restarts.
+    let id = |p: &Value, c: &str| {
+        container(p, c)["containerID"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (web_id, app_id) = (id(&web, "web"), id(&init, "app"));
+    h.kill();
+    h.start();
+    let web2 = h.wait_pod("web", "Ready again", Duration::from_secs(30), |p| {
+        condition(p, "Ready")
+    });
+    let init2 = h.wait_pod("init", "Running", Duration::from_secs(30), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(id(&web2, "web"), web_id, "web was restarted");
+    assert_eq!(id(&init2, "app"), app_id, "app was restarted");
+    assert_eq!(container(&web2, "web")["restartCount"], 0);
+    assert_eq!(container(&init2, "app")["restartCount"], 0);
+
+    // The exec liveness probe starts failing after 8 s: the container is restarted.
+    let live = h.wait_pod("live", "restarted", Duration::from_secs(40), |p| {
+        container(p, "live")["restartCount"].as_i64().unwrap_or(0) >= 1
+    });
+    assert!(
+        container(&live, "live")["state"]["running"].is_object(),
+        "{live}"
+    );
+
+    // The crash loop: restarts at once, then after 10 s, 20 s, 40 s.
+    let crash = h.wait_pod(
+        "crash",
+        "restarted 4 times",
+        Duration::from_secs(120),
+        |p| container(p, "crash")["restartCount"].as_i64().unwrap_or(0) >= 4,
+    );
+    // Let the watcher see the instance that just started.
+    std::thread::sleep(Duration::from_millis(600));
+    *stop.lock().expect("lock") = true;
+    let seen = restarts.join().expect("restart watcher");
+    let mut runs: Vec<(i64, i64)> = seen.into_values().filter(|(s, _)| *s > 0).collect();
+    runs.sort();
+    let gaps: Vec<f64> = runs
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].1) as f64 / 1e9)
+        .collect();
+    eprintln!("crash loop: waits between an exit and the next start {gaps:.2?}");
+    assert!(
+        gaps.len() >= 4,
+        "waits {gaps:.2?}: fewer than 4 restarts seen"
+    );
+    for (gap, want) in gaps.iter().zip([0.0, 10.0, 20.0, 40.0]) {
+        assert!(
+            *gap >= want - 0.1 && *gap <= want + 1.5,
+            "waits {gaps:.2?}, want 0, 10, 20, 40 s (+1.5 s)"
+        );
+    }
+    let waiting = &container(&crash, "crash")["state"]["waiting"];
+    let terminated = &container(&crash, "crash")["lastState"]["terminated"];
+    assert!(
+        waiting["reason"] == "CrashLoopBackOff"
+            || container(&crash, "crash")["state"]["running"].is_object(),
+        "{crash}"
+    );
+    assert_eq!(terminated["exitCode"], 1, "{crash}");
+
+    // Deleting a manifest stops its pod within its grace period (5 s).
+    std::fs::remove_file(h.manifests.join("web.yaml")).expect("delete");
+    let deleted = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt.block_on(CriClient::connect(&endpoint)).expect("connect");
+    let web_sandboxes = || {
+        rt.block_on(client.list_pod_sandbox(None))
+            .expect("list")
+            .into_iter()
+            .filter(|s| {
+                s.labels.get("io.kubernetes.pod.name").map(String::as_str)
+                    == Some(&format!("web-{}", h.node))
+            })
+            .count()
+    };
+    while web_sandboxes() > 0 {
+        assert!(
+            deleted.elapsed() < Duration::from_secs(8),
+            "web's sandbox still there {:?} after its manifest went\n{}",
+            deleted.elapsed(),
+            tail(&h.logs(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("web removed {:?} after its manifest", deleted.elapsed());
+    assert!(h.pod("web").is_none());
+
+    // Clean up: every manifest goes; every pod goes.
+    for f in ["init.yaml", "live.yaml", "crash.yaml", "broken.yaml"] {
+        let _ = std::fs::remove_file(h.manifests.join(f));
+    }
+    let ours = || {
+        rt.block_on(client.list_pod_sandbox(None))
+            .expect("list")
+            .into_iter()
+            .filter(|s| s.labels.get("wasmlet.io/node") == Some(&h.node))
+            .count()
+    };
+    let cleaning = Instant::now();
+    while ours() > 0 {
+        assert!(
+            cleaning.elapsed() < Duration::from_secs(30),
+            "pods left behind"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let logs = h.logs();
+    assert!(
+        logs.contains("SyncLoop (ADD, \"file\")"),
+        "kubelet-shaped log lines"
+    );
+    assert!(logs.contains("SyncLoop (PLEG)"));
+    let _ = Path::new(&h.dir);
+}
