@@ -308,9 +308,22 @@ fn check_no_leaks() -> Result {
     }
 }
 
-/// `cargo xtask up`: builds and runs the agent with its embedded defaults.
+/// `cargo xtask up`: builds the shipped plugins and the agent, and runs the agent with its
+/// embedded defaults (its own containerd, static pods from examples/static-pods).
 fn up(extra: &[String]) -> Result {
+    if !is_root() {
+        return Err(
+            "`cargo xtask up` must run as root: the agent starts its own containerd".into(),
+        );
+    }
+    step("the shipped plugins (wasm32-wasip2)");
+    run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    run(cargo()
+        .args(["build", "--release", "--locked"])
+        .current_dir(repo().join("plugins")))?;
+    step("the agent");
     run(cargo().args(["build", "--release", "--locked", "-p", "wasmlet"]))?;
+    step("wasmlet up (Ctrl-C stops the agent; its pods keep running)");
     run(Command::new(repo().join("target/release/wasmlet"))
         .arg("up")
         .args(extra))

@@ -42,7 +42,7 @@ pub fn start(
 }
 
 /// Watches `dir` (not recursively), waking `changed` on every event.
-fn watch_dir(dir: &PathBuf, changed: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
+fn watch_dir(dir: &std::path::Path, changed: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
             // The source reading its manifests is no change: reacting to it would poll
