@@ -70,6 +70,16 @@ pub struct Admission {
     pub node: wasmlet_plugin_host::Node,
 }
 
+/// What woke the loop.
+enum Wake {
+    Shutdown,
+    Config(Option<SourceSet>),
+    Pleg,
+    Probes,
+    Due,
+    Housekeeping,
+}
+
 /// The loop's state.
 pub struct SyncLoop<R> {
     ctx: Arc<SyncContext<R>>,
@@ -111,38 +121,43 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
         let far = Duration::from_secs(3600);
         loop {
             let next_due = inputs.due.next().unwrap_or_else(|| Instant::now() + far);
+            let wake = tokio::select! {
+                _ = inputs.shutdown.changed() => Wake::Shutdown,
+                set = inputs.config.recv() => Wake::Config(set),
+                () = inputs.pleg.wait() => Wake::Pleg,
+                () = inputs.probes.wait() => Wake::Probes,
+                () = tokio::time::sleep_until(next_due) => Wake::Due,
+                () = inputs.due.changed() => continue,
+                _ = tick.tick() => Wake::Due,
+                _ = housekeeping.tick() => Wake::Housekeeping,
+            };
             let started = Instant::now();
-            let source = tokio::select! {
-                _ = inputs.shutdown.changed() => {
+            let source = match wake {
+                Wake::Shutdown => {
                     if *inputs.shutdown.borrow() {
                         info!("syncLoop stopping; pods keep running");
                         return;
                     }
                     continue;
                 }
-                set = inputs.config.recv() => {
-                    let Some(set) = set else { return };
+                Wake::Config(None) => return,
+                Wake::Config(Some(set)) => {
                     self.handle_config(set).await;
                     "config"
                 }
-                () = inputs.pleg.wait() => {
+                Wake::Pleg => {
                     self.handle_pleg(&inputs.pleg);
                     "pleg"
                 }
-                () = inputs.probes.wait() => {
+                Wake::Probes => {
                     self.handle_probes(&inputs.probes);
                     "probe"
                 }
-                () = tokio::time::sleep_until(next_due) => {
+                Wake::Due => {
                     self.handle_due(&inputs.due);
                     "sync"
                 }
-                () = inputs.due.changed() => continue,
-                _ = tick.tick() => {
-                    self.handle_due(&inputs.due);
-                    "sync"
-                }
-                _ = housekeeping.tick() => {
+                Wake::Housekeeping => {
                     self.housekeeping();
                     "housekeeping"
                 }

@@ -193,6 +193,33 @@ fn address(field: &str, value: Option<&str>) -> Result<IpAddr> {
         .map_err(|_| anyhow::anyhow!("{field}: {:?} is not an IP address", value.unwrap_or("")))
 }
 
+/// The error of the first field that does not deserialize, with its path
+/// (`plugins.admission[0].failurePolicy: unknown variant ...`): each top-level field is
+/// read alone from YAML text, where the deserializer tracks the path.
+fn field_error(value: &serde_yaml_ng::Value) -> Option<String> {
+    let map = value.as_mapping()?;
+    for (k, v) in map {
+        let mut one = serde_yaml_ng::Mapping::new();
+        one.insert(k.clone(), v.clone());
+        let text = serde_yaml_ng::to_string(&one).ok()?;
+        if let Err(e) = serde_yaml_ng::from_str::<File>(&text) {
+            let message = e.to_string();
+            // Lines and columns would point into the re-serialized text, not the file.
+            let message = match message.rfind(" at line ") {
+                Some(i) => message[..i].to_owned(),
+                None => message,
+            };
+            let key = k.as_str().unwrap_or("?");
+            return Some(if message.starts_with(key) {
+                message
+            } else {
+                format!("{key}: {message}")
+            });
+        }
+    }
+    None
+}
+
 impl Config {
     /// The configuration `wasmlet up` uses: its own containerd, static pods from
     /// `manifests`, state under `state_dir`.
@@ -246,8 +273,10 @@ impl Config {
             );
             map.remove(field.as_str());
         }
-        let file: File =
-            serde_yaml_ng::from_value(value).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        let file: File = match serde_yaml_ng::from_value(value.clone()) {
+            Ok(f) => f,
+            Err(e) => bail!("{}: {}", at(), field_error(&value).unwrap_or(e.to_string())),
+        };
         let with_file = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", at());
         if let Some(kind) = file.kind.as_deref()
             && kind != "KubeletConfiguration"

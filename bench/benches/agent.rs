@@ -1,0 +1,455 @@
+//! The agent's benchmarks: pods started, status reported, relist, the loop, idle cost.
+//!
+//! ```sh
+//! cargo bench -p wasmlet-bench --bench agent              # simulator: 110 and 1,000 pods
+//! sudo scripts/containerd.sh up                           # then, as root, on real containerd:
+//! WASMLET_CRI_ENDPOINT=unix:///var/lib/wasmlet/containerd/containerd.sock \
+//!     cargo bench -p wasmlet-bench --bench agent          # + 1, 10, 30 pods vs the runtime floor
+//! ```
+//!
+//! The simulator part runs the agent and the simulator in one process (CPU and RSS are
+//! both of them together). The containerd part starts the agent in this process with the
+//! shipped file source watching a directory, writes the manifests, and measures until
+//! every container runs (seen through the CRI) and until every pod reports Running; the
+//! floor is the same pods through the bare CRI calls, one task per pod, no agent.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::registry::Registry;
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
+use wasmlet_agent::prober::Checker;
+use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_bench::Samples;
+use wasmlet_cri::proto::{
+    ContainerConfig, ContainerFilter, ContainerMetadata, ImageSpec, PodSandboxConfig,
+    PodSandboxFilter, PodSandboxMetadata,
+};
+use wasmlet_cri::{CriClient, CriRuntime};
+use wasmlet_cri_sim::Simulator;
+use wasmlet_plugin_host::probe::{ContainerExec, Outcome, Target};
+use wasmlet_plugin_host::source::SourcePod;
+
+fn smoke() -> bool {
+    std::env::args().any(|a| a == "--smoke")
+}
+
+/// Probes are not part of these pods.
+struct NoProbes;
+
+impl Checker for NoProbes {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a Target,
+        _: Option<Arc<dyn ContainerExec>>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        Box::pin(async { Ok(Outcome::Success(String::new())) })
+    }
+}
+
+fn options(node: &str, sources: Vec<String>) -> AgentOptions {
+    let root = std::env::temp_dir().join(format!("wasmlet-bench-agent-{node}"));
+    let _ = std::fs::remove_dir_all(&root);
+    AgentOptions {
+        node: NodeFacts::read(Some(node), None, &std::env::temp_dir(), 5000),
+        pod_logs_dir: root.join("logs"),
+        root_dir: root,
+        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        sync_frequency: Duration::from_secs(60),
+        relist_period: Duration::from_secs(1),
+        sources,
+    }
+}
+
+fn manifest(i: usize, grace: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench-{i}\nspec:\n  \
+         terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: c\n    \
+         image: localhost/busybox:latest\n    imagePullPolicy: IfNotPresent\n    \
+         command: [sleep, '3600']\n"
+    )
+}
+
+fn running(agent: &Agent<impl CriRuntime + 'static>) -> usize {
+    agent
+        .ctx
+        .statuses
+        .pods()
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count()
+}
+
+/// CPU time (user + system) of this process.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// The upper bound of the histogram bucket holding the 99th percentile of the
+/// syncLoop's iterations (all inputs together).
+fn loop_p99(agent: &Agent<impl CriRuntime + 'static>) -> String {
+    let mut registry = Registry::default();
+    agent.ctx.metrics.register(&mut registry);
+    let mut text = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+    let mut buckets: BTreeMap<String, u64> = BTreeMap::new();
+    let mut count = 0u64;
+    for line in text.lines() {
+        if let Some(rest) =
+            line.strip_prefix("wasmlet_sync_loop_iteration_duration_seconds_bucket{le=\"")
+        {
+            let (le, tail) = rest.split_once('"').unwrap_or(("", ""));
+            let n: u64 = tail
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            *buckets.entry(le.to_owned()).or_default() += n;
+        } else if line.starts_with("wasmlet_sync_loop_iteration_duration_seconds_count") {
+            count += line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    let mut ordered: Vec<(f64, u64)> = buckets
+        .into_iter()
+        .map(|(le, n)| (le.parse().unwrap_or(f64::INFINITY), n))
+        .collect();
+    ordered.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let want = (count as f64 * 0.99).ceil() as u64;
+    ordered
+        .iter()
+        .find(|(_, n)| *n >= want)
+        .map(|(le, _)| format!("≤ {:.1} ms ({count} iterations)", le * 1000.0))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+async fn simulator(n: usize) {
+    let sim = Arc::new(Simulator::new());
+    let node = format!("sim-{n}");
+    let agent = Agent::start(
+        sim.clone(),
+        options(&node, vec!["file".into()]),
+        Arc::new(NoProbes),
+        None,
+        None,
+    );
+    let pods: Vec<SourcePod> = (0..n)
+        .map(|i| SourcePod {
+            origin: format!("bench-{i}.yaml"),
+            pod: serde_yaml_ng::from_str(&manifest(i, 0)).expect("pod"),
+        })
+        .collect();
+    let started = Instant::now();
+    agent
+        .sources()
+        .send(SourceSet {
+            source: "file".into(),
+            pods,
+            problems: Vec::new(),
+        })
+        .await
+        .expect("send");
+    while running(&agent) < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not all running"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let all_running = started.elapsed();
+
+    // Relist of this many containers: a second PLEG on the same runtime, warmed once.
+    let cache = Arc::new(wasmlet_agent::cache::PodCache::new());
+    let mut pleg = Pleg::new(
+        sim.clone(),
+        &node,
+        cache,
+        Arc::new(EventQueue::new()),
+        Arc::new(Health::default()),
+    );
+    pleg.relist().await.expect("relist");
+    let rounds = if smoke() { 3 } else { 100 };
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        pleg.relist().await.expect("relist");
+        samples.push(t.elapsed());
+    }
+    let relist = Samples::new(samples);
+
+    // Idle: every pod running, nothing changing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_for = if smoke() {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(20)
+    };
+    let cpu0 = cpu_time();
+    tokio::time::sleep(idle_for).await;
+    let idle_cpu = (cpu_time() - cpu0).as_secs_f64() / idle_for.as_secs_f64() * 100.0;
+    println!(
+        "| {n} | {:.2} s | {:.2} / {:.2} ms | {} | {idle_cpu:.2} % | {:.0} MB |",
+        all_running.as_secs_f64(),
+        relist.percentile(50.0).as_secs_f64() * 1000.0,
+        relist.percentile(99.0).as_secs_f64() * 1000.0,
+        loop_p99(&agent),
+        rss_mb(),
+    );
+    agent.shutdown().await;
+}
+
+/// The bare CRI sequence for `n` pods, one task per pod: the least any agent can take.
+async fn floor(client: &CriClient, n: usize) -> Duration {
+    let node = "bench-floor";
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let labels: BTreeMap<String, String> =
+                [("wasmlet.io/node".to_string(), node.to_string())]
+                    .into_iter()
+                    .collect();
+            let sandbox = PodSandboxConfig {
+                metadata: Some(PodSandboxMetadata {
+                    name: format!("floor-{i}"),
+                    uid: format!("floor-uid-{i}-{}", std::process::id()),
+                    namespace: "bench".into(),
+                    attempt: 0,
+                }),
+                hostname: format!("floor-{i}"),
+                labels: labels.clone(),
+                ..Default::default()
+            };
+            let id = c
+                .run_pod_sandbox(sandbox.clone(), "")
+                .await
+                .expect("sandbox");
+            let config = ContainerConfig {
+                metadata: Some(ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(ImageSpec {
+                    image: "localhost/busybox:latest".into(),
+                    ..Default::default()
+                }),
+                command: vec!["sleep".into(), "3600".into()],
+                labels,
+                ..Default::default()
+            };
+            let cid = c
+                .create_container(&id, config, sandbox)
+                .await
+                .expect("create");
+            c.start_container(&cid).await.expect("start");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("floor task");
+    }
+    let took = started.elapsed();
+    remove_all(client, node).await;
+    took
+}
+
+async fn count_running(client: &CriClient, node: &str) -> usize {
+    let filter = ContainerFilter {
+        label_selector: [("wasmlet.io/node".to_string(), node.to_string())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    client
+        .list_containers(Some(filter))
+        .await
+        .map(|l| l.iter().filter(|c| c.state == 1).count())
+        .unwrap_or(0)
+}
+
+async fn sandboxes(client: &CriClient, node: &str) -> Vec<String> {
+    let filter = PodSandboxFilter {
+        label_selector: [("wasmlet.io/node".to_string(), node.to_string())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    client
+        .list_pod_sandbox(Some(filter))
+        .await
+        .map(|l| l.into_iter().map(|s| s.id).collect())
+        .unwrap_or_default()
+}
+
+async fn remove_all(client: &CriClient, node: &str) {
+    for id in sandboxes(client, node).await {
+        let _ = client.stop_pod_sandbox(&id).await;
+        let _ = client.remove_pod_sandbox(&id).await;
+    }
+}
+
+async fn containerd(endpoint: &str, n: usize) {
+    let client = CriClient::connect(endpoint).await.expect("containerd");
+    let floor_took = floor(&client, n).await;
+
+    let node = format!("bench-agent-{n}");
+    let dir = std::env::temp_dir().join(format!("wasmlet-bench-manifests-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("manifest dir");
+    let plugin = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+    let plugins: wasmlet_plugin_host::config::PluginsConfig = serde_yaml_ng::from_str(&format!(
+        "sources:\n- {{name: file, file: {}, directory: {}, period: 20s}}\n",
+        plugin.display(),
+        dir.display()
+    ))
+    .expect("plugins");
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let sources = Arc::new(
+        wasmlet_plugin_host::kinds::PodSources::start(&engine, &plugins, false)
+            .await
+            .expect("sources"),
+    );
+    let runtime = Arc::new(client.clone());
+    let agent = Agent::start(
+        runtime,
+        options(&node, Vec::new()),
+        Arc::new(NoProbes),
+        None,
+        Some(sources),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let started = Instant::now();
+    for i in 0..n {
+        std::fs::write(dir.join(format!("bench-{i}.yaml")), manifest(i, 0)).expect("manifest");
+    }
+    let mut all_running = None;
+    let mut first_running: BTreeMap<String, i64> = BTreeMap::new();
+    loop {
+        if all_running.is_none() && count_running(&client, &node).await >= n {
+            all_running = Some(started.elapsed());
+        }
+        let now = wasmlet_cri::labels::unix_nanos();
+        for p in agent.ctx.statuses.pods() {
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                first_running
+                    .entry(p.metadata.name.clone().unwrap_or_default())
+                    .or_insert(now);
+            }
+        }
+        if first_running.len() >= n && all_running.is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "not all running"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let status_took = started.elapsed();
+    // How long after each container started its pod showed Running.
+    let mut lags = Vec::new();
+    let filter = ContainerFilter {
+        label_selector: [("wasmlet.io/node".to_string(), node.clone())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    for c in client.list_containers(Some(filter)).await.expect("list") {
+        let pod = c
+            .labels
+            .get("io.kubernetes.pod.name")
+            .cloned()
+            .unwrap_or_default();
+        let Some(seen) = first_running.get(&pod) else {
+            continue;
+        };
+        let st = client.container_status(&c.id, false).await.expect("status");
+        if let Some(s) = st.status {
+            lags.push(Duration::from_nanos(
+                u64::try_from((seen - s.started_at).max(0)).unwrap_or(0),
+            ));
+        }
+    }
+    let lags = Samples::new(lags);
+
+    let deleted = Instant::now();
+    for i in 0..n {
+        let _ = std::fs::remove_file(dir.join(format!("bench-{i}.yaml")));
+    }
+    while !sandboxes(&client, &node).await.is_empty() {
+        assert!(deleted.elapsed() < Duration::from_secs(300), "not removed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let removed = deleted.elapsed();
+    let all = all_running.unwrap_or_default();
+    println!(
+        "| {n} | {:.2} s | {:.2} s | {:.2} | {:.2} s | {:.0} / {:.0} ms | {:.2} s |",
+        floor_took.as_secs_f64(),
+        all.as_secs_f64(),
+        all.as_secs_f64() / floor_took.as_secs_f64(),
+        status_took.as_secs_f64(),
+        lags.percentile(50.0).as_secs_f64() * 1000.0,
+        lags.percentile(100.0).as_secs_f64() * 1000.0,
+        removed.as_secs_f64(),
+    );
+    agent.shutdown().await;
+    remove_all(&client, &node).await;
+}
+
+#[tokio::main]
+async fn main() {
+    println!("## Agent against the simulator (agent and simulator in one process)\n");
+    println!(
+        "| pods | manifests → all Running | relist p50 / p99 | syncLoop iteration p99 | idle CPU (one core) | RSS |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let sizes: &[usize] = if smoke() { &[20] } else { &[110, 1000] };
+    for &n in sizes {
+        simulator(n).await;
+    }
+    match std::env::var("WASMLET_CRI_ENDPOINT") {
+        Ok(endpoint) => {
+            println!("\n## Agent on containerd (busybox `sleep 3600`, grace 0)\n");
+            println!(
+                "| pods | floor (bare CRI) | agent: all containers running | agent / floor | all Running in /pods | status after container start p50 / max | sandboxes removed after manifests deleted |"
+            );
+            println!("|---|---|---|---|---|---|---|");
+            let sizes: &[usize] = if smoke() { &[1] } else { &[1, 10, 30] };
+            for &n in sizes {
+                containerd(&endpoint, n).await;
+            }
+        }
+        Err(_) => println!("\n(containerd part skipped: set WASMLET_CRI_ENDPOINT, as root)"),
+    }
+}
