@@ -399,3 +399,119 @@ async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
     assert_eq!(sim.counts(), (1, 1));
     agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_runtime_going_away_marks_the_node_not_ready_and_the_agent_carries_on() {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        options("outage"),
+        Arc::new(ExecChecker),
+        None,
+        None,
+    );
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let before = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    sim.set_unavailable_for(Duration::from_secs(30));
+    let started = tokio::time::Instant::now();
+    while agent.runtime_state.ready() {
+        assert!(started.elapsed() < Duration::from_secs(10), "still ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let node = agent.node_object();
+    let ready = &node.status.and_then(|s| s.conditions).expect("conditions")[0];
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("container runtime is down")),
+        "{ready:?}"
+    );
+    // A pod added during the outage starts once the runtime is back.
+    let other = SLEEPER.replace("sleeper", "later");
+    send(&agent, vec![pod(SLEEPER), pod(&other)]).await;
+    wait_for(
+        &agent,
+        "later",
+        "Running after the outage",
+        Duration::from_secs(90),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    assert!(agent.runtime_state.ready());
+    let after = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(
+        container(&before, "main").container_id,
+        container(&after, "main").container_id,
+        "the outage restarted nothing"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
+    chain
+        .push(
+            "resource-fit",
+            &wasmlet_plugin_host::dev::shipped_plugin("resource-fit"),
+            Default::default(),
+            Default::default(),
+            wasmlet_plugin_host::chain::FailurePolicy::Fail,
+        )
+        .expect("resource-fit loads");
+    let opts = options("admission");
+    let node =
+        wasmlet_plugin_host::convert::node(&opts.node.object(true, "", "2026-11-22T10:00:00Z"))
+            .expect("node");
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        opts,
+        Arc::new(ExecChecker),
+        Some(wasmlet_agent::syncloop::Admission { chain, node }),
+        None,
+    );
+    let greedy = r#"{"metadata":{"name":"greedy"},"spec":{"containers":[
+        {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+         "command":["sleep","3600"],"resources":{"requests":{"cpu":"64"}}}]}}"#;
+    let invalid = r#"{"metadata":{"name":"twins"},"spec":{"containers":[
+        {"name":"c","image":"i"},{"name":"c","image":"i"}]}}"#;
+    send(&agent, vec![pod(greedy), pod(invalid), pod(SLEEPER)]).await;
+    wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let p = wait_for(&agent, "greedy", "rejected", Duration::from_secs(5), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let status = p.status.expect("status");
+    assert_eq!(status.reason.as_deref(), Some("OutOfcpu"));
+    assert!(
+        status.message.as_deref().is_some_and(
+            |m| m.starts_with("Pod was rejected: Node didn't have enough resource: cpu")
+        ),
+        "{:?}",
+        status.message
+    );
+    assert!(
+        agent
+            .ctx
+            .statuses
+            .pods()
+            .iter()
+            .all(|p| p.metadata.name.as_deref() != Some("twins-node-admission")),
+        "an invalid pod is not accepted"
+    );
+    assert_eq!(sim.counts(), (1, 1), "only the admitted, valid pod runs");
+    agent.shutdown().await;
+}
