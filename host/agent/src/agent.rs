@@ -147,6 +147,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             crash_backoff: Mutex::new(Backoff::default()),
             pull_backoff: Mutex::new(Backoff::default()),
             metrics: metrics.clone(),
+            first_relist: tokio::sync::watch::Sender::new(false),
         });
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);
@@ -261,6 +262,7 @@ async fn relist_loop<R: CriRuntime + 'static>(
                     info!("container runtime is back");
                 }
                 failures = 0;
+                ctx.relisted();
                 state.set(true, String::new());
                 period
             }

@@ -234,6 +234,47 @@ pub fn container_from_list(c: &proto::Container) -> ContainerInfo {
     }
 }
 
+/// A container as ContainerStatus reports it, in `sandbox_id` (which the status does
+/// not name).
+pub fn container_from_status(s: &proto::ContainerStatus, sandbox_id: &str) -> ContainerInfo {
+    let listed = proto::Container {
+        id: s.id.clone(),
+        pod_sandbox_id: sandbox_id.to_owned(),
+        metadata: s.metadata.clone(),
+        image: s.image.clone(),
+        image_ref: s.image_ref.clone(),
+        state: s.state,
+        created_at: s.created_at,
+        labels: s.labels.clone(),
+        annotations: s.annotations.clone(),
+        image_id: s.image_id.clone(),
+    };
+    let mut info = container_from_list(&listed);
+    add_status(&mut info, s);
+    info
+}
+
+/// A sandbox as PodSandboxStatus reports it, IPs included.
+pub fn sandbox_from_status(s: &proto::PodSandboxStatus) -> Sandbox {
+    let listed = proto::PodSandbox {
+        id: s.id.clone(),
+        metadata: s.metadata.clone(),
+        state: s.state,
+        created_at: s.created_at,
+        labels: s.labels.clone(),
+        annotations: s.annotations.clone(),
+        runtime_handler: s.runtime_handler.clone(),
+    };
+    let mut sandbox = sandbox_from_list(&listed);
+    if let Some(net) = &s.network {
+        sandbox.ips = std::iter::once(net.ip.clone())
+            .chain(net.additional_ips.iter().map(|i| i.ip.clone()))
+            .filter(|ip| !ip.is_empty())
+            .collect();
+    }
+    sandbox
+}
+
 /// Fills in what ContainerStatus adds to a listed container.
 pub fn add_status(info: &mut ContainerInfo, s: &proto::ContainerStatus) {
     info.state = State::from_cri(s.state);

@@ -89,12 +89,25 @@ pub struct SyncContext<R> {
     pub pull_backoff: Mutex<Backoff>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// True once PLEG has relisted: until then the cache does not know what runs.
+    pub first_relist: tokio::sync::watch::Sender<bool>,
 }
 
 /// Why a container was not started this time, and when to try again.
 struct NotStarted {
     waiting: Waiting,
     retry: Instant,
+    /// A container that was created before the failure.
+    created: Option<String>,
+}
+
+/// What a piece of work changed in the runtime: read back afterwards.
+#[derive(Debug, Default)]
+struct Touched {
+    /// Containers, with their sandbox.
+    containers: Vec<(String, String)>,
+    /// Sandboxes.
+    sandboxes: Vec<String>,
 }
 
 fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
@@ -111,6 +124,11 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 impl<R: CriRuntime + 'static> SyncContext<R> {
     fn lock(b: &Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
         b.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks PLEG's first relist done: syncs, which start from the cache, may begin.
+    pub fn relisted(&self) {
+        self.first_relist.send_replace(true);
     }
 
     /// The runtime's name, once known.
@@ -159,40 +177,122 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         self.update_status(uid);
     }
 
+    /// What the runtime has for `uid`, from the cache (PLEG's relists and the workers'
+    /// read-backs), once PLEG has relisted at least once.
+    async fn cached(&self, uid: &str) -> Arc<PodRuntime> {
+        let mut relisted = self.first_relist.subscribe();
+        let _ = relisted.wait_for(|done| *done).await;
+        self.cache.get(uid).unwrap_or_else(|| {
+            Arc::new(PodRuntime {
+                uid: uid.to_owned(),
+                ..Default::default()
+            })
+        })
+    }
+
+    /// Reads back what a piece of work changed (ContainerStatus, PodSandboxStatus of
+    /// those objects only, no lists) into the cache, then recomputes the status.
+    async fn read_back(&self, pod: &Arc<k8s::Pod>, touched: Touched) {
+        let uid = pod::uid(pod);
+        let observed = Instant::now();
+        let mut containers = Vec::new();
+        for (id, sandbox) in &touched.containers {
+            containers.push((
+                id,
+                self.runtime.container_status(id, false).await.map(|r| {
+                    r.status
+                        .map(|s| crate::runtime::container_from_status(&s, sandbox))
+                }),
+            ));
+        }
+        let mut sandboxes = Vec::new();
+        for id in &touched.sandboxes {
+            sandboxes.push((
+                id,
+                self.runtime
+                    .pod_sandbox_status(id, false)
+                    .await
+                    .map(|r| r.status.as_ref().map(crate::runtime::sandbox_from_status)),
+            ));
+        }
+        let mut rt = self
+            .cache
+            .get(uid)
+            .map(|r| (*r).clone())
+            .unwrap_or_else(|| PodRuntime {
+                uid: uid.to_owned(),
+                ..Default::default()
+            });
+        if rt.name.is_empty() {
+            rt.name = pod.metadata.name.clone().unwrap_or_default();
+            rt.namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        }
+        for (id, read) in containers {
+            match read {
+                Ok(Some(info)) => match rt.containers.iter_mut().find(|c| &c.id == id) {
+                    Some(c) => *c = info,
+                    None => rt.containers.push(info),
+                },
+                Err(e) if e.kind() == wasmlet_cri::ErrorKind::NotFound => {
+                    rt.containers.retain(|c| &c.id != id);
+                }
+                _ => {}
+            }
+        }
+        for (id, read) in sandboxes {
+            match read {
+                Ok(Some(sandbox)) => match rt.sandboxes.iter_mut().find(|s| &s.id == id) {
+                    Some(s) => *s = sandbox,
+                    None => rt.sandboxes.push(sandbox),
+                },
+                Err(e) if e.kind() == wasmlet_cri::ErrorKind::NotFound => {
+                    rt.sandboxes.retain(|s| &s.id != id);
+                }
+                _ => {}
+            }
+        }
+        rt.sort();
+        self.cache.set(rt, observed);
+        if let Some(rt) = self.cache.get(uid) {
+            self.prober.sync_pod(pod, &rt);
+        }
+        self.update_status(uid);
+    }
+
     /// syncPod.
     pub async fn sync_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
         let key = PodKey::of(pod);
-        let rt = match self.refresh(&key.uid).await {
-            Ok(rt) => rt,
-            Err(e) => {
-                warn!(pod = %key, "cannot read the pod from the runtime: {e}");
-                return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
-            }
-        };
+        let rt = self.cached(&key.uid).await;
+        let mut touched = Touched::default();
         let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
         let grace = pod::grace_seconds(pod);
         if actions.pod_finished() {
             for k in &actions.kill {
-                self.kill_container(pod, &rt, k, grace).await;
+                self.kill_container(pod, &rt, k, grace, &mut touched).await;
             }
-            self.refresh_and_report(pod).await;
+            self.read_back(pod, touched).await;
             return SyncResult::new(WorkOutcome::Finished);
         }
         let mut requeue = None;
         if actions.kill_pod && !rt.sandboxes.is_empty() {
             info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
-            if let Err(e) = self.stop_everything(pod, &rt, grace).await {
+            let stopped = self.stop_everything(pod, &rt, grace, &mut touched).await;
+            if let Err(e) = stopped {
                 warn!(pod = %key, "stopping the old sandbox failed: {e}");
+                self.read_back(pod, touched).await;
                 return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
             }
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let (sandbox_id, pod_ip) = if actions.create_sandbox {
             match self.create_sandbox(pod, &sandbox_config).await {
-                Ok(created) => created,
+                Ok(created) => {
+                    touched.sandboxes.push(created.0.clone());
+                    created
+                }
                 Err(e) => {
                     warn!(pod = %key, "Failed to create pod sandbox: {e}");
-                    self.refresh_and_report(pod).await;
+                    self.read_back(pod, touched).await;
                     return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
                 }
             }
@@ -206,7 +306,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             )
         };
         for k in &actions.kill {
-            self.kill_container(pod, &rt, k, grace).await;
+            self.kill_container(pod, &rt, k, grace, &mut touched).await;
         }
         // A fresh sandbox has no containers: the old ones (other sandboxes) only count
         // for restart counts and back-off.
@@ -237,14 +337,20 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         for (name, r) in results {
             match r {
-                Ok(()) => self.statuses.set_waiting(&key.uid, &name, None),
+                Ok(id) => {
+                    touched.containers.push((id, sandbox_id.clone()));
+                    self.statuses.set_waiting(&key.uid, &name, None);
+                }
                 Err(n) => {
+                    if let Some(id) = n.created {
+                        touched.containers.push((id, sandbox_id.clone()));
+                    }
                     self.statuses.set_waiting(&key.uid, &name, Some(n.waiting));
                     requeue = min_instant(requeue, n.retry);
                 }
             }
         }
-        self.refresh_and_report(pod).await;
+        self.read_back(pod, touched).await;
         SyncResult {
             outcome: WorkOutcome::Synced,
             requeue,
@@ -293,7 +399,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         sandbox_id: &str,
         sandbox_config: &proto::PodSandboxConfig,
         pod_ip: &str,
-    ) -> Result<(), NotStarted> {
+    ) -> Result<String, NotStarted> {
         let key = PodKey::of(pod);
         let backoff_key = format!("{}/{}", key.uid, c.name);
         let previous = rt.latest(&c.name);
@@ -325,6 +431,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                         ),
                     ),
                     retry: at,
+                    created: None,
                 });
             }
             backoff.next(&backoff_key, failed_at);
@@ -336,6 +443,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .map_err(|e| NotStarted {
             waiting: waiting("CreateContainerConfigError", e.to_string()),
             retry,
+            created: None,
         })?;
         let id = self
             .runtime
@@ -346,6 +454,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 NotStarted {
                     waiting: waiting("CreateContainerError", e.message().to_owned()),
                     retry,
+                    created: None,
                 }
             })?;
         if let Err(e) = self.runtime.start_container(&id).await {
@@ -353,6 +462,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             return Err(NotStarted {
                 waiting: waiting("RunContainerError", e.message().to_owned()),
                 retry,
+                created: Some(id),
             });
         }
         self.metrics.started_containers.inc();
@@ -371,9 +481,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             return Err(NotStarted {
                 waiting: waiting("PostStartHookError", message),
                 retry,
+                created: Some(id),
             });
         }
-        Ok(())
+        Ok(id)
     }
 
     async fn ensure_image(&self, pod: &k8s::Pod, c: &k8s::Container) -> Result<(), NotStarted> {
@@ -390,6 +501,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 return Err(NotStarted {
                     waiting: waiting("ErrImageInspect", e.message().to_owned()),
                     retry: now + ERROR_RETRY,
+                    created: None,
                 });
             }
         };
@@ -403,6 +515,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                         ),
                     ),
                     retry: now + ERROR_RETRY,
+                    created: None,
                 });
             }
             "Never" => return Ok(()),
@@ -419,6 +532,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                         format!("Back-off pulling image \"{image}\""),
                     ),
                     retry: at,
+                    created: None,
                 });
             }
         }
@@ -434,12 +548,27 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 Err(NotStarted {
                     waiting: waiting("ErrImagePull", e.message().to_owned()),
                     retry: now + delay,
+                    created: None,
                 })
             }
         }
     }
 
-    async fn kill_container(&self, pod: &k8s::Pod, rt: &PodRuntime, k: &Kill, grace: i64) {
+    async fn kill_container(
+        &self,
+        pod: &k8s::Pod,
+        rt: &PodRuntime,
+        k: &Kill,
+        grace: i64,
+        touched: &mut Touched,
+    ) {
+        let sandbox = rt
+            .containers
+            .iter()
+            .find(|c| c.id == k.id)
+            .map(|c| c.sandbox_id.clone())
+            .unwrap_or_default();
+        touched.containers.push((k.id.clone(), sandbox));
         info!(pod = %PodKey::of(pod), container = %k.name, "Killing container with a grace period: {}", k.message);
         let spec = pod::containers(pod).iter().find(|c| c.name == k.name);
         let ip = rt
@@ -458,6 +587,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         pod: &Arc<k8s::Pod>,
         rt: &PodRuntime,
         grace: i64,
+        touched: &mut Touched,
     ) -> Result<(), CriError> {
         let ip = rt
             .sandbox()
@@ -465,6 +595,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .unwrap_or_default();
         let mut stops = JoinSet::new();
         for c in rt.running() {
+            touched
+                .containers
+                .push((c.id.clone(), c.sandbox_id.clone()));
             let ops = self.ops.clone();
             let pod = pod.clone();
             let id = c.id.clone();
@@ -488,6 +621,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             return Err(e);
         }
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            touched.sandboxes.push(s.id.clone());
             self.runtime.stop_pod_sandbox(&s.id).await?;
         }
         Ok(())
@@ -504,7 +638,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         };
         let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
-        let result = self.stop_everything(pod, &rt, grace).await;
+        let result = self
+            .stop_everything(pod, &rt, grace, &mut Touched::default())
+            .await;
         self.prober.remove_pod(&key.uid);
         self.refresh_and_report(pod).await;
         match result {
