@@ -24,6 +24,10 @@ pub struct PodEntry {
     pub start_time: Option<String>,
     /// Refused by admission: its status is final.
     pub rejected: bool,
+    /// When the agent first saw it.
+    pub seen: tokio::time::Instant,
+    /// Whether it has reported Running yet (for the pod start metric).
+    pub ran: bool,
     seq: u64,
 }
 
@@ -79,6 +83,8 @@ impl StatusManager {
                         waiting: BTreeMap::new(),
                         start_time: None,
                         rejected: false,
+                        seen: tokio::time::Instant::now(),
+                        ran: false,
                         seq: *seq,
                     },
                 );
@@ -117,13 +123,14 @@ impl StatusManager {
     }
 
     /// Recomputes the pod's status from `runtime`; returns the new status (`None` for a
-    /// pod it does not hold or one refused by admission).
+    /// pod it does not hold or one refused by admission) and, the first time the pod
+    /// reports Running, how long after the agent first saw it.
     pub fn update(
         &self,
         uid: &str,
         runtime: &PodRuntime,
         ctx: &Context<'_>,
-    ) -> Option<k8s::PodStatus> {
+    ) -> Option<(k8s::PodStatus, Option<std::time::Duration>)> {
         let mut guard = self.write();
         let e = guard.1.get_mut(uid)?;
         if e.rejected {
@@ -144,7 +151,11 @@ impl StatusManager {
             now: ctx.now,
         });
         e.status = new.clone();
-        Some(new)
+        let started = (!e.ran && new.phase.as_deref() == Some("Running")).then(|| {
+            e.ran = true;
+            e.seen.elapsed()
+        });
+        Some((new, started))
     }
 
     /// The pod's entry.

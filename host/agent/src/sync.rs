@@ -156,7 +156,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let rt = self.cache.get(uid).unwrap_or_default();
         let now = self.clock.now_rfc3339();
         let probes = |id: &str| self.prober.view(id);
-        self.statuses.update(
+        let (status, started) = self.statuses.update(
             uid,
             &rt,
             &statuses::Context {
@@ -165,7 +165,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 probes: &probes,
                 now: &now,
             },
-        )
+        )?;
+        if let Some(took) = started {
+            self.metrics.pod_start_duration.observe(took.as_secs_f64());
+        }
+        Some(status)
     }
 
     async fn refresh_and_report(&self, pod: &Arc<k8s::Pod>) {
