@@ -72,6 +72,19 @@ fn options(name: &str) -> AgentOptions {
     }
 }
 
+/// A simulator and an agent on it, with exec probes and no admission.
+fn start(name: &str) -> (Arc<Simulator>, Agent<Simulator>) {
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        options(name),
+        Arc::new(ExecChecker),
+        None,
+        None,
+    );
+    (sim, agent)
+}
+
 fn pod(json: &str) -> SourcePod {
     SourcePod {
         origin: "test.yaml".into(),
@@ -151,14 +164,7 @@ const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
 
 #[tokio::test(start_paused = true)]
 async fn a_pod_runs_reports_status_and_stops_when_removed() {
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        options("basic"),
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
+    let (sim, agent) = start("basic");
     send(&agent, vec![pod(SLEEPER)]).await;
     let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running" && condition(p, "Ready")
@@ -204,14 +210,7 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crash_loop_backs_off_10_20_40_seconds() {
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        options("crash"),
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
+    let (sim, agent) = start("crash");
     send(
         &agent,
         vec![pod(
@@ -279,14 +278,7 @@ async fn a_crash_loop_backs_off_10_20_40_seconds() {
 
 #[tokio::test(start_paused = true)]
 async fn init_containers_run_first_in_order() {
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        options("init"),
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
+    let (_sim, agent) = start("init");
     send(
         &agent,
         vec![pod(
@@ -340,14 +332,7 @@ async fn init_containers_run_first_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_the_container() {
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        options("liveness"),
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
+    let (_sim, agent) = start("liveness");
     send(
         &agent,
         vec![pod(
@@ -402,14 +387,7 @@ async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
 
 #[tokio::test(start_paused = true)]
 async fn the_runtime_going_away_marks_the_node_not_ready_and_the_agent_carries_on() {
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        options("outage"),
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
+    let (sim, agent) = start("outage");
     send(&agent, vec![pod(SLEEPER)]).await;
     let before = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running"
