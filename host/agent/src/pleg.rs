@@ -291,28 +291,18 @@ impl<R: CriRuntime + 'static> Pleg<R> {
     /// One relist.
     pub async fn relist(&mut self) -> wasmlet_cri::runtime::Result<RelistStats> {
         let observed = Instant::now();
-        let selector: std::collections::BTreeMap<String, String> =
-            [(NODE_LABEL.to_owned(), self.node.clone())]
-                .into_iter()
-                .collect();
-        let sandboxes = self
-            .runtime
-            .list_pod_sandbox(Some(PodSandboxFilter {
-                label_selector: selector.clone(),
-                ..Default::default()
-            }))
-            .await?;
-        let containers = self
-            .runtime
-            .list_containers(Some(ContainerFilter {
-                label_selector: selector,
-                ..Default::default()
-            }))
-            .await?;
+        // Unfiltered lists, filtered here: a runtime answers them from what it keeps
+        // encoded (the simulator) or in one pass, while a label selector makes it match
+        // every object's labels; objects of other nodes are rare.
+        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
+        let containers = self.runtime.list_containers(None).await?;
+        let ours = |labels: &std::collections::BTreeMap<String, String>| {
+            labels.get(NODE_LABEL).is_some_and(|n| *n == self.node)
+        };
         type Group<'a> = (Vec<&'a proto::PodSandbox>, Vec<&'a proto::Container>);
         let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
         let mut record = HashMap::with_capacity(sandboxes.len() + containers.len());
-        for s in &sandboxes {
+        for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
             let Some(uid) = s.labels.get(POD_UID_LABEL) else {
                 continue;
             };
@@ -324,7 +314,7 @@ impl<R: CriRuntime + 'static> Pleg<R> {
             };
             record.insert(s.id.clone(), (uid.clone(), state));
         }
-        for c in &containers {
+        for c in containers.iter().filter(|c| ours(&c.labels)) {
             let Some(uid) = c.labels.get(POD_UID_LABEL) else {
                 continue;
             };
@@ -360,7 +350,7 @@ impl<R: CriRuntime + 'static> Pleg<R> {
         }
         let stats = RelistStats {
             pods: pods.len(),
-            containers: containers.len(),
+            containers: pods.values().map(|(_, c)| c.len()).sum(),
             events: events.len(),
         };
         self.record = record;
