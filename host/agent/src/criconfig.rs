@@ -23,7 +23,7 @@ use crate::status::qos_class;
 pub struct NodeContext {
     /// The node's name.
     pub node_name: String,
-    /// The node's hostname (pods with the node's network get it).
+    /// The node's hostname.
     pub hostname: String,
     /// The node's IP.
     pub host_ip: String,
@@ -185,8 +185,10 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
     let mut annotations = m.annotations.clone().unwrap_or_default();
     annotations.insert(HOST_NETWORK_ANNOTATION.into(), host_network.to_string());
     annotations.insert(GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string());
+    // With the node's network the pod shares the node's UTS namespace too: the runtime
+    // must not set a hostname (runc refuses), as the kubelet leaves it empty.
     let hostname = if host_network {
-        ctx.hostname.clone()
+        String::new()
     } else {
         let mut h = spec
             .hostname
@@ -744,7 +746,7 @@ mod tests {
             r#"{"metadata":{"name":"h"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"i"}]}}"#,
         );
         let c = sandbox_config(&host, 0, &ctx(&dir));
-        assert_eq!(c.hostname, "node-a.local");
+        assert_eq!(c.hostname, "", "the node's own UTS namespace");
         assert_eq!(c.annotations[HOST_NETWORK_ANNOTATION], "true");
         let ns = c
             .linux

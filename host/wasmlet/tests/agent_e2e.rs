@@ -6,7 +6,8 @@
 //! restarts its container; a crash-looping container backs off 10 s, 20 s, 40 s; an init
 //! container runs first; a malformed manifest is reported by name and stops nothing;
 //! the agent killed with SIGKILL and started again restarts no container; deleting a
-//! manifest stops its pod within the grace period.
+//! manifest stops its pod within the grace period; resource limits are the container's
+//! cgroup limits; a hostNetwork pod answers on the node's address.
 //!
 //! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
 //! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
@@ -309,6 +310,19 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
             &format!("  containers:\n  - name: crash\n    {IMAGE}\n    command: [sh, -c, 'sleep 1; exit 1']\n"),
         ),
     );
+    let host_port = free_port();
+    h.write(
+        "host.yaml",
+        &manifest(
+            "host",
+            1,
+            &format!(
+                "  hostNetwork: true\n  containers:\n  - name: web\n    {IMAGE}\n    \
+                 command: [sh, -c, 'echo on the node > /tmp/index.html && exec httpd -f -p {host_port} -h /tmp']\n    \
+                 readinessProbe: {{tcpSocket: {{port: {host_port}}}, periodSeconds: 1}}\n"
+            ),
+        ),
+    );
     h.write(
         "broken.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: [oops\n",
@@ -330,6 +344,50 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     );
     assert_eq!(web["status"]["qosClass"], "Guaranteed");
     eprintln!("web Ready after {:?}", started.elapsed());
+
+    // Its limits are the container's cgroup limits (cgroup v1 here).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = rt.block_on(CriClient::connect(&endpoint)).expect("connect");
+    let web_cid = container(&web, "web")["containerID"]
+        .as_str()
+        .and_then(|id| id.split("://").nth(1))
+        .expect("container id")
+        .to_owned();
+    let read = |path: &str| {
+        let out = rt
+            .block_on(client.exec_sync(
+                &web_cid,
+                vec!["cat".into(), path.into()],
+                Duration::from_secs(5),
+            ))
+            .expect("exec");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        (32u64 << 20).to_string()
+    );
+    assert_eq!(
+        read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        "20000",
+        "200m of a 100 ms period"
+    );
+
+    // A pod on the node's network answers on the node's address.
+    let host = h.wait_pod("host", "Ready", Duration::from_secs(30), |p| {
+        condition(p, "Ready")
+    });
+    let node_ip = host["status"]["hostIP"]
+        .as_str()
+        .expect("hostIP")
+        .to_owned();
+    assert_eq!(host["status"]["podIP"].as_str(), Some(node_ip.as_str()));
+    let (code, body) =
+        get(&format!("127.0.0.1:{host_port}"), "/").expect("the host-network server answers");
+    assert_eq!((code, body.trim()), (200, "on the node"));
 
     // The init container ran first, to completion.
     let init = h.wait_pod("init", "Running", Duration::from_secs(30), |p| {
@@ -423,11 +481,6 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     // Deleting a manifest stops its pod within its grace period (5 s).
     std::fs::remove_file(h.manifests.join("web.yaml")).expect("delete");
     let deleted = Instant::now();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = rt.block_on(CriClient::connect(&endpoint)).expect("connect");
     let web_sandboxes = || {
         rt.block_on(client.list_pod_sandbox(None))
             .expect("list")
@@ -451,7 +504,13 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     assert!(h.pod("web").is_none());
 
     // Clean up: every manifest goes; every pod goes.
-    for f in ["init.yaml", "live.yaml", "crash.yaml", "broken.yaml"] {
+    for f in [
+        "init.yaml",
+        "live.yaml",
+        "crash.yaml",
+        "host.yaml",
+        "broken.yaml",
+    ] {
         let _ = std::fs::remove_file(h.manifests.join(f));
     }
     let ours = || {
