@@ -16,6 +16,48 @@ pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_ORIGIN_ANNOTATION: &str = "wasmlet.io/config.origin";
 /// Annotation: when the agent first saw the pod (RFC 3339).
 pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// Annotation prefix selecting a custom probe: `probe.wasmlet.io/<container>.<probe>`
+/// (`<probe>` is `livenessProbe`, `readinessProbe` or `startupProbe`) set to
+/// `<kind> [key=value …]` makes that probe a check of the custom kind `<kind>`, by the
+/// probe handler configured for it, with those arguments. The probe keeps its timings
+/// and thresholds; it needs no handler of its own (one it has is replaced).
+pub const CUSTOM_PROBE_PREFIX: &str = "probe.wasmlet.io/";
+
+/// A custom probe a pod asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomProbe {
+    /// The custom kind (the handler configured with it in `plugins.probes[].kinds`).
+    pub kind: String,
+    /// Its arguments.
+    pub args: Vec<(String, String)>,
+}
+
+/// The custom probe `pod` asks for on `container`'s `probe` (`livenessProbe`, …), if
+/// any; an annotation that does not parse is an error saying why.
+pub fn custom_probe(
+    pod: &k8s::Pod,
+    container: &str,
+    probe: &str,
+) -> Option<Result<CustomProbe, String>> {
+    let key = format!("{CUSTOM_PROBE_PREFIX}{container}.{probe}");
+    let text = pod.metadata.annotations.as_ref()?.get(&key)?;
+    let mut words = text.split_whitespace();
+    let Some(kind) = words.next() else {
+        return Some(Err("must name a probe kind: `<kind> [key=value …]`".into()));
+    };
+    let mut args = Vec::new();
+    for w in words {
+        match w.split_once('=') {
+            Some((k, v)) if !k.is_empty() => args.push((k.to_owned(), v.to_owned())),
+            _ => return Some(Err(format!("{w:?} is not key=value"))),
+        }
+    }
+    Some(Ok(CustomProbe {
+        kind: kind.to_owned(),
+        args,
+    }))
+}
+
 /// The kubelet's default `terminationGracePeriodSeconds`.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
@@ -249,8 +291,27 @@ fn dns_subdomain_error(value: &str) -> Option<String> {
     })
 }
 
-fn validate_probe(probe: Option<&k8s::Probe>, field: &str) -> Result<(), InvalidPod> {
-    let Some(p) = probe else { return Ok(()) };
+fn validate_probe(
+    pod: &k8s::Pod,
+    container: &str,
+    name: &str,
+    probe: Option<&k8s::Probe>,
+    field: &str,
+) -> Result<(), InvalidPod> {
+    let custom = custom_probe(pod, container, name);
+    let annotation = || format!("metadata.annotations[{CUSTOM_PROBE_PREFIX}{container}.{name}]");
+    if let Some(Err(e)) = &custom {
+        return Err(invalid(annotation(), format!("Invalid value: {e}")));
+    }
+    let Some(p) = probe else {
+        if custom.is_some() {
+            return Err(invalid(
+                annotation(),
+                format!("Invalid value: container {container} has no {name}"),
+            ));
+        }
+        return Ok(());
+    };
     let handlers = [
         p.exec.is_some(),
         p.http_get.is_some(),
@@ -260,7 +321,7 @@ fn validate_probe(probe: Option<&k8s::Probe>, field: &str) -> Result<(), Invalid
     .iter()
     .filter(|h| **h)
     .count();
-    if handlers != 1 {
+    if handlers != 1 && !(handlers == 0 && custom.is_some()) {
         return Err(invalid(
             field,
             if handlers == 0 {
@@ -382,12 +443,13 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
                 }
             }
             if list == "containers" {
-                validate_probe(c.liveness_probe.as_ref(), &format!("{field}.livenessProbe"))?;
-                validate_probe(
-                    c.readiness_probe.as_ref(),
-                    &format!("{field}.readinessProbe"),
-                )?;
-                validate_probe(c.startup_probe.as_ref(), &format!("{field}.startupProbe"))?;
+                for (name, probe) in [
+                    ("livenessProbe", c.liveness_probe.as_ref()),
+                    ("readinessProbe", c.readiness_probe.as_ref()),
+                    ("startupProbe", c.startup_probe.as_ref()),
+                ] {
+                    validate_probe(pod, &c.name, name, probe, &format!("{field}.{name}"))?;
+                }
             }
         }
     }
@@ -513,6 +575,50 @@ mod tests {
         assert_eq!(
             dup.to_string(),
             "spec.containers[1].name: Duplicate value: \"a\""
+        );
+    }
+
+    #[test]
+    fn custom_probes_come_from_annotations() {
+        let with = |annotation: &str, probe: &str| {
+            pod(&format!(
+                r#"{{"metadata":{{"name":"r","annotations":{{"probe.wasmlet.io/redis.livenessProbe":"{annotation}"}}}},
+                   "spec":{{"containers":[{{"name":"redis","image":"i"{probe}}}]}}}}"#
+            ))
+        };
+        let p = with(
+            "redis-ping port=6379 password=",
+            r#","livenessProbe":{"periodSeconds":5}"#,
+        );
+        validate(&p).expect("a custom probe needs no handler");
+        assert_eq!(
+            custom_probe(&p, "redis", "livenessProbe"),
+            Some(Ok(CustomProbe {
+                kind: "redis-ping".into(),
+                args: vec![
+                    ("port".into(), "6379".into()),
+                    ("password".into(), String::new())
+                ],
+            }))
+        );
+        assert_eq!(custom_probe(&p, "redis", "readinessProbe"), None);
+        let bad =
+            validate(&with("redis-ping 6379", r#","livenessProbe":{}"#)).expect_err("bad arg");
+        assert_eq!(
+            bad.field,
+            "metadata.annotations[probe.wasmlet.io/redis.livenessProbe]"
+        );
+        let missing = validate(&with("redis-ping", "")).expect_err("no such probe");
+        assert!(
+            missing.message.contains("has no livenessProbe"),
+            "{missing}"
+        );
+        let plain = pod(
+            r#"{"metadata":{"name":"r"},"spec":{"containers":[{"name":"c","image":"i","livenessProbe":{}}]}}"#,
+        );
+        assert!(
+            validate(&plain).is_err(),
+            "without the annotation a probe needs a handler"
         );
     }
 

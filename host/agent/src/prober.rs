@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use wasmlet_cri::CriRuntime;
 use wasmlet_plugin_host::convert;
 use wasmlet_plugin_host::kinds::ProbeHandlers;
-use wasmlet_plugin_host::probe::{ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
+use wasmlet_plugin_host::probe::{Action, ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
 
 use crate::actions::ProbeFailure;
 use crate::pod;
@@ -323,6 +323,16 @@ impl<R: CriRuntime + 'static> Prober<R> {
     }
 }
 
+/// A check's result as the prober counts it: an error is a failure.
+fn outcome(result: Result<Outcome, String>) -> (bool, String) {
+    match result {
+        Ok(Outcome::Success(m)) => (true, m),
+        Ok(Outcome::Failure(m)) => (false, m),
+        Ok(Outcome::Error(m)) => (false, format!("probe errored: {m}")),
+        Err(e) => (false, format!("probe errored: {e}")),
+    }
+}
+
 struct ProbeTask<R> {
     runtime: Arc<R>,
     checker: Arc<dyn Checker>,
@@ -385,6 +395,28 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         let Some(probe) = self.kind.of(c) else {
             return (true, String::new());
         };
+        let exec: Arc<dyn ContainerExec> =
+            Arc::new(CriExec::new(self.runtime.clone(), &self.container_id));
+        // A custom probe the pod asks for by annotation replaces the probe's handler.
+        match pod::custom_probe(&self.pod, &c.name, self.kind.field()) {
+            Some(Err(e)) => return (false, e),
+            Some(Ok(custom)) => {
+                let m = &self.pod.metadata;
+                let seconds = u32::try_from(probe.timeout_seconds.unwrap_or(1).max(1)).unwrap_or(1);
+                let target = Target {
+                    pod_namespace: m.namespace.clone().unwrap_or_default(),
+                    pod_name: m.name.clone().unwrap_or_default(),
+                    pod_uid: pod::uid(&self.pod).to_owned(),
+                    container_name: c.name.clone(),
+                    pod_ip: self.pod_ip.clone(),
+                    kind: self.kind.wit(),
+                    action: Action::Custom(custom.args),
+                    timeout_ms: seconds.saturating_mul(1000),
+                };
+                return outcome(self.checker.check(&custom.kind, &target, Some(exec)).await);
+            }
+            None => {}
+        }
         let field = format!("spec.containers[{}].{}", self.index, self.kind.field());
         let target =
             match convert::probe_target(&self.pod, c, probe, self.kind.wit(), &self.pod_ip, &field)
@@ -393,14 +425,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
                 Err(e) => return (false, e.to_string()),
             };
         let kind = convert::probe_kind(&target.action);
-        let exec: Arc<dyn ContainerExec> =
-            Arc::new(CriExec::new(self.runtime.clone(), &self.container_id));
-        match self.checker.check(kind, &target, Some(exec)).await {
-            Ok(Outcome::Success(m)) => (true, m),
-            Ok(Outcome::Failure(m)) => (false, m),
-            Ok(Outcome::Error(m)) => (false, format!("probe errored: {m}")),
-            Err(e) => (false, format!("probe errored: {e}")),
-        }
+        outcome(self.checker.check(kind, &target, Some(exec)).await)
     }
 
     async fn run(self) {

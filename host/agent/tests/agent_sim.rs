@@ -18,7 +18,8 @@ use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::probe::{Action, ContainerExec, Outcome, Target};
 use wasmlet_plugin_host::source::SourcePod;
 
-/// Exec probes as the shipped exec handler makes them: exit 0 passes.
+/// Exec probes as the shipped exec handler makes them (exit 0 passes), and a custom
+/// kind whose argument says how it goes.
 struct ExecChecker;
 
 impl Checker for ExecChecker {
@@ -29,6 +30,14 @@ impl Checker for ExecChecker {
         exec: Option<Arc<dyn ContainerExec>>,
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
         Box::pin(async move {
+            // A custom kind: `answers ok=yes` passes.
+            if let Action::Custom(args) = &target.action {
+                return Ok(if args.iter().any(|(k, v)| k == "ok" && v == "yes") {
+                    Outcome::Success("answered".into())
+                } else {
+                    Outcome::Failure("did not answer".into())
+                });
+            }
             let Action::Exec(cmd) = &target.action else {
                 return Err("only exec here".into());
             };
@@ -491,5 +500,38 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         "an invalid pod is not accepted"
     );
     assert_eq!(sim.counts(), (1, 1), "only the admitted, valid pod runs");
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_picks_a_custom_probe_kind_by_annotation() {
+    let (_sim, agent) = start("custom");
+    send(
+        &agent,
+        vec![pod(r#"{"metadata":{"name":"custom","annotations":{
+                "probe.wasmlet.io/c.readinessProbe":"answers ok=yes",
+                "probe.wasmlet.io/d.readinessProbe":"answers ok=no"}},
+              "spec":{"containers":[
+                {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+                 "command":["sleep","3600"],"readinessProbe":{"periodSeconds":1}},
+                {"name":"d","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+                 "command":["sleep","3600"],"readinessProbe":{"periodSeconds":1}}]}}"#)],
+    )
+    .await;
+    let p = wait_for(&agent, "custom", "c ready", Duration::from_secs(10), |p| {
+        container(p, "c").ready
+    })
+    .await;
+    assert!(!container(&p, "d").ready);
+    let ready = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready condition");
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("containers with unready status: [d]")
+    );
     agent.shutdown().await;
 }
