@@ -137,12 +137,9 @@ pub async fn build<R: CriRuntime>(
             Some(o) => sandbox.ips = o.ips.clone(),
             None if sandbox.ready && !sandbox.host_network => {
                 if let Ok(st) = runtime.pod_sandbox_status(&s.id, false).await
-                    && let Some(net) = st.status.and_then(|s| s.network)
+                    && let Some(status) = st.status
                 {
-                    sandbox.ips = std::iter::once(net.ip)
-                        .chain(net.additional_ips.into_iter().map(|i| i.ip))
-                        .filter(|ip| !ip.is_empty())
-                        .collect();
+                    sandbox.ips = runtime::sandbox_from_status(&status).ips;
                 }
             }
             None => {}
