@@ -275,3 +275,58 @@ async fn lists_of_ten_thousand_containers_fit_the_message_limits() {
     assert_eq!(one.len(), 1);
     assert_eq!(one[0].metadata, all[1234].metadata);
 }
+
+#[tokio::test]
+async fn lean_lists_read_the_same_objects_as_full_lists() {
+    use wasmlet_cri::listed::{ListedContainer, ListedSandbox};
+    let dir = TempDir::new("lean");
+    let (sim, _server, client) = serve(&dir).await;
+    for i in 0..20 {
+        let pod = sim
+            .run_pod_sandbox(sandbox(&format!("p{i}")), "")
+            .await
+            .expect("run");
+        let config = container_config("app", &["sleep", "infinity"]);
+        let id = sim
+            .create_container(&pod, config, sandbox("unused"))
+            .await
+            .expect("create");
+        if i % 2 == 0 {
+            sim.start_container(&id).await.expect("start");
+        }
+        if i % 5 == 0 {
+            sim.stop_pod_sandbox(&pod).await.expect("stop");
+        }
+    }
+    let sorted_c = |mut v: Vec<ListedContainer>| {
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    };
+    let sorted_s = |mut v: Vec<ListedSandbox>| {
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    };
+    let full = client.list_containers(None).await.expect("list");
+    let expected = sorted_c(full.iter().map(ListedContainer::from).collect());
+    assert_eq!(expected.len(), 20);
+    // Over gRPC (the client's lean decoding) and in process (the simulator's own).
+    let lean = sorted_c(client.list_containers_lean().await.expect("lean"));
+    assert_eq!(lean, expected);
+    assert_eq!(
+        sorted_c(sim.list_containers_lean().await.expect("lean")),
+        expected
+    );
+    let full = client.list_pod_sandbox(None).await.expect("list");
+    let expected = sorted_s(full.iter().map(ListedSandbox::from).collect());
+    let lean = sorted_s(client.list_pod_sandbox_lean().await.expect("lean"));
+    assert_eq!(lean, expected);
+    assert_eq!(
+        sorted_s(sim.list_pod_sandbox_lean().await.expect("lean")),
+        expected
+    );
+    // States came through: some running, some exited, some sandboxes not ready.
+    assert!(
+        lean.iter()
+            .any(|s| s.state == PodSandboxState::SandboxNotready as i32)
+    );
+}

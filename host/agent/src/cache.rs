@@ -61,14 +61,21 @@ impl PodCache {
         }
     }
 
+    /// Whether pod `uid` has an entry.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.read().contains_key(uid)
+    }
+
+    /// Removes, as of `observed`, every pod for which `keep` is false (unless observed
+    /// later than that).
+    pub fn remove_unless(&self, keep: impl Fn(&str) -> bool, observed: Instant) {
+        let mut pods = self.write();
+        pods.retain(|uid, e| keep(uid) || e.observed > observed);
+    }
+
     /// Every pod's runtime view.
     pub fn all(&self) -> Vec<Arc<PodRuntime>> {
         self.read().values().map(|e| e.runtime.clone()).collect()
-    }
-
-    /// The UIDs in the cache.
-    pub fn uids(&self) -> Vec<String> {
-        self.read().keys().cloned().collect()
     }
 
     /// How many pods and containers the cache holds.

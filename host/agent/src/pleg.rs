@@ -13,14 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use wasmlet_cri::listed::{self, ListedContainer, ListedSandbox};
 use wasmlet_cri::proto::{self, ContainerFilter, PodSandboxFilter};
 use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::cache::PodCache;
 use crate::queue::PodQueue;
 use crate::runtime::{
-    self, ContainerInfo, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
-    PodRuntime, Sandbox, State,
+    self, CONTAINER_NAME_LABEL, ContainerInfo, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
+    POD_UID_LABEL, PodRuntime, Sandbox, State,
 };
 
 /// How often the runtime is relisted.
@@ -107,21 +108,24 @@ fn generate_events(
     }
 }
 
-/// Reads a pod's runtime view from listed sandboxes and containers, calling
-/// PodSandboxStatus and ContainerStatus only for what `previous` does not already know
-/// (a new or changed object).
+/// Builds pod `uid`'s runtime view from its listed sandboxes and containers.
+///
+/// A list says little (id, state, labels); the rest comes from `PodSandboxStatus` /
+/// `ContainerStatus`, asked only for objects that are new or whose state changed since
+/// `previous` — the others are taken from it as they were.
 pub async fn build<R: CriRuntime>(
     runtime: &R,
     uid: &str,
-    sandboxes: &[&proto::PodSandbox],
-    containers: &[&proto::Container],
+    sandboxes: &[&ListedSandbox],
+    containers: &[&ListedContainer],
     previous: Option<&PodRuntime>,
 ) -> PodRuntime {
     let labels = sandboxes
         .first()
-        .map(|s| &s.labels)
-        .or_else(|| containers.first().map(|c| &c.labels));
-    let label = |k: &str| labels.and_then(|l| l.get(k).cloned()).unwrap_or_default();
+        .map(|s| &s.labels[..])
+        .or_else(|| containers.first().map(|c| &c.labels[..]))
+        .unwrap_or_default();
+    let label = |k: &str| listed::label(labels, k).unwrap_or_default().to_owned();
     let mut pod = PodRuntime {
         uid: uid.to_owned(),
         name: label(POD_NAME_LABEL),
@@ -129,41 +133,63 @@ pub async fn build<R: CriRuntime>(
         ..Default::default()
     };
     for s in sandboxes {
-        let mut sandbox: Sandbox = runtime::sandbox_from_list(s);
-        let known = previous
-            .and_then(|p| p.sandboxes.iter().find(|o| o.id == s.id))
-            .filter(|o| o.ready == sandbox.ready);
-        match known {
-            Some(o) => sandbox.ips = o.ips.clone(),
-            None if sandbox.ready && !sandbox.host_network => {
-                if let Ok(st) = runtime.pod_sandbox_status(&s.id, false).await
-                    && let Some(status) = st.status
-                {
-                    sandbox.ips = runtime::sandbox_from_status(&status).ips;
-                }
-            }
-            None => {}
+        let id = listed::text(&s.id);
+        let ready = s.state == proto::PodSandboxState::SandboxReady as i32;
+        let known = previous.and_then(|p| p.sandboxes.iter().find(|o| o.id == id));
+        if let Some(o) = known.filter(|o| o.ready == ready) {
+            pod.sandboxes.push(o.clone());
+            continue;
         }
+        let sandbox = match runtime.pod_sandbox_status(id, false).await {
+            Ok(st) => match st.status {
+                Some(status) => runtime::sandbox_from_status(&status),
+                None => continue,
+            },
+            // Removed between the list and now: leave it out.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            // Unreadable for now: what is known, with the listed state.
+            Err(_) => Sandbox {
+                ready,
+                ..known.cloned().unwrap_or_else(|| Sandbox {
+                    id: id.to_owned(),
+                    created_at: s.created_at,
+                    ..Default::default()
+                })
+            },
+        };
         pod.sandboxes.push(sandbox);
     }
     for c in containers {
-        let mut info: ContainerInfo = runtime::container_from_list(c);
-        let known = previous
-            .and_then(|p| p.containers.iter().find(|o| o.id == c.id))
-            .filter(|o| o.detailed && o.state == info.state);
-        match known {
-            Some(o) => info = o.clone(),
-            None => match runtime.container_status(&c.id, false).await {
-                Ok(st) => {
-                    if let Some(st) = st.status {
-                        runtime::add_status(&mut info, &st);
-                    }
-                }
-                // Removed between the list and now: leave it out.
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(_) => {}
-            },
+        let id = listed::text(&c.id);
+        let state = State::from_cri(c.state);
+        let known = previous.and_then(|p| p.containers.iter().find(|o| o.id == id));
+        if let Some(o) = known.filter(|o| o.detailed && o.state == state) {
+            pod.containers.push(o.clone());
+            continue;
         }
+        let info = match runtime.container_status(id, false).await {
+            Ok(st) => match st.status {
+                Some(status) => {
+                    runtime::container_from_status(&status, listed::text(&c.pod_sandbox_id))
+                }
+                None => continue,
+            },
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(_) => ContainerInfo {
+                state,
+                detailed: false,
+                ..known.cloned().unwrap_or_else(|| ContainerInfo {
+                    id: id.to_owned(),
+                    sandbox_id: listed::text(&c.pod_sandbox_id).to_owned(),
+                    name: listed::label(&c.labels, CONTAINER_NAME_LABEL)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    state,
+                    created_at: c.created_at,
+                    ..Default::default()
+                })
+            },
+        };
         pod.containers.push(info);
     }
     pod.sort();
@@ -195,8 +221,10 @@ pub async fn inspect<R: CriRuntime>(
             ..Default::default()
         }))
         .await?;
-    let s: Vec<&proto::PodSandbox> = sandboxes.iter().collect();
-    let c: Vec<&proto::Container> = containers.iter().collect();
+    let sandboxes: Vec<ListedSandbox> = sandboxes.iter().map(ListedSandbox::from).collect();
+    let containers: Vec<ListedContainer> = containers.iter().map(ListedContainer::from).collect();
+    let s: Vec<&ListedSandbox> = sandboxes.iter().collect();
+    let c: Vec<&ListedContainer> = containers.iter().collect();
     Ok(build(runtime, uid, &s, &c, previous).await)
 }
 
@@ -245,6 +273,15 @@ impl Health {
     }
 }
 
+/// The UID of the pod an object listed with `labels` belongs to, when it is `node`'s.
+fn pod_of<'a>(labels: &'a [listed::Label], node: &str) -> Option<&'a str> {
+    if listed::label(labels, NODE_LABEL) == Some(node) {
+        listed::label(labels, POD_UID_LABEL)
+    } else {
+        None
+    }
+}
+
 /// The relisting generator.
 pub struct Pleg<R> {
     runtime: Arc<R>,
@@ -252,7 +289,16 @@ pub struct Pleg<R> {
     cache: Arc<PodCache>,
     queue: Arc<EventQueue>,
     health: Arc<Health>,
-    record: HashMap<String, (String, PlegState)>,
+    record: HashMap<String, Recorded>,
+    generation: u64,
+}
+
+/// What the last relists saw of one container or sandbox.
+struct Recorded {
+    uid: String,
+    state: PlegState,
+    /// The relist that last listed it.
+    generation: u64,
 }
 
 /// What one relist saw and did.
@@ -282,75 +328,106 @@ impl<R: CriRuntime + 'static> Pleg<R> {
             queue,
             health,
             record: HashMap::new(),
+            generation: 0,
         }
     }
 
     /// One relist.
+    ///
+    /// On an unchanged node it allocates next to nothing beyond the two lists: the
+    /// record of the last relist is updated in place (marked with this relist's
+    /// generation), and pods are grouped only when something of theirs changed.
     pub async fn relist(&mut self) -> wasmlet_cri::runtime::Result<RelistStats> {
         let observed = Instant::now();
-        // Unfiltered lists, filtered here: a runtime answers them from what it keeps
-        // encoded (the simulator) or in one pass, while a label selector makes it match
-        // every object's labels; objects of other nodes are rare.
-        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
-        let containers = self.runtime.list_containers(None).await?;
-        let ours = |labels: &std::collections::BTreeMap<String, String>| {
-            labels.get(NODE_LABEL).is_some_and(|n| *n == self.node)
-        };
-        type Group<'a> = (Vec<&'a proto::PodSandbox>, Vec<&'a proto::Container>);
-        let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
-        let mut record = HashMap::with_capacity(sandboxes.len() + containers.len());
-        for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
-            let Some(uid) = s.labels.get(POD_UID_LABEL) else {
-                continue;
-            };
-            pods.entry(uid).or_default().0.push(s);
-            let state = if s.state == proto::PodSandboxState::SandboxReady as i32 {
-                PlegState::Running
-            } else {
-                PlegState::Exited
-            };
-            record.insert(s.id.clone(), (uid.clone(), state));
-        }
-        for c in containers.iter().filter(|c| ours(&c.labels)) {
-            let Some(uid) = c.labels.get(POD_UID_LABEL) else {
-                continue;
-            };
-            pods.entry(uid).or_default().1.push(c);
-            record.insert(
-                c.id.clone(),
-                (uid.clone(), container_state(State::from_cri(c.state))),
-            );
-        }
+        // Both lists at once, unfiltered and read leanly (ids, states, labels): a
+        // runtime answers an unfiltered list in one pass, while a label selector makes it
+        // match every object's labels; objects of other nodes are rare.
+        let (sandboxes, containers) = tokio::join!(
+            self.runtime.list_pod_sandbox_lean(),
+            self.runtime.list_containers_lean()
+        );
+        let (sandboxes, containers) = (sandboxes?, containers?);
+        let node = self.node.as_str();
+        let ours = |labels| pod_of(labels, node);
+        self.generation = self.generation.wrapping_add(1);
+        let generation = self.generation;
         let mut events = Vec::new();
-        for (id, (uid, state)) in &record {
-            let old = self.record.get(id).map(|(_, s)| *s);
-            events.extend(generate_events(uid, id, old, Some(*state)));
+        let mut seen: HashSet<&str> = HashSet::with_capacity(sandboxes.len());
+        let mut count = 0;
+        let listed = sandboxes
+            .iter()
+            .filter_map(|s| {
+                let state = if s.state == proto::PodSandboxState::SandboxReady as i32 {
+                    PlegState::Running
+                } else {
+                    PlegState::Exited
+                };
+                ours(&s.labels).map(|uid| (uid, listed::text(&s.id), state, false))
+            })
+            .chain(containers.iter().filter_map(|c| {
+                let state = container_state(State::from_cri(c.state));
+                ours(&c.labels).map(|uid| (uid, listed::text(&c.id), state, true))
+            }));
+        for (uid, id, state, container) in listed {
+            seen.insert(uid);
+            count += usize::from(container);
+            let old = match self.record.get_mut(id) {
+                Some(entry) => {
+                    entry.generation = generation;
+                    Some(std::mem::replace(&mut entry.state, state))
+                }
+                None => {
+                    self.record.insert(
+                        id.to_owned(),
+                        Recorded {
+                            uid: uid.to_owned(),
+                            state,
+                            generation,
+                        },
+                    );
+                    None
+                }
+            };
+            events.extend(generate_events(uid, id, old, Some(state)));
         }
-        for (id, (uid, old)) in &self.record {
-            if !record.contains_key(id) {
-                events.extend(generate_events(uid, id, Some(*old), None));
+        self.record.retain(|id, r| {
+            let listed = r.generation == generation;
+            if !listed {
+                events.extend(generate_events(&r.uid, id, Some(r.state), None));
+            }
+            listed
+        });
+        let stale: HashSet<&str> = events
+            .iter()
+            .map(|e| e.uid.as_str())
+            .chain(seen.iter().copied().filter(|uid| !self.cache.contains(uid)))
+            .collect();
+        if !stale.is_empty() {
+            type Group<'a> = (Vec<&'a ListedSandbox>, Vec<&'a ListedContainer>);
+            let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
+            for s in &sandboxes {
+                if let Some(uid) = ours(&s.labels).filter(|u| stale.contains(u)) {
+                    pods.entry(uid).or_default().0.push(s);
+                }
+            }
+            for c in &containers {
+                if let Some(uid) = ours(&c.labels).filter(|u| stale.contains(u)) {
+                    pods.entry(uid).or_default().1.push(c);
+                }
+            }
+            for (uid, (s, c)) in &pods {
+                let previous = self.cache.get(uid);
+                let rt = build(&*self.runtime, uid, s, c, previous.as_deref()).await;
+                self.cache.set(rt, observed);
             }
         }
-        let changed: HashSet<&str> = events.iter().map(|e| e.uid.as_str()).collect();
-        for (uid, (s, c)) in &pods {
-            let previous = self.cache.get(uid);
-            if !changed.contains(uid) && previous.is_some() {
-                continue;
-            }
-            let rt = build(&*self.runtime, uid, s, c, previous.as_deref()).await;
-            self.cache.set(rt, observed);
-        }
-        for uid in self.cache.uids() {
-            if !pods.contains_key(uid.as_str()) {
-                self.cache.remove(&uid, observed);
-            }
-        }
+        self.cache.remove_unless(|uid| seen.contains(uid), observed);
         let stats = RelistStats {
-            pods: pods.len(),
-            containers: pods.values().map(|(_, c)| c.len()).sum(),
+            pods: seen.len(),
+            containers: count,
             events: events.len(),
         };
-        self.record = record;
+        drop((seen, stale));
         for e in events {
             self.queue.push(&e.uid.clone(), e);
         }

@@ -32,7 +32,7 @@ pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
 pub const CONTAINER_TYPE_ANNOTATION: &str = "wasmlet.io/container-type";
 
 /// A container's state as the runtime reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum State {
     /// Created, not started.
     Created,
@@ -41,6 +41,7 @@ pub enum State {
     /// Exited.
     Exited,
     /// The runtime does not know.
+    #[default]
     Unknown,
 }
 
@@ -57,7 +58,7 @@ impl State {
 }
 
 /// One sandbox of a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sandbox {
     /// The runtime's id.
     pub id: String,
@@ -74,7 +75,7 @@ pub struct Sandbox {
 }
 
 /// One container of a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerInfo {
     /// The runtime's id.
     pub id: String,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
+use wasmlet_cri::listed::{ListedContainer, ListedSandbox};
 use wasmlet_cri::proto::*;
 use wasmlet_cri::runtime::Result;
 use wasmlet_cri::{CriError, CriRuntime, EventStream};
@@ -90,6 +91,18 @@ impl CriRuntime for Simulator {
         map(
             "RemoveContainer",
             Simulator::remove_container(self, id).await,
+        )
+    }
+    async fn list_containers_lean(&self) -> Result<Vec<ListedContainer>> {
+        map(
+            "ListContainers",
+            Simulator::list_containers_lean(self).await,
+        )
+    }
+    async fn list_pod_sandbox_lean(&self) -> Result<Vec<ListedSandbox>> {
+        map(
+            "ListPodSandbox",
+            Simulator::list_pod_sandbox_lean(self).await,
         )
     }
     async fn list_containers(&self, filter: Option<ContainerFilter>) -> Result<Vec<Container>> {

@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 use wasmlet_cri::labels::selector_matches;
+use wasmlet_cri::listed::{ListedContainer, ListedSandbox};
 use wasmlet_cri::proto::{self, ContainerState, PodSandboxState};
 
 use crate::image::{ImageStore, normalize_reference};
@@ -92,6 +93,8 @@ struct Sandbox {
     containers: Vec<String>,
     /// `summary()` in wire form, kept current, spliced into ListPodSandbox answers.
     encoded: Bytes,
+    /// The lean view of `encoded` (slices of it), for lean in-process lists.
+    listed: ListedSandbox,
 }
 
 struct Container {
@@ -118,6 +121,8 @@ struct Container {
     timer: Option<tokio::task::AbortHandle>,
     /// `summary()` in wire form, kept current, spliced into ListContainers answers.
     encoded: Bytes,
+    /// The lean view of `encoded` (slices of it), for lean in-process lists.
+    listed: ListedContainer,
 }
 
 /// Unix-nanosecond timestamps that follow tokio's clock, so that paused-time tests
@@ -463,6 +468,7 @@ impl Simulator {
             runtime_handler: runtime_handler.to_owned(),
             containers: Vec::new(),
             encoded: Bytes::new(),
+            listed: ListedSandbox::default(),
         };
         let mut sandbox = sandbox;
         sandbox.reencode();
@@ -586,6 +592,13 @@ impl Simulator {
         Ok(matching_sandboxes(&st, &filter)
             .map(Sandbox::summary)
             .collect())
+    }
+
+    /// `ListPodSandbox` with no filter, in lean form.
+    pub async fn list_pod_sandbox_lean(&self) -> Result<Vec<ListedSandbox>, Status> {
+        self.enter("ListPodSandbox").await?;
+        let st = self.inner.lock();
+        Ok(st.sandboxes.values().map(|s| s.listed.clone()).collect())
     }
 
     /// `ListPodSandbox`, answered in wire form from each sandbox's cached encoding:
@@ -714,6 +727,7 @@ impl Simulator {
             exited: watch::channel(false).0,
             timer: None,
             encoded: Bytes::new(),
+            listed: ListedContainer::default(),
         };
         let mut container = container;
         container.reencode();
@@ -880,6 +894,13 @@ impl Simulator {
             .into_iter()
             .map(Container::summary)
             .collect())
+    }
+
+    /// `ListContainers` with no filter, in lean form.
+    pub async fn list_containers_lean(&self) -> Result<Vec<ListedContainer>, Status> {
+        self.enter("ListContainers").await?;
+        let st = self.inner.lock();
+        Ok(st.containers.values().map(|c| c.listed.clone()).collect())
     }
 
     /// `ListContainers`, answered in wire form from each container's cached encoding.
@@ -1344,6 +1365,7 @@ impl Sandbox {
 
     fn reencode(&mut self) {
         self.encoded = self.summary().encode_to_vec().into();
+        self.listed = ListedSandbox::decode(self.encoded.clone()).unwrap_or_default();
     }
 
     fn summary(&self) -> proto::PodSandbox {
@@ -1412,6 +1434,7 @@ impl Container {
 
     fn reencode(&mut self) {
         self.encoded = self.summary().encode_to_vec().into();
+        self.listed = ListedContainer::decode(self.encoded.clone()).unwrap_or_default();
     }
 
     fn summary(&self) -> proto::Container {

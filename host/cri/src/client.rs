@@ -22,6 +22,7 @@ use tonic::transport::{Channel, Endpoint as TonicEndpoint, Uri};
 
 use crate::endpoint::Endpoint;
 use crate::error::{CriError, ErrorKind};
+use crate::listed::{ListedContainer, ListedContainers, ListedSandbox, ListedSandboxes};
 use crate::proto::image_service_client::ImageServiceClient;
 use crate::proto::runtime_service_client::RuntimeServiceClient;
 use crate::proto::*;
@@ -203,6 +204,32 @@ impl CriClient {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
+    /// One RuntimeService unary call at `path` whose answer is decoded as `Resp`, a
+    /// message reading the same wire format as the generated one (see [`crate::listed`]).
+    async fn runtime_as<Req, Resp>(
+        &self,
+        path: &'static str,
+        request: tonic::Request<Req>,
+    ) -> std::result::Result<tonic::Response<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(format!("runtime not ready: {e}")))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.unary(
+            request,
+            tonic::codegen::http::uri::PathAndQuery::from_static(path),
+            codec,
+        )
+        .await
+    }
+
     fn images(&self) -> ImageServiceClient<Channel> {
         ImageServiceClient::new(self.channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -382,6 +409,36 @@ impl CriRuntime for CriClient {
         )
         .await
         .map(|r| r.items)
+    }
+
+    async fn list_pod_sandbox_lean(&self) -> Result<Vec<ListedSandbox>> {
+        self.unary(
+            "ListPodSandbox",
+            self.read_timeout(),
+            Retry::Idempotent,
+            ListPodSandboxRequest::default(),
+            |c, r| async move {
+                c.runtime_as::<_, ListedSandboxes>("/runtime.v1.RuntimeService/ListPodSandbox", r)
+                    .await
+            },
+        )
+        .await
+        .map(|r| r.items)
+    }
+
+    async fn list_containers_lean(&self) -> Result<Vec<ListedContainer>> {
+        self.unary(
+            "ListContainers",
+            self.read_timeout(),
+            Retry::Idempotent,
+            ListContainersRequest::default(),
+            |c, r| async move {
+                c.runtime_as::<_, ListedContainers>("/runtime.v1.RuntimeService/ListContainers", r)
+                    .await
+            },
+        )
+        .await
+        .map(|r| r.containers)
     }
 
     async fn create_container(

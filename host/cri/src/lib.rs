@@ -20,6 +20,7 @@ pub mod client;
 pub mod endpoint;
 pub mod error;
 pub mod labels;
+pub mod listed;
 pub mod recording;
 pub mod runtime;
 

@@ -175,6 +175,20 @@ impl<R: CriRuntime> CriRuntime for Recorder<R> {
             self.inner.list_containers(filter).await,
         )
     }
+    async fn list_containers_lean(&self) -> Result<Vec<crate::listed::ListedContainer>> {
+        self.record(
+            "ListContainers",
+            "",
+            self.inner.list_containers_lean().await,
+        )
+    }
+    async fn list_pod_sandbox_lean(&self) -> Result<Vec<crate::listed::ListedSandbox>> {
+        self.record(
+            "ListPodSandbox",
+            "",
+            self.inner.list_pod_sandbox_lean().await,
+        )
+    }
     async fn container_status(&self, id: &str, verbose: bool) -> Result<ContainerStatusResponse> {
         self.record(
             "ContainerStatus",

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio_stream::Stream;
 
 use crate::error::CriError;
+use crate::listed::{ListedContainer, ListedSandbox};
 use crate::proto::{
     AuthConfig, Container, ContainerConfig, ContainerEventResponse, ContainerFilter,
     ContainerStats, ContainerStatsFilter, ContainerStatusResponse, ExecSyncResponse, Image,
@@ -59,6 +60,19 @@ pub trait CriRuntime: Send + Sync {
         filter: Option<PodSandboxFilter>,
     ) -> impl Future<Output = Result<Vec<PodSandbox>>> + Send;
 
+    /// `ListPodSandbox` with no filter, read leanly (id, state, creation, labels): what a
+    /// relist needs. The default reads the full list; clients override it.
+    fn list_pod_sandbox_lean(&self) -> impl Future<Output = Result<Vec<ListedSandbox>>> + Send {
+        async move {
+            Ok(self
+                .list_pod_sandbox(None)
+                .await?
+                .iter()
+                .map(ListedSandbox::from)
+                .collect())
+        }
+    }
+
     /// `CreateContainer`: returns the new container's id.
     fn create_container(
         &self,
@@ -81,6 +95,18 @@ pub trait CriRuntime: Send + Sync {
         &self,
         filter: Option<ContainerFilter>,
     ) -> impl Future<Output = Result<Vec<Container>>> + Send;
+    /// `ListContainers` with no filter, read leanly (id, sandbox, state, creation,
+    /// labels): what a relist needs. The default reads the full list.
+    fn list_containers_lean(&self) -> impl Future<Output = Result<Vec<ListedContainer>>> + Send {
+        async move {
+            Ok(self
+                .list_containers(None)
+                .await?
+                .iter()
+                .map(ListedContainer::from)
+                .collect())
+        }
+    }
     /// `ContainerStatus`.
     fn container_status(
         &self,
