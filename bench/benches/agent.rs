@@ -64,6 +64,7 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         sync_frequency: Duration::from_secs(60),
         relist_period: Duration::from_secs(1),
         sources,
+        pod_cgroups: None,
     }
 }
 
@@ -371,7 +372,16 @@ async fn containerd(endpoint: &str, n: usize) {
     let runtime = Arc::new(client.clone());
     let agent = Agent::start(
         runtime,
-        options(&node, Vec::new()),
+        AgentOptions {
+            // Pod-level cgroups as `wasmlet run` makes them (as root).
+            pod_cgroups: wasmlet_agent::cgroups::PodCgroups::detect(
+                std::path::Path::new("/sys/fs/cgroup"),
+                wasmlet_agent::cgroups::DEFAULT_PARENT,
+                None,
+            )
+            .ok(),
+            ..options(&node, Vec::new())
+        },
         Arc::new(NoProbes),
         None,
         Some(sources),

@@ -47,6 +47,8 @@ pub struct AgentOptions {
     pub relist_period: Duration,
     /// The pod sources, in precedence order.
     pub sources: Vec<String>,
+    /// Pod-level cgroups (`podPidsLimit`); `None` leaves pods where the runtime puts them.
+    pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
 }
 
 /// The runtime's state as the agent last saw it.
@@ -120,6 +122,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pods_dir: options.root_dir.join("pods"),
             dns: criconfig::node_dns(&options.resolv_conf),
             memory_bytes: options.node.memory_bytes,
+            pod_cgroups: options.pod_cgroups.clone(),
         };
         let metrics = Arc::new(Metrics::default());
         let cache = Arc::new(PodCache::new());

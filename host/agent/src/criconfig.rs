@@ -36,6 +36,8 @@ pub struct NodeContext {
     pub dns: proto::DnsConfig,
     /// The node's memory, for the OOM score of burstable pods.
     pub memory_bytes: u64,
+    /// Pod-level cgroups (`None`: pods go where the runtime puts them).
+    pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
 }
 
 /// Why a container's configuration could not be made: the kubelet's
@@ -227,7 +229,11 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
         labels,
         annotations,
         linux: Some(proto::LinuxPodSandboxConfig {
-            cgroup_parent: String::new(),
+            cgroup_parent: ctx
+                .pod_cgroups
+                .as_ref()
+                .map(|c| c.cgroup_parent(pod::uid(pod)))
+                .unwrap_or_default(),
             security_context: Some(proto::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc.run_as_user.map(|value| proto::Int64Value { value }),
@@ -683,6 +689,7 @@ mod tests {
             pods_dir: dir.join("pods"),
             dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch lan\noptions ndots:2\n"),
             memory_bytes: 8 << 30,
+            pod_cgroups: None,
         }
     }
 

@@ -32,6 +32,7 @@ pub mod actions;
 pub mod agent;
 pub mod backoff;
 pub mod cache;
+pub mod cgroups;
 pub mod criconfig;
 pub mod lifecycle;
 pub mod metrics;

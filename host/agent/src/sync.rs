@@ -5,7 +5,7 @@
 //! runtime at once and updates the cache and the status — status does not wait for
 //! the next relist.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -367,6 +367,15 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         config: &proto::PodSandboxConfig,
     ) -> Result<(String, String), String> {
         let _ = std::fs::create_dir_all(&config.log_directory);
+        if let Some(cgroups) = &self.node.pod_cgroups {
+            // The kubelet's words when its pod cgroup cannot be made.
+            cgroups.ensure(pod::uid(pod)).map_err(|e| {
+                format!(
+                    "failed to ensure that the pod: {} cgroups exist and are correctly applied: {e}",
+                    pod::uid(pod)
+                )
+            })?;
+        }
         let handler = pod
             .spec
             .as_ref()
@@ -681,6 +690,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         let _ = std::fs::remove_dir_all(criconfig::pod_dir(pod, &self.node));
         let _ = std::fs::remove_dir_all(criconfig::log_directory(pod, &self.node));
+        if let Some(cgroups) = &self.node.pod_cgroups {
+            for left in cgroups.remove(&key.uid) {
+                warn!(pod = %key, cgroup = %left.display(), "pod cgroup still in use; housekeeping retries");
+            }
+        }
         self.cache.remove(&key.uid, observed);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
@@ -691,11 +705,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     /// Removes dead containers beyond the newest per container name and sandboxes that
     /// are neither ready nor the newest nor in use, for pods the agent runs.
     pub async fn collect_garbage(&self, rt: &PodRuntime) {
-        let mut seen_exited: BTreeMap<&str, ()> = BTreeMap::new();
+        let mut seen_exited: HashSet<&str> = HashSet::new();
         let mut used_sandboxes: Vec<&str> = Vec::new();
         for c in &rt.containers {
             // Containers come newest first: the first exited one of a name is kept.
-            let keep = c.state != State::Exited || seen_exited.insert(&c.name, ()).is_none();
+            let keep = c.state != State::Exited || seen_exited.insert(&c.name);
             if keep {
                 used_sandboxes.push(&c.sandbox_id);
                 continue;

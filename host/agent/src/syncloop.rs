@@ -8,7 +8,7 @@
 //! | pods due (back-off expiry, retries, resync every syncFrequency) and the 1 s tick | [`SyncLoop::handle_due`] |
 //! | housekeeping every 2 s | [`SyncLoop::housekeeping`]: orphans stopped, finished workers forgotten, dead containers collected, gauges |
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -364,6 +364,23 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             }
             let config = &self.config;
             self.workers.remove_done(|uid| config.contains(uid));
+            if let Some(cgroups) = self.ctx.node.pod_cgroups.clone() {
+                // Pod cgroups left by pods that are gone (removed while the agent was
+                // down, or still busy when their pod was cleaned up).
+                let known: HashSet<String> = runtime_pods
+                    .iter()
+                    .map(|rt| rt.uid.clone())
+                    .chain(self.config.pods().iter().map(|p| pod::uid(p).to_owned()))
+                    .chain(self.workers.uids())
+                    .collect();
+                tokio::task::spawn_blocking(move || {
+                    for uid in cgroups.pods().into_iter().filter(|u| !known.contains(u)) {
+                        if cgroups.remove(&uid).is_empty() {
+                            info!(uid = %uid, "removed the cgroup of a pod that is gone");
+                        }
+                    }
+                });
+            }
         }
         for pod in self.config.pods() {
             let uid = pod::uid(&pod);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::cgroups::PodCgroups;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::SourceSet;
@@ -78,6 +79,7 @@ fn options(name: &str) -> AgentOptions {
         sync_frequency: Duration::from_secs(60),
         relist_period: Duration::from_secs(1),
         sources: vec!["file".into()],
+        pod_cgroups: None,
     }
 }
 
@@ -173,7 +175,13 @@ const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
 
 #[tokio::test(start_paused = true)]
 async fn a_pod_runs_reports_status_and_stops_when_removed() {
-    let (sim, agent) = start("basic");
+    // Pod-level cgroups in a directory laid out as cgroup v1 (the pids hierarchy).
+    let mut opts = options("basic");
+    let cgroup_root = opts.root_dir.join("cgroup");
+    std::fs::create_dir_all(cgroup_root.join("pids")).expect("mkdir");
+    opts.pod_cgroups = Some(PodCgroups::at(&cgroup_root, false, "wasmlet", Some(100)));
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
     send(&agent, vec![pod(SLEEPER)]).await;
     let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running" && condition(p, "Ready")
@@ -198,8 +206,14 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
     );
     let (sandboxes, containers) = sim.counts();
     assert_eq!((sandboxes, containers), (1, 1));
+    let uid = p.metadata.uid.clone().expect("uid");
+    let pod_cgroup = cgroup_root.join(format!("pids/wasmlet/pod{uid}"));
+    assert_eq!(
+        std::fs::read_to_string(pod_cgroup.join("pids.max")).expect("podPidsLimit"),
+        "100"
+    );
 
-    // Removing it stops it, then removes its containers and sandbox.
+    // Removing it stops it, then removes its containers, sandbox and cgroup.
     send(&agent, vec![]).await;
     let started = tokio::time::Instant::now();
     loop {
@@ -214,6 +228,7 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(agent.ctx.statuses.is_empty());
+    assert!(!pod_cgroup.exists(), "the pod's cgroup is removed with it");
     agent.shutdown().await;
 }
 
@@ -533,5 +548,52 @@ async fn a_pod_picks_a_custom_probe_kind_by_annotation() {
         ready.message.as_deref(),
         Some("containers with unready status: [d]")
     );
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_runtime_calls_hold_up_only_their_own_pod() {
+    let (sim, agent) = start("slow");
+    // Creating a sandbox takes 5 s and every list 2 s (so does each relist).
+    sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
+    sim.set_method_latency("ListContainers", Duration::from_secs(2));
+    sim.set_method_latency("ListPodSandbox", Duration::from_secs(2));
+    let named = |name: &str| SLEEPER.replace("\"sleeper\"", &format!("\"{name}\""));
+    send(&agent, vec![pod(&named("first")), pod(&named("second"))]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Both are being created at once, neither waits for the other.
+    for name in ["first", "second"] {
+        wait_for(&agent, name, "Pending", Duration::from_secs(1), |p| {
+            phase(p) == "Pending"
+        })
+        .await;
+    }
+    // "first" goes away while its sandbox is still being made: the kill waits for that
+    // call, then removes what it made; "second" runs, and reports Running without
+    // waiting for a (slow) relist.
+    send(&agent, vec![pod(&named("second"))]).await;
+    let started = tokio::time::Instant::now();
+    wait_for(&agent, "second", "Running", Duration::from_secs(8), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    // 5 s of sandbox, then one read back through the slow lists: not after the other
+    // pod's calls, nor a relist's.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "Running {:?} after the pods were sent",
+        started.elapsed() + Duration::from_secs(1)
+    );
+    loop {
+        if sim.counts() == (1, 1) && agent.ctx.statuses.pods().len() == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "first not removed: {:?}",
+            sim.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     agent.shutdown().await;
 }

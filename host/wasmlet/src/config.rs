@@ -18,6 +18,10 @@
 //! rootDir: /var/lib/wasmlet
 //! podLogsDir: /var/lib/wasmlet/pod-logs
 //! resolvConf: /etc/resolv.conf
+//! podPidsLimit: 1024                    # pids.max of each pod's cgroup; -1: no limit
+//! cgroupsPerQOS: true                   # pods in cgroups of their own, <cgroupRoot>/wasmlet/pod<uid>
+//! cgroupRoot: /
+//! cgroupDriver: cgroupfs                # systemd: no pod cgroups (warned)
 //! plugins: { ... }                      # see wasmlet_plugin_host::config
 //! ```
 //!
@@ -38,9 +42,6 @@ use wasmlet_plugin_host::convert::parse_duration;
 const NOT_IMPLEMENTED: &[&str] = &[
     "authentication",
     "authorization",
-    "cgroupDriver",
-    "cgroupRoot",
-    "cgroupsPerQOS",
     "clusterDNS",
     "clusterDomain",
     "containerLogMaxFiles",
@@ -78,7 +79,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "nodeStatusReportFrequency",
     "nodeStatusUpdateFrequency",
     "podCIDR",
-    "podPidsLimit",
     "port",
     "protectKernelDefaults",
     "providerID",
@@ -125,6 +125,11 @@ struct File {
     root_dir: Option<PathBuf>,
     pod_logs_dir: Option<PathBuf>,
     resolv_conf: Option<PathBuf>,
+    pod_pids_limit: Option<i64>,
+    #[serde(rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    cgroup_root: Option<String>,
+    cgroup_driver: Option<String>,
     plugins: Option<PluginsConfig>,
 }
 
@@ -157,6 +162,11 @@ pub struct Config {
     pub pod_logs_dir: PathBuf,
     /// `resolvConf`.
     pub resolv_conf: PathBuf,
+    /// `podPidsLimit` (`None`: -1, no limit).
+    pub pod_pids_limit: Option<u64>,
+    /// Pod-level cgroups: `cgroupsPerQOS` and a `cgroupDriver` of `cgroupfs` (the
+    /// defaults); `None` when off.
+    pub pod_cgroup_parent: Option<String>,
     /// `plugins` (`None`: the shipped plugins).
     pub plugins: Option<PluginsConfig>,
 }
@@ -238,6 +248,8 @@ impl Config {
             root_dir: state_dir.to_owned(),
             pod_logs_dir: state_dir.join("pod-logs"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            pod_pids_limit: None,
+            pod_cgroup_parent: Some(wasmlet_agent::cgroups::DEFAULT_PARENT.into()),
             plugins: None,
         }
     }
@@ -318,6 +330,45 @@ impl Config {
                 );
             }
         }
+        let pod_pids_limit = match file.pod_pids_limit {
+            None | Some(-1) => None,
+            Some(n) if n > 0 => u64::try_from(n).ok(),
+            Some(n) => bail!(
+                "{}: podPidsLimit: {n} must be -1 (no limit) or a positive number",
+                at()
+            ),
+        };
+        let pod_cgroup_parent = match file.cgroup_driver.as_deref() {
+            None | Some("cgroupfs") => {
+                let root = file.cgroup_root.as_deref().unwrap_or("/");
+                if !root.starts_with('/') {
+                    bail!(
+                        "{}: cgroupRoot: {root:?} must be an absolute cgroup path",
+                        at()
+                    );
+                }
+                let parent = format!(
+                    "{}/{}",
+                    root.trim_matches('/'),
+                    wasmlet_agent::cgroups::DEFAULT_PARENT
+                );
+                file.cgroups_per_qos
+                    .unwrap_or(true)
+                    .then(|| parent.trim_start_matches('/').to_owned())
+            }
+            Some("systemd") => {
+                tracing::warn!(
+                    file = %at(),
+                    "cgroupDriver: systemd: wasmlet makes pod-level cgroups with cgroupfs only; pods go where the runtime puts them{}",
+                    if pod_pids_limit.is_some() { " and podPidsLimit is not applied" } else { "" }
+                );
+                None
+            }
+            Some(other) => bail!(
+                "{}: cgroupDriver: {other:?} must be cgroupfs or systemd",
+                at()
+            ),
+        };
         if let Some(ip) = &file.node_ip {
             ip.parse::<IpAddr>()
                 .map_err(|_| anyhow::anyhow!("{}: nodeIP: {ip:?} is not an IP address", at()))?;
@@ -364,6 +415,8 @@ impl Config {
             resolv_conf: file
                 .resolv_conf
                 .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+            pod_pids_limit,
+            pod_cgroup_parent,
             plugins: file.plugins,
         })
     }
@@ -395,6 +448,20 @@ mod tests {
             Some(DEFAULT_RUNTIME_ENDPOINT)
         );
         assert!(parse("").is_ok(), "an empty file is all defaults");
+        assert_eq!(c.pod_pids_limit, None);
+        assert_eq!(c.pod_cgroup_parent.as_deref(), Some("wasmlet"));
+    }
+
+    #[test]
+    fn pod_cgroups_follow_the_kubelets_fields() {
+        let c = parse("podPidsLimit: 1024\ncgroupRoot: /nodes/a\n").expect("valid");
+        assert_eq!(c.pod_pids_limit, Some(1024));
+        assert_eq!(c.pod_cgroup_parent.as_deref(), Some("nodes/a/wasmlet"));
+        let c = parse("podPidsLimit: -1\ncgroupsPerQOS: false\n").expect("valid");
+        assert_eq!(c.pod_pids_limit, None);
+        assert_eq!(c.pod_cgroup_parent, None);
+        let c = parse("cgroupDriver: systemd\npodPidsLimit: 10\n").expect("valid");
+        assert_eq!(c.pod_cgroup_parent, None, "systemd slices are not made");
     }
 
     #[test]
@@ -411,6 +478,10 @@ mod tests {
                 "containerRuntimeEndpoint",
             ),
             ("noSuchField: 1", "noSuchField"),
+            ("podPidsLimit: -2", "podPidsLimit"),
+            ("podPidsLimit: lots", "podPidsLimit"),
+            ("cgroupDriver: cgroupv3", "cgroupDriver"),
+            ("cgroupRoot: relative", "cgroupRoot"),
             ("kind: Pod", "kind"),
             (
                 "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",

@@ -7,7 +7,8 @@
 //! container runs first; a malformed manifest is reported by name and stops nothing;
 //! the agent killed with SIGKILL and started again restarts no container; deleting a
 //! manifest stops its pod within the grace period; resource limits are the container's
-//! cgroup limits; a hostNetwork pod answers on the node's address.
+//! cgroup limits and the pod runs in a pod-level cgroup with podPidsLimit (removed with
+//! the pod); a hostNetwork pod answers on the node's address.
 //!
 //! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
 //! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
@@ -83,7 +84,8 @@ impl Harness {
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
                  nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
                  staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
-                 readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n",
+                 readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n\
+                 podPidsLimit: 64\n",
                 manifests.display(),
                 dir.join("root").display()
             ),
@@ -376,6 +378,21 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
         "200m of a 100 ms period"
     );
 
+    // The pod runs in a pod-level cgroup where podPidsLimit is set.
+    let web_uid = web["metadata"]["uid"].as_str().expect("uid").to_owned();
+    let pod_pids = format!("/sys/fs/cgroup/pids/wasmlet/pod{web_uid}");
+    assert!(
+        read("/proc/self/cgroup").contains(&format!("pids:/wasmlet/pod{web_uid}/")),
+        "{}",
+        read("/proc/self/cgroup")
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{pod_pids}/pids.max"))
+            .expect("the pod's pids cgroup")
+            .trim(),
+        "64"
+    );
+
     // A pod on the node's network answers on the node's address.
     let host = h.wait_pod("host", "Ready", Duration::from_secs(30), |p| {
         condition(p, "Ready")
@@ -501,6 +518,17 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("web removed {:?} after its manifest", deleted.elapsed());
+    // Its pod cgroups go with it, in every hierarchy.
+    while std::path::Path::new(&pod_pids).exists()
+        || std::path::Path::new(&format!("/sys/fs/cgroup/memory/wasmlet/pod{web_uid}")).exists()
+    {
+        assert!(
+            deleted.elapsed() < Duration::from_secs(12),
+            "web's pod cgroup still there\n{}",
+            tail(&h.logs(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(h.pod("web").is_none());
 
     // Clean up: every manifest goes; every pod goes.

@@ -18,6 +18,7 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::cgroups::PodCgroups;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::Admission;
@@ -163,6 +164,7 @@ async fn run_agent(
         sync_frequency: config.sync_frequency,
         relist_period: Duration::from_secs(1),
         sources: Vec::new(),
+        pod_cgroups: pod_cgroups(&config),
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(
@@ -214,6 +216,26 @@ async fn supervise_containerd(agent: Arc<Agent<CriClient>>, dir: PathBuf) {
                 Err(e) => warn!("restarting containerd failed: {e}"),
             }
             down_since = None;
+        }
+    }
+}
+
+/// Pod-level cgroups as configured, where this process can make them (as root, with a
+/// cgroup filesystem mounted); otherwise pods go where the runtime puts them.
+fn pod_cgroups(config: &Config) -> Option<PodCgroups> {
+    let parent = config.pod_cgroup_parent.as_deref()?;
+    match PodCgroups::detect(Path::new("/sys/fs/cgroup"), parent, config.pod_pids_limit) {
+        Ok(found) => Some(found),
+        Err(why) => {
+            warn!(
+                "no pod-level cgroups ({why}): pods go where the runtime puts them{}",
+                if config.pod_pids_limit.is_some() {
+                    "; podPidsLimit is not applied"
+                } else {
+                    ""
+                }
+            );
+            None
         }
     }
 }
