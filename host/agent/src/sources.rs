@@ -16,8 +16,10 @@ use wasmlet_plugin_host::kinds::PodSources;
 
 use crate::syncloop::SourceSet;
 
-/// How long a burst of directory changes is left to settle before the poll.
-const SETTLE: Duration = Duration::from_millis(20);
+/// How long a burst of directory changes is left to settle before the poll: long
+/// enough for a burst of writes to end in one poll, short beside a pod's start. (A file
+/// caught half written is reported and read again at its next change.)
+const SETTLE: Duration = Duration::from_millis(5);
 
 /// Starts one poller per configured source; they stop when `shutdown` turns true.
 pub fn start(

@@ -108,6 +108,8 @@ struct Touched {
     containers: Vec<(String, String)>,
     /// Sandboxes.
     sandboxes: Vec<String>,
+    /// Sandboxes read already (a new sandbox's status, read for its IP).
+    read: Vec<crate::runtime::Sandbox>,
 }
 
 fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
@@ -243,6 +245,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 _ => {}
             }
         }
+        for sandbox in touched.read {
+            match rt.sandboxes.iter_mut().find(|s| s.id == sandbox.id) {
+                Some(s) => *s = sandbox,
+                None => rt.sandboxes.push(sandbox),
+            }
+        }
         for (id, read) in sandboxes {
             match read {
                 Ok(Some(sandbox)) => match rt.sandboxes.iter_mut().find(|s| &s.id == id) {
@@ -290,9 +298,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let (sandbox_id, pod_ip) = if actions.create_sandbox {
             match self.create_sandbox(pod, &sandbox_config).await {
-                Ok(created) => {
-                    touched.sandboxes.push(created.0.clone());
-                    created
+                Ok((id, ip, status)) => {
+                    match status {
+                        Some(sandbox) => touched.read.push(sandbox),
+                        None => touched.sandboxes.push(id.clone()),
+                    }
+                    (id, ip)
                 }
                 Err(e) => {
                     warn!(pod = %key, "Failed to create pod sandbox: {e}");
@@ -365,7 +376,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         &self,
         pod: &k8s::Pod,
         config: &proto::PodSandboxConfig,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String, Option<crate::runtime::Sandbox>), String> {
         let _ = std::fs::create_dir_all(&config.log_directory);
         if let Some(cgroups) = &self.node.pod_cgroups {
             // The kubelet's words when its pod cgroup cannot be made.
@@ -386,20 +397,25 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .run_pod_sandbox(config.clone(), &handler)
             .await
             .map_err(|e| e.to_string())?;
-        let ip = if pod::host_network(pod) {
-            String::new()
-        } else {
-            self.runtime
-                .pod_sandbox_status(&id, false)
-                .await
-                .ok()
-                .and_then(|s| s.status)
-                .and_then(|s| s.network)
-                .map(|n| n.ip)
-                .unwrap_or_default()
+        // Read once: its IP for the containers' environment, and the sandbox for the
+        // status (the read back after the sync takes it from here).
+        let status = self
+            .runtime
+            .pod_sandbox_status(&id, false)
+            .await
+            .ok()
+            .and_then(|s| s.status);
+        let sandbox = status.as_ref().map(crate::runtime::sandbox_from_status);
+        let ip = match (&status, pod::host_network(pod)) {
+            (Some(st), false) => st
+                .network
+                .as_ref()
+                .map(|n| n.ip.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
         };
         info!(pod = %PodKey::of(pod), sandbox = %id, ip = %ip, "created pod sandbox");
-        Ok((id, ip))
+        Ok((id, ip, sandbox))
     }
 
     #[allow(clippy::too_many_arguments)]
