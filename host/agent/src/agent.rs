@@ -215,15 +215,22 @@ impl<R: CriRuntime + 'static> Agent<R> {
         self.sources.clone()
     }
 
+    /// `Ok` when the node is ready: the runtime answers and PLEG is healthy; otherwise
+    /// why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        match (self.runtime_state.ready(), self.health.check()) {
+            (true, Ok(())) => Ok(()),
+            (false, _) => Err(self.runtime_state.message()),
+            (_, Err(e)) => Err(e),
+        }
+    }
+
     /// The node object with its Ready condition.
     pub fn node_object(&self) -> k8s_openapi::api::core::v1::Node {
-        let (ready, message) = match (self.runtime_state.ready(), self.health.check()) {
-            (true, Ok(())) => (true, String::new()),
-            (false, _) => (false, self.runtime_state.message()),
-            (_, Err(e)) => (false, e),
-        };
+        let readiness = self.readiness();
+        let message = readiness.clone().err().unwrap_or_default();
         self.node
-            .object(ready, &message, &self.ctx.clock.now_rfc3339())
+            .object(readiness.is_ok(), &message, &self.ctx.clock.now_rfc3339())
     }
 
     /// Stops the agent's loops; pods keep running.

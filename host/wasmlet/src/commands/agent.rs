@@ -22,11 +22,15 @@ use wasmlet_agent::cgroups::PodCgroups;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::Admission;
+use wasmlet_cluster::node::NodeState;
 use wasmlet_cri::CriClient;
 use wasmlet_plugin_host::convert;
 
 use crate::config::Config;
 use crate::{http, plugins};
+
+/// The port the node reports as its kubelet endpoint (the kubelet's `port` default).
+const KUBELET_PORT: i32 = 10250;
 
 /// Arguments of `wasmlet up`.
 #[derive(Debug, Args)]
@@ -45,11 +49,17 @@ pub struct RunArgs {
     /// The configuration file (YAML; a KubeletConfiguration is accepted).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
+    /// Join the cluster this kubeconfig names (overrides the file's `kubeconfig`).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// `wasmlet run`.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let config = Config::load(&args.config)?;
+    let mut config = Config::load(&args.config)?;
+    if let Some(k) = args.kubeconfig {
+        config.kubeconfig = Some(k);
+    }
     let endpoint = config
         .runtime_endpoint
         .clone()
@@ -138,9 +148,11 @@ async fn run_agent(
     for dir in [&config.root_dir, &config.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    if let Some(k) = &config.kubeconfig {
-        warn!(kubeconfig = %k.display(), "cluster mode is not built yet: running standalone (static pods only)");
-    }
+    // Cluster mode: a kubeconfig that cannot be used stops the start, naming the file.
+    let cluster = match &config.kubeconfig {
+        Some(k) => Some(wasmlet_cluster::connect::client(k).await?),
+        None => None,
+    };
     let plugins_config = plugins::effective(&config)?;
     let loaded = Arc::new(plugins::load(&plugins_config).await?);
     let runtime = Arc::new(connect(&endpoint).await);
@@ -156,6 +168,12 @@ async fn run_agent(
         chain: loaded.chain.clone(),
         node,
     };
+    let node_facts = facts.clone();
+    let negotiated = &runtime.negotiated().version;
+    let runtime_version = format!(
+        "{}://{}",
+        negotiated.runtime_name, negotiated.runtime_version
+    );
     let options = AgentOptions {
         node: facts,
         root_dir: config.root_dir.clone(),
@@ -190,8 +208,27 @@ async fn run_agent(
     if let Some(dir) = own_containerd {
         tokio::spawn(supervise_containerd(agent.clone(), dir));
     }
+    let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
+    if let Some(client) = cluster {
+        info!(node = %node_facts.name, "cluster mode: registering the node, keeping its lease and status");
+        let version = runtime_version.clone();
+        let agent = agent.clone();
+        let state = move || NodeState {
+            not_ready: agent.readiness().err(),
+            runtime_version: version.clone(),
+            port: KUBELET_PORT,
+        };
+        tokio::spawn(wasmlet_cluster::node::run(
+            client,
+            node_facts,
+            Vec::new(),
+            state,
+            cluster_stopped,
+        ));
+    }
     shutdown_signal().await;
     info!("stopping (pods keep running; a restarted agent adopts them)");
+    let _ = stop_cluster.send(true);
     agent.shutdown().await;
     // Exit here: dropping the runtime would cancel plugin calls still in flight.
     std::process::exit(0)

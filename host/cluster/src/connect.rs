@@ -1,0 +1,21 @@
+//! A client for the API server named by a kubeconfig.
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::ClusterError;
+
+/// A client from the kubeconfig at `path` (its current context): token or client
+/// certificate auth, TLS verified against the cluster's CA as the file says.
+pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
+    let bad = |message: String| ClusterError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| bad(e.to_string()))
+}

@@ -1,0 +1,245 @@
+//! Cluster mode against the API server double: connecting through a kubeconfig, node
+//! registration and adoption, node status, the lease and its renewal through conflicts
+//! and an outage.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1 as k8s;
+use kube::Api;
+use kube::api::PostParams;
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cluster::{connect, lease, node};
+
+fn facts(name: &str) -> NodeFacts {
+    NodeFacts {
+        name: name.into(),
+        hostname: name.into(),
+        ip: "10.0.0.5".into(),
+        cpus: 2,
+        memory_bytes: 4 << 30,
+        ephemeral_storage_bytes: 50 << 30,
+        max_pods: 110,
+        labels: BTreeMap::from([("pool".to_string(), "wasm".to_string())]),
+    }
+}
+
+/// A kubeconfig naming the double, with a bearer token.
+fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+             users:\n- name: node\n  user:\n    token: node-token\ncontexts:\n- name: sim\n  \
+             context:\n    cluster: sim\n    user: node\ncurrent-context: sim\n"
+        ),
+    )
+    .expect("kubeconfig");
+    path
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-cluster-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+fn ready_status(f: &NodeFacts, now: &str) -> k8s::NodeStatus {
+    let state = node::NodeState {
+        not_ready: None,
+        runtime_version: "containerd://1.7.24".into(),
+        port: 10250,
+    };
+    node::status(
+        f,
+        &state,
+        &node::node_info(&state.runtime_version),
+        now,
+        None,
+    )
+}
+
+#[tokio::test]
+async fn a_node_registers_is_adopted_after_a_restart_and_reports_status() {
+    let sim = ApiServerSim::new();
+    let served = sim
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let dir = tempdir("register");
+    let client = connect::client(&kubeconfig(&dir, &served.url()))
+        .await
+        .expect("client");
+
+    let f = facts("node-a");
+    let wanted = node::object(&f, &[], ready_status(&f, "2026-11-22T10:00:00Z"));
+    let registered = node::register(&client, &wanted).await.expect("register");
+    let uid = registered.metadata.uid.clone().expect("uid");
+    let stored = sim.get("api/v1", "nodes", "", "node-a").expect("stored");
+    assert_eq!(stored["metadata"]["labels"]["pool"], "wasm");
+    assert_eq!(
+        stored["metadata"]["labels"]["kubernetes.io/hostname"],
+        "node-a"
+    );
+    // The status went through the status subresource.
+    let conditions = stored["status"]["conditions"]
+        .as_array()
+        .expect("conditions");
+    let ready = conditions
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("Ready");
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("True"), Some("KubeletReady"))
+    );
+    assert_eq!(
+        stored["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+        10250
+    );
+    assert_eq!(
+        stored["status"]["nodeInfo"]["containerRuntimeVersion"],
+        "containerd://1.7.24"
+    );
+
+    // The agent restarts with a new label: the same Node is adopted, not replaced.
+    let mut f2 = f.clone();
+    f2.labels.insert("rack".into(), "r1".into());
+    let again = node::object(&f2, &[], ready_status(&f2, "2026-11-22T10:05:00Z"));
+    let adopted = node::register(&client, &again).await.expect("adopt");
+    assert_eq!(adopted.metadata.uid.as_deref(), Some(uid.as_str()));
+    let stored = sim.get("api/v1", "nodes", "", "node-a").expect("stored");
+    assert_eq!(stored["metadata"]["labels"]["rack"], "r1");
+    let methods: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|(_, p)| p.starts_with("/api/v1/nodes"))
+        .map(|(m, p)| format!("{m} {p}"))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "POST /api/v1/nodes",
+            "PATCH /api/v1/nodes/node-a/status",
+            "POST /api/v1/nodes",
+            "PATCH /api/v1/nodes/node-a",
+            "PATCH /api/v1/nodes/node-a/status",
+        ]
+    );
+    served.stop();
+}
+
+#[tokio::test]
+async fn a_bad_kubeconfig_is_named() {
+    let dir = tempdir("bad");
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, "clusters: [oops").expect("write");
+    let Err(err) = connect::client(&path).await else {
+        panic!("a bad file makes no client")
+    };
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    let missing = dir.join("absent");
+    let Err(err) = connect::client(&missing).await else {
+        panic!("no file makes no client")
+    };
+    assert!(err.to_string().contains("absent"), "{err}");
+}
+
+#[tokio::test]
+async fn the_lease_is_created_renewed_through_conflicts_and_outages() {
+    let sim = ApiServerSim::new();
+    let served = sim
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let addr = served.addr;
+    let dir = tempdir("lease");
+    let client = connect::client(&kubeconfig(&dir, &served.url()))
+        .await
+        .expect("client");
+    let f = facts("node-b");
+    let registered = node::register(
+        &client,
+        &node::object(&f, &[], ready_status(&f, "2026-11-22T10:00:00Z")),
+    )
+    .await
+    .expect("register");
+
+    let mut heartbeat = lease::Heartbeat::new(client.clone(), "node-b", node::owner(&registered));
+    let first = heartbeat.renew().await.expect("create");
+    let spec = first.spec.clone().expect("spec");
+    assert_eq!(spec.holder_identity.as_deref(), Some("node-b"));
+    assert_eq!(spec.lease_duration_seconds, Some(40));
+    let owner = &first.metadata.owner_references.clone().expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Node", "node-b")
+    );
+
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = heartbeat.renew().await.expect("renew");
+    assert_ne!(
+        second.spec.as_ref().and_then(|s| s.renew_time.clone()),
+        spec.renew_time
+    );
+    assert_ne!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+
+    // Someone else writes the lease: the next renewal conflicts, reads it again, wins.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), lease::NAMESPACE);
+    let mut other = second.clone();
+    other.spec.as_mut().expect("spec").holder_identity = Some("someone-else".into());
+    leases
+        .replace("node-b", &PostParams::default(), &other)
+        .await
+        .expect("other writer");
+    let third = heartbeat.renew().await.expect("renew after a conflict");
+    assert_eq!(
+        third.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-b")
+    );
+    let conflicts = sim
+        .requests()
+        .iter()
+        .filter(|(m, p)| m == "GET" && p.ends_with("/leases/node-b"))
+        .count();
+    assert_eq!(
+        conflicts, 2,
+        "one read to create it, one after the conflict"
+    );
+
+    // The API server goes away for a while; the heartbeat keeps trying and renews as
+    // soon as it is back.
+    served.stop();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(lease::Heartbeat::new(client.clone(), "node-b", None).run(stopped));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before = sim.requests().len();
+    let served = sim.serve(addr).await.expect("serve again");
+    let back = tokio::time::Instant::now();
+    loop {
+        let renewed = sim.requests()[before..]
+            .iter()
+            .any(|(m, p)| m == "PUT" && p.ends_with("/leases/node-b"));
+        if renewed {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "not renewed after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    task.await.expect("heartbeat stops");
+    served.stop();
+}

@@ -1,0 +1,185 @@
+//! `wasmlet run --kubeconfig` against the API server double, each agent on a simulator
+//! of its own: the node registers and reports Ready, its lease is kept, several agents
+//! with their own names share one API server (hollow nodes), and an unusable kubeconfig
+//! stops the start with the file named.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cri_sim::{SimServer, Simulator};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("wasmlet-cluster-sim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+             users:\n- name: node\n  user:\n    token: t\ncontexts:\n- name: sim\n  context:\n    \
+             cluster: sim\n    user: node\ncurrent-context: sim\n"
+        ),
+    )
+    .expect("kubeconfig");
+    path
+}
+
+/// Starts `wasmlet run` as node `name` on the runtime at `endpoint`.
+fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "nodeName: {name}\ncontainerRuntimeEndpoint: {endpoint}\nstaticPodPath: {}\n\
+             healthzPort: 0\nreadOnlyPort: 0\nrootDir: {}\ncgroupsPerQOS: false\n",
+            manifests.display(),
+            dir.join("root").display()
+        ),
+    )
+    .expect("config");
+    let plugins = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+    let log = dir.join("agent.log");
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start wasmlet run");
+    Agent { child, log }
+}
+
+fn ready(node: &Value) -> bool {
+    node["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hollow_nodes_register_ready_and_keep_their_leases() {
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let top = tempdir("hollow");
+    let config = kubeconfig(&top, &served.url());
+    let mut runtimes = Vec::new();
+    let mut agents = Vec::new();
+    for i in 1..=3 {
+        let dir = top.join(format!("node-{i}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+            .await
+            .expect("simulator");
+        agents.push(start(
+            &dir,
+            &format!("hollow-{i}"),
+            &runtime.endpoint(),
+            &config,
+        ));
+        runtimes.push(runtime);
+    }
+    // Every node shows Ready within 15 s, with a lease held by itself.
+    let started = Instant::now();
+    for i in 1..=3 {
+        let name = format!("hollow-{i}");
+        loop {
+            let node = api.get("api/v1", "nodes", "", &name);
+            let lease = api.get(
+                "apis/coordination.k8s.io/v1",
+                "leases",
+                "kube-node-lease",
+                &name,
+            );
+            if let (Some(node), Some(lease)) = (node, lease)
+                && ready(&node)
+            {
+                assert_eq!(lease["spec"]["holderIdentity"], name.as_str());
+                assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+                assert!(node["metadata"]["labels"]["kubernetes.io/hostname"].is_string());
+                assert!(
+                    node["status"]["nodeInfo"]["containerRuntimeVersion"]
+                        .as_str()
+                        .is_some_and(|v| v.contains("://")),
+                    "{node}"
+                );
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{name} not Ready with a lease after 15 s\n{}",
+                std::fs::read_to_string(&agents[i - 1].log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    eprintln!("3 hollow nodes Ready after {:?}", started.elapsed());
+    // The leases are renewed (every 10 s).
+    let renew_time = |name: &str| {
+        api.get(
+            "apis/coordination.k8s.io/v1",
+            "leases",
+            "kube-node-lease",
+            name,
+        )
+        .map(|l| l["spec"]["renewTime"].clone())
+    };
+    let before = renew_time("hollow-1");
+    let waited = Instant::now();
+    while renew_time("hollow-1") == before {
+        assert!(
+            waited.elapsed() < Duration::from_secs(15),
+            "lease not renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(agents);
+    for r in runtimes {
+        r.stop().await;
+    }
+    served.stop();
+}
+
+#[test]
+fn an_unusable_kubeconfig_stops_the_start_naming_the_file() {
+    let dir = tempdir("badkube");
+    let bad = dir.join("kubeconfig");
+    std::fs::write(&bad, "clusters: [unclosed").expect("write");
+    let mut agent = start(&dir, "bad", "unix:///nonexistent.sock", &bad);
+    let status = agent.child.wait().expect("exits");
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
+    assert!(log.contains(&bad.display().to_string()), "{log}");
+}
