@@ -113,6 +113,19 @@ impl ApiServerSim {
     }
 }
 
+/// Writes a kubeconfig at `path` naming the double at `url` (its current context, a
+/// bearer token the double accepts like any other), for clients under test.
+pub fn write_kubeconfig(path: &std::path::Path, url: &str) -> std::io::Result<()> {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+             users:\n- name: node\n  user:\n    token: node-token\ncontexts:\n- name: sim\n  \
+             context:\n    cluster: sim\n    user: node\ncurrent-context: sim\n"
+        ),
+    )
+}
+
 /// The parts of a request path.
 struct Target {
     prefix: String,

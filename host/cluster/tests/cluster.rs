@@ -26,18 +26,10 @@ fn facts(name: &str) -> NodeFacts {
     }
 }
 
-/// A kubeconfig naming the double, with a bearer token.
+/// A kubeconfig naming the double.
 fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
-             users:\n- name: node\n  user:\n    token: node-token\ncontexts:\n- name: sim\n  \
-             context:\n    cluster: sim\n    user: node\ncurrent-context: sim\n"
-        ),
-    )
-    .expect("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&path, url).expect("kubeconfig");
     path
 }
 
