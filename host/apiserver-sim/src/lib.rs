@@ -9,6 +9,11 @@
 //!   `resourceVersion`, `creationTimestamp` (and `generateName`).
 //! - get, list (`fieldSelector` with `=`, `==`, `!=` on dotted paths, e.g.
 //!   `spec.nodeName=node-a`; the list carries the store's `resourceVersion`).
+//! - watch (`?watch=true`): from a `resourceVersion` (the changes after it, then live
+//!   ones) or from now (every current object as ADDED first), filtered by the field
+//!   selector, ended by `timeoutSeconds`; a `resourceVersion` older than the kept history
+//!   ([`ApiServerSim::compact`]) gets an ERROR event with a 410 `Expired` Status;
+//!   [`ApiServerSim::end_watches`] drops every open watch.
 //! - replace (`PUT`) and patch (`PATCH`, merge and strategic-merge treated as JSON merge
 //!   patch): `409 Conflict` when the body names a `resourceVersion` that is not the
 //!   current one; the `status` subresource changes only `status`, the main resource
@@ -35,14 +40,47 @@ use serde_json::{Map, Value, json};
 /// resource (`pods`), namespace (empty for cluster-scoped), name.
 type Key = (String, String, String, String);
 
-#[derive(Default)]
+/// One change, as watches see it.
+#[derive(Debug, Clone)]
+struct Event {
+    rv: u64,
+    kind: &'static str,
+    key: Key,
+    object: Value,
+}
+
 struct Store {
     /// The last resourceVersion handed out.
     rv: u64,
     objects: BTreeMap<Key, Value>,
+    /// Changes kept for watches that resume from a resourceVersion; those older than
+    /// `oldest` are compacted away (a watch from before it gets 410 Gone).
+    events: std::collections::VecDeque<Event>,
+    oldest: u64,
+    /// Live changes for open watches.
+    changes: tokio::sync::broadcast::Sender<Event>,
+    /// Bumped to end every open watch (as when the API server drops connections).
+    epoch: tokio::sync::watch::Sender<u64>,
     /// Requests served, by method and path (no query), for tests counting calls.
     requests: Vec<(String, String)>,
 }
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            rv: 0,
+            objects: BTreeMap::new(),
+            events: std::collections::VecDeque::new(),
+            oldest: 0,
+            changes: tokio::sync::broadcast::channel(4096).0,
+            epoch: tokio::sync::watch::channel(0).0,
+            requests: Vec::new(),
+        }
+    }
+}
+
+/// How many changes are kept for resuming watches.
+const EVENT_LOG: usize = 10_000;
 
 /// The double, shared by its server and the tests that look inside it.
 #[derive(Clone, Default)]
@@ -106,6 +144,19 @@ impl ApiServerSim {
     /// Every request served so far: (method, path).
     pub fn requests(&self) -> Vec<(String, String)> {
         self.lock().requests.clone()
+    }
+
+    /// Forgets the change log (as etcd compaction does): a watch resuming from any
+    /// resourceVersion before now gets `410 Gone` and must list again.
+    pub fn compact(&self) {
+        let mut store = self.lock();
+        store.events.clear();
+        store.oldest = store.rv;
+    }
+
+    /// Ends every open watch (the connection closes, as when the API server restarts).
+    pub fn end_watches(&self) {
+        self.lock().epoch.send_modify(|e| *e += 1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
@@ -300,6 +351,23 @@ impl Store {
         self.rv.to_string()
     }
 
+    /// Records a change at the current resourceVersion for watches.
+    fn emit(&mut self, kind: &'static str, key: &Key, object: &Value) {
+        let event = Event {
+            rv: self.rv,
+            kind,
+            key: key.clone(),
+            object: object.clone(),
+        };
+        if self.events.len() >= EVENT_LOG
+            && let Some(dropped) = self.events.pop_front()
+        {
+            self.oldest = dropped.rv;
+        }
+        self.events.push_back(event.clone());
+        let _ = self.changes.send(event);
+    }
+
     fn create(
         &mut self,
         prefix: &str,
@@ -355,7 +423,8 @@ impl Store {
             m.insert("resourceVersion".into(), json!(rv));
             m.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
-        self.objects.insert(key, object.clone());
+        self.objects.insert(key.clone(), object.clone());
+        self.emit("ADDED", &key, &object);
         Ok(object)
     }
 
@@ -406,6 +475,7 @@ impl Store {
         }
         stored["metadata"]["resourceVersion"] = json!(self.next_rv());
         self.objects.insert(key.clone(), stored.clone());
+        self.emit("MODIFIED", key, &stored);
         Ok(stored)
     }
 
@@ -456,10 +526,13 @@ impl Store {
             marked["metadata"]["deletionGracePeriodSeconds"] = json!(shorter);
             marked["metadata"]["resourceVersion"] = json!(self.next_rv());
             self.objects.insert(key.clone(), marked.clone());
+            self.emit("MODIFIED", key, &marked);
             return Ok(marked);
         }
         self.objects.remove(key);
-        self.next_rv();
+        let mut gone = old.clone();
+        gone["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.emit("DELETED", key, &gone);
         Ok(old)
     }
 }
@@ -520,7 +593,9 @@ async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
             name.to_owned(),
         )
     };
+    let watching = matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
     match (method, t.name.as_deref()) {
+        (Method::GET, None) if watching => watch(&mut store, &t, &query),
         (Method::GET, None) => {
             let selector = query_param(&query, "fieldSelector").unwrap_or_default();
             let items: Vec<Value> = store
@@ -613,6 +688,105 @@ async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
             format!("{m} is not supported on {path}"),
         )),
     }
+}
+
+/// A watch: newline-delimited `{"type": ..., "object": ...}` events, from the changes
+/// after `resourceVersion` (or, without one, every current object as ADDED), then live
+/// ones, until `timeoutSeconds` or [`ApiServerSim::end_watches`]. A resourceVersion older
+/// than the change log gets one ERROR event with a 410 `Expired` Status, as the API
+/// server answers.
+fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
+    let selector = query_param(query, "fieldSelector").unwrap_or_default();
+    let from = query_param(query, "resourceVersion").unwrap_or_default();
+    let timeout = query_param(query, "timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1800);
+    let ours = {
+        let (prefix, resource, ns) = (t.prefix.clone(), t.resource.clone(), t.ns.clone());
+        let selector = selector.clone();
+        move |e: &Event| {
+            e.key.0 == prefix
+                && e.key.1 == resource
+                && (ns.is_empty() || e.key.2 == ns)
+                && selects(&e.object, &selector)
+        }
+    };
+    let line = |kind: &str, object: &Value| {
+        let mut text = json!({"type": kind, "object": object}).to_string();
+        text.push('\n');
+        Bytes::from(text)
+    };
+    let mut first: Vec<Bytes> = Vec::new();
+    let after = store.rv;
+    match from.parse::<u64>() {
+        Ok(rv) if rv > 0 => {
+            if rv < store.oldest {
+                let gone = status(
+                    410,
+                    "Expired",
+                    format!("too old resource version: {rv} ({})", store.oldest),
+                );
+                let body = line("ERROR", &gone);
+                return (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+                    .into_response();
+            }
+            for e in store.events.iter().filter(|e| e.rv > rv && ours(e)) {
+                first.push(line(e.kind, &e.object));
+            }
+        }
+        _ => {
+            for (key, object) in &store.objects {
+                let e = Event {
+                    rv: 0,
+                    kind: "ADDED",
+                    key: key.clone(),
+                    object: object.clone(),
+                };
+                if ours(&e) {
+                    first.push(line("ADDED", object));
+                }
+            }
+        }
+    }
+    let mut live = store.changes.subscribe();
+    let mut epoch = store.epoch.subscribe();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
+    tokio::spawn(async move {
+        for b in first {
+            if tx.send(Ok(b)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(std::time::Duration::from_secs(timeout));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                () = &mut deadline => return,
+                _ = epoch.changed() => return,
+                got = live.recv() => match got {
+                    Ok(e) if e.rv > after && ours(&e) => {
+                        if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    // Fell behind: end the watch; the client resumes or relists.
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -235,3 +235,95 @@ async fn the_lease_is_created_renewed_through_conflicts_and_outages() {
     task.await.expect("heartbeat stops");
     served.stop();
 }
+
+/// The double's watch as kube's watcher uses it: the initial list, live changes, a
+/// broken connection resumed, and a compacted history (410 Gone) answered by a relist.
+#[tokio::test]
+async fn kubes_watcher_follows_the_doubles_pods_through_breaks_and_410() {
+    use kube::runtime::watcher::{self, Event};
+    use tokio_stream::StreamExt;
+
+    let sim = ApiServerSim::new();
+    let served = sim
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let dir = tempdir("watch");
+    let client = connect::client(&kubeconfig(&dir, &served.url()))
+        .await
+        .expect("client");
+    let pod = |name: &str, node: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        })
+    };
+    sim.create("api/v1", "pods", pod("mine-1", "node-w"))
+        .expect("create");
+    sim.create("api/v1", "pods", pod("theirs", "node-x"))
+        .expect("create");
+    let pods: Api<k8s::Pod> = Api::all(client.clone());
+    let mut events = Box::pin(watcher::watcher(
+        pods,
+        watcher::Config::default().fields("spec.nodeName=node-w"),
+    ));
+    let mut next_raw = async || {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event in time")
+            .expect("stream goes on")
+    };
+    let name = |p: &k8s::Pod| p.metadata.name.clone().unwrap_or_default();
+    assert!(matches!(next_raw().await.expect("no error"), Event::Init));
+    match next_raw().await.expect("no error") {
+        Event::InitApply(p) => assert_eq!(name(&p), "mine-1"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        next_raw().await.expect("no error"),
+        Event::InitDone
+    ));
+
+    // A pod bound to the node appears; one bound elsewhere does not.
+    sim.create("api/v1", "pods", pod("elsewhere", "node-x"))
+        .expect("create");
+    sim.create("api/v1", "pods", pod("mine-2", "node-w"))
+        .expect("create");
+    match next_raw().await.expect("no error") {
+        Event::Apply(p) => assert_eq!(name(&p), "mine-2"),
+        other => panic!("{other:?}"),
+    }
+
+    // The connection breaks: the watcher resumes from where it was, missing nothing.
+    sim.end_watches();
+    sim.create("api/v1", "pods", pod("mine-3", "node-w"))
+        .expect("create");
+    match next_raw().await.expect("no error") {
+        Event::Apply(p) => assert_eq!(name(&p), "mine-3"),
+        other => panic!("{other:?}"),
+    }
+
+    // More changes (none for this node), the history compacted past them and the
+    // connection broken again: resuming is 410 Gone, so it lists again.
+    sim.create("api/v1", "pods", pod("elsewhere-2", "node-x"))
+        .expect("create");
+    sim.compact();
+    sim.end_watches();
+    match next_raw().await {
+        Err(watcher::Error::WatchError(status)) => assert_eq!(status.code, 410, "{status:?}"),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    assert!(matches!(next_raw().await.expect("no error"), Event::Init));
+    let mut relisted = Vec::new();
+    loop {
+        match next_raw().await.expect("no error") {
+            Event::InitApply(p) => relisted.push(name(&p)),
+            Event::InitDone => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    relisted.sort();
+    assert_eq!(relisted, ["mine-1", "mine-2", "mine-3"]);
+    served.stop();
+}
