@@ -189,25 +189,10 @@ async fn simulator(n: usize) {
     }
     let all_running = started.elapsed();
 
-    // Relist of this many containers: a second PLEG on the same runtime, warmed once.
-    let cache = Arc::new(wasmlet_agent::cache::PodCache::new());
-    let mut pleg = Pleg::new(
-        sim.clone(),
-        &node,
-        cache,
-        Arc::new(EventQueue::new()),
-        Arc::new(Health::default()),
-    );
-    pleg.relist().await.expect("relist");
+    // Relist of this many containers: a second PLEG on the same runtime, in process,
+    // then over the CRI socket (the simulator served as `wasmlet-cri-sim` serves it).
     let rounds = if smoke() { 3 } else { 100 };
-    let mut samples = Vec::new();
-    for _ in 0..rounds {
-        let t = Instant::now();
-        pleg.relist().await.expect("relist");
-        samples.push(t.elapsed());
-    }
-    let relist = Samples::new(samples);
-    // The same relist over the CRI socket, the simulator served as `wasmlet-cri-sim` serves it.
+    let relist = relist_times(sim.clone(), &node, rounds).await;
     let socket = std::env::temp_dir().join(format!("wasmlet-bench-relist-{n}.sock"));
     let server = wasmlet_cri_sim::SimServer::serve((*sim).clone(), &socket)
         .await
@@ -217,22 +202,7 @@ async fn simulator(n: usize) {
             .await
             .expect("connect"),
     );
-    let mut pleg = Pleg::new(
-        client,
-        &node,
-        Arc::new(wasmlet_agent::cache::PodCache::new()),
-        Arc::new(EventQueue::new()),
-        Arc::new(Health::default()),
-    );
-    pleg.relist().await.expect("relist");
-    let mut samples = Vec::new();
-    for _ in 0..rounds {
-        let t = Instant::now();
-        pleg.relist().await.expect("relist");
-        samples.push(t.elapsed());
-    }
-    let relist_socket = Samples::new(samples);
-    drop(pleg);
+    let relist_socket = relist_times(client, &node, rounds).await;
     server.stop().await;
 
     // Idle: every pod running, nothing changing.
@@ -256,6 +226,30 @@ async fn simulator(n: usize) {
         rss_mb(),
     );
     agent.shutdown().await;
+}
+
+/// How long `rounds` relists of `node`'s objects take, through a fresh PLEG on
+/// `runtime` (warmed by one relist first).
+async fn relist_times<R: CriRuntime + 'static>(
+    runtime: Arc<R>,
+    node: &str,
+    rounds: usize,
+) -> Samples {
+    let mut pleg = Pleg::new(
+        runtime,
+        node,
+        Arc::new(wasmlet_agent::cache::PodCache::new()),
+        Arc::new(EventQueue::new()),
+        Arc::new(Health::default()),
+    );
+    pleg.relist().await.expect("relist");
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        pleg.relist().await.expect("relist");
+        samples.push(t.elapsed());
+    }
+    Samples::new(samples)
 }
 
 /// The bare CRI sequence for `n` pods, one task per pod: the least any agent can take.

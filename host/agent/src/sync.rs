@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::pleg;
 use crate::pod::{self, PodKey};
 use crate::prober::{Checker, CriExec, Prober};
-use crate::runtime::{PodRuntime, State};
+use crate::runtime::{PodRuntime, Sandbox, State};
 use crate::status::Waiting;
 use crate::statuses::{self, StatusManager};
 use crate::time::Clock;
@@ -109,7 +109,7 @@ struct Touched {
     /// Sandboxes.
     sandboxes: Vec<String>,
     /// Sandboxes read already (a new sandbox's status, read for its IP).
-    read: Vec<crate::runtime::Sandbox>,
+    read: Vec<Sandbox>,
 }
 
 fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
@@ -211,15 +211,19 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 }),
             ));
         }
-        let mut sandboxes = Vec::new();
-        for id in &touched.sandboxes {
-            sandboxes.push((
-                id,
-                self.runtime
-                    .pod_sandbox_status(id, false)
-                    .await
-                    .map(|r| r.status.as_ref().map(crate::runtime::sandbox_from_status)),
-            ));
+        // Sandboxes read during the work already, then the others.
+        let mut sandboxes: Vec<(String, wasmlet_cri::runtime::Result<Option<Sandbox>>)> = touched
+            .read
+            .into_iter()
+            .map(|s| (s.id.clone(), Ok(Some(s))))
+            .collect();
+        for id in touched.sandboxes {
+            let read = self
+                .runtime
+                .pod_sandbox_status(&id, false)
+                .await
+                .map(|r| r.status.as_ref().map(crate::runtime::sandbox_from_status));
+            sandboxes.push((id, read));
         }
         let mut rt = self
             .cache
@@ -245,20 +249,14 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 _ => {}
             }
         }
-        for sandbox in touched.read {
-            match rt.sandboxes.iter_mut().find(|s| s.id == sandbox.id) {
-                Some(s) => *s = sandbox,
-                None => rt.sandboxes.push(sandbox),
-            }
-        }
         for (id, read) in sandboxes {
             match read {
-                Ok(Some(sandbox)) => match rt.sandboxes.iter_mut().find(|s| &s.id == id) {
+                Ok(Some(sandbox)) => match rt.sandboxes.iter_mut().find(|s| s.id == id) {
                     Some(s) => *s = sandbox,
                     None => rt.sandboxes.push(sandbox),
                 },
                 Err(e) if e.kind() == wasmlet_cri::ErrorKind::NotFound => {
-                    rt.sandboxes.retain(|s| &s.id != id);
+                    rt.sandboxes.retain(|s| s.id != id);
                 }
                 _ => {}
             }
@@ -376,7 +374,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         &self,
         pod: &k8s::Pod,
         config: &proto::PodSandboxConfig,
-    ) -> Result<(String, String, Option<crate::runtime::Sandbox>), String> {
+    ) -> Result<(String, String, Option<Sandbox>), String> {
         let _ = std::fs::create_dir_all(&config.log_directory);
         if let Some(cgroups) = &self.node.pod_cgroups {
             // The kubelet's words when its pod cgroup cannot be made.
