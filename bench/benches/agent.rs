@@ -65,6 +65,7 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         relist_period: Duration::from_secs(1),
         sources,
         pod_cgroups: None,
+        events: None,
     }
 }
 

@@ -19,6 +19,7 @@ use wasmlet_plugin_host::kinds::PodSources;
 use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
+use crate::events::{LogRecorder, Recorder};
 use crate::metrics::Metrics;
 use crate::node::NodeFacts;
 use crate::pleg::{EventQueue, Health, Pleg};
@@ -49,6 +50,8 @@ pub struct AgentOptions {
     pub sources: Vec<String>,
     /// Pod-level cgroups (`podPidsLimit`); `None` leaves pods where the runtime puts them.
     pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
+    /// Where events go; `None` writes them to the log.
+    pub events: Option<Arc<dyn Recorder>>,
 }
 
 /// The runtime's state as the agent last saw it.
@@ -125,6 +128,10 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pod_cgroups: options.pod_cgroups.clone(),
         };
         let metrics = Arc::new(Metrics::default());
+        let events: Arc<dyn Recorder> = options
+            .events
+            .clone()
+            .unwrap_or_else(|| Arc::new(LogRecorder));
         let cache = Arc::new(PodCache::new());
         let probe_updates = Arc::new(PodQueue::new());
         let prober = Arc::new(Prober::new(
@@ -133,6 +140,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             probe_updates.clone(),
             clock,
             &node.host_ip,
+            events.clone(),
         ));
         let ctx = Arc::new(SyncContext {
             runtime: runtime.clone(),
@@ -151,6 +159,8 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pull_backoff: Mutex::new(Backoff::default()),
             metrics: metrics.clone(),
             first_relist: tokio::sync::watch::Sender::new(false),
+            events,
+            sources_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);
@@ -213,6 +223,11 @@ impl<R: CriRuntime + 'static> Agent<R> {
     /// Where sources send their sets.
     pub fn sources(&self) -> mpsc::Sender<SourceSet> {
         self.sources.clone()
+    }
+
+    /// Whether every pod source has reported its pods at least once.
+    pub fn sources_ready(&self) -> bool {
+        self.ctx.sources_ready.load(Ordering::Relaxed)
     }
 
     /// `Ok` when the node is ready: the runtime answers and PLEG is healthy; otherwise

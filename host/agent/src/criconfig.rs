@@ -43,8 +43,28 @@ pub struct NodeContext {
 /// Why a container's configuration could not be made: the kubelet's
 /// `CreateContainerConfigError`, with a message naming what is missing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+#[error("{message}")]
+pub struct ConfigError {
+    /// What is wrong.
+    pub message: String,
+    /// Whether a volume could not be prepared (the kubelet's `FailedMount`).
+    pub volume: bool,
+}
+
+impl ConfigError {
+    /// An error about the container's configuration.
+    pub fn new(message: String) -> Self {
+        ConfigError {
+            message,
+            volume: false,
+        }
+    }
+
+    /// Whether a volume could not be prepared.
+    pub fn is_volume(&self) -> bool {
+        self.volume
+    }
+}
 
 /// The masked paths the kubelet gives unprivileged containers.
 const MASKED_PATHS: [&str; 11] = [
@@ -308,7 +328,7 @@ fn resource_ref(
     let (which, name) = r
         .resource
         .split_once('.')
-        .ok_or_else(|| ConfigError(format!("{field}: unsupported resource {}", r.resource)))?;
+        .ok_or_else(|| ConfigError::new(format!("{field}: unsupported resource {}", r.resource)))?;
     let list = if which == "limits" {
         res.limits
     } else {
@@ -321,7 +341,7 @@ fn resource_ref(
         .unwrap_or(0);
     let divisor = match &r.divisor {
         Some(d) => parse_quantity(&d.0, scale)
-            .map_err(|e| ConfigError(format!("{field}.divisor: {e}")))?
+            .map_err(|e| ConfigError::new(format!("{field}.divisor: {e}")))?
             .max(1),
         None => divisor_default,
     };
@@ -341,12 +361,15 @@ fn environment(
         if let Some(r) = &from.config_map_ref
             && !r.optional.unwrap_or(false)
         {
-            return Err(ConfigError(format!("configmap \"{}\" not found", r.name)));
+            return Err(ConfigError::new(format!(
+                "configmap \"{}\" not found",
+                r.name
+            )));
         }
         if let Some(r) = &from.secret_ref
             && !r.optional.unwrap_or(false)
         {
-            return Err(ConfigError(format!("secret \"{}\" not found", r.name)));
+            return Err(ConfigError::new(format!("secret \"{}\" not found", r.name)));
         }
     }
     for (i, e) in c.env.iter().flatten().enumerate() {
@@ -356,7 +379,7 @@ fn environment(
             (None, Some(from)) => {
                 if let Some(f) = &from.field_ref {
                     field_ref(pod, &f.field_path, pod_ip, ctx).ok_or_else(|| {
-                        ConfigError(format!("{field}: unsupported fieldRef {}", f.field_path))
+                        ConfigError::new(format!("{field}: unsupported fieldRef {}", f.field_path))
                     })?
                 } else if let Some(r) = &from.resource_field_ref {
                     resource_ref(c, r, &field)?
@@ -364,12 +387,15 @@ fn environment(
                     if r.optional.unwrap_or(false) {
                         continue;
                     }
-                    return Err(ConfigError(format!("configmap \"{}\" not found", r.name)));
+                    return Err(ConfigError::new(format!(
+                        "configmap \"{}\" not found",
+                        r.name
+                    )));
                 } else if let Some(r) = &from.secret_key_ref {
                     if r.optional.unwrap_or(false) {
                         continue;
                     }
-                    return Err(ConfigError(format!("secret \"{}\" not found", r.name)));
+                    return Err(ConfigError::new(format!("secret \"{}\" not found", r.name)));
                 } else {
                     String::new()
                 }
@@ -492,7 +518,7 @@ fn mounts(
     let mut out = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
-            return Err(ConfigError(format!(
+            return Err(ConfigError::new(format!(
                 "volume \"{}\" is not defined in the pod",
                 m.name
             )));
@@ -500,31 +526,31 @@ fn mounts(
         let host: PathBuf = if v.empty_dir.is_some() {
             let dir = empty_dir_path(pod, ctx, &v.name);
             std::fs::create_dir_all(&dir).map_err(|e| {
-                ConfigError(format!("volume \"{}\": {}: {e}", v.name, dir.display()))
+                ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, dir.display()))
             })?;
             dir
         } else if let Some(hp) = &v.host_path {
             let path = PathBuf::from(&hp.path);
             match hp.type_.as_deref().unwrap_or("") {
                 "DirectoryOrCreate" => std::fs::create_dir_all(&path).map_err(|e| {
-                    ConfigError(format!("volume \"{}\": {}: {e}", v.name, path.display()))
+                    ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, path.display()))
                 })?,
                 "FileOrCreate" if !path.exists() => {
                     if let Some(parent) = path.parent() {
                         let _ = std::fs::create_dir_all(parent);
                     }
                     std::fs::write(&path, b"").map_err(|e| {
-                        ConfigError(format!("volume \"{}\": {}: {e}", v.name, path.display()))
+                        ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, path.display()))
                     })?;
                 }
                 "Directory" if !path.is_dir() => {
-                    return Err(ConfigError(format!(
+                    return Err(ConfigError::new(format!(
                         "hostPath type check failed: {} is not a directory",
                         path.display()
                     )));
                 }
                 "File" if !path.is_file() => {
-                    return Err(ConfigError(format!(
+                    return Err(ConfigError::new(format!(
                         "hostPath type check failed: {} is not a file",
                         path.display()
                     )));
@@ -533,14 +559,14 @@ fn mounts(
             }
             path
         } else {
-            return Err(ConfigError(format!(
+            return Err(ConfigError::new(format!(
                 "volume \"{}\": only emptyDir and hostPath volumes are supported on this node",
                 v.name
             )));
         };
         let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             Some(sub) if sub.split('/').any(|p| p == "..") => {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::new(format!(
                     "volumeMounts \"{}\": subPath {sub} must not contain '..'",
                     m.name
                 )));
@@ -593,7 +619,7 @@ pub fn container_config(
 ) -> Result<proto::ContainerConfig, ConfigError> {
     let env = environment(pod, c, pod_ip, ctx)?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
-    let mut mounts = mounts(pod, c, ctx)?;
+    let mut mounts = mounts(pod, c, ctx).map_err(|e| ConfigError { volume: true, ..e })?;
     let message_path = c
         .termination_message_path
         .clone()
@@ -602,7 +628,7 @@ pub fn container_config(
     if let Some(dir) = message_file.parent() {
         std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(&message_file, b""))
-            .map_err(|e| ConfigError(format!("{}: {e}", message_file.display())))?;
+            .map_err(|e| ConfigError::new(format!("{}: {e}", message_file.display())))?;
     }
     mounts.push(proto::Mount {
         container_path: message_path.clone(),

@@ -23,7 +23,8 @@
 //! - [`sync`] — syncPod, terminate, cleanup, images, hooks, garbage collection.
 //! - [`workers`] — one task per pod, and the queue of pods whose sync is due.
 //! - [`prober`] — probe workers checking through the probe-handler plugins.
-//! - [`statuses`] — the status manager behind `GET /pods`.
+//! - [`statuses`] — the status manager behind `GET /pods` and the API server.
+//! - [`events`] — events about pods in the kubelet's reasons, to a recorder.
 //! - [`syncloop`] — the loop, one handler per input.
 //! - [`sources`] — the pod-source plugins polled, and on directory changes.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
@@ -34,6 +35,7 @@ pub mod backoff;
 pub mod cache;
 pub mod cgroups;
 pub mod criconfig;
+pub mod events;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node;

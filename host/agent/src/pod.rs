@@ -16,6 +16,10 @@ pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_ORIGIN_ANNOTATION: &str = "wasmlet.io/config.origin";
 /// Annotation: when the agent first saw the pod (RFC 3339).
 pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// Annotation a mirror pod carries: the config hash of the static pod it mirrors.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The source of pods bound to the node through the API server.
+pub const API_SOURCE: &str = "api";
 /// Annotation prefix selecting a custom probe: `probe.wasmlet.io/<container>.<probe>`
 /// (`<probe>` is `livenessProbe`, `readinessProbe` or `startupProbe`) set to
 /// `<kind> [key=value …]` makes that probe a check of the custom kind `<kind>`, by the
@@ -116,13 +120,62 @@ pub fn host_network(pod: &k8s::Pod) -> bool {
         .unwrap_or(false)
 }
 
-/// The pod's `terminationGracePeriodSeconds` (30 unless set; never negative).
+/// The pod's grace period: `deletionGracePeriodSeconds` once the API server deletes it,
+/// otherwise `terminationGracePeriodSeconds` (30 unless set); never negative.
 pub fn grace_seconds(pod: &k8s::Pod) -> i64 {
-    pod.spec
+    let deleting = pod
+        .metadata
+        .deletion_timestamp
         .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
+        .and(pod.metadata.deletion_grace_period_seconds);
+    deleting
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
         .unwrap_or(DEFAULT_GRACE_SECONDS)
         .max(0)
+}
+
+/// The source a pod came from (its `kubernetes.io/config.source`).
+pub fn source(pod: &k8s::Pod) -> &str {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .map_or("", String::as_str)
+}
+
+/// Whether the pod came from a file, URL or plugin rather than the API server: the
+/// API server knows it only through its mirror pod.
+pub fn is_static(pod: &k8s::Pod) -> bool {
+    let s = source(pod);
+    !s.is_empty() && s != API_SOURCE
+}
+
+/// Whether the pod is a mirror pod (the API server's copy of a static pod).
+pub fn is_mirror(pod: &k8s::Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
+/// Whether the API server is deleting the pod (it has a deletion timestamp).
+pub fn is_deleted(pod: &k8s::Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Makes `pod`, as the API server sent it, the pod the agent runs: the defaults it
+/// would have filled in and the source annotation. Its name and UID are the API
+/// server's.
+pub fn make_api(pod: &mut k8s::Pod) {
+    apply_defaults(pod);
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONFIG_SOURCE_ANNOTATION.into(), API_SOURCE.into());
 }
 
 /// The pod's app containers.

@@ -96,15 +96,27 @@ pub struct Merged {
     pub problems: Vec<Problem>,
 }
 
-/// The pod without what the agent itself writes (`config.seen`) and its status: what
-/// decides between UPDATE and RECONCILE.
-fn spec_view(pod: &k8s::Pod) -> (k8s::Pod, Option<k8s::PodStatus>) {
-    let mut p = pod.clone();
-    if let Some(a) = p.metadata.annotations.as_mut() {
+/// What decides between UPDATE and RECONCILE, as the kubelet compares pods: the spec,
+/// labels, annotations (less `config.seen`, which the agent writes) and the deletion
+/// fields; then the status. Resource versions and other server fields do not count.
+fn spec_view(pod: &k8s::Pod) -> (k8s::Pod, Option<&k8s::PodStatus>) {
+    let m = &pod.metadata;
+    let mut annotations = m.annotations.clone();
+    if let Some(a) = annotations.as_mut() {
         a.remove(pod::CONFIG_SEEN_ANNOTATION);
     }
-    let status = p.status.take();
-    (p, status)
+    let view = k8s::Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            labels: m.labels.clone(),
+            annotations,
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            ..Default::default()
+        },
+        spec: pod.spec.clone(),
+        status: None,
+    };
+    (view, pod.status.as_ref())
 }
 
 impl PodConfig {
@@ -163,17 +175,24 @@ impl PodConfig {
         let previous = std::mem::take(&mut self.sources[index].1.pods);
         let mut next: BTreeMap<String, Arc<k8s::Pod>> = BTreeMap::new();
         let mut origins: BTreeMap<String, String> = BTreeMap::new();
-        let (mut added, mut updated, mut reconciled) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut added, mut updated, mut reconciled, mut deleted) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let api = source == pod::API_SOURCE;
         for SourcePod { origin, mut pod } in offered {
-            pod::make_static(&mut pod, source, &origin, &self.node_name);
             let problem = |message: String| Problem {
                 source: source.to_owned(),
                 origin: origin.clone(),
                 message,
             };
-            if let Err(e) = pod::validate(&pod) {
-                merged.problems.push(problem(format!("invalid pod: {e}")));
-                continue;
+            if api {
+                // The API server named, defaulted and validated it.
+                pod::make_api(&mut pod);
+            } else {
+                pod::make_static(&mut pod, source, &origin, &self.node_name);
+                if let Err(e) = pod::validate(&pod) {
+                    merged.problems.push(problem(format!("invalid pod: {e}")));
+                    continue;
+                }
             }
             let key = PodKey::of(&pod);
             let full = key.full_name();
@@ -190,7 +209,31 @@ impl PodConfig {
                 continue;
             }
             origins.insert(full, origin.clone());
-            let pod = match previous.get(&key.uid) {
+            let old = previous.get(&key.uid);
+            // Deleted by the API server now: stopped with its grace period, kept until
+            // the API server lets it go.
+            let newly_deleted = pod::is_deleted(&pod) && !old.is_some_and(|o| pod::is_deleted(o));
+            let pod = match old {
+                // The same resourceVersion is the same object.
+                Some(old)
+                    if api
+                        && pod.metadata.resource_version.is_some()
+                        && old.metadata.resource_version == pod.metadata.resource_version =>
+                {
+                    old.clone()
+                }
+                None if newly_deleted => {
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(
+                            pod::CONFIG_SEEN_ANNOTATION.into(),
+                            crate::time::now_rfc3339(),
+                        );
+                    let pod = Arc::new(pod);
+                    deleted.push(pod.clone());
+                    pod
+                }
                 None => {
                     pod.metadata
                         .annotations
@@ -218,7 +261,11 @@ impl PodConfig {
                     }
                     let (old_spec, old_status) = spec_view(old);
                     let (new_spec, new_status) = spec_view(&pod);
-                    if old_spec != new_spec {
+                    if newly_deleted {
+                        let pod = Arc::new(pod);
+                        deleted.push(pod.clone());
+                        pod
+                    } else if old_spec != new_spec {
                         let pod = Arc::new(pod);
                         updated.push(pod.clone());
                         pod
@@ -259,6 +306,7 @@ impl PodConfig {
             (Op::Add, added),
             (Op::Update, updated),
             (Op::Reconcile, reconciled),
+            (Op::Delete, deleted),
         ] {
             if !pods.is_empty() {
                 merged.updates.push(PodUpdate {

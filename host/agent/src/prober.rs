@@ -24,6 +24,7 @@ use wasmlet_plugin_host::kinds::ProbeHandlers;
 use wasmlet_plugin_host::probe::{Action, ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
 
 use crate::actions::ProbeFailure;
+use crate::events::{Event, Recorder};
 use crate::pod;
 use crate::queue::PodQueue;
 use crate::runtime::{PodRuntime, State};
@@ -113,6 +114,15 @@ impl Kind {
         }
     }
 
+    /// The probe's name in events (`Liveness`).
+    fn title(self) -> &'static str {
+        match self {
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+            Kind::Startup => "Startup",
+        }
+    }
+
     fn wit(self) -> ProbeKind {
         match self {
             Kind::Liveness => ProbeKind::Liveness,
@@ -176,16 +186,19 @@ pub struct Prober<R> {
     updates: Arc<PodQueue<ProbeUpdate>>,
     clock: Clock,
     host_ip: String,
+    events: Arc<dyn Recorder>,
 }
 
 impl<R: CriRuntime + 'static> Prober<R> {
-    /// A prober checking through `checker`, reporting changes to `updates`.
+    /// A prober checking through `checker`, reporting changes to `updates` and each
+    /// failed check as an `Unhealthy` event to `events`.
     pub fn new(
         runtime: Arc<R>,
         checker: Arc<dyn Checker>,
         updates: Arc<PodQueue<ProbeUpdate>>,
         clock: Clock,
         host_ip: &str,
+        events: Arc<dyn Recorder>,
     ) -> Self {
         Prober {
             runtime,
@@ -195,6 +208,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
             updates,
             clock,
             host_ip: host_ip.to_owned(),
+            events,
         }
     }
 
@@ -277,6 +291,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 checker: self.checker.clone(),
                 results: self.results.clone(),
                 updates: self.updates.clone(),
+                events: self.events.clone(),
                 pod: pod.clone(),
                 index,
                 container_id: key.0.clone(),
@@ -338,6 +353,7 @@ struct ProbeTask<R> {
     checker: Arc<dyn Checker>,
     results: ResultMap,
     updates: Arc<PodQueue<ProbeUpdate>>,
+    events: Arc<dyn Recorder>,
     pod: Arc<k8s::Pod>,
     index: usize,
     container_id: String,
@@ -451,6 +467,12 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
                         probe = ?self.kind,
                         "Probe failed: {message}"
                     );
+                    self.events.record(Event::warning(
+                        &self.pod,
+                        Some(&self.container().name),
+                        "Unhealthy",
+                        format!("{} probe failed: {message}", self.kind.title()),
+                    ));
                 }
                 if last == Some(ok) {
                     run += 1;

@@ -1,10 +1,16 @@
 //! The status manager: every pod the agent serves with its latest status, for
-//! `GET /pods` (and, later, the API server). Pods are listed in the order they were
-//! added; a status is recomputed whenever the runtime, a probe or a sync changes what
-//! it depends on.
+//! `GET /pods` and the API server. Pods are listed in the order they were added; a
+//! status is recomputed whenever the runtime, a probe or a sync changes what it depends
+//! on, and each change of a pod's status raises its [`PodEntry::version`].
+//!
+//! Whoever reports statuses elsewhere (cluster mode's status sync) calls
+//! [`StatusManager::follow`] and then takes the UIDs of changed pods with
+//! [`StatusManager::take_changes`], after [`StatusManager::changed`] wakes it.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::Notify;
 
 use k8s_openapi::api::core::v1 as k8s;
 
@@ -28,6 +34,11 @@ pub struct PodEntry {
     pub seen: tokio::time::Instant,
     /// Whether it has reported Running yet (for the pod start metric).
     pub ran: bool,
+    /// Raised on every change of `status`; 0 until the first status is computed.
+    pub version: u64,
+    /// Its containers and sandboxes are removed (after a deletion): its last status is
+    /// final.
+    pub reclaimed: bool,
     seq: u64,
 }
 
@@ -35,6 +46,9 @@ pub struct PodEntry {
 #[derive(Debug, Default)]
 pub struct StatusManager {
     pods: RwLock<(u64, BTreeMap<String, PodEntry>)>,
+    /// Pods changed since last taken; `None` while nobody follows.
+    changes: Mutex<Option<HashSet<String>>>,
+    changed: Notify,
 }
 
 /// What a status update needs besides the pod's own entry.
@@ -63,6 +77,40 @@ impl StatusManager {
         self.pods.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn changes(&self) -> std::sync::MutexGuard<'_, Option<HashSet<String>>> {
+        self.changes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that pod `uid` changed (its entry, its status or its removal).
+    fn mark(&self, uid: &str) {
+        if let Some(set) = self.changes().as_mut() {
+            set.insert(uid.to_owned());
+            self.changed.notify_one();
+        }
+    }
+
+    /// Starts recording changes: from now on [`StatusManager::take_changes`] returns
+    /// them. Every pod held so far counts as changed.
+    pub fn follow(&self) {
+        let held: HashSet<String> = self.read().1.keys().cloned().collect();
+        *self.changes() = Some(held);
+        self.changed.notify_one();
+    }
+
+    /// The pods changed since the last call (added, status changed, reclaimed or
+    /// removed).
+    pub fn take_changes(&self) -> Vec<String> {
+        self.changes()
+            .as_mut()
+            .map(|set| set.drain().collect())
+            .unwrap_or_default()
+    }
+
+    /// Waits until something changed since the last [`StatusManager::take_changes`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
     /// Adds a pod (Pending, no containers yet) or replaces its spec.
     pub fn set_pod(&self, pod: Arc<k8s::Pod>) {
         let uid = crate::pod::uid(&pod).to_owned();
@@ -73,7 +121,7 @@ impl StatusManager {
             None => {
                 *seq += 1;
                 pods.insert(
-                    uid,
+                    uid.clone(),
                     PodEntry {
                         pod,
                         status: k8s::PodStatus {
@@ -85,11 +133,15 @@ impl StatusManager {
                         rejected: false,
                         seen: tokio::time::Instant::now(),
                         ran: false,
+                        version: 0,
+                        reclaimed: false,
                         seq: *seq,
                     },
                 );
             }
         }
+        drop(guard);
+        self.mark(&uid);
     }
 
     /// Records that admission refused the pod.
@@ -99,12 +151,27 @@ impl StatusManager {
         if let Some(e) = guard.1.get_mut(crate::pod::uid(&pod)) {
             e.rejected = true;
             e.status = status::rejected(reason, message, host_ip);
+            e.version += 1;
         }
+        drop(guard);
+        self.mark(crate::pod::uid(&pod));
     }
 
     /// Forgets a pod.
     pub fn remove(&self, uid: &str) {
         self.write().1.remove(uid);
+        self.mark(uid);
+    }
+
+    /// Records that a deleted pod's containers and sandboxes are gone: its status is
+    /// final from now on.
+    pub fn reclaimed(&self, uid: &str) {
+        if let Some(e) = self.write().1.get_mut(uid) {
+            e.reclaimed = true;
+        } else {
+            return;
+        }
+        self.mark(uid);
     }
 
     /// Sets or clears why a container waits.
@@ -133,7 +200,7 @@ impl StatusManager {
     ) -> Option<(k8s::PodStatus, Option<std::time::Duration>)> {
         let mut guard = self.write();
         let e = guard.1.get_mut(uid)?;
-        if e.rejected {
+        if e.rejected || e.reclaimed {
             return None;
         }
         if e.start_time.is_none() {
@@ -150,11 +217,19 @@ impl StatusManager {
             previous: Some(&e.status),
             now: ctx.now,
         });
-        e.status = new.clone();
+        let changed = e.status != new || e.version == 0;
+        if changed {
+            e.status = new.clone();
+            e.version += 1;
+        }
         let started = (!e.ran && new.phase.as_deref() == Some("Running")).then(|| {
             e.ran = true;
             e.seen.elapsed()
         });
+        drop(guard);
+        if changed {
+            self.mark(uid);
+        }
         Some((new, started))
     }
 

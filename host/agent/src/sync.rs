@@ -22,6 +22,7 @@ use crate::actions::{self, Kill};
 use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
+use crate::events::{Event, Recorder};
 use crate::lifecycle::Outcome as WorkOutcome;
 use crate::metrics::Metrics;
 use crate::pleg;
@@ -91,6 +92,10 @@ pub struct SyncContext<R> {
     pub metrics: Arc<Metrics>,
     /// True once PLEG has relisted: until then the cache does not know what runs.
     pub first_relist: tokio::sync::watch::Sender<bool>,
+    /// Where events go.
+    pub events: Arc<dyn Recorder>,
+    /// True once every pod source has reported at least once.
+    pub sources_ready: std::sync::atomic::AtomicBool,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -305,6 +310,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 }
                 Err(e) => {
                     warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                    self.events.record(Event::warning(
+                        pod,
+                        None,
+                        "FailedCreatePodSandBox",
+                        format!("Failed to create pod sandbox: {e}"),
+                    ));
                     self.read_back(pod, touched).await;
                     return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
                 }
@@ -445,6 +456,15 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             );
             if let Some(at) = backoff.retry_at(&backoff_key, failed_at, now) {
                 let delay = backoff.delay(&backoff_key).unwrap_or_default();
+                self.events.record(Event::warning(
+                    pod,
+                    Some(&c.name),
+                    "BackOff",
+                    format!(
+                        "Back-off restarting failed container {} in pod {}_{}({})",
+                        c.name, key.name, key.namespace, key.uid
+                    ),
+                ));
                 return Err(NotStarted {
                     waiting: waiting(
                         "CrashLoopBackOff",
@@ -466,11 +486,30 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let restart_count = previous.map_or(0, |p| p.restart_count + 1);
         self.ensure_image(pod, c).await?;
         let retry = now + ERROR_RETRY;
+        let failed = |reason: &str, message: String| {
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                reason,
+                format!("Error: {message}"),
+            ));
+            NotStarted {
+                waiting: waiting(reason, message),
+                retry,
+                created: None,
+            }
+        };
         let config = criconfig::container_config(pod, c, init, restart_count, pod_ip, &self.node)
-            .map_err(|e| NotStarted {
-            waiting: waiting("CreateContainerConfigError", e.to_string()),
-            retry,
-            created: None,
+            .map_err(|e| {
+            if e.is_volume() {
+                self.events.record(Event::warning(
+                    pod,
+                    None,
+                    "FailedMount",
+                    format!("MountVolume.SetUp failed: {e}"),
+                ));
+            }
+            failed("CreateContainerConfigError", e.to_string())
         })?;
         let id = self
             .runtime
@@ -478,14 +517,22 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .await
             .map_err(|e| {
                 self.metrics.start_errors.inc();
-                NotStarted {
-                    waiting: waiting("CreateContainerError", e.message().to_owned()),
-                    retry,
-                    created: None,
-                }
+                failed("CreateContainerError", e.message().to_owned())
             })?;
+        self.events.record(Event::normal(
+            pod,
+            Some(&c.name),
+            "Created",
+            format!("Created container: {}", c.name),
+        ));
         if let Err(e) = self.runtime.start_container(&id).await {
             self.metrics.start_errors.inc();
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                "Failed",
+                format!("Error: {}", e.message()),
+            ));
             return Err(NotStarted {
                 waiting: waiting("RunContainerError", e.message().to_owned()),
                 retry,
@@ -494,6 +541,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         self.metrics.started_containers.inc();
         info!(pod = %key, container = %c.name, id = %id, restart_count, "started container");
+        self.events.record(Event::normal(
+            pod,
+            Some(&c.name),
+            "Started",
+            format!("Started container {}", c.name),
+        ));
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())
             && let Err(message) = self
                 .ops
@@ -501,6 +554,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 .await
         {
             warn!(pod = %key, container = %c.name, "PostStartHook failed: {message}");
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                "FailedPostStartHook",
+                message.clone(),
+            ));
             let _ = self
                 .runtime
                 .stop_container(&id, pod::grace_seconds(pod))
@@ -532,8 +591,19 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 });
             }
         };
+        let event = |kind: fn(&k8s::Pod, Option<&str>, &str, String) -> Event,
+                     reason: &str,
+                     message: String| {
+            self.events
+                .record(kind(pod, Some(c.name.as_str()), reason, message));
+        };
         match policy {
             "Never" if !present => {
+                event(
+                    Event::warning,
+                    "ErrImageNeverPull",
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                );
                 return Err(NotStarted {
                     waiting: waiting(
                         "ErrImageNeverPull",
@@ -545,14 +615,25 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     created: None,
                 });
             }
-            "Never" => return Ok(()),
-            "IfNotPresent" if present => return Ok(()),
+            "Never" | "IfNotPresent" if present => {
+                event(
+                    Event::normal,
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                );
+                return Ok(());
+            }
             _ => {}
         }
         let key = format!("{}/{image}", pod::uid(pod));
         {
             let backoff = Self::lock(&self.pull_backoff);
             if let Some(at) = backoff.retry_at(&key, now, now) {
+                event(
+                    Event::normal,
+                    "BackOff",
+                    format!("Back-off pulling image \"{image}\""),
+                );
                 return Err(NotStarted {
                     waiting: waiting(
                         "ImagePullBackOff",
@@ -563,12 +644,31 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 });
             }
         }
+        event(
+            Event::normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
         match self.runtime.pull_image(spec, None, None).await {
             Ok(_) => {
                 Self::lock(&self.pull_backoff).reset(&key);
+                event(
+                    Event::normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image \"{image}\" in {:.3}s",
+                        pulling.elapsed().as_secs_f64()
+                    ),
+                );
                 Ok(())
             }
             Err(e) => {
+                event(
+                    Event::warning,
+                    "Failed",
+                    format!("Failed to pull image \"{image}\": {}", e.message()),
+                );
                 let mut backoff = Self::lock(&self.pull_backoff);
                 backoff.next(&key, now);
                 let delay = backoff.delay(&key).unwrap_or(ERROR_RETRY);
@@ -597,6 +697,16 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .unwrap_or_default();
         touched.containers.push((k.id.clone(), sandbox));
         info!(pod = %PodKey::of(pod), container = %k.name, "Killing container with a grace period: {}", k.message);
+        self.events.record(Event::normal(
+            pod,
+            Some(&k.name),
+            "Killing",
+            if k.message.is_empty() {
+                format!("Stopping container {}", k.name)
+            } else {
+                k.message.clone()
+            },
+        ));
         let spec = pod::containers(pod).iter().find(|c| c.name == k.name);
         let ip = rt
             .sandbox()
@@ -625,6 +735,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             touched
                 .containers
                 .push((c.id.clone(), c.sandbox_id.clone()));
+            self.events.record(Event::normal(
+                pod,
+                Some(&c.name),
+                "Killing",
+                format!("Stopping container {}", c.name),
+            ));
             let ops = self.ops.clone();
             let pod = pod.clone();
             let id = c.id.clone();
@@ -713,6 +829,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
         info!(pod = %key, "pod removed from the runtime");
+        self.statuses.reclaimed(&key.uid);
         SyncResult::new(WorkOutcome::CleanedUp)
     }
 

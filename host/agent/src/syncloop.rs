@@ -21,6 +21,7 @@ use wasmlet_plugin_host::chain::AdmissionChain;
 use wasmlet_plugin_host::source::{Problem, SourcePod};
 use wasmlet_plugin_host::{Verdict, convert};
 
+use crate::events::Event;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{ContainerState, Source};
 use crate::pleg::EventQueue;
@@ -190,6 +191,10 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     pub async fn handle_config(&mut self, set: SourceSet) {
         let broken: Vec<String> = set.problems.iter().map(|p| p.origin.clone()).collect();
         let merged = self.config.set(&set.source, set.pods, &broken);
+        self.ctx.sources_ready.store(
+            self.config.all_sources_ready(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let messages: Vec<String> = set
             .problems
             .iter()
@@ -214,7 +219,8 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                         }
                     }
                     Op::Reconcile => self.ctx.statuses.set_pod(pod),
-                    Op::Remove | Op::Delete => self.remove(pod),
+                    Op::Remove => self.remove(pod),
+                    Op::Delete => self.delete(pod),
                 }
             }
         }
@@ -258,6 +264,9 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     fn reject(&self, pod: &Arc<k8s::Pod>, reason: &str, message: &str) {
         self.ctx.metrics.admission_rejections.inc();
         self.ctx
+            .events
+            .record(Event::warning(pod, None, reason, message.to_owned()));
+        self.ctx
             .statuses
             .reject(pod.clone(), reason, message, &self.ctx.node.host_ip);
     }
@@ -270,6 +279,21 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
         if self.workers.lifecycle(&uid).is_some() {
             self.workers.kill(pod, grace);
         }
+    }
+
+    /// A pod the API server is deleting: stopped within its deletion grace period and
+    /// cleaned up; its status stays (the last one is reported before the final delete).
+    fn delete(&mut self, pod: Arc<k8s::Pod>) {
+        let uid = pod::uid(&pod).to_owned();
+        self.admitted.remove(&uid);
+        self.ctx.statuses.set_pod(pod.clone());
+        if self.is_rejected(&pod) {
+            // Never ran: nothing to stop.
+            self.ctx.statuses.reclaimed(&uid);
+            return;
+        }
+        let grace = Duration::from_secs(u64::try_from(pod::grace_seconds(&pod)).unwrap_or(0));
+        self.workers.kill(pod, grace);
     }
 
     /// PLEG events: the pod's status is recomputed from the cache at once, and the pod

@@ -80,6 +80,7 @@ fn options(name: &str) -> AgentOptions {
         relist_period: Duration::from_secs(1),
         sources: vec!["file".into()],
         pod_cgroups: None,
+        events: None,
     }
 }
 

@@ -18,6 +18,8 @@
 //!   patch): `409 Conflict` when the body names a `resourceVersion` that is not the
 //!   current one; the `status` subresource changes only `status`, the main resource
 //!   everything but `status` (for resources that have a status).
+//! - a `metadata.uid` in a replace or patch body that is not the object's →
+//!   `409 Conflict` (Precondition failed), as the kubelet's status patches rely on.
 //! - delete: preconditions (`uid`, `resourceVersion`) → `409 Conflict`; pods are deleted
 //!   gracefully (first a `deletionTimestamp` and `deletionGracePeriodSeconds`, then gone
 //!   when deleted with grace 0, as the kubelet's final delete does).
@@ -101,7 +103,8 @@ impl Served {
         format!("http://{}", self.addr)
     }
 
-    /// Stops serving (connections are dropped, as when an API server goes away).
+    /// Stops serving and drops every connection, as when an API server goes away (the
+    /// store stays: serving again on the same address is the API server coming back).
     pub fn stop(self) {
         self.task.abort();
     }
@@ -118,8 +121,22 @@ impl ApiServerSim {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(handle).with_state(self.clone());
+        // Connections are this task's: stopping it drops them all, as a server that goes
+        // away does.
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                connections.spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+                while connections.try_join_next().is_some() {}
+            }
         });
         Ok(Served { addr, task })
     }
@@ -436,6 +453,20 @@ impl Store {
                 format!("{} \"{}\" not found", key.1, key.3),
             ));
         };
+        // A UID in the body is a precondition: the object must still be that one.
+        let uid = new["metadata"]["uid"].as_str().unwrap_or("");
+        if !uid.is_empty() && uid != old["metadata"]["uid"] {
+            return Err(status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    key.1,
+                    key.3,
+                    old["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
         let asked = new["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !asked.is_empty() && asked != old["metadata"]["resourceVersion"] {
             return Err(status(

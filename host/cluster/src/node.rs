@@ -248,12 +248,14 @@ const REPORT_TRIES: usize = 5;
 /// Registers the node (retrying until the API server takes it), keeps its lease, and
 /// reports its status every [`UPDATE_FREQUENCY`] when it changed or every
 /// [`REPORT_FREQUENCY`], until `shutdown` turns true. `state` says, each time, whether
-/// the node is ready and what runs it.
+/// the node is ready and what runs it; `registered_tx` gets the registered Node as an
+/// owner reference.
 pub async fn run(
     client: kube::Client,
     facts: NodeFacts,
     taints: Vec<k8s::Taint>,
     state: impl Fn() -> NodeState + Send + Sync + 'static,
+    registered_tx: tokio::sync::watch::Sender<Option<OwnerReference>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let info = node_info(&state().runtime_version);
@@ -274,6 +276,7 @@ pub async fn run(
         }
     };
     let heartbeat = crate::lease::Heartbeat::new(client.clone(), &facts.name, owner(&registered));
+    let _ = registered_tx.send(owner(&registered));
     tokio::spawn(heartbeat.run(shutdown.clone()));
     let mut sent_at = tokio::time::Instant::now();
     loop {

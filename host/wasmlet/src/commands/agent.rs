@@ -174,6 +174,19 @@ async fn run_agent(
         "{}://{}",
         negotiated.runtime_name, negotiated.runtime_version
     );
+    // Cluster mode: events go to the API server, and the API server is a pod source.
+    let (recorder, events) = match &cluster {
+        Some(_) => {
+            let (r, q) = wasmlet_cluster::events::ApiRecorder::new();
+            (Some(r as Arc<dyn wasmlet_agent::events::Recorder>), Some(q))
+        }
+        None => (None, None),
+    };
+    let sources = if cluster.is_some() {
+        vec![wasmlet_agent::pod::API_SOURCE.to_owned()]
+    } else {
+        Vec::new()
+    };
     let options = AgentOptions {
         node: facts,
         root_dir: config.root_dir.clone(),
@@ -181,8 +194,9 @@ async fn run_agent(
         resolv_conf: config.resolv_conf.clone(),
         sync_frequency: config.sync_frequency,
         relist_period: Duration::from_secs(1),
-        sources: Vec::new(),
+        sources,
         pod_cgroups: pod_cgroups(&config),
+        events: recorder,
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(
@@ -210,21 +224,31 @@ async fn run_agent(
     }
     let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
     if let Some(client) = cluster {
-        info!(node = %node_facts.name, "cluster mode: registering the node, keeping its lease and status");
+        info!(node = %node_facts.name, "cluster mode: registering the node; pods bound to it come from the API server");
         let version = runtime_version.clone();
-        let agent = agent.clone();
-        let state = move || NodeState {
-            not_ready: agent.readiness().err(),
-            runtime_version: version.clone(),
-            port: KUBELET_PORT,
+        let state = {
+            let agent = agent.clone();
+            move || NodeState {
+                not_ready: agent.readiness().err(),
+                runtime_version: version.clone(),
+                port: KUBELET_PORT,
+            }
         };
-        tokio::spawn(wasmlet_cluster::node::run(
-            client,
-            node_facts,
-            Vec::new(),
+        let ready = agent.clone();
+        wasmlet_cluster::start(
+            wasmlet_cluster::Cluster {
+                client,
+                facts: node_facts,
+                taints: Vec::new(),
+                statuses: agent.ctx.statuses.clone(),
+                sources: agent.sources(),
+                sources_ready: Arc::new(move || ready.sources_ready()),
+                events,
+                limits: wasmlet_cluster::Limits::default(),
+            },
             state,
             cluster_stopped,
-        ));
+        );
     }
     shutdown_signal().await;
     info!("stopping (pods keep running; a restarted agent adopts them)");

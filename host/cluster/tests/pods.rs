@@ -1,0 +1,638 @@
+//! Cluster mode with the agent in the loop: an agent on the in-process CRI simulator,
+//! joined through [`wasmlet_cluster::start`] to the API server double. Pods bound to
+//! the node run and report status, graceful deletion ends in the final delete, static
+//! pods get mirror pods, the watch survives breaks and 410 Gone, and an API server that
+//! goes away for a minute finds everything in step when it comes back.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as k8s;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::prober::Checker;
+use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_apiserver_sim::{ApiServerSim, Served};
+use wasmlet_cluster::events::ApiRecorder;
+use wasmlet_cluster::{Cluster, Limits, connect, node};
+use wasmlet_cri::CriRuntime;
+use wasmlet_cri_sim::Simulator;
+use wasmlet_plugin_host::probe::{ContainerExec, Outcome, Target};
+use wasmlet_plugin_host::source::SourcePod;
+
+struct Passes;
+
+impl Checker for Passes {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a Target,
+        _: Option<Arc<dyn ContainerExec>>,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        Box::pin(async { Ok(Outcome::Success(String::new())) })
+    }
+}
+
+/// An agent joined to the double.
+struct Node {
+    api: ApiServerSim,
+    served: Option<Served>,
+    addr: SocketAddr,
+    client: kube::Client,
+    cri: Arc<Simulator>,
+    agent: Arc<Agent<Simulator>>,
+    name: String,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Node {
+    async fn start(test: &str) -> Node {
+        // RUST_LOG=wasmlet_cluster=debug shows what the agent and the sync do.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = std::env::temp_dir().join(format!(
+            "wasmlet-cluster-pods-{test}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let api = ApiServerSim::new();
+        let served = api
+            .serve("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("serve");
+        let kubeconfig = dir.join("kubeconfig");
+        wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+        let client = connect::client(&kubeconfig).await.expect("client");
+        let name = format!("node-{test}");
+        let facts = NodeFacts {
+            name: name.clone(),
+            hostname: name.clone(),
+            ip: "192.168.60.10".into(),
+            cpus: 4,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: 100 << 30,
+            max_pods: 110,
+            labels: BTreeMap::new(),
+        };
+        let (recorder, events) = ApiRecorder::new();
+        let cri = Arc::new(Simulator::new());
+        let agent = Arc::new(Agent::start(
+            cri.clone(),
+            AgentOptions {
+                node: facts.clone(),
+                pod_logs_dir: dir.join("logs"),
+                root_dir: dir.join("root"),
+                resolv_conf: PathBuf::from("/etc/resolv.conf"),
+                sync_frequency: Duration::from_secs(60),
+                relist_period: Duration::from_secs(1),
+                sources: vec!["file".into(), "api".into()],
+                pod_cgroups: None,
+                events: Some(recorder),
+            },
+            Arc::new(Passes),
+            None,
+            None,
+        ));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let ready = agent.clone();
+        let state = {
+            let agent = agent.clone();
+            move || node::NodeState {
+                not_ready: agent.readiness().err(),
+                runtime_version: "sim://1".into(),
+                port: 10250,
+            }
+        };
+        wasmlet_cluster::start(
+            Cluster {
+                client: client.clone(),
+                facts,
+                taints: Vec::new(),
+                statuses: agent.ctx.statuses.clone(),
+                sources: agent.sources(),
+                sources_ready: Arc::new(move || ready.sources_ready()),
+                events: Some(events),
+                limits: Limits::default(),
+            },
+            state,
+            stopped,
+        );
+        let node = Node {
+            api,
+            addr: served.addr,
+            served: Some(served),
+            client,
+            cri,
+            agent,
+            name,
+            stop,
+        };
+        node.set_static(Vec::new()).await;
+        node
+    }
+
+    /// The file source's whole set.
+    async fn set_static(&self, pods: Vec<Value>) {
+        let pods = pods
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| SourcePod {
+                origin: format!("pod{i}.yaml"),
+                pod: serde_json::from_value(p).expect("pod"),
+            })
+            .collect();
+        self.agent
+            .sources()
+            .send(SourceSet {
+                source: "file".into(),
+                pods,
+                problems: Vec::new(),
+            })
+            .await
+            .expect("agent runs");
+    }
+
+    fn pods(&self) -> Api<k8s::Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Creates a pod bound to this node through the API.
+    async fn create(&self, name: &str, grace: i64, command: &str) -> k8s::Pod {
+        let pod: k8s::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": self.name,
+                "terminationGracePeriodSeconds": grace,
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                    "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", command]}]
+            }
+        }))
+        .expect("pod");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create")
+    }
+
+    /// The pod as the API server has it.
+    fn stored(&self, name: &str) -> Option<Value> {
+        self.api.get("api/v1", "pods", "default", name)
+    }
+
+    /// Waits until the stored pod `name` satisfies `check` (`None`: it is gone).
+    async fn wait(&self, what: &str, limit: Duration, check: impl Fn(Option<&Value>) -> bool) {
+        let started = Instant::now();
+        loop {
+            let stored = self.stored_any(what);
+            if check(stored.as_ref()) {
+                return;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{what}: not within {limit:?}; the API server has {stored:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `what` starts with the pod's name.
+    fn stored_any(&self, what: &str) -> Option<Value> {
+        let name = what.split_whitespace().next().unwrap_or(what);
+        self.stored(name)
+    }
+
+    fn requests(&self, method: &str, path_end: &str) -> usize {
+        self.api
+            .requests()
+            .iter()
+            .filter(|(m, p)| m == method && p.ends_with(path_end))
+            .count()
+    }
+
+    async fn running_containers(&self) -> Vec<(String, String)> {
+        self.cri
+            .list_containers(None)
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|c| c.state == wasmlet_cri::proto::ContainerState::ContainerRunning as i32)
+            .map(|c| {
+                (
+                    c.labels
+                        .get("io.kubernetes.pod.name")
+                        .cloned()
+                        .unwrap_or_default(),
+                    c.id,
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(s) = self.served.take() {
+            s.stop();
+        }
+    }
+}
+
+fn phase(p: Option<&Value>) -> &str {
+    p.and_then(|p| p["status"]["phase"].as_str()).unwrap_or("")
+}
+
+fn condition(p: &Value, kind: &str) -> String {
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn event_reasons(client: &kube::Client, pod: &str) -> Vec<String> {
+    let events: Api<k8s::Event> = Api::namespaced(client.clone(), "default");
+    let mut list: Vec<k8s::Event> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .collect();
+    list.sort_by_key(|e| {
+        e.metadata
+            .resource_version
+            .clone()
+            .map(|v| v.parse::<u64>().unwrap_or(0))
+    });
+    list.into_iter().filter_map(|e| e.reason).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_runs_and_its_status_is_patched_with_few_requests() {
+    let n = Node::start("run").await;
+    let created = n.create("web", 30, "sleep 3600").await;
+    n.wait(
+        "web Running and Ready with its IP",
+        Duration::from_secs(10),
+        |p| {
+            p.is_some_and(|p| {
+                phase(Some(p)) == "Running"
+                    && condition(p, "Ready") == "True"
+                    && p["status"]["podIP"]
+                        .as_str()
+                        .is_some_and(|ip| !ip.is_empty())
+                    && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+            })
+        },
+    )
+    .await;
+    let stored = n.stored("web").expect("web");
+    assert_eq!(stored["metadata"]["uid"], json!(created.metadata.uid));
+    assert_eq!(stored["status"]["hostIP"], "192.168.60.10");
+    assert_eq!(stored["status"]["qosClass"], "BestEffort");
+    // The agent's own view carries the API's name and UID (not a static pod's).
+    let mine = n.agent.ctx.statuses.pods();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].metadata.name.as_deref(), Some("web"));
+    assert_eq!(mine[0].metadata.uid, created.metadata.uid);
+    // Events, as `kubectl describe pod` lists them.
+    let started = Instant::now();
+    loop {
+        let reasons = event_reasons(&n.client, "web").await;
+        if ["Pulled", "Created", "Started"]
+            .iter()
+            .all(|r| reasons.iter().any(|x| x == r))
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "events: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Settled: no more status patches, and no polling of the pod.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let patches = n.requests("PATCH", "/pods/web/status");
+    assert!(
+        (1..=3).contains(&patches),
+        "status patches for one start: {patches}"
+    );
+    assert_eq!(n.requests("GET", "/pods/web"), 0, "no per-pod polling");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        n.requests("PATCH", "/pods/web/status"),
+        patches,
+        "nothing changed, nothing sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_gracefully_is_stopped_and_then_deleted_for_good() {
+    let n = Node::start("delete").await;
+    // It stops on SIGTERM: the final delete comes well before its 20 s are up.
+    n.create(
+        "doomed",
+        20,
+        "trap 'exit 0' TERM; while true; do sleep 1; done",
+    )
+    .await;
+    n.create("stays", 20, "sleep 3600").await;
+    for name in ["doomed", "stays"] {
+        n.wait(&format!("{name} Running"), Duration::from_secs(10), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    }
+    assert_eq!(n.running_containers().await.len(), 2);
+    // kubectl delete pod: the API server marks it (grace 20 s) and the agent takes over.
+    n.pods()
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(
+        n.stored("doomed")
+            .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string()),
+        "a bound pod is deleted gracefully"
+    );
+    n.wait(
+        "doomed gone from the API server",
+        Duration::from_secs(8),
+        |p| p.is_none(),
+    )
+    .await;
+    let running = n.running_containers().await;
+    assert_eq!(running.len(), 1, "{running:?}");
+    assert_eq!(running[0].0, "stays");
+    let all = n.cri.list_containers(None).await.expect("list");
+    assert!(
+        all.iter()
+            .all(|c| c.labels.get("io.kubernetes.pod.name").map(String::as_str) != Some("doomed")),
+        "doomed's containers are removed before the final delete"
+    );
+    // One final delete with grace 0 went through (the user's, then the agent's).
+    assert_eq!(n.requests("DELETE", "/pods/doomed"), 2);
+    let reasons = event_reasons(&n.client, "doomed").await;
+    assert!(reasons.iter().any(|r| r == "Killing"), "{reasons:?}");
+    // The agent forgets it; the other pod is untouched.
+    let started = Instant::now();
+    while n.agent.ctx.statuses.len() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the agent still holds doomed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(phase(n.stored("stays").as_ref()), "Running");
+}
+
+fn static_pod(image_tag: &str) -> Value {
+    json!({
+        "metadata": {"name": "etcd", "namespace": "default", "labels": {"tier": "control"}},
+        "spec": {"containers": [{"name": "c", "image": format!("localhost/busybox:{image_tag}"),
+            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pods_get_mirror_pods_that_follow_them() {
+    let n = Node::start("mirror").await;
+    let name = format!("etcd-{}", n.name);
+    n.set_static(vec![static_pod("latest")]).await;
+    let uid_of_node = || {
+        n.api
+            .get("api/v1", "nodes", "", &n.name)
+            .and_then(|node| node["metadata"]["uid"].as_str().map(str::to_owned))
+    };
+    let started = Instant::now();
+    let mirror = loop {
+        if let Some(m) = n.stored(&name)
+            && phase(Some(&m)) == "Running"
+        {
+            break m;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no running mirror pod for {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let static_uid = n.agent.ctx.statuses.pods()[0]
+        .metadata
+        .uid
+        .clone()
+        .expect("uid");
+    assert_eq!(
+        mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"],
+        static_uid
+    );
+    assert_eq!(mirror["metadata"]["labels"]["tier"], "control");
+    assert_ne!(
+        mirror["metadata"]["uid"], static_uid,
+        "the API server's own UID"
+    );
+    let owner = &mirror["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Node");
+    assert_eq!(owner["name"], n.name.as_str());
+    assert_eq!(owner["uid"].as_str(), uid_of_node().as_deref());
+    assert_eq!(owner["controller"], true);
+    // The mirror pod is not a pod to run: one container, not two.
+    assert_eq!(n.running_containers().await.len(), 1);
+    assert_eq!(n.agent.ctx.statuses.len(), 1);
+
+    // The static pod changes: a new mirror pod replaces the old one.
+    n.set_static(vec![static_pod("v2")]).await;
+    let old_uid = mirror["metadata"]["uid"].clone();
+    n.wait(
+        &format!("{name} replaced by a mirror of the new static pod, Running"),
+        Duration::from_secs(15),
+        |p| {
+            p.is_some_and(|p| {
+                p["metadata"]["uid"] != old_uid
+                    && p["spec"]["containers"][0]["image"] == "localhost/busybox:v2"
+                    && phase(Some(p)) == "Running"
+            })
+        },
+    )
+    .await;
+
+    // A mirror pod whose static pod is not here (left by an earlier life) is deleted.
+    n.api
+        .create(
+            "api/v1",
+            "pods",
+            json!({"metadata": {"name": "old-static", "namespace": "default",
+                "annotations": {"kubernetes.io/config.mirror": "abc"}},
+                "spec": {"nodeName": n.name, "containers": [{"name": "c", "image": "i"}]}}),
+        )
+        .expect("orphan");
+    n.wait("old-static deleted", Duration::from_secs(15), |p| {
+        p.is_none()
+    })
+    .await;
+
+    // The static pod goes: so does its mirror pod.
+    n.set_static(Vec::new()).await;
+    n.wait(&format!("{name} deleted"), Duration::from_secs(15), |p| {
+        p.is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_resumes_after_breaks_and_relists_after_410() {
+    let n = Node::start("watch").await;
+    n.create("one", 5, "sleep 3600").await;
+    n.wait("one Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    // The connection drops: a pod created meanwhile is not missed.
+    n.api.end_watches();
+    n.create("two", 5, "sleep 3600").await;
+    n.wait("two Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    // The history is compacted and the watch breaks: the watcher's resourceVersion is
+    // too old (410 Gone), so it lists again. A pod deleted for good meanwhile (grace 0)
+    // is stopped; one created meanwhile starts; nothing is duplicated.
+    n.api.compact();
+    n.api.end_watches();
+    n.pods()
+        .delete(
+            "one",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("force delete");
+    n.create("three", 5, "sleep 3600").await;
+    n.wait("three Running", Duration::from_secs(15), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let started = Instant::now();
+    loop {
+        let running: Vec<String> = n
+            .running_containers()
+            .await
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        let mut sorted = running.clone();
+        sorted.sort();
+        if sorted == ["three", "two"] {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "running: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let names: Vec<String> = n
+        .agent
+        .ctx
+        .statuses
+        .pods()
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["two", "three"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_away_for_a_minute_finds_everything_in_step_when_back() {
+    let mut n = Node::start("outage").await;
+    n.create("steady", 5, "sleep 3600").await;
+    n.create("short", 5, "sleep 3; exit 0").await;
+    n.wait("steady Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    n.wait("short Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let before = n.running_containers().await;
+
+    // The API server goes away for a minute. Meanwhile `short` finishes and a static
+    // pod is added.
+    n.served.take().expect("served").stop();
+    n.set_static(vec![static_pod("latest")]).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let during: Vec<(String, String)> = n
+        .running_containers()
+        .await
+        .into_iter()
+        .filter(|(p, _)| p == "steady")
+        .collect();
+    assert_eq!(
+        during,
+        before
+            .iter()
+            .filter(|(p, _)| p == "steady")
+            .cloned()
+            .collect::<Vec<_>>(),
+        "pods keep running, untouched, while the API server is away"
+    );
+    assert_eq!(
+        phase(n.stored("short").as_ref()),
+        "Running",
+        "the API server has not heard of it yet"
+    );
+
+    // Back on the same address, with what it had.
+    n.served = Some(n.api.serve(n.addr).await.expect("serve again"));
+    n.wait("short Succeeded", Duration::from_secs(20), |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let mirror = format!("etcd-{}", n.name);
+    n.wait(&format!("{mirror} Running"), Duration::from_secs(20), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(phase(n.stored("steady").as_ref()), "Running");
+    assert_eq!(
+        n.stored("steady").expect("steady")["status"]["containerStatuses"][0]["restartCount"],
+        0
+    );
+    // The lease is renewed again.
+    let renew_time = || {
+        n.api
+            .get(
+                "apis/coordination.k8s.io/v1",
+                "leases",
+                "kube-node-lease",
+                &n.name,
+            )
+            .and_then(|l| l["spec"]["renewTime"].as_str().map(str::to_owned))
+    };
+    let last = renew_time();
+    let started = Instant::now();
+    while renew_time() == last {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the lease was not renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
