@@ -428,6 +428,54 @@ mod tests {
         assert_eq!(ops(&m), [(Op::Reconcile, vec!["p-n".into()])]);
     }
 
+    fn api_pod(rv: &str, phase: &str, deleted: bool) -> SourcePod {
+        let deletion = if deleted {
+            r#","deletionTimestamp":"2026-11-22T10:00:00Z","deletionGracePeriodSeconds":5"#
+        } else {
+            ""
+        };
+        offered(
+            "default/web",
+            &format!(
+                r#"{{"metadata":{{"name":"web","namespace":"default","uid":"u-web","resourceVersion":"{rv}"{deletion}}},
+                "spec":{{"nodeName":"n","containers":[{{"name":"c","image":"i:1"}}]}},"status":{{"phase":"{phase}"}}}}"#
+            ),
+        )
+    }
+
+    #[test]
+    fn api_pods_keep_their_identity_and_deletion_is_its_own_op() {
+        let mut c = PodConfig::new("n", [pod::API_SOURCE.to_string()]);
+        let m = c.set("api", vec![api_pod("1", "Pending", false)], &[]);
+        assert_eq!(ops(&m), [(Op::Add, vec!["web".into()])], "not renamed");
+        let p = &c.pods()[0];
+        assert_eq!(pod::uid(p), "u-web", "the API server's UID");
+        assert_eq!(pod::source(p), "api");
+        assert!(!pod::is_static(p));
+        // The same resourceVersion again: nothing to do.
+        assert!(
+            c.set("api", vec![api_pod("1", "Pending", false)], &[])
+                .updates
+                .is_empty()
+        );
+        // Our own status patch comes back with a new resourceVersion: status alone.
+        let m = c.set("api", vec![api_pod("2", "Running", false)], &[]);
+        assert_eq!(ops(&m), [(Op::Reconcile, vec!["web".into()])]);
+        // kubectl delete: DELETE once, with the deletion grace period.
+        let m = c.set("api", vec![api_pod("3", "Running", true)], &[]);
+        assert_eq!(ops(&m), [(Op::Delete, vec!["web".into()])]);
+        assert_eq!(pod::grace_seconds(&m.updates[0].pods[0]), 5);
+        let m = c.set("api", vec![api_pod("4", "Succeeded", true)], &[]);
+        assert_eq!(ops(&m), [(Op::Reconcile, vec!["web".into()])]);
+        // The final delete: gone from the watch.
+        let m = c.set("api", vec![], &[]);
+        assert_eq!(ops(&m), [(Op::Remove, vec!["web".into()])]);
+        // A pod first seen already deleted (the agent restarted meanwhile).
+        let mut fresh = PodConfig::new("n", [pod::API_SOURCE.to_string()]);
+        let m = fresh.set("api", vec![api_pod("9", "Running", true)], &[]);
+        assert_eq!(ops(&m), [(Op::Delete, vec!["web".into()])]);
+    }
+
     #[test]
     fn bad_and_duplicate_pods_are_problems_and_the_rest_goes_on() {
         let mut c = PodConfig::new("n", ["file".to_string(), "http".to_string()]);

@@ -285,3 +285,100 @@ impl StatusManager {
         self.read().1.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ContainerInfo, Sandbox, State};
+
+    fn pod() -> Arc<k8s::Pod> {
+        Arc::new(
+            serde_json::from_str(
+                r#"{"metadata":{"name":"p","namespace":"default","uid":"u1"},
+                "spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+            )
+            .expect("pod"),
+        )
+    }
+
+    fn runtime(state: Option<State>) -> PodRuntime {
+        PodRuntime {
+            uid: "u1".into(),
+            sandboxes: vec![Sandbox {
+                id: "s".into(),
+                ready: true,
+                ips: vec!["10.0.0.2".into()],
+                ..Default::default()
+            }],
+            containers: state
+                .map(|state| ContainerInfo {
+                    id: "c1".into(),
+                    name: "c".into(),
+                    sandbox_id: "s".into(),
+                    state,
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn update(m: &StatusManager, rt: &PodRuntime) -> Option<k8s::PodStatus> {
+        let probes = |_: &str| ProbeView::default();
+        m.update(
+            "u1",
+            rt,
+            &Context {
+                runtime_name: "sim",
+                host_ip: "192.168.0.1",
+                probes: &probes,
+                now: "2026-11-22T10:00:00Z",
+            },
+        )
+        .map(|(s, _)| s)
+    }
+
+    #[test]
+    fn versions_rise_on_change_only_and_followers_see_each_pod_once() {
+        let m = StatusManager::new();
+        m.set_pod(pod());
+        assert!(m.take_changes().is_empty(), "nobody follows yet");
+        m.follow();
+        assert_eq!(m.take_changes(), ["u1"], "what is held counts as changed");
+        assert_eq!(
+            m.get("u1").expect("held").version,
+            0,
+            "no status computed yet"
+        );
+        let running = runtime(Some(State::Running));
+        update(&m, &running);
+        update(&m, &running);
+        assert_eq!(
+            m.get("u1").expect("held").version,
+            1,
+            "the same status twice"
+        );
+        update(&m, &runtime(Some(State::Exited)));
+        assert_eq!(m.get("u1").expect("held").version, 2);
+        assert_eq!(m.take_changes(), ["u1"], "coalesced");
+        assert!(m.take_changes().is_empty());
+        m.remove("u1");
+        assert_eq!(m.take_changes(), ["u1"], "a removal is a change too");
+    }
+
+    #[test]
+    fn a_reclaimed_pod_keeps_its_last_status() {
+        let m = StatusManager::new();
+        m.set_pod(pod());
+        update(&m, &runtime(Some(State::Exited)));
+        let last = m.get("u1").expect("held");
+        m.reclaimed("u1");
+        // Its containers are removed: recomputing now would say ContainerCreating.
+        assert_eq!(update(&m, &runtime(None)), None);
+        let after = m.get("u1").expect("held");
+        assert!(after.reclaimed);
+        assert_eq!(after.status, last.status);
+        assert_eq!(after.version, last.version);
+    }
+}

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::cgroups::PodCgroups;
+use wasmlet_agent::events::MemoryRecorder;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::SourceSet;
@@ -86,15 +87,25 @@ fn options(name: &str) -> AgentOptions {
 
 /// A simulator and an agent on it, with exec probes and no admission.
 fn start(name: &str) -> (Arc<Simulator>, Agent<Simulator>) {
+    let (sim, agent, _) = start_recording(name);
+    (sim, agent)
+}
+
+/// [`start`], keeping the events the agent records.
+fn start_recording(name: &str) -> (Arc<Simulator>, Agent<Simulator>, Arc<MemoryRecorder>) {
     let sim = Arc::new(Simulator::new());
+    let events = Arc::new(MemoryRecorder::default());
     let agent = Agent::start(
         sim.clone(),
-        options(name),
+        AgentOptions {
+            events: Some(events.clone()),
+            ..options(name)
+        },
         Arc::new(ExecChecker),
         None,
         None,
     );
-    (sim, agent)
+    (sim, agent, events)
 }
 
 fn pod(json: &str) -> SourcePod {
@@ -235,7 +246,7 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crash_loop_backs_off_10_20_40_seconds() {
-    let (sim, agent) = start("crash");
+    let (sim, agent, events) = start_recording("crash");
     send(
         &agent,
         vec![pod(
@@ -298,6 +309,27 @@ async fn a_crash_loop_backs_off_10_20_40_seconds() {
     assert_eq!(phase(&p), "Running");
     // Garbage collection keeps at most one dead container per name.
     assert!(sim.counts().1 <= 2, "{:?}", sim.counts());
+    // The events `kubectl describe pod` would list.
+    let reasons = events.reasons("crasher-node-crash");
+    assert_eq!(
+        reasons[..3],
+        ["Pulled", "Created", "Started"],
+        "image present, then the container: {reasons:?}"
+    );
+    let back_off = events
+        .events()
+        .into_iter()
+        .find(|e| e.reason == "BackOff")
+        .expect("a BackOff event");
+    assert_eq!(back_off.kind, wasmlet_agent::events::Kind::Warning);
+    assert_eq!(back_off.field_path.as_deref(), Some("spec.containers{c}"));
+    assert!(
+        back_off.message.starts_with(
+            "Back-off restarting failed container c in pod crasher-node-crash_default("
+        ),
+        "{}",
+        back_off.message
+    );
     agent.shutdown().await;
 }
 
@@ -357,7 +389,7 @@ async fn init_containers_run_first_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_the_container() {
-    let (_sim, agent) = start("liveness");
+    let (_sim, agent, events) = start_recording("liveness");
     send(
         &agent,
         vec![pod(
@@ -376,6 +408,23 @@ async fn a_failing_liveness_probe_restarts_the_container() {
     assert!(
         c.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
         "{c:?}"
+    );
+    let said: Vec<(String, String)> = events
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e.reason.as_str(), "Unhealthy" | "Killing"))
+        .map(|e| (e.reason, e.message))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|(r, m)| r == "Unhealthy" && m.starts_with("Liveness probe failed: ")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|(r, m)| r == "Killing"
+                && m == "Container c failed liveness probe, will be restarted"),
+        "{said:?}"
     );
     agent.shutdown().await;
 }
@@ -471,7 +520,11 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
             wasmlet_plugin_host::chain::FailurePolicy::Fail,
         )
         .expect("resource-fit loads");
-    let opts = options("admission");
+    let events = Arc::new(MemoryRecorder::default());
+    let opts = AgentOptions {
+        events: Some(events.clone()),
+        ..options("admission")
+    };
     let node =
         wasmlet_plugin_host::convert::node(&opts.node.object(true, "", "2026-11-22T10:00:00Z"))
             .expect("node");
@@ -499,6 +552,17 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
     .await;
     let status = p.status.expect("status");
     assert_eq!(status.reason.as_deref(), Some("OutOfcpu"));
+    let rejected: Vec<_> = events
+        .events()
+        .into_iter()
+        .filter(|e| e.pod.name.starts_with("greedy"))
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(
+        (rejected[0].kind, rejected[0].reason.as_str()),
+        (wasmlet_agent::events::Kind::Warning, "OutOfcpu"),
+        "an event with the plugin's reason"
+    );
     assert!(
         status.message.as_deref().is_some_and(
             |m| m.starts_with("Pod was rejected: Node didn't have enough resource: cpu")
