@@ -27,6 +27,42 @@ pub struct NodeFacts {
     pub max_pods: u32,
     /// Extra labels.
     pub labels: BTreeMap<String, String>,
+    /// What is kept back from pods (kubeReserved plus systemReserved): allocatable is
+    /// capacity less this.
+    pub reserved: Reserved,
+}
+
+/// Resources kept back for the system and the agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// CPU, in millicores.
+    pub cpu_millis: u64,
+    /// Memory, in bytes.
+    pub memory_bytes: u64,
+    /// Ephemeral storage, in bytes.
+    pub ephemeral_storage_bytes: u64,
+}
+
+impl Reserved {
+    /// The sum of two reservations.
+    pub fn plus(self, other: Reserved) -> Reserved {
+        Reserved {
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            ephemeral_storage_bytes: self
+                .ephemeral_storage_bytes
+                .saturating_add(other.ephemeral_storage_bytes),
+        }
+    }
+}
+
+/// CPU as a quantity: whole cores as `2`, otherwise millicores (`1900m`).
+fn cpu_quantity(millis: u64) -> Quantity {
+    if millis.is_multiple_of(1000) {
+        Quantity((millis / 1000).to_string())
+    } else {
+        Quantity(format!("{millis}m"))
+    }
 }
 
 /// The machine's hostname, lowercased.
@@ -80,10 +116,39 @@ impl NodeFacts {
             ephemeral_storage_bytes: filesystem_bytes(root_dir),
             max_pods,
             labels: BTreeMap::new(),
+            reserved: Reserved::default(),
         }
     }
 
-    /// The node as a `v1.Node`: capacity = allocatable, the well-known labels, a Ready
+    /// Capacity less what is reserved.
+    pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
+        let r = &self.reserved;
+        BTreeMap::from([
+            (
+                "cpu".to_string(),
+                cpu_quantity((self.cpus * 1000).saturating_sub(r.cpu_millis)),
+            ),
+            (
+                "memory".to_string(),
+                Quantity(format!(
+                    "{}Ki",
+                    self.memory_bytes.saturating_sub(r.memory_bytes) / 1024
+                )),
+            ),
+            (
+                "ephemeral-storage".to_string(),
+                Quantity(format!(
+                    "{}Ki",
+                    self.ephemeral_storage_bytes
+                        .saturating_sub(r.ephemeral_storage_bytes)
+                        / 1024
+                )),
+            ),
+            ("pods".to_string(), Quantity(self.max_pods.to_string())),
+        ])
+    }
+
+    /// The node as a `v1.Node`: capacity, allocatable, the well-known labels, a Ready
     /// condition saying `ready` (with `message` when not).
     pub fn object(&self, ready: bool, message: &str, now: &str) -> k8s::Node {
         let mut labels = BTreeMap::from([
@@ -121,8 +186,8 @@ impl NodeFacts {
             },
             spec: Some(k8s::NodeSpec::default()),
             status: Some(k8s::NodeStatus {
-                capacity: Some(capacity.clone()),
-                allocatable: Some(capacity),
+                capacity: Some(capacity),
+                allocatable: Some(self.allocatable()),
                 addresses: Some(vec![
                     k8s::NodeAddress {
                         type_: "InternalIP".into(),
@@ -173,6 +238,11 @@ mod tests {
             ephemeral_storage_bytes: 100 << 30,
             max_pods: 110,
             labels: BTreeMap::new(),
+            reserved: Reserved {
+                cpu_millis: 100,
+                memory_bytes: 512 << 20,
+                ephemeral_storage_bytes: 0,
+            },
         };
         let node = facts.object(false, "container runtime is down", "2026-11-22T10:00:00Z");
         let status = node.status.as_ref().expect("status");
@@ -180,6 +250,10 @@ mod tests {
         assert_eq!(cap["cpu"].0, "2");
         assert_eq!(cap["memory"].0, "4194304Ki");
         assert_eq!(cap["pods"].0, "110");
+        let alloc = status.allocatable.as_ref().expect("allocatable");
+        assert_eq!(alloc["cpu"].0, "1900m");
+        assert_eq!(alloc["memory"].0, "3670016Ki");
+        assert_eq!(alloc["ephemeral-storage"], cap["ephemeral-storage"]);
         let ready = &status.conditions.as_ref().expect("conditions")[0];
         assert_eq!(
             (ready.status.as_str(), ready.message.as_deref()),

@@ -73,6 +73,7 @@ fn options(name: &str) -> AgentOptions {
             ephemeral_storage_bytes: 100 << 30,
             max_pods: 110,
             labels: Default::default(),
+            reserved: Default::default(),
         },
         pod_logs_dir: root.join("logs"),
         root_dir: root,

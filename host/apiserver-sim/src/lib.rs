@@ -158,6 +158,22 @@ impl ApiServerSim {
         self.lock().create(prefix, resource, &ns, object)
     }
 
+    /// Deletes as a client would (`options` is a DeleteOptions body): bound pods are
+    /// deleted gracefully.
+    pub fn delete(
+        &self,
+        prefix: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+        options: Value,
+    ) -> Result<Value, Value> {
+        self.lock().delete(
+            &(prefix.into(), resource.into(), ns.into(), name.into()),
+            &options,
+        )
+    }
+
     /// Every request served so far: (method, path).
     pub fn requests(&self) -> Vec<(String, String)> {
         self.lock().requests.clone()

@@ -17,7 +17,7 @@ use crate::ClusterError;
 pub const NAMESPACE: &str = "kube-node-lease";
 /// How long a lease lasts (`nodeLeaseDurationSeconds`).
 pub const DURATION_SECONDS: i32 = 40;
-/// How often it is renewed.
+/// How often it is renewed, by default (a quarter of the duration).
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
 /// First retry after a failed renewal; doubles up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -31,6 +31,8 @@ pub struct Heartbeat {
     owner: Option<OwnerReference>,
     /// The lease as last written (saves a GET per renewal).
     last: Option<Lease>,
+    /// leaseDurationSeconds (nodeLeaseDurationSeconds).
+    duration_seconds: i32,
 }
 
 impl Heartbeat {
@@ -41,13 +43,26 @@ impl Heartbeat {
             node: node.to_owned(),
             owner,
             last: None,
+            duration_seconds: DURATION_SECONDS,
         }
+    }
+
+    /// A lease of `seconds` (nodeLeaseDurationSeconds), renewed every quarter of it as
+    /// the kubelet does.
+    pub fn duration(mut self, seconds: i32) -> Self {
+        self.duration_seconds = seconds.max(1);
+        self
+    }
+
+    /// How often the lease is renewed: a quarter of its duration (10 s for 40 s).
+    pub fn renew_interval(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.duration_seconds).unwrap_or(40) * 250)
     }
 
     fn fill(&self, lease: &mut Lease) {
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(self.node.clone());
-        spec.lease_duration_seconds = Some(DURATION_SECONDS);
+        spec.lease_duration_seconds = Some(self.duration_seconds);
         spec.renew_time =
             serde_json::from_value::<MicroTime>(serde_json::Value::String(crate::now_micro())).ok();
         if lease.metadata.owner_references.is_none()
@@ -109,7 +124,7 @@ impl Heartbeat {
         Ok(written)
     }
 
-    /// Renews every [`RENEW_INTERVAL`] until `shutdown` turns true, retrying failures
+    /// Renews every [`Heartbeat::renew_interval`] until `shutdown` turns true, retrying failures
     /// with back-off; never gives up.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut backoff = FIRST_BACKOFF;
@@ -117,7 +132,7 @@ impl Heartbeat {
             let wait = match self.renew().await {
                 Ok(_) => {
                     backoff = FIRST_BACKOFF;
-                    RENEW_INTERVAL
+                    self.renew_interval()
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?backoff, "failed to update lease");

@@ -66,6 +66,8 @@ pub struct Cluster {
     pub facts: NodeFacts,
     /// Taints to register with (registerWithTaints).
     pub taints: Vec<k8s::Taint>,
+    /// Node status and lease timing.
+    pub timing: node::Timing,
     /// The agent's statuses.
     pub statuses: Arc<StatusManager>,
     /// Where the `api` source's sets go (the agent's pod config).
@@ -91,6 +93,7 @@ pub fn start(
         client,
         facts,
         taints,
+        timing,
         statuses,
         sources,
         sources_ready,
@@ -104,6 +107,7 @@ pub fn start(
             client.clone(),
             facts.clone(),
             taints,
+            timing,
             state,
             owner_tx,
             shutdown.clone(),

@@ -21,6 +21,27 @@ pub const UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 /// The longest time between two status reports (nodeStatusReportFrequency).
 pub const REPORT_FREQUENCY: Duration = Duration::from_secs(300);
 
+/// How often the node reports, and its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// nodeStatusUpdateFrequency (10 s): how often the status is computed.
+    pub update: Duration,
+    /// nodeStatusReportFrequency (5 min): the longest time between two reports.
+    pub report: Duration,
+    /// nodeLeaseDurationSeconds (40): the lease's duration; renewed every quarter.
+    pub lease_seconds: i32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            update: UPDATE_FREQUENCY,
+            report: REPORT_FREQUENCY,
+            lease_seconds: crate::lease::DURATION_SECONDS,
+        }
+    }
+}
+
 /// What the node status says beyond [`NodeFacts`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeState {
@@ -148,16 +169,15 @@ fn without_heartbeats(status: &k8s::NodeStatus) -> k8s::NodeStatus {
 }
 
 /// Whether a computed status is sent: when it changed (heartbeats aside) since the last
-/// one sent, or when that one is [`REPORT_FREQUENCY`] old.
+/// one sent, or when that one is `report` old (nodeStatusReportFrequency).
 pub fn needs_report(
     new: &k8s::NodeStatus,
     last_sent: Option<(&k8s::NodeStatus, Duration)>,
+    report: Duration,
 ) -> bool {
     match last_sent {
         None => true,
-        Some((old, age)) => {
-            age >= REPORT_FREQUENCY || without_heartbeats(old) != without_heartbeats(new)
-        }
+        Some((old, age)) => age >= report || without_heartbeats(old) != without_heartbeats(new),
     }
 }
 
@@ -241,19 +261,32 @@ pub fn owner(node: &k8s::Node) -> Option<OwnerReference> {
     })
 }
 
+/// How often the status is looked at while the node is not Ready yet.
+pub const FAST_UPDATE: Duration = Duration::from_millis(200);
+
+/// Whether `status` says Ready.
+pub fn is_ready(status: &k8s::NodeStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 /// How many times a status report is tried within one update period (the kubelet's
 /// nodeStatusUpdateRetry).
 const REPORT_TRIES: usize = 5;
 
 /// Registers the node (retrying until the API server takes it), keeps its lease, and
-/// reports its status every [`UPDATE_FREQUENCY`] when it changed or every
-/// [`REPORT_FREQUENCY`], until `shutdown` turns true. `state` says, each time, whether
+/// reports its status every `timing.update` when it changed or every `timing.report`,
+/// until `shutdown` turns true. `state` says, each time, whether
 /// the node is ready and what runs it; `registered_tx` gets the registered Node as an
 /// owner reference.
 pub async fn run(
     client: kube::Client,
     facts: NodeFacts,
     taints: Vec<k8s::Taint>,
+    timing: Timing,
     state: impl Fn() -> NodeState + Send + Sync + 'static,
     registered_tx: tokio::sync::watch::Sender<Option<OwnerReference>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -275,20 +308,29 @@ pub async fn run(
             }
         }
     };
-    let heartbeat = crate::lease::Heartbeat::new(client.clone(), &facts.name, owner(&registered));
+    let heartbeat = crate::lease::Heartbeat::new(client.clone(), &facts.name, owner(&registered))
+        .duration(timing.lease_seconds);
     let _ = registered_tx.send(owner(&registered));
     tokio::spawn(heartbeat.run(shutdown.clone()));
     let mut sent_at = tokio::time::Instant::now();
     loop {
+        // Until the node has reported Ready once, its status is looked at every
+        // FAST_UPDATE rather than every update period (the kubelet's fast node status
+        // update at start): a node is Ready as soon as its runtime answers.
+        let wait = if is_ready(&last) {
+            timing.update
+        } else {
+            FAST_UPDATE.min(timing.update)
+        };
         tokio::select! {
-            () = tokio::time::sleep(UPDATE_FREQUENCY) => {}
+            () = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => return,
         }
         if *shutdown.borrow() {
             return;
         }
         let new = status(&facts, &state(), &info, &now(), Some(&last));
-        if !needs_report(&new, Some((&last, sent_at.elapsed()))) {
+        if !needs_report(&new, Some((&last, sent_at.elapsed())), timing.report) {
             continue;
         }
         for attempt in 1..=REPORT_TRIES {
@@ -320,6 +362,7 @@ mod tests {
             ephemeral_storage_bytes: 100 << 30,
             max_pods: 110,
             labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
+            reserved: Default::default(),
         }
     }
 
@@ -393,10 +436,15 @@ mod tests {
         assert_eq!(ready.last_heartbeat_time, time("2026-11-22T10:00:10Z"));
         assert!(!needs_report(
             &later,
-            Some((&first, Duration::from_secs(10)))
+            Some((&first, Duration::from_secs(10))),
+            REPORT_FREQUENCY
         ));
-        assert!(needs_report(&later, Some((&first, REPORT_FREQUENCY))));
-        assert!(needs_report(&later, None));
+        assert!(needs_report(
+            &later,
+            Some((&first, REPORT_FREQUENCY)),
+            REPORT_FREQUENCY
+        ));
+        assert!(needs_report(&later, None, REPORT_FREQUENCY));
 
         // The runtime goes away: NotReady, with the reason, from now on.
         let down = NodeState {
@@ -420,7 +468,8 @@ mod tests {
         assert_eq!(ready.last_transition_time, time("2026-11-22T10:00:20Z"));
         assert!(needs_report(
             &failing,
-            Some((&later, Duration::from_secs(10)))
+            Some((&later, Duration::from_secs(10))),
+            REPORT_FREQUENCY
         ));
     }
 

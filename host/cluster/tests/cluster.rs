@@ -23,6 +23,7 @@ fn facts(name: &str) -> NodeFacts {
         ephemeral_storage_bytes: 50 << 30,
         max_pods: 110,
         labels: BTreeMap::from([("pool".to_string(), "wasm".to_string())]),
+        reserved: Default::default(),
     }
 }
 

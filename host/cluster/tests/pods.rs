@@ -83,6 +83,7 @@ impl Node {
             ephemeral_storage_bytes: 100 << 30,
             max_pods: 110,
             labels: BTreeMap::new(),
+            reserved: Default::default(),
         };
         let (recorder, events) = ApiRecorder::new();
         let cri = Arc::new(Simulator::new());
@@ -118,6 +119,7 @@ impl Node {
                 client: client.clone(),
                 facts,
                 taints: Vec::new(),
+                timing: Default::default(),
                 statuses: agent.ctx.statuses.clone(),
                 sources: agent.sources(),
                 sources_ready: Arc::new(move || ready.sources_ready()),

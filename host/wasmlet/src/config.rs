@@ -22,6 +22,19 @@
 //! cgroupsPerQOS: true                   # pods in cgroups of their own, <cgroupRoot>/wasmlet/pod<uid>
 //! cgroupRoot: /
 //! cgroupDriver: cgroupfs                # systemd: no pod cgroups (warned)
+//! # Cluster mode (with a kubeconfig):
+//! kubeconfig: /etc/wasmlet/kubeconfig
+//! nodeLabels: {pool: wasm}              # wasmlet's field (the kubelet's --node-labels)
+//! registerWithTaints: [{key: dedicated, value: wasm, effect: NoSchedule}]
+//! kubeReserved: {cpu: 100m, memory: 256Mi}      # allocatable = capacity - kube - system
+//! systemReserved: {memory: 512Mi, ephemeral-storage: 1Gi}
+//! nodeStatusUpdateFrequency: 10s
+//! nodeStatusReportFrequency: 5m
+//! nodeLeaseDurationSeconds: 40          # renewed every quarter of it
+//! kubeAPIQPS: 50                        # status patches, mirror pods, deletes
+//! kubeAPIBurst: 100
+//! eventRecordQPS: 50
+//! eventBurst: 100
 //! plugins: { ... }                      # see wasmlet_plugin_host::config
 //! ```
 //!
@@ -29,14 +42,18 @@
 //! ignored; any other unknown field, and every invalid value, is an error naming the
 //! file and the field.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
+use wasmlet_agent::node::Reserved;
+use wasmlet_cluster::Limits;
+use wasmlet_cluster::node::Timing;
 use wasmlet_plugin_host::config::PluginsConfig;
-use wasmlet_plugin_host::convert::parse_duration;
+use wasmlet_plugin_host::convert::{parse_duration, parse_quantity};
 
 /// KubeletConfiguration fields wasmlet reads but does not act on: a warning each.
 const NOT_IMPLEMENTED: &[&str] = &[
@@ -53,8 +70,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "enableDebuggingHandlers",
     "enableServer",
     "enforceNodeAllocatable",
-    "eventBurst",
-    "eventRecordQPS",
     "evictionHard",
     "evictionPressureTransitionPeriod",
     "evictionSoft",
@@ -65,9 +80,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
     "imageServiceEndpoint",
-    "kubeAPIBurst",
-    "kubeAPIQPS",
-    "kubeReserved",
     "localStorageCapacityIsolation",
     "logging",
     "makeIPTablesUtilChains",
@@ -75,9 +87,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "maxParallelImagePulls",
     "memoryManagerPolicy",
     "memorySwap",
-    "nodeLeaseDurationSeconds",
-    "nodeStatusReportFrequency",
-    "nodeStatusUpdateFrequency",
     "podCIDR",
     "port",
     "protectKernelDefaults",
@@ -94,7 +103,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "staticPodURL",
     "staticPodURLHeader",
     "streamingConnectionIdleTimeout",
-    "systemReserved",
     "tlsCertFile",
     "tlsCipherSuites",
     "tlsMinVersion",
@@ -130,6 +138,20 @@ struct File {
     cgroups_per_qos: Option<bool>,
     cgroup_root: Option<String>,
     cgroup_driver: Option<String>,
+    node_labels: Option<BTreeMap<String, String>>,
+    register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    kube_reserved: Option<BTreeMap<String, serde_yaml_ng::Value>>,
+    system_reserved: Option<BTreeMap<String, serde_yaml_ng::Value>>,
+    node_status_update_frequency: Option<String>,
+    node_status_report_frequency: Option<String>,
+    node_lease_duration_seconds: Option<i64>,
+    #[serde(rename = "kubeAPIQPS")]
+    kube_api_qps: Option<f64>,
+    #[serde(rename = "kubeAPIBurst")]
+    kube_api_burst: Option<i64>,
+    #[serde(rename = "eventRecordQPS")]
+    event_record_qps: Option<f64>,
+    event_burst: Option<i64>,
     plugins: Option<PluginsConfig>,
 }
 
@@ -167,6 +189,16 @@ pub struct Config {
     /// Pod-level cgroups: `cgroupsPerQOS` and a `cgroupDriver` of `cgroupfs` (the
     /// defaults); `None` when off.
     pub pod_cgroup_parent: Option<String>,
+    /// `nodeLabels`: labels the node registers with.
+    pub node_labels: BTreeMap<String, String>,
+    /// `registerWithTaints`.
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `kubeReserved` plus `systemReserved`.
+    pub reserved: Reserved,
+    /// `nodeStatusUpdateFrequency`, `nodeStatusReportFrequency`, `nodeLeaseDurationSeconds`.
+    pub timing: Timing,
+    /// `kubeAPIQPS`, `kubeAPIBurst`, `eventRecordQPS`, `eventBurst`.
+    pub limits: Limits,
     /// `plugins` (`None`: the shipped plugins).
     pub plugins: Option<PluginsConfig>,
 }
@@ -185,6 +217,56 @@ fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Durati
             Ok(d)
         }
     }
+}
+
+/// A `kubeReserved` / `systemReserved` map.
+fn reserved(field: &str, map: Option<&BTreeMap<String, serde_yaml_ng::Value>>) -> Result<Reserved> {
+    let mut r = Reserved::default();
+    for (name, value) in map.into_iter().flatten() {
+        let at = |e: String| anyhow::anyhow!("{field}.{name}: {e}");
+        // A quantity: a string, or a plain number (`cpu: 1`).
+        let value = &match value {
+            serde_yaml_ng::Value::String(s) => s.clone(),
+            serde_yaml_ng::Value::Number(n) => n.to_string(),
+            other => bail!("{field}.{name}: {other:?} is not a quantity"),
+        };
+        match name.as_str() {
+            "cpu" => r.cpu_millis = parse_quantity(value, 3).map_err(at)?,
+            "memory" => r.memory_bytes = parse_quantity(value, 0).map_err(at)?,
+            "ephemeral-storage" => {
+                r.ephemeral_storage_bytes = parse_quantity(value, 0).map_err(at)?;
+            }
+            // Accepted; the agent limits pids per pod (podPidsLimit), not per node.
+            "pid" => {
+                parse_quantity(value, 0).map_err(at)?;
+            }
+            other => bail!(
+                "{field}.{other}: not a resource that can be reserved (cpu, memory, ephemeral-storage, pid)"
+            ),
+        }
+    }
+    Ok(r)
+}
+
+/// A QPS / burst pair.
+fn rate(
+    qps_field: &str,
+    qps: Option<f64>,
+    burst_field: &str,
+    burst: Option<i64>,
+    default: (f64, u32),
+) -> Result<(f64, u32)> {
+    let qps = match qps {
+        None => default.0,
+        Some(q) if q.is_finite() && q >= 0.0 => q,
+        Some(q) => bail!("{qps_field}: {q} must be 0 or more"),
+    };
+    let burst = match burst {
+        None => default.1,
+        Some(b) if b > 0 => u32::try_from(b).unwrap_or(u32::MAX),
+        Some(b) => bail!("{burst_field}: {b} must be more than 0"),
+    };
+    Ok((qps, burst))
 }
 
 fn port(field: &str, value: Option<i64>, default: u16) -> Result<u16> {
@@ -250,6 +332,11 @@ impl Config {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             pod_pids_limit: None,
             pod_cgroup_parent: Some(wasmlet_agent::cgroups::DEFAULT_PARENT.into()),
+            node_labels: BTreeMap::new(),
+            taints: Vec::new(),
+            reserved: Reserved::default(),
+            timing: Timing::default(),
+            limits: Limits::default(),
             plugins: None,
         }
     }
@@ -377,6 +464,69 @@ impl Config {
             .root_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet"));
+        let taints = file.register_with_taints.unwrap_or_default();
+        for (i, t) in taints.iter().enumerate() {
+            if t.key.is_empty() {
+                bail!("{}: registerWithTaints[{i}].key: must not be empty", at());
+            }
+            if !matches!(
+                t.effect.as_str(),
+                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            ) {
+                bail!(
+                    "{}: registerWithTaints[{i}].effect: {:?} must be NoSchedule, PreferNoSchedule or NoExecute",
+                    at(),
+                    t.effect
+                );
+            }
+        }
+        let node_labels = file.node_labels.unwrap_or_default();
+        if let Some(k) = node_labels.keys().find(|k| k.is_empty() || k.len() > 316) {
+            bail!("{}: nodeLabels: {k:?} is not a label key", at());
+        }
+        let reserved = reserved("kubeReserved", file.kube_reserved.as_ref())
+            .and_then(|k| Ok(k.plus(reserved("systemReserved", file.system_reserved.as_ref())?)))
+            .map_err(with_file)?;
+        let defaults = Timing::default();
+        let timing = Timing {
+            update: duration(
+                "nodeStatusUpdateFrequency",
+                file.node_status_update_frequency.as_deref(),
+                defaults.update,
+            )
+            .map_err(with_file)?,
+            report: duration(
+                "nodeStatusReportFrequency",
+                file.node_status_report_frequency.as_deref(),
+                defaults.report,
+            )
+            .map_err(with_file)?,
+            lease_seconds: match file.node_lease_duration_seconds {
+                None => defaults.lease_seconds,
+                Some(n) if n > 0 => i32::try_from(n).unwrap_or(i32::MAX),
+                Some(n) => bail!(
+                    "{}: nodeLeaseDurationSeconds: {n} must be more than 0",
+                    at()
+                ),
+            },
+        };
+        let d = Limits::default();
+        let (api_qps, api_burst) = rate(
+            "kubeAPIQPS",
+            file.kube_api_qps,
+            "kubeAPIBurst",
+            file.kube_api_burst,
+            (d.api_qps, d.api_burst),
+        )
+        .map_err(with_file)?;
+        let (event_qps, event_burst) = rate(
+            "eventRecordQPS",
+            file.event_record_qps,
+            "eventBurst",
+            file.event_burst,
+            (d.event_qps, d.event_burst),
+        )
+        .map_err(with_file)?;
         Ok(Config {
             node_name: file.node_name,
             node_ip: file.node_ip,
@@ -417,6 +567,16 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
             pod_pids_limit,
             pod_cgroup_parent,
+            node_labels,
+            taints,
+            reserved,
+            timing,
+            limits: Limits {
+                api_qps,
+                api_burst,
+                event_qps,
+                event_burst,
+            },
             plugins: file.plugins,
         })
     }
@@ -465,6 +625,49 @@ mod tests {
     }
 
     #[test]
+    fn cluster_fields_set_labels_taints_reservations_timing_and_limits() {
+        let c = parse(
+            "nodeLabels: {pool: wasm}\n\
+             registerWithTaints: [{key: dedicated, value: wasm, effect: NoSchedule}]\n\
+             kubeReserved: {cpu: 100m, memory: 256Mi}\n\
+             systemReserved: {cpu: 0.5, memory: 256Mi, ephemeral-storage: 1Gi, pid: 1000}\n\
+             nodeStatusUpdateFrequency: 5s\nnodeStatusReportFrequency: 1m\n\
+             nodeLeaseDurationSeconds: 20\nkubeAPIQPS: 0\nkubeAPIBurst: 10\neventRecordQPS: 5\n",
+        )
+        .expect("valid");
+        assert_eq!(c.node_labels["pool"], "wasm");
+        assert_eq!(c.taints[0].effect, "NoSchedule");
+        assert_eq!(
+            c.reserved,
+            Reserved {
+                cpu_millis: 600,
+                memory_bytes: 512 << 20,
+                ephemeral_storage_bytes: 1 << 30,
+            }
+        );
+        assert_eq!(
+            c.timing,
+            Timing {
+                update: Duration::from_secs(5),
+                report: Duration::from_secs(60),
+                lease_seconds: 20,
+            }
+        );
+        assert_eq!(
+            c.limits,
+            Limits {
+                api_qps: 0.0,
+                api_burst: 10,
+                event_qps: 5.0,
+                event_burst: 100,
+            }
+        );
+        let d = parse("").expect("defaults");
+        assert_eq!(d.timing, Timing::default());
+        assert_eq!(d.limits, Limits::default());
+    }
+
+    #[test]
     fn errors_name_the_file_and_the_field() {
         for (text, field) in [
             ("maxPods: 0", "maxPods"),
@@ -483,6 +686,17 @@ mod tests {
             ("cgroupDriver: cgroupv3", "cgroupDriver"),
             ("cgroupRoot: relative", "cgroupRoot"),
             ("kind: Pod", "kind"),
+            ("kubeReserved: {gpu: 1}", "kubeReserved.gpu"),
+            ("systemReserved: {memory: lots}", "systemReserved.memory"),
+            (
+                "registerWithTaints: [{key: a, effect: Sometimes}]",
+                "registerWithTaints[0].effect",
+            ),
+            ("registerWithTaints: [{key: a}]", "registerWithTaints"),
+            ("nodeLeaseDurationSeconds: 0", "nodeLeaseDurationSeconds"),
+            ("nodeStatusUpdateFrequency: 0s", "nodeStatusUpdateFrequency"),
+            ("kubeAPIQPS: -1", "kubeAPIQPS"),
+            ("eventBurst: 0", "eventBurst"),
             (
                 "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",
                 "failurePolicy",

@@ -49,7 +49,10 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
         &config,
         format!(
             "nodeName: {name}\ncontainerRuntimeEndpoint: {endpoint}\nstaticPodPath: {}\n\
-             healthzPort: 0\nreadOnlyPort: 0\nrootDir: {}\ncgroupsPerQOS: false\n",
+             healthzPort: 0\nreadOnlyPort: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
+             fileCheckFrequency: 1s\nnodeLabels: {{pool: hollow}}\n\
+             registerWithTaints: [{{key: hollow, value: 'yes', effect: NoSchedule}}]\n\
+             kubeReserved: {{cpu: 500m}}\n",
             manifests.display(),
             dir.join("root").display()
         ),
@@ -62,6 +65,7 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
         .arg(&config)
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .args(["--node-labels", "rack=r1"])
         .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
@@ -139,6 +143,75 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
         }
     }
     eprintln!("3 hollow nodes Ready after {:?}", started.elapsed());
+    let node = api.get("api/v1", "nodes", "", "hollow-2").expect("node");
+    assert_eq!(node["metadata"]["labels"]["pool"], "hollow");
+    assert_eq!(node["metadata"]["labels"]["rack"], "r1");
+    assert_eq!(node["spec"]["taints"][0]["key"], "hollow");
+    let cpus: f64 = node["status"]["capacity"]["cpu"]
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .expect("cpu capacity");
+    assert_eq!(
+        node["status"]["allocatable"]["cpu"],
+        format!("{}m", cpus as u64 * 1000 - 500),
+        "kubeReserved comes off allocatable"
+    );
+
+    // A pod bound to each node runs there and reports Running with its IP.
+    for i in 1..=3 {
+        api.create(
+            "api/v1",
+            "pods",
+            serde_json::json!({
+                "metadata": {"name": format!("work-{i}"), "namespace": "default"},
+                "spec": {"nodeName": format!("hollow-{i}"), "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]}]}
+            }),
+        )
+        .expect("create");
+    }
+    // A static pod on node 1 shows up as its mirror pod.
+    std::fs::write(
+        top.join("node-1/manifests/static.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: static}\nspec:\n  containers:\n  - {name: c, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
+    )
+    .expect("manifest");
+    let pod = |name: &str| api.get("api/v1", "pods", "default", name);
+    let running = |p: &Value| {
+        p["status"]["phase"] == "Running"
+            && p["status"]["podIP"]
+                .as_str()
+                .is_some_and(|ip| !ip.is_empty())
+    };
+    let started = Instant::now();
+    for name in ["work-1", "work-2", "work-3", "static-hollow-1"] {
+        while !pod(name).is_some_and(|p| running(&p)) {
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{name} not Running: {:?}\n{}",
+                pod(name),
+                std::fs::read_to_string(&agents[0].log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mirror = pod("static-hollow-1").expect("mirror");
+    assert!(mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string());
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["name"], "hollow-1");
+    // kubectl delete pod: stopped, then gone.
+    api.delete("api/v1", "pods", "default", "work-2", serde_json::json!({}))
+        .expect("delete");
+    let deleting = Instant::now();
+    while pod("work-2").is_some() {
+        assert!(
+            deleting.elapsed() < Duration::from_secs(10),
+            "work-2 still there: {:?}",
+            pod("work-2")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The leases are renewed (every 10 s).
     let renew_time = |name: &str| {
         api.get(

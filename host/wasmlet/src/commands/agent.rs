@@ -52,6 +52,13 @@ pub struct RunArgs {
     /// Join the cluster this kubeconfig names (overrides the file's `kubeconfig`).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// Node name (overrides the file's `nodeName`): several agents on one machine each
+    /// take their own.
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Labels the node registers with, `key=value,…` (added to the file's `nodeLabels`).
+    #[arg(long, value_name = "LABELS", value_delimiter = ',')]
+    pub node_labels: Vec<String>,
 }
 
 /// `wasmlet run`.
@@ -59,6 +66,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let mut config = Config::load(&args.config)?;
     if let Some(k) = args.kubeconfig {
         config.kubeconfig = Some(k);
+    }
+    if let Some(n) = args.node_name {
+        config.node_name = Some(n);
+    }
+    for label in args.node_labels.iter().filter(|l| !l.is_empty()) {
+        let Some((k, v)) = label.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            bail!("--node-labels: {label:?} is not key=value");
+        };
+        config.node_labels.insert(k.to_owned(), v.to_owned());
     }
     let endpoint = config
         .runtime_endpoint
@@ -156,12 +172,16 @@ async fn run_agent(
     let plugins_config = plugins::effective(&config)?;
     let loaded = Arc::new(plugins::load(&plugins_config).await?);
     let runtime = Arc::new(connect(&endpoint).await);
-    let facts = NodeFacts::read(
-        config.node_name.as_deref(),
-        config.node_ip.as_deref(),
-        &config.root_dir,
-        config.max_pods,
-    );
+    let facts = NodeFacts {
+        labels: config.node_labels.clone(),
+        reserved: config.reserved,
+        ..NodeFacts::read(
+            config.node_name.as_deref(),
+            config.node_ip.as_deref(),
+            &config.root_dir,
+            config.max_pods,
+        )
+    };
     let node = convert::node(&facts.object(true, "", &wasmlet_agent::time::now_rfc3339()))
         .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
     let admission = Admission {
@@ -239,12 +259,13 @@ async fn run_agent(
             wasmlet_cluster::Cluster {
                 client,
                 facts: node_facts,
-                taints: Vec::new(),
+                taints: config.taints.clone(),
+                timing: config.timing,
                 statuses: agent.ctx.statuses.clone(),
                 sources: agent.sources(),
                 sources_ready: Arc::new(move || ready.sources_ready()),
                 events,
-                limits: wasmlet_cluster::Limits::default(),
+                limits: config.limits,
             },
             state,
             cluster_stopped,
