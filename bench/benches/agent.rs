@@ -177,6 +177,7 @@ async fn simulator(n: usize) {
         .send(SourceSet {
             source: "file".into(),
             pods,
+            unchanged: Vec::new(),
             problems: Vec::new(),
         })
         .await

@@ -96,6 +96,16 @@ pub struct Merged {
     pub problems: Vec<Problem>,
 }
 
+/// Where in its source a pod came from (its `wasmlet.io/config.origin`, or for API
+/// pods `namespace/name`).
+fn origin_of(p: &k8s::Pod) -> String {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(pod::CONFIG_ORIGIN_ANNOTATION).cloned())
+        .unwrap_or_else(|| PodKey::of(p).full_name())
+}
+
 /// What decides between UPDATE and RECONCILE, as the kubelet compares pods: the spec,
 /// labels, annotations (less `config.seen`, which the agent writes) and the deletion
 /// fields; then the status. Resource versions and other server fields do not count.
@@ -153,6 +163,19 @@ impl PodConfig {
     /// (a manifest that could not be read this time) are kept rather than removed. A
     /// source that is not configured is reported as a problem and changes nothing.
     pub fn set(&mut self, source: &str, offered: Vec<SourcePod>, broken: &[String]) -> Merged {
+        self.set_with(source, offered, &[], broken)
+    }
+
+    /// [`PodConfig::set`] where the pods with a UID in `unchanged` are part of the new
+    /// set as they were in the last one (not repeated). A UID the source did not have
+    /// is ignored.
+    pub fn set_with(
+        &mut self,
+        source: &str,
+        offered: Vec<SourcePod>,
+        unchanged: &[String],
+        broken: &[String],
+    ) -> Merged {
         let mut merged = Merged::default();
         let Some(index) = self.sources.iter().position(|(name, _)| name == source) else {
             merged.problems.push(Problem {
@@ -175,6 +198,12 @@ impl PodConfig {
         let previous = std::mem::take(&mut self.sources[index].1.pods);
         let mut next: BTreeMap<String, Arc<k8s::Pod>> = BTreeMap::new();
         let mut origins: BTreeMap<String, String> = BTreeMap::new();
+        for uid in unchanged {
+            if let Some(old) = previous.get(uid) {
+                origins.insert(PodKey::of(old).full_name(), origin_of(old));
+                next.insert(uid.clone(), old.clone());
+            }
+        }
         let (mut added, mut updated, mut reconciled, mut deleted) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let api = source == pod::API_SOURCE;
@@ -280,13 +309,6 @@ impl PodConfig {
             };
             next.insert(key.uid, pod);
         }
-        let origin_of = |p: &k8s::Pod| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(pod::CONFIG_ORIGIN_ANNOTATION).cloned())
-                .unwrap_or_default()
-        };
         let mut removed = Vec::new();
         for (uid, p) in &previous {
             if next.contains_key(uid) {
@@ -467,6 +489,10 @@ mod tests {
         assert_eq!(pod::grace_seconds(&m.updates[0].pods[0]), 5);
         let m = c.set("api", vec![api_pod("4", "Succeeded", true)], &[]);
         assert_eq!(ops(&m), [(Op::Reconcile, vec!["web".into()])]);
+        // A set naming web as unchanged keeps it, whatever came with it.
+        let m = c.set_with("api", vec![], &["u-web".into(), "u-other".into()], &[]);
+        assert!(m.updates.is_empty(), "{:?}", ops(&m));
+        assert_eq!(c.pods().len(), 1);
         // The final delete: gone from the watch.
         let m = c.set("api", vec![], &[]);
         assert_eq!(ops(&m), [(Op::Remove, vec!["web".into()])]);

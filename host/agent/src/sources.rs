@@ -95,6 +95,7 @@ async fn poll_loop(
                     let set = SourceSet {
                         source: name.clone(),
                         pods: snapshot.pods,
+                        unchanged: Vec::new(),
                         problems: snapshot.problems,
                     };
                     if tx.send(set).await.is_err() {

@@ -39,6 +39,8 @@ pub struct PodEntry {
     /// Its containers and sandboxes are removed (after a deletion): its last status is
     /// final.
     pub reclaimed: bool,
+    /// Its first sync has run (a pod that starts at once is Running by then).
+    pub first_synced: bool,
     seq: u64,
 }
 
@@ -135,6 +137,7 @@ impl StatusManager {
                         ran: false,
                         version: 0,
                         reclaimed: false,
+                        first_synced: false,
                         seq: *seq,
                     },
                 );
@@ -170,6 +173,15 @@ impl StatusManager {
             e.reclaimed = true;
         } else {
             return;
+        }
+        self.mark(uid);
+    }
+
+    /// Records that the pod's first sync ran.
+    pub fn first_sync_done(&self, uid: &str) {
+        match self.write().1.get_mut(uid) {
+            Some(e) if !e.first_synced => e.first_synced = true,
+            _ => return,
         }
         self.mark(uid);
     }

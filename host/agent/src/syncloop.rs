@@ -39,12 +39,15 @@ pub const SYNC_TICK: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 
 /// A source's whole new set of pods.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SourceSet {
     /// The source's name.
     pub source: String,
-    /// Its pods.
+    /// Its pods (those in `unchanged` aside).
     pub pods: Vec<SourcePod>,
+    /// UIDs of pods the source still has exactly as in its last set: part of the set,
+    /// not sent again (the API source's sets, where one pod changes at a time).
+    pub unchanged: Vec<String>,
     /// Manifests it could not read (their pods are kept as they were).
     pub problems: Vec<Problem>,
 }
@@ -190,7 +193,9 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// A source's new set: merged, then each change handled.
     pub async fn handle_config(&mut self, set: SourceSet) {
         let broken: Vec<String> = set.problems.iter().map(|p| p.origin.clone()).collect();
-        let merged = self.config.set(&set.source, set.pods, &broken);
+        let merged = self
+            .config
+            .set_with(&set.source, set.pods, &set.unchanged, &broken);
         self.ctx.sources_ready.store(
             self.config.all_sources_ready(),
             std::sync::atomic::Ordering::Relaxed,

@@ -282,6 +282,9 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
                 Work::Sync(p) | Work::Cleanup(p) | Work::Terminate { pod: p, .. } => p,
             };
             debug!(pod = %PodKey::of(pod), work = kind, outcome = ?result.outcome, took = ?started.elapsed(), "pod work done");
+            if kind == "sync" {
+                self.ctx.statuses.first_sync_done(&uid);
+            }
             let mut state = handle.state();
             state.finished(result.outcome);
             let due = match (result.requeue, state.lifecycle()) {

@@ -122,6 +122,7 @@ async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
         .send(SourceSet {
             source: "file".into(),
             pods,
+            unchanged: Vec::new(),
             problems: Vec::new(),
         })
         .await

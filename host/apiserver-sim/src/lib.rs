@@ -42,6 +42,21 @@ use serde_json::{Map, Value, json};
 /// resource (`pods`), namespace (empty for cluster-scoped), name.
 type Key = (String, String, String, String);
 
+/// A change to a stored object: ADDED, MODIFIED or DELETED.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// ADDED, MODIFIED or DELETED.
+    pub kind: &'static str,
+    /// The resource (`pods`).
+    pub resource: String,
+    /// The namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// The object as stored.
+    pub object: Value,
+}
+
 /// One change, as watches see it.
 #[derive(Debug, Clone)]
 struct Event {
@@ -172,6 +187,34 @@ impl ApiServerSim {
             &(prefix.into(), resource.into(), ns.into(), name.into()),
             &options,
         )
+    }
+
+    /// Every change from now on, as it is stored (for tests and benchmarks that time
+    /// what clients write).
+    pub fn subscribe(&self) -> tokio::sync::mpsc::UnboundedReceiver<Change> {
+        let mut changes = self.lock().changes.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(e) => {
+                        let change = Change {
+                            kind: e.kind,
+                            resource: e.key.1.clone(),
+                            namespace: e.key.2.clone(),
+                            name: e.key.3.clone(),
+                            object: e.object.clone(),
+                        };
+                        if tx.send(change).is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        rx
     }
 
     /// Every request served so far: (method, path).

@@ -10,7 +10,7 @@
 //! Mirror pods (the API server's copies of this node's static pods) come through the
 //! same watch; they are not pods to run, so they go to [`MirrorPods`] instead.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,12 +47,51 @@ fn origin(p: &k8s::Pod) -> String {
     )
 }
 
-/// What the watch has shown so far, by UID.
-#[derive(Debug, Default)]
+/// Whether two versions of a pod differ in status (and server fields) only: the spec,
+/// labels, annotations and deletion fields are what the agent acts on.
+fn same_but_status(a: &k8s::Pod, b: &k8s::Pod) -> bool {
+    let (m, n) = (&a.metadata, &b.metadata);
+    a.spec == b.spec
+        && m.labels == n.labels
+        && m.annotations == n.annotations
+        && m.deletion_timestamp == n.deletion_timestamp
+        && m.deletion_grace_period_seconds == n.deletion_grace_period_seconds
+}
+
+/// What the watch has shown so far, by UID, and what changed since the last report.
+#[derive(Debug)]
 struct Store {
     pods: BTreeMap<String, k8s::Pod>,
     /// Objects of a list in progress (between `Init` and `InitDone`).
     listing: Option<BTreeMap<String, k8s::Pod>>,
+    /// Pods to run that are new or changed since the last report.
+    dirty: HashSet<String>,
+    /// Everything is reported again (after a list).
+    all_dirty: bool,
+    /// The mirror pods changed since the last report.
+    mirrors_changed: bool,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            pods: BTreeMap::new(),
+            listing: None,
+            dirty: HashSet::new(),
+            all_dirty: true,
+            mirrors_changed: true,
+        }
+    }
+}
+
+/// What one report says.
+struct Report {
+    /// Pods to run, new or changed.
+    changed: Vec<SourcePod>,
+    /// Pods to run as they were in the last report.
+    unchanged: Vec<String>,
+    /// The mirror pods, if they changed.
+    mirrors: Option<Vec<k8s::Pod>>,
 }
 
 impl Store {
@@ -61,10 +100,32 @@ impl Store {
         let uid = |p: &k8s::Pod| p.metadata.uid.clone().unwrap_or_default();
         match event {
             Event::Apply(p) => {
-                self.pods.insert(uid(&p), p);
-                true
+                let uid = uid(&p);
+                // A change of status alone (most often the agent's own patch coming back)
+                // is nothing to act on: kept, not reported.
+                let same = self
+                    .pods
+                    .get(&uid)
+                    .is_some_and(|old| same_but_status(old, &p));
+                if !same {
+                    if pod::is_mirror(&p) {
+                        self.mirrors_changed = true;
+                    } else {
+                        self.dirty.insert(uid.clone());
+                    }
+                }
+                self.pods.insert(uid, p);
+                !same
             }
-            Event::Delete(p) => self.pods.remove(&uid(&p)).is_some(),
+            Event::Delete(p) => match self.pods.remove(&uid(&p)) {
+                Some(gone) => {
+                    if pod::is_mirror(&gone) {
+                        self.mirrors_changed = true;
+                    }
+                    true
+                }
+                None => false,
+            },
             Event::Init => {
                 self.listing = Some(BTreeMap::new());
                 false
@@ -77,26 +138,39 @@ impl Store {
             }
             Event::InitDone => {
                 self.pods = self.listing.take().unwrap_or_default();
+                self.all_dirty = true;
+                self.mirrors_changed = true;
                 true
             }
         }
     }
 
-    /// The pods to run, and the mirror pods.
-    fn split(&self) -> (Vec<SourcePod>, Vec<k8s::Pod>) {
-        let mut run = Vec::new();
-        let mut mirrors = Vec::new();
-        for p in self.pods.values() {
+    /// The report of what changed since the last one: new and changed pods in full,
+    /// the others by UID, the mirror pods if they changed.
+    fn report(&mut self) -> Report {
+        let mut r = Report {
+            changed: Vec::new(),
+            unchanged: Vec::new(),
+            mirrors: self.mirrors_changed.then(Vec::new),
+        };
+        for (uid, p) in &self.pods {
             if pod::is_mirror(p) {
-                mirrors.push(p.clone());
-            } else {
-                run.push(SourcePod {
+                if let Some(m) = r.mirrors.as_mut() {
+                    m.push(p.clone());
+                }
+            } else if self.all_dirty || self.dirty.contains(uid) {
+                r.changed.push(SourcePod {
                     origin: origin(p),
                     pod: p.clone(),
                 });
+            } else {
+                r.unchanged.push(uid.clone());
             }
         }
-        (run, mirrors)
+        self.dirty.clear();
+        self.all_dirty = false;
+        self.mirrors_changed = false;
+        r
     }
 }
 
@@ -135,11 +209,14 @@ pub async fn run(
                 failures = 0;
                 backoff = FIRST_BACKOFF;
             }
-            let (run, mirror) = store.split();
-            mirrors.set(mirror);
+            let report = store.report();
+            if let Some(m) = report.mirrors {
+                mirrors.set(m);
+            }
             let set = SourceSet {
                 source: pod::API_SOURCE.into(),
-                pods: run,
+                pods: report.changed,
+                unchanged: report.unchanged,
                 problems: Vec::new(),
             };
             if sink.send(set).await.is_err() {
@@ -179,23 +256,54 @@ mod tests {
     }
 
     #[test]
-    fn a_relist_replaces_the_set_and_mirror_pods_are_kept_apart() {
+    fn reports_carry_what_changed_and_a_relist_replaces_the_set() {
         let mut s = Store::default();
         assert!(s.apply(Event::Apply(pod("a", false))));
         assert!(s.apply(Event::Apply(pod("m", true))));
         assert!(!s.apply(Event::Delete(pod("x", false))), "never seen");
-        // A relist (after 410 Gone): b appeared and a went while the watch was down.
+        let r = s.report();
+        assert_eq!(r.changed.len(), 1, "the first report is whole");
+        assert_eq!(r.changed[0].origin, "default/p-a");
+        assert_eq!(r.mirrors.map(|m| m.len()), Some(1));
+        // b comes: reported in full, a by UID, the mirror pods not at all.
+        assert!(s.apply(Event::Apply(pod("b", false))));
+        let r = s.report();
+        let uids: Vec<_> = r
+            .changed
+            .iter()
+            .map(|p| pod::uid(&p.pod).to_owned())
+            .collect();
+        assert_eq!(uids, ["b"]);
+        assert_eq!(r.unchanged, ["a"]);
+        assert!(r.mirrors.is_none());
+        // Its status changes (the agent's own patch): kept, nothing to report.
+        let mut running = pod("b", false);
+        running.status = Some(k8s::PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        assert!(!s.apply(Event::Apply(running)));
+        let mut labelled = pod("b", false);
+        labelled.metadata.labels = Some(BTreeMap::from([("a".to_string(), "b".to_string())]));
+        assert!(s.apply(Event::Apply(labelled)), "a label is news");
+        assert_eq!(s.report().changed.len(), 1);
+        // A relist (after 410 Gone): c appeared and a went while the watch was down.
         assert!(!s.apply(Event::Init));
         assert!(!s.apply(Event::InitApply(pod("b", false))));
+        assert!(!s.apply(Event::InitApply(pod("c", false))));
         assert!(!s.apply(Event::InitApply(pod("m", true))));
-        assert_eq!(s.pods.len(), 2, "the old set stands until the list is done");
+        assert_eq!(s.pods.len(), 3, "the old set stands until the list is done");
         assert!(s.apply(Event::InitDone));
-        let (run, mirrors) = s.split();
-        let uids: Vec<_> = run.iter().map(|p| pod::uid(&p.pod).to_owned()).collect();
-        assert_eq!(uids, ["b"]);
-        assert_eq!(run[0].origin, "default/p-b");
-        assert_eq!(mirrors.len(), 1);
+        let r = s.report();
+        let uids: Vec<_> = r
+            .changed
+            .iter()
+            .map(|p| pod::uid(&p.pod).to_owned())
+            .collect();
+        assert_eq!(uids, ["b", "c"], "after a list, everything in full");
+        assert!(r.unchanged.is_empty());
+        assert!(r.mirrors.is_some());
         assert!(s.apply(Event::Delete(pod("b", false))));
-        assert!(s.split().0.is_empty());
+        assert_eq!(s.report().unchanged, ["c"]);
     }
 }

@@ -10,11 +10,13 @@
 //!   gone and its last status is sent.
 //!
 //! Every status change raises the pod's version in the agent's status manager. A pod
-//! has at most one request in flight; when it ends, the pod is looked at again and the
-//! newest status (not each one in between) is sent: bursts coalesce, and an older status
-//! can never overwrite a newer one. A status equal to the one sent is not sent again.
-//! Whatever failed is tried again on the next resync, every [`RESYNC`]; requests go
-//! through the client rate limiter (kubeAPIQPS / kubeAPIBurst).
+//! has at most one request in flight; its body is the newest status at the moment the
+//! rate limiter (kubeAPIQPS / kubeAPIBurst) lets it go, and when it ends the pod is
+//! looked at again: bursts coalesce, and an older status can never overwrite a newer
+//! one. A status equal to the one sent is not sent again. A new pod's first status waits
+//! for its first sync (at most [`HOLD_FIRST`]): a pod that starts at once reports
+//! Running in one patch instead of Pending and then Running. Whatever failed is tried
+//! again on the next resync, every [`RESYNC`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,6 +40,8 @@ use crate::ratelimit::RateLimiter;
 pub const RESYNC: Duration = Duration::from_secs(10);
 /// The most requests in flight at once.
 const MAX_IN_FLIGHT: usize = 32;
+/// The longest a new pod's first status waits for its first sync.
+pub const HOLD_FIRST: Duration = Duration::from_secs(1);
 
 /// Whether every pod source has reported at least once: until then, a mirror pod
 /// without its static pod may only mean the static pod is not read yet.
@@ -83,12 +87,12 @@ struct Synced {
 
 /// A request to make.
 enum Job {
-    /// PATCH `pods/NAME/status` of the object with UID `to`.
+    /// PATCH `pods/NAME/status` of `target` with the agent's newest status of pod
+    /// `uid`; fields of `base` the status lacks are cleared.
     Patch {
         target: Target,
-        version: u64,
-        body: Value,
-        status: Value,
+        uid: String,
+        base: Option<Value>,
     },
     /// The final delete of a pod the API server deleted.
     Delete(Target),
@@ -132,6 +136,8 @@ enum Done {
     /// 404, or 409 on the UID: the object is not (or no longer) the one meant.
     Gone,
     Failed,
+    /// Nothing was sent (the pod went meanwhile).
+    Skipped,
 }
 
 fn code(e: &kube::Error) -> Option<u16> {
@@ -166,16 +172,23 @@ fn delete_params(uid: &str) -> DeleteParams {
     }
 }
 
-async fn perform(client: kube::Client, limiter: Arc<RateLimiter>, job: Job) -> Done {
+async fn perform(
+    client: kube::Client,
+    limiter: Arc<RateLimiter>,
+    statuses: Arc<StatusManager>,
+    job: Job,
+) -> Done {
     let api = |ns: &str| Api::<k8s::Pod>::namespaced(client.clone(), ns);
     limiter.acquire().await;
     match job {
-        Job::Patch {
-            target,
-            version,
-            body,
-            status,
-        } => {
+        Job::Patch { target, uid, base } => {
+            // The newest status now, not the one when the request was planned.
+            let Some(entry) = statuses.get(&uid) else {
+                return Done::Skipped;
+            };
+            let version = entry.version;
+            let status = serde_json::to_value(&entry.status).unwrap_or(Value::Null);
+            let body = patch_body(&target.uid, &status, base.as_ref());
             let r = api(&target.namespace)
                 .patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&body))
                 .await;
@@ -263,6 +276,8 @@ struct Syncer {
     orphans: HashSet<String>,
     /// Pods to look at.
     pending: HashSet<String>,
+    /// When held first statuses are due to be looked at again.
+    recheck: Option<tokio::time::Instant>,
     tasks: JoinSet<(String, Done)>,
 }
 
@@ -273,9 +288,20 @@ impl Syncer {
         if synced.gone {
             return None;
         }
-        let status = || serde_json::to_value(&entry.status).unwrap_or(Value::Null);
+        // A new pod's first status waits for its first sync (or HOLD_FIRST).
+        let hold_until = entry.seen + HOLD_FIRST;
+        let held = synced.sent == 0
+            && !entry.first_synced
+            && !pod::is_deleted(&entry.pod)
+            && tokio::time::Instant::now() < hold_until;
+        if held {
+            self.recheck = Some(self.recheck.map_or(hold_until, |r| r.min(hold_until)));
+        }
         if !pod::is_static(&entry.pod) {
             if entry.version > synced.sent && entry.version > 0 {
+                if held {
+                    return None;
+                }
                 let base = synced.base.clone().or_else(|| {
                     entry
                         .pod
@@ -283,12 +309,10 @@ impl Syncer {
                         .as_ref()
                         .and_then(|s| serde_json::to_value(s).ok())
                 });
-                let status = status();
                 return Some(Job::Patch {
                     target: Target::of(&entry.pod),
-                    version: entry.version,
-                    body: patch_body(uid, &status, base.as_ref()),
-                    status,
+                    uid: uid.to_owned(),
+                    base,
                 });
             }
             if pod::is_deleted(&entry.pod) && entry.reclaimed && !synced.deleted {
@@ -324,7 +348,7 @@ impl Syncer {
         }
         let target = Target::of(&current);
         let moved = synced.sent_to.as_deref() != Some(target.uid.as_str());
-        if entry.version > 0 && (entry.version > synced.sent || moved) {
+        if entry.version > 0 && (entry.version > synced.sent || moved) && !held {
             let base = if moved {
                 current
                     .status
@@ -333,12 +357,10 @@ impl Syncer {
             } else {
                 synced.base.clone()
             };
-            let status = status();
             return Some(Job::Patch {
-                body: patch_body(&target.uid, &status, base.as_ref()),
                 target,
-                version: entry.version,
-                status,
+                uid: uid.to_owned(),
+                base,
             });
         }
         None
@@ -372,8 +394,9 @@ impl Syncer {
     fn spawn(&mut self, key: String, job: Job) {
         let client = self.settings.client.clone();
         let limiter = self.settings.limiter.clone();
+        let statuses = self.settings.statuses.clone();
         self.tasks
-            .spawn(async move { (key, perform(client, limiter, job).await) });
+            .spawn(async move { (key, perform(client, limiter, statuses, job).await) });
     }
 
     /// Starts what the pending pods need, as far as the in-flight limit allows.
@@ -432,7 +455,7 @@ impl Syncer {
                 s.sent_to = None;
                 s.base = None;
             }
-            Done::OrphanDeleted => {}
+            Done::OrphanDeleted | Done::Skipped => {}
             Done::Gone => {
                 if s.mirror.is_some() || s.sent_to.is_some() {
                     // A mirror pod that went away: made again.
@@ -473,14 +496,23 @@ pub async fn run(settings: StatusSync, mut shutdown: watch::Receiver<bool>) {
         synced: HashMap::new(),
         orphans: HashSet::new(),
         pending: HashSet::new(),
+        recheck: None,
         tasks: JoinSet::new(),
     };
     let mut resync = tokio::time::interval(RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let far = Duration::from_secs(3600);
     loop {
         let mut orphans = false;
+        let recheck = sync
+            .recheck
+            .unwrap_or_else(|| tokio::time::Instant::now() + far);
         tokio::select! {
             _ = shutdown.changed() => return,
+            () = tokio::time::sleep_until(recheck) => {
+                sync.recheck = None;
+                sync.resync();
+            }
             () = sync.settings.statuses.changed() => {}
             () = mirrors.changed() => {
                 orphans = true;
