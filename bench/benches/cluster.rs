@@ -36,6 +36,25 @@ impl Checker for NoProbes {
     }
 }
 
+/// Where the agents keep pod directories: `$WASMLET_BENCH_DIR`, else /dev/shm (the
+/// simulator keeps nothing on disk either; on this machine's ext4 a `mkdir` takes
+/// ~0.6 ms after many files were deleted, and four per pod would be most of the
+/// measurement).
+fn base_dir() -> PathBuf {
+    std::env::var_os("WASMLET_BENCH_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let shm = PathBuf::from("/dev/shm");
+            shm.is_dir().then_some(shm)
+        })
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// This run's directory.
+fn bench_dir() -> PathBuf {
+    base_dir().join(format!("wasmlet-bench-cluster-{}", std::process::id()))
+}
+
 fn smoke() -> bool {
     std::env::args().any(|a| a == "--smoke")
 }
@@ -51,8 +70,10 @@ struct Joined {
 
 impl Joined {
     async fn start(round: usize) -> Joined {
-        let dir = std::env::temp_dir().join(format!("wasmlet-bench-cluster-{round}"));
-        let _ = std::fs::remove_dir_all(&dir);
+        // A directory of its own per run and round, removed at the end of the whole run:
+        // ext4 makes directories slowly right after many were deleted, which would
+        // measure the benchmark's own clean-up.
+        let dir = bench_dir().join(format!("round-{round}"));
         std::fs::create_dir_all(&dir).expect("dir");
         let api = ApiServerSim::new();
         let served = api
@@ -255,7 +276,8 @@ fn ms(d: Duration) -> String {
 async fn main() {
     let (n, rounds) = if smoke() { (10, 1) } else { (100, 5) };
     println!(
-        "## Cluster mode: a burst of {n} bound pods, creation → status Running stored ({rounds} rounds)\n"
+        "## Cluster mode: a burst of {n} bound pods, creation → status Running stored ({rounds} rounds; pod directories in {})\n",
+        base_dir().display()
     );
     println!("| round | p50 | p99 | max | all {n} Running stored |");
     println!("|---|---|---|---|---|");
@@ -294,4 +316,5 @@ async fn main() {
         total += c;
     }
     println!("| total | {total:.2} |");
+    let _ = std::fs::remove_dir_all(bench_dir());
 }

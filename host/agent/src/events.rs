@@ -47,6 +47,8 @@ pub struct Event {
     pub reason: String,
     /// What happened.
     pub message: String,
+    /// When.
+    pub time: std::time::SystemTime,
 }
 
 impl Event {
@@ -75,6 +77,7 @@ impl Event {
             kind,
             reason: reason.to_owned(),
             message,
+            time: std::time::SystemTime::now(),
         }
     }
 

@@ -6,6 +6,9 @@
 //! reason and message) raises the first one's `count` and `lastTimestamp` with a PATCH
 //! instead of adding another object. Writes are rate limited (eventRecordQPS /
 //! eventBurst) and a write that fails is tried again [`MAX_TRIES`] times, 10 s apart.
+//! The writer lets a burst gather for [`GATHER`] before it writes: events are for
+//! people reading later, and a burst of pod starts gets its status patches out first.
+//! Each event keeps the time it was recorded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +32,8 @@ pub const QUEUE: usize = 1000;
 pub const MAX_TRIES: u32 = 12;
 /// The wait between two tries.
 pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
+/// How long a burst of events gathers before it is written.
+pub const GATHER: Duration = Duration::from_millis(100);
 /// How many distinct events are remembered for counting repeats.
 const REMEMBERED: usize = 4096;
 
@@ -80,17 +85,21 @@ fn key(e: &Event) -> Key {
     )
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
+fn time(at: std::time::SystemTime) -> Time {
+    Time(
+        k8s_openapi::jiff::Timestamp::try_from(at)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    )
 }
 
 /// The Event object for `e`, from `kubelet` on `node`.
 pub fn object(e: &Event, node: &str) -> k8s::Event {
-    let nanos = std::time::SystemTime::now()
+    let nanos = e
+        .time
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let now = now();
+    let now = time(e.time);
     k8s::Event {
         metadata: ObjectMeta {
             name: Some(format!("{}.{nanos:x}", e.pod.name)),
@@ -132,7 +141,7 @@ async fn write(
 ) -> Result<(String, i32), kube::Error> {
     let api: Api<k8s::Event> = Api::namespaced(client.clone(), &e.pod.namespace);
     if let Some((name, count)) = seen {
-        let patch = json!({"count": count + 1, "lastTimestamp": now()});
+        let patch = json!({"count": count + 1, "lastTimestamp": time(e.time)});
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -156,14 +165,27 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut seen: HashMap<Key, (String, i32)> = HashMap::new();
+    let mut batch: Vec<Event> = Vec::new();
     loop {
-        let event = tokio::select! {
-            e = queue.recv() => match e {
-                Some(e) => e,
-                None => return,
-            },
-            _ = shutdown.changed() => return,
-        };
+        if batch.is_empty() {
+            let first = tokio::select! {
+                e = queue.recv() => match e {
+                    Some(e) => e,
+                    None => return,
+                },
+                _ = shutdown.changed() => return,
+            };
+            tokio::select! {
+                () = tokio::time::sleep(GATHER) => {}
+                _ = shutdown.changed() => return,
+            }
+            batch.push(first);
+            while let Ok(e) = queue.try_recv() {
+                batch.push(e);
+            }
+            batch.reverse();
+        }
+        let Some(event) = batch.pop() else { continue };
         let k = key(&event);
         for attempt in 1..=MAX_TRIES {
             limiter.acquire().await;

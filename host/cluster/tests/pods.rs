@@ -284,6 +284,22 @@ async fn event_reasons(client: &kube::Client, pod: &str) -> Vec<String> {
     list.into_iter().filter_map(|e| e.reason).collect()
 }
 
+/// Waits until events with `reasons` are written for `pod`.
+async fn wait_events(client: &kube::Client, pod: &str, reasons: &[&str]) {
+    let started = Instant::now();
+    loop {
+        let written = event_reasons(client, pod).await;
+        if reasons.iter().all(|r| written.iter().any(|x| x == r)) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "events for {pod}: {written:?}, want {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_runs_and_its_status_is_patched_with_few_requests() {
     let n = Node::start("run").await;
@@ -313,21 +329,7 @@ async fn a_bound_pod_runs_and_its_status_is_patched_with_few_requests() {
     assert_eq!(mine[0].metadata.name.as_deref(), Some("web"));
     assert_eq!(mine[0].metadata.uid, created.metadata.uid);
     // Events, as `kubectl describe pod` lists them.
-    let started = Instant::now();
-    loop {
-        let reasons = event_reasons(&n.client, "web").await;
-        if ["Pulled", "Created", "Started"]
-            .iter()
-            .all(|r| reasons.iter().any(|x| x == r))
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "events: {reasons:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_events(&n.client, "web", &["Pulled", "Created", "Started"]).await;
     // Settled: no more status patches, and no polling of the pod.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // One patch: the first status waits for the first sync, which started it.
@@ -387,8 +389,7 @@ async fn a_pod_deleted_gracefully_is_stopped_and_then_deleted_for_good() {
     );
     // One final delete with grace 0 went through (the user's, then the agent's).
     assert_eq!(n.requests("DELETE", "/pods/doomed"), 2);
-    let reasons = event_reasons(&n.client, "doomed").await;
-    assert!(reasons.iter().any(|r| r == "Killing"), "{reasons:?}");
+    wait_events(&n.client, "doomed", &["Killing"]).await;
     // The agent forgets it; the other pod is untouched.
     let started = Instant::now();
     while n.agent.ctx.statuses.len() != 1 {
