@@ -265,6 +265,11 @@ impl StatusManager {
             .collect()
     }
 
+    /// The UIDs of every pod held.
+    pub fn uids(&self) -> Vec<String> {
+        self.read().1.keys().cloned().collect()
+    }
+
     /// The pods as a v1 PodList (`GET /pods`), each with `kind` and `apiVersion`.
     pub fn pod_list(&self) -> serde_json::Value {
         let items: Vec<serde_json::Value> = self

@@ -74,8 +74,6 @@ struct Synced {
     base: Option<Value>,
     /// A request is in flight.
     in_flight: bool,
-    /// The last request failed: tried again at the next resync.
-    failed: bool,
     /// The object is gone from the API server, or is another pod now: nothing more to
     /// send.
     gone: bool,
@@ -438,7 +436,6 @@ impl Syncer {
             return;
         };
         s.in_flight = false;
-        s.failed = false;
         match done {
             Done::Patched {
                 version,
@@ -471,7 +468,9 @@ impl Syncer {
                 }
                 s.gone = true;
             }
-            Done::Failed => s.failed = true,
+            // Not again at once (the API server may be away): at the next resync, or
+            // when the pod changes.
+            Done::Failed => return,
         }
         // Whatever changed meanwhile goes next.
         self.pending.insert(key);
@@ -480,9 +479,7 @@ impl Syncer {
     /// The resync: everything that failed or is behind.
     fn resync(&mut self) {
         self.pending.extend(self.synced.keys().cloned());
-        for p in self.settings.statuses.pods() {
-            self.pending.insert(pod::uid(&p).to_owned());
-        }
+        self.pending.extend(self.settings.statuses.uids());
     }
 }
 
