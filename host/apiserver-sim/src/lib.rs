@@ -103,6 +103,8 @@ const EVENT_LOG: usize = 10_000;
 #[derive(Clone, Default)]
 pub struct ApiServerSim {
     store: Arc<Mutex<Store>>,
+    /// Added before every write is answered (a slow API server).
+    latency: Arc<Mutex<std::time::Duration>>,
 }
 
 /// A running server.
@@ -215,6 +217,12 @@ impl ApiServerSim {
             }
         });
         rx
+    }
+
+    /// Makes every write (POST, PUT, PATCH, DELETE) take `latency` longer, as a busy API
+    /// server does; reads and watches are not slowed.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        *self.latency.lock().unwrap_or_else(|p| p.into_inner()) = latency;
     }
 
     /// Every request served so far: (method, path).
@@ -647,6 +655,12 @@ fn error(body: Value) -> Response {
 
 async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
     let method = request.method().clone();
+    if method != Method::GET {
+        let latency = *sim.latency.lock().unwrap_or_else(|p| p.into_inner());
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or("").to_owned();
     let content_type = request

@@ -1,0 +1,124 @@
+//! The status sync on its own, against a slow API server double: a burst of status
+//! changes while a patch is in flight ends in few patches, and the newest status is the
+//! one the API server keeps — never an older one over it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as k8s;
+use serde_json::json;
+use wasmlet_agent::runtime::{ContainerInfo, PodRuntime, Sandbox, State};
+use wasmlet_agent::status::ProbeView;
+use wasmlet_agent::statuses::{Context, StatusManager};
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cluster::mirror::MirrorPods;
+use wasmlet_cluster::ratelimit::RateLimiter;
+use wasmlet_cluster::{connect, status};
+
+fn runtime(uid: &str, restarts: i32) -> PodRuntime {
+    PodRuntime {
+        uid: uid.into(),
+        sandboxes: vec![Sandbox {
+            id: "s".into(),
+            ready: true,
+            ips: vec!["10.0.0.9".into()],
+            ..Default::default()
+        }],
+        containers: vec![ContainerInfo {
+            id: format!("c{restarts}"),
+            name: "c".into(),
+            sandbox_id: "s".into(),
+            state: State::Running,
+            restart_count: restarts,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_coalesce_and_the_newest_status_wins() {
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let dir = std::env::temp_dir().join(format!("wasmlet-status-sync-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+    let client = connect::client(&kubeconfig).await.expect("client");
+    let stored = api
+        .create(
+            "api/v1",
+            "pods",
+            json!({"metadata": {"name": "p", "namespace": "default"},
+                "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i"}]}}),
+        )
+        .expect("create");
+    let pod: k8s::Pod = serde_json::from_value(stored).expect("pod");
+    let uid = pod.metadata.uid.clone().expect("uid");
+
+    let statuses = Arc::new(StatusManager::new());
+    let (_owner_tx, owner) = tokio::sync::watch::channel(None);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(status::run(
+        status::StatusSync {
+            client,
+            statuses: statuses.clone(),
+            mirrors: Arc::new(MirrorPods::default()),
+            owner,
+            sources_ready: Arc::new(|| true),
+            limiter: Arc::new(RateLimiter::new(50.0, 100)),
+        },
+        stopped,
+    ));
+    // Every write takes 300 ms; the pod's status changes 20 times in 100 ms.
+    api.set_latency(Duration::from_millis(300));
+    statuses.set_pod(Arc::new(pod));
+    statuses.first_sync_done(&uid);
+    let probes = |_: &str| ProbeView::default();
+    for restarts in 0..20 {
+        statuses.update(
+            &uid,
+            &runtime(&uid, restarts),
+            &Context {
+                runtime_name: "sim",
+                host_ip: "192.168.0.1",
+                probes: &probes,
+                now: "2026-11-22T10:00:00Z",
+            },
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(statuses.get(&uid).expect("held").version, 20);
+    let started = Instant::now();
+    loop {
+        let restarts = api
+            .get("api/v1", "pods", "default", "p")
+            .and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64());
+        if restarts == Some(19) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the newest status never arrived: restartCount {restarts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Settled: nothing older comes after it, and the burst took a few patches, not 20.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let stored = api.get("api/v1", "pods", "default", "p").expect("pod");
+    assert_eq!(stored["status"]["containerStatuses"][0]["restartCount"], 19);
+    let patches = api
+        .requests()
+        .iter()
+        .filter(|(m, p)| m == "PATCH" && p.ends_with("/pods/p/status"))
+        .count();
+    assert!(
+        (1..=3).contains(&patches),
+        "{patches} patches for 20 changes"
+    );
+    let _ = stop.send(true);
+    served.stop();
+}
