@@ -66,6 +66,7 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         sources,
         pod_cgroups: None,
         events: None,
+        volumes: None,
     }
 }
 

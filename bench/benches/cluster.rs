@@ -103,6 +103,7 @@ impl Joined {
                 sources: vec!["api".into()],
                 pod_cgroups: None,
                 events: Some(recorder),
+                volumes: None,
             },
             Arc::new(NoProbes),
             None,

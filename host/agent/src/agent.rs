@@ -52,6 +52,9 @@ pub struct AgentOptions {
     pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
     /// Where events go; `None` writes them to the log.
     pub events: Option<Arc<dyn Recorder>>,
+    /// Where configMap, secret and service account token volumes come from (the API
+    /// server); `None`: pods that need them wait with a FailedMount event.
+    pub volumes: Option<Arc<dyn crate::volumes::VolumeSource>>,
 }
 
 /// The runtime's state as the agent last saw it.
@@ -161,6 +164,8 @@ impl<R: CriRuntime + 'static> Agent<R> {
             first_relist: tokio::sync::watch::Sender::new(false),
             events,
             sources_ready: std::sync::atomic::AtomicBool::new(false),
+            volume_source: options.volumes.clone(),
+            volumes_ready: Mutex::default(),
         });
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);

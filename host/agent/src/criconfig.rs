@@ -288,7 +288,12 @@ pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
     wasmlet_plugin_host::convert::expand_command(text, &env)
 }
 
-fn field_ref(pod: &k8s::Pod, path: &str, pod_ip: &str, ctx: &NodeContext) -> Option<String> {
+pub(crate) fn field_ref(
+    pod: &k8s::Pod,
+    path: &str,
+    pod_ip: &str,
+    ctx: &NodeContext,
+) -> Option<String> {
     let m = &pod.metadata;
     let map_key = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
         let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
@@ -319,7 +324,7 @@ fn field_ref(pod: &k8s::Pod, path: &str, pod_ip: &str, ctx: &NodeContext) -> Opt
     })
 }
 
-fn resource_ref(
+pub(crate) fn resource_ref(
     c: &k8s::Container,
     r: &k8s::ResourceFieldSelector,
     field: &str,
@@ -558,9 +563,13 @@ fn mounts(
                 _ => {}
             }
             path
+        } else if let Some(dir) = crate::volumes::path(pod, ctx, v) {
+            // configMap, secret, downwardAPI, projected: written before the containers
+            // start (crate::volumes).
+            dir
         } else {
             return Err(ConfigError::new(format!(
-                "volume \"{}\": only emptyDir and hostPath volumes are supported on this node",
+                "volume \"{}\": only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported on this node",
                 v.name
             )));
         };
@@ -861,11 +870,11 @@ mod tests {
             .expect_err("no configmaps here");
         assert_eq!(err.to_string(), "configmap \"cfg\" not found");
         let p = pod(
-            r#"{"metadata":{"name":"w"},"spec":{"volumes":[{"name":"s","secret":{"secretName":"x"}}],
+            r#"{"metadata":{"name":"w"},"spec":{"volumes":[{"name":"s","persistentVolumeClaim":{"claimName":"x"}}],
               "containers":[{"name":"c","image":"i","volumeMounts":[{"name":"s","mountPath":"/s"}]}]}}"#,
         );
         let err = container_config(&p, &crate::pod::containers(&p)[0], false, 0, "", &ctx(&dir))
-            .expect_err("secret volume");
+            .expect_err("claim volume");
         assert!(err.to_string().contains("volume \"s\""), "{err}");
     }
 }

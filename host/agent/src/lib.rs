@@ -27,6 +27,8 @@
 //! - [`events`] — events about pods in the kubelet's reasons, to a recorder.
 //! - [`syncloop`] — the loop, one handler per input.
 //! - [`sources`] — the pod-source plugins polled, and on directory changes.
+//! - [`volumes`] — configMap, secret, downwardAPI and projected volumes written before
+//!   the containers start.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
 
 pub mod actions;
@@ -51,4 +53,5 @@ pub mod statuses;
 pub mod sync;
 pub mod syncloop;
 pub mod time;
+pub mod volumes;
 pub mod workers;

@@ -96,6 +96,10 @@ pub struct SyncContext<R> {
     pub events: Arc<dyn Recorder>,
     /// True once every pod source has reported at least once.
     pub sources_ready: std::sync::atomic::AtomicBool,
+    /// Where configMap, secret and token volumes come from (the API server).
+    pub volume_source: Option<Arc<dyn crate::volumes::VolumeSource>>,
+    /// Pods whose volumes are written.
+    pub volumes_ready: Mutex<HashSet<String>>,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -129,6 +133,10 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 }
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
+    fn lock_set(s: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        s.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock(b: &Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
         b.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -296,6 +304,26 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 warn!(pod = %key, "stopping the old sandbox failed: {e}");
                 self.read_back(pod, touched).await;
                 return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
+            }
+        }
+        // The kubelet's mount step: volumes with content are written before anything
+        // starts, and a pod waits (ContainerCreating, a FailedMount event) until they are.
+        let starts = actions.next_init.is_some() || !actions.start.is_empty();
+        if starts
+            && crate::volumes::needed(pod)
+            && !Self::lock_set(&self.volumes_ready).contains(&key.uid)
+        {
+            match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await {
+                Ok(()) => {
+                    Self::lock_set(&self.volumes_ready).insert(key.uid.clone());
+                }
+                Err(e) => {
+                    warn!(pod = %key, "{e}");
+                    self.events
+                        .record(Event::warning(pod, None, "FailedMount", e.to_string()));
+                    self.read_back(pod, touched).await;
+                    return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+                }
             }
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
@@ -826,6 +854,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         self.cache.remove(&key.uid, observed);
+        Self::lock_set(&self.volumes_ready).remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
         info!(pod = %key, "pod removed from the runtime");

@@ -83,6 +83,7 @@ fn options(name: &str) -> AgentOptions {
         sources: vec!["file".into()],
         pod_cgroups: None,
         events: None,
+        volumes: None,
     }
 }
 

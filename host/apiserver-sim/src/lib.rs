@@ -18,6 +18,7 @@
 //!   patch): `409 Conflict` when the body names a `resourceVersion` that is not the
 //!   current one; the `status` subresource changes only `status`, the main resource
 //!   everything but `status` (for resources that have a status).
+//! - TokenRequest (`POST serviceaccounts/NAME/token`) for a service account that exists.
 //! - a `metadata.uid` in a replace or patch body that is not the object's →
 //!   `409 Conflict` (Precondition failed), as the kubelet's status patches rely on.
 //! - delete: preconditions (`uid`, `resourceVersion`) → `409 Conflict`; pods are deleted
@@ -723,6 +724,33 @@ async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
                     "apiVersion": api_version,
                     "metadata": {"resourceVersion": store.rv.to_string()},
                     "items": items,
+                }),
+            )
+        }
+        // TokenRequest: a token for an existing service account.
+        (Method::POST, Some(name))
+            if t.resource == "serviceaccounts" && t.sub.as_deref() == Some("token") =>
+        {
+            if !store.objects.contains_key(&key(name)) {
+                return error(status(
+                    404,
+                    "NotFound",
+                    format!("serviceaccounts \"{name}\" not found"),
+                ));
+            }
+            let request = match json_body() {
+                Ok(r) => r,
+                Err(e) => return error(e),
+            };
+            let n = store.next_rv();
+            reply(
+                StatusCode::CREATED,
+                &json!({
+                    "kind": "TokenRequest",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"name": name, "namespace": t.ns},
+                    "spec": request["spec"],
+                    "status": {"token": format!("sim-token.{}.{name}.{n}", t.ns), "expirationTimestamp": now_rfc3339()},
                 }),
             )
         }

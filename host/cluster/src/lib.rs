@@ -11,7 +11,8 @@
 //! - [`status`]: pod statuses patched to the API server, mirror pods for static pods,
 //!   and the final delete of pods the API server deletes.
 //! - [`mirror`]: mirror pods; [`events`]: events through the events API;
-//!   [`ratelimit`]: the client's token bucket.
+//!   [`ratelimit`]: the client's token bucket; [`volumes`]: ConfigMaps, Secrets and
+//!   service account tokens for the agent's volumes.
 //!
 //! [`start`] runs them all for an agent. Standalone mode (no kubeconfig) uses none of
 //! this.
@@ -33,6 +34,7 @@ pub mod node;
 pub mod pods;
 pub mod ratelimit;
 pub mod status;
+pub mod volumes;
 
 /// Client limits, the kubelet's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -99,6 +99,9 @@ impl Node {
                 sources: vec!["file".into(), "api".into()],
                 pod_cgroups: None,
                 events: Some(recorder),
+                volumes: Some(Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(
+                    client.clone(),
+                ))),
             },
             Arc::new(Passes),
             None,
@@ -342,6 +345,99 @@ async fn a_bound_pod_runs_and_its_status_is_patched_with_few_requests() {
         patches,
         "nothing changed, nothing sent"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_volumes_are_written_before_the_containers_start() {
+    let n = Node::start("volumes").await;
+    n.api
+        .create(
+            "api/v1",
+            "serviceaccounts",
+            json!({"metadata": {"name": "default", "namespace": "default"}}),
+        )
+        .expect("service account");
+    n.api
+        .create(
+            "api/v1",
+            "configmaps",
+            json!({"metadata": {"name": "kube-root-ca.crt", "namespace": "default"},
+                "data": {"ca.crt": "-----BEGIN CERTIFICATE-----"}}),
+        )
+        .expect("ca");
+    // A pod as the API server makes it (the service account admission adds the
+    // kube-api-access volume), and a ConfigMap volume whose ConfigMap is not there yet.
+    let pod: k8s::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": "default"},
+        "spec": {
+            "nodeName": n.name,
+            "serviceAccountName": "default",
+            "volumes": [
+                {"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}},
+                {"name": "settings", "configMap": {"name": "app-settings"}}
+            ],
+            "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"],
+                "volumeMounts": [
+                    {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+                    {"name": "settings", "mountPath": "/etc/app"}]}]
+        }
+    }))
+    .expect("pod");
+    let created = n
+        .pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    wait_events(&n.client, "app", &["FailedMount"]).await;
+    let waiting = n.stored("app").expect("app");
+    assert_ne!(
+        phase(Some(&waiting)),
+        "Running",
+        "no container before its volumes"
+    );
+    n.api
+        .create(
+            "api/v1",
+            "configmaps",
+            json!({"metadata": {"name": "app-settings", "namespace": "default"},
+                "data": {"mode": "fast"}}),
+        )
+        .expect("settings");
+    n.wait(
+        "app Running once its ConfigMap exists",
+        Duration::from_secs(10),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    let uid = created.metadata.uid.expect("uid");
+    let root = std::env::temp_dir()
+        .join(format!(
+            "wasmlet-cluster-pods-volumes-{}",
+            std::process::id()
+        ))
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes");
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let token = read("kubernetes.io~projected/kube-api-access-abcde/token");
+    assert!(token.starts_with("sim-token.default.default."), "{token}");
+    assert_eq!(
+        read("kubernetes.io~projected/kube-api-access-abcde/ca.crt"),
+        "-----BEGIN CERTIFICATE-----"
+    );
+    assert_eq!(
+        read("kubernetes.io~projected/kube-api-access-abcde/namespace"),
+        "default"
+    );
+    assert_eq!(read("kubernetes.io~configmap/settings/mode"), "fast");
+    // A token per attempt to set the volumes up (the first one failed on the ConfigMap).
+    let tokens = n.requests("POST", "/serviceaccounts/default/token");
+    assert!((1..=2).contains(&tokens), "{tokens} token requests");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,6 +217,10 @@ async fn run_agent(
         sources,
         pod_cgroups: pod_cgroups(&config),
         events: recorder,
+        volumes: cluster.as_ref().map(|c| {
+            Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(c.clone()))
+                as Arc<dyn wasmlet_agent::volumes::VolumeSource>
+        }),
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(
