@@ -353,28 +353,88 @@ pub(crate) fn resource_ref(
     Ok(value.div_ceil(divisor).to_string())
 }
 
+/// ConfigMaps and Secrets a pod's environment refers to, read before its containers
+/// are made (`None`: it does not exist). Values are text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvData {
+    /// ConfigMaps by name.
+    pub config_maps: BTreeMap<String, Option<BTreeMap<String, String>>>,
+    /// Secrets by name.
+    pub secrets: BTreeMap<String, Option<BTreeMap<String, String>>>,
+}
+
+impl EnvData {
+    /// The ConfigMaps (`false`) and Secrets (`true`) `c`'s environment names.
+    pub fn wanted(c: &k8s::Container) -> Vec<(bool, String)> {
+        let mut out = Vec::new();
+        for from in c.env_from.iter().flatten() {
+            if let Some(r) = &from.config_map_ref {
+                out.push((false, r.name.clone()));
+            }
+            if let Some(r) = &from.secret_ref {
+                out.push((true, r.name.clone()));
+            }
+        }
+        for e in c.env.iter().flatten() {
+            if let Some(from) = &e.value_from {
+                if let Some(r) = &from.config_map_key_ref {
+                    out.push((false, r.name.clone()));
+                }
+                if let Some(r) = &from.secret_key_ref {
+                    out.push((true, r.name.clone()));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The data of a ConfigMap (`secret` false) or Secret, or the kubelet's error when
+    /// it is missing.
+    fn get(&self, secret: bool, name: &str) -> Result<&BTreeMap<String, String>, ConfigError> {
+        let map = if secret {
+            &self.secrets
+        } else {
+            &self.config_maps
+        };
+        map.get(name).and_then(Option::as_ref).ok_or_else(|| {
+            ConfigError::new(format!(
+                "{} \"{name}\" not found",
+                if secret { "secret" } else { "configmap" }
+            ))
+        })
+    }
+}
+
 /// The container's environment, in order, with references resolved.
 fn environment(
     pod: &k8s::Pod,
     c: &k8s::Container,
     pod_ip: &str,
     ctx: &NodeContext,
+    refs: &EnvData,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut known: BTreeMap<String, String> = BTreeMap::new();
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     for from in c.env_from.iter().flatten() {
-        if let Some(r) = &from.config_map_ref
-            && !r.optional.unwrap_or(false)
-        {
-            return Err(ConfigError::new(format!(
-                "configmap \"{}\" not found",
-                r.name
-            )));
-        }
-        if let Some(r) = &from.secret_ref
-            && !r.optional.unwrap_or(false)
-        {
-            return Err(ConfigError::new(format!("secret \"{}\" not found", r.name)));
+        let (secret, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), _) => (false, &r.name, r.optional.unwrap_or(false)),
+            (None, Some(r)) => (true, &r.name, r.optional.unwrap_or(false)),
+            (None, None) => continue,
+        };
+        let data = match refs.get(secret, name) {
+            Ok(d) => d,
+            Err(_) if optional => continue,
+            Err(e) => return Err(e),
+        };
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        for (k, v) in data {
+            let key = format!("{prefix}{k}");
+            known.insert(key.clone(), v.clone());
+            env.retain(|(n, _)| n != &key);
+            env.push((key, v.clone()));
         }
     }
     for (i, e) in c.env.iter().flatten().enumerate() {
@@ -388,19 +448,28 @@ fn environment(
                     })?
                 } else if let Some(r) = &from.resource_field_ref {
                     resource_ref(c, r, &field)?
-                } else if let Some(r) = &from.config_map_key_ref {
-                    if r.optional.unwrap_or(false) {
-                        continue;
+                } else if let Some((secret, name, key, optional)) = from
+                    .config_map_key_ref
+                    .as_ref()
+                    .map(|r| (false, &r.name, &r.key, r.optional.unwrap_or(false)))
+                    .or_else(|| {
+                        from.secret_key_ref
+                            .as_ref()
+                            .map(|r| (true, &r.name, &r.key, r.optional.unwrap_or(false)))
+                    })
+                {
+                    match refs.get(secret, name).map(|d| d.get(key).cloned()) {
+                        Ok(Some(v)) => v,
+                        _ if optional => continue,
+                        Err(e) => return Err(e),
+                        // The kubelet's words.
+                        Ok(None) => {
+                            return Err(ConfigError::new(format!(
+                                "couldn't find key {key} in {} {namespace}/{name}",
+                                if secret { "Secret" } else { "ConfigMap" }
+                            )));
+                        }
                     }
-                    return Err(ConfigError::new(format!(
-                        "configmap \"{}\" not found",
-                        r.name
-                    )));
-                } else if let Some(r) = &from.secret_key_ref {
-                    if r.optional.unwrap_or(false) {
-                        continue;
-                    }
-                    return Err(ConfigError::new(format!("secret \"{}\" not found", r.name)));
                 } else {
                     String::new()
                 }
@@ -626,7 +695,28 @@ pub fn container_config(
     pod_ip: &str,
     ctx: &NodeContext,
 ) -> Result<proto::ContainerConfig, ConfigError> {
-    let env = environment(pod, c, pod_ip, ctx)?;
+    container_config_with(
+        pod,
+        c,
+        init,
+        restart_count,
+        pod_ip,
+        ctx,
+        &EnvData::default(),
+    )
+}
+
+/// [`container_config`] with the ConfigMaps and Secrets its environment refers to.
+pub fn container_config_with(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    init: bool,
+    restart_count: i32,
+    pod_ip: &str,
+    ctx: &NodeContext,
+    refs: &EnvData,
+) -> Result<proto::ContainerConfig, ConfigError> {
+    let env = environment(pod, c, pod_ip, ctx, refs)?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
     let mut mounts = mounts(pod, c, ctx).map_err(|e| ConfigError { volume: true, ..e })?;
     let message_path = c
@@ -857,6 +947,59 @@ mod tests {
             .and_then(|l| l.security_context.as_ref())
             .expect("security");
         assert_eq!(sc.masked_paths.len(), MASKED_PATHS.len());
+    }
+
+    #[test]
+    fn environment_from_config_maps_and_secrets() {
+        let dir = tempdir("envrefs");
+        let p = pod(
+            r#"{"metadata":{"name":"w","namespace":"shop"},"spec":{"containers":[{"name":"c","image":"i",
+              "envFrom":[{"configMapRef":{"name":"app"},"prefix":"APP_"}],
+              "env":[{"name":"PASSWORD","valueFrom":{"secretKeyRef":{"name":"db","key":"password"}}},
+                     {"name":"MODE","valueFrom":{"configMapKeyRef":{"name":"app","key":"mode"}}},
+                     {"name":"OPT","valueFrom":{"configMapKeyRef":{"name":"app","key":"nope","optional":true}}},
+                     {"name":"URL","value":"http://$(APP_host)/"}]}]}}"#,
+        );
+        let c = &crate::pod::containers(&p)[0];
+        assert_eq!(
+            EnvData::wanted(c),
+            [(false, "app".to_string()), (true, "db".to_string())]
+        );
+        let mut refs = EnvData::default();
+        refs.config_maps.insert(
+            "app".into(),
+            Some(BTreeMap::from([
+                ("mode".to_string(), "fast".to_string()),
+                ("host".to_string(), "db.local".to_string()),
+            ])),
+        );
+        refs.secrets.insert(
+            "db".into(),
+            Some(BTreeMap::from([(
+                "password".to_string(),
+                "s3cret".to_string(),
+            )])),
+        );
+        let cfg = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect("config");
+        let env: BTreeMap<String, String> =
+            cfg.envs.into_iter().map(|e| (e.key, e.value)).collect();
+        assert_eq!(env["APP_mode"], "fast");
+        assert_eq!(env["PASSWORD"], "s3cret");
+        assert_eq!(env["MODE"], "fast");
+        assert_eq!(env["URL"], "http://db.local/");
+        assert!(!env.contains_key("OPT"));
+        // A key that is not there, in the kubelet's words.
+        refs.secrets.insert("db".into(), Some(BTreeMap::new()));
+        let err =
+            container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("no key");
+        assert_eq!(
+            err.to_string(),
+            "couldn't find key password in Secret shop/db"
+        );
+        refs.secrets.insert("db".into(), None);
+        let err =
+            container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("no secret");
+        assert_eq!(err.to_string(), "secret \"db\" not found");
     }
 
     #[test]

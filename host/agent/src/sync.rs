@@ -133,6 +133,50 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 }
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
+    /// Reads the ConfigMaps and Secrets the environment of the containers `actions`
+    /// starts refers to (none without a volume source: those containers then wait with
+    /// CreateContainerConfigError, naming what is missing).
+    async fn env_data(&self, pod: &k8s::Pod, actions: &actions::PodActions) -> criconfig::EnvData {
+        let mut data = criconfig::EnvData::default();
+        let Some(source) = &self.volume_source else {
+            return data;
+        };
+        let containers = actions
+            .next_init
+            .map(|i| &pod::init_containers(pod)[i])
+            .into_iter()
+            .chain(actions.start.iter().map(|&i| &pod::containers(pod)[i]));
+        let mut wanted: Vec<(bool, String)> =
+            containers.flat_map(criconfig::EnvData::wanted).collect();
+        wanted.sort();
+        wanted.dedup();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        for (secret, name) in wanted {
+            let got = if secret {
+                source.secret(namespace, &name).await
+            } else {
+                source.config_map(namespace, &name).await
+            };
+            let text = match got {
+                Ok(d) => d.map(|d| {
+                    d.into_iter()
+                        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                        .collect()
+                }),
+                Err(e) => {
+                    warn!(pod = %PodKey::of(pod), "{e}");
+                    None
+                }
+            };
+            if secret {
+                data.secrets.insert(name, text);
+            } else {
+                data.config_maps.insert(name, text);
+            }
+        }
+        data
+    }
+
     fn lock_set(s: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
         s.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -362,6 +406,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         // A fresh sandbox has no containers: the old ones (other sandboxes) only count
         // for restart counts and back-off.
+        // ConfigMaps and Secrets the environment of the containers to start refers to.
+        let refs = self.env_data(pod, &actions).await;
+        let refs = &refs;
         let start = |index: usize, init: bool| {
             let list = if init {
                 pod::init_containers(pod)
@@ -375,7 +422,15 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             let rt = rt.clone();
             async move {
                 let r = self
-                    .start_container(pod, c, init, &rt, &sandbox_id, &sandbox_config, &pod_ip)
+                    .start_container(
+                        pod,
+                        c,
+                        init,
+                        &rt,
+                        (&sandbox_id, &sandbox_config),
+                        &pod_ip,
+                        refs,
+                    )
                     .await;
                 (c.name.clone(), r)
             }
@@ -462,9 +517,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         c: &k8s::Container,
         init: bool,
         rt: &PodRuntime,
-        sandbox_id: &str,
-        sandbox_config: &proto::PodSandboxConfig,
+        (sandbox_id, sandbox_config): (&str, &proto::PodSandboxConfig),
         pod_ip: &str,
+        refs: &criconfig::EnvData,
     ) -> Result<String, NotStarted> {
         let key = PodKey::of(pod);
         let backoff_key = format!("{}/{}", key.uid, c.name);
@@ -527,18 +582,19 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 created: None,
             }
         };
-        let config = criconfig::container_config(pod, c, init, restart_count, pod_ip, &self.node)
-            .map_err(|e| {
-            if e.is_volume() {
-                self.events.record(Event::warning(
-                    pod,
-                    None,
-                    "FailedMount",
-                    format!("MountVolume.SetUp failed: {e}"),
-                ));
-            }
-            failed("CreateContainerConfigError", e.to_string())
-        })?;
+        let config =
+            criconfig::container_config_with(pod, c, init, restart_count, pod_ip, &self.node, refs)
+                .map_err(|e| {
+                    if e.is_volume() {
+                        self.events.record(Event::warning(
+                            pod,
+                            None,
+                            "FailedMount",
+                            format!("MountVolume.SetUp failed: {e}"),
+                        ));
+                    }
+                    failed("CreateContainerConfigError", e.to_string())
+                })?;
         let id = self
             .runtime
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -348,7 +348,7 @@ async fn a_bound_pod_runs_and_its_status_is_patched_with_few_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_server_volumes_are_written_before_the_containers_start() {
+async fn api_server_volumes_and_env_are_read_before_the_containers_start() {
     let n = Node::start("volumes").await;
     n.api
         .create(
@@ -381,6 +381,7 @@ async fn api_server_volumes_are_written_before_the_containers_start() {
             ],
             "containers": [{"name": "c", "image": "localhost/busybox:latest",
                 "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"],
+                "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "app-settings", "key": "mode"}}}],
                 "volumeMounts": [
                     {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
                     {"name": "settings", "mountPath": "/etc/app"}]}]
