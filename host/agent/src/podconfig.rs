@@ -251,18 +251,6 @@ impl PodConfig {
                 {
                     old.clone()
                 }
-                None if newly_deleted => {
-                    pod.metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(
-                            pod::CONFIG_SEEN_ANNOTATION.into(),
-                            crate::time::now_rfc3339(),
-                        );
-                    let pod = Arc::new(pod);
-                    deleted.push(pod.clone());
-                    pod
-                }
                 None => {
                     pod.metadata
                         .annotations
@@ -272,7 +260,11 @@ impl PodConfig {
                             crate::time::now_rfc3339(),
                         );
                     let pod = Arc::new(pod);
-                    added.push(pod.clone());
+                    if newly_deleted {
+                        deleted.push(pod.clone());
+                    } else {
+                        added.push(pod.clone());
+                    }
                     pod
                 }
                 Some(old) => {

@@ -194,6 +194,24 @@ async fn fetch(
     }
 }
 
+/// The files of a ConfigMap (`secret` false) or Secret: all its keys, or the items
+/// listed; none for an optional one that is missing.
+async fn keyed(
+    source: Option<&dyn VolumeSource>,
+    secret: bool,
+    namespace: &str,
+    name: &str,
+    optional: bool,
+    items: Option<&Vec<k8s::KeyToPath>>,
+    mode: i32,
+) -> Result<Vec<File>, String> {
+    let what = if secret { "secret" } else { "configmap" };
+    match fetch(source, secret, namespace, name, optional).await? {
+        Some(d) => select(d, items, mode, &format!("{what} \"{name}\"")),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// The files of volume `v`.
 async fn files(
     pod: &k8s::Pod,
@@ -203,33 +221,34 @@ async fn files(
 ) -> Result<Vec<File>, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(c) = &v.config_map {
-        let mode = c.default_mode.unwrap_or(0o644);
-        let data = fetch(
+        let (optional, mode) = (c.optional.unwrap_or(false), c.default_mode.unwrap_or(0o644));
+        return keyed(
             source,
             false,
             namespace,
             &c.name,
-            c.optional.unwrap_or(false),
+            optional,
+            c.items.as_ref(),
+            mode,
         )
-        .await?;
-        return match data {
-            Some(d) => select(
-                d,
-                c.items.as_ref(),
-                mode,
-                &format!("configmap \"{}\"", c.name),
-            ),
-            None => Ok(Vec::new()),
-        };
+        .await;
     }
-    if let Some(s) = &v.secret {
-        let name = s.secret_name.clone().unwrap_or_default();
-        let mode = s.default_mode.unwrap_or(0o644);
-        let data = fetch(source, true, namespace, &name, s.optional.unwrap_or(false)).await?;
-        return match data {
-            Some(d) => select(d, s.items.as_ref(), mode, &format!("secret \"{name}\"")),
-            None => Ok(Vec::new()),
-        };
+    if let Some(sec) = &v.secret {
+        let name = sec.secret_name.clone().unwrap_or_default();
+        let (optional, mode) = (
+            sec.optional.unwrap_or(false),
+            sec.default_mode.unwrap_or(0o644),
+        );
+        return keyed(
+            source,
+            true,
+            namespace,
+            &name,
+            optional,
+            sec.items.as_ref(),
+            mode,
+        )
+        .await;
     }
     if let Some(d) = &v.downward_api {
         return downward(
@@ -265,40 +284,34 @@ async fn files(
             out.push((t.path.clone(), token.into_bytes(), mode));
         }
         if let Some(c) = &s.config_map {
-            let data = fetch(
-                source,
-                false,
-                namespace,
-                &c.name,
-                c.optional.unwrap_or(false),
-            )
-            .await?;
-            if let Some(d) = data {
-                out.extend(select(
-                    d,
+            let optional = c.optional.unwrap_or(false);
+            out.extend(
+                keyed(
+                    source,
+                    false,
+                    namespace,
+                    &c.name,
+                    optional,
                     c.items.as_ref(),
                     mode,
-                    &format!("configmap \"{}\"", c.name),
-                )?);
-            }
+                )
+                .await?,
+            );
         }
         if let Some(sec) = &s.secret {
-            let data = fetch(
-                source,
-                true,
-                namespace,
-                &sec.name,
-                sec.optional.unwrap_or(false),
-            )
-            .await?;
-            if let Some(d) = data {
-                out.extend(select(
-                    d,
+            let optional = sec.optional.unwrap_or(false);
+            out.extend(
+                keyed(
+                    source,
+                    true,
+                    namespace,
+                    &sec.name,
+                    optional,
                     sec.items.as_ref(),
                     mode,
-                    &format!("secret \"{}\"", sec.name),
-                )?);
-            }
+                )
+                .await?,
+            );
         }
         if let Some(d) = &s.downward_api {
             out.extend(downward(pod, ctx, d.items.as_deref().unwrap_or(&[]), mode)?);
