@@ -219,6 +219,57 @@ fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Durati
     }
 }
 
+/// Labels under kubernetes.io and k8s.io a node may give itself (the NodeRestriction
+/// admission plugin refuses the others; the kubelet checks `--node-labels` the same way).
+fn allowed_system_label(key: &str) -> bool {
+    const KEYS: &[&str] = &[
+        "kubernetes.io/hostname",
+        "kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "node.kubernetes.io/instance-type",
+    ];
+    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+    KEYS.contains(&key)
+        || namespace == "kubelet.kubernetes.io"
+        || namespace.ends_with(".kubelet.kubernetes.io")
+        || namespace == "node.kubernetes.io"
+        || namespace.ends_with(".node.kubernetes.io")
+}
+
+/// `nodeLabels` / `--node-labels`: valid keys, and no kubernetes.io or k8s.io label the
+/// node may not set on itself.
+pub fn check_node_labels(labels: &BTreeMap<String, String>) -> Result<()> {
+    if let Some(k) = labels.keys().find(|k| k.is_empty() || k.len() > 316) {
+        bail!("{k:?} is not a label key");
+    }
+    let refused: Vec<&str> = labels
+        .keys()
+        .map(String::as_str)
+        .filter(|k| {
+            let namespace = k.split_once('/').map_or("", |(ns, _)| ns);
+            let system = namespace == "kubernetes.io"
+                || namespace.ends_with(".kubernetes.io")
+                || namespace == "k8s.io"
+                || namespace.ends_with(".k8s.io");
+            system && !allowed_system_label(k)
+        })
+        .collect();
+    if !refused.is_empty() {
+        bail!(
+            "unknown 'kubernetes.io' or 'k8s.io' labels: {refused:?} (a node may set only kubelet.kubernetes.io/*, node.kubernetes.io/* and the well-known topology, OS and arch labels)"
+        );
+    }
+    Ok(())
+}
+
 /// A `kubeReserved` / `systemReserved` map.
 fn reserved(field: &str, map: Option<&BTreeMap<String, serde_yaml_ng::Value>>) -> Result<Reserved> {
     let mut r = Reserved::default();
@@ -481,9 +532,8 @@ impl Config {
             }
         }
         let node_labels = file.node_labels.unwrap_or_default();
-        if let Some(k) = node_labels.keys().find(|k| k.is_empty() || k.len() > 316) {
-            bail!("{}: nodeLabels: {k:?} is not a label key", at());
-        }
+        check_node_labels(&node_labels)
+            .map_err(|e| anyhow::anyhow!("{}: nodeLabels: {e}", at()))?;
         let reserved = reserved("kubeReserved", file.kube_reserved.as_ref())
             .and_then(|k| Ok(k.plus(reserved("systemReserved", file.system_reserved.as_ref())?)))
             .map_err(with_file)?;
@@ -636,6 +686,15 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(c.node_labels["pool"], "wasm");
+        for ok in [
+            "topology.kubernetes.io/zone",
+            "node.kubernetes.io/pool",
+            "kubelet.kubernetes.io/x",
+            "example.com/y",
+        ] {
+            let labels = BTreeMap::from([(ok.to_string(), "v".to_string())]);
+            assert!(check_node_labels(&labels).is_ok(), "{ok}");
+        }
         assert_eq!(c.taints[0].effect, "NoSchedule");
         assert_eq!(
             c.reserved,
@@ -687,6 +746,10 @@ mod tests {
             ("cgroupRoot: relative", "cgroupRoot"),
             ("kind: Pod", "kind"),
             ("kubeReserved: {gpu: 1}", "kubeReserved.gpu"),
+            (
+                "nodeLabels: {node-role.kubernetes.io/control-plane: ''}",
+                "node-role.kubernetes.io/control-plane",
+            ),
             ("systemReserved: {memory: lots}", "systemReserved.memory"),
             (
                 "registerWithTaints: [{key: a, effect: Sometimes}]",

@@ -76,6 +76,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
         };
         config.node_labels.insert(k.to_owned(), v.to_owned());
     }
+    crate::config::check_node_labels(&config.node_labels)
+        .map_err(|e| anyhow::anyhow!("--node-labels: {e}"))?;
     let endpoint = config
         .runtime_endpoint
         .clone()
