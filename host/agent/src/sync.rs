@@ -98,8 +98,8 @@ pub struct SyncContext<R> {
     pub sources_ready: std::sync::atomic::AtomicBool,
     /// Where configMap, secret and token volumes come from (the API server).
     pub volume_source: Option<Arc<dyn crate::volumes::VolumeSource>>,
-    /// Pods whose volumes are written.
-    pub volumes_ready: Mutex<HashSet<String>>,
+    /// Pods whose volumes are written, and when.
+    pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -177,8 +177,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         data
     }
 
-    fn lock_set(s: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        s.lock().unwrap_or_else(|p| p.into_inner())
+    /// When pod `uid`'s volumes were last written.
+    fn volumes_written(&self, uid: &str) -> Option<Instant> {
+        self.volumes_ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .copied()
     }
 
     fn lock(b: &Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
@@ -352,21 +357,32 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         // The kubelet's mount step: volumes with content are written before anything
         // starts, and a pod waits (ContainerCreating, a FailedMount event) until they are.
+        // Projected tokens are written again at 80 % of their life (on a periodic sync).
         let starts = actions.next_init.is_some() || !actions.start.is_empty();
-        if starts
-            && crate::volumes::needed(pod)
-            && !Self::lock_set(&self.volumes_ready).contains(&key.uid)
-        {
-            match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await {
-                Ok(()) => {
-                    Self::lock_set(&self.volumes_ready).insert(key.uid.clone());
-                }
-                Err(e) => {
-                    warn!(pod = %key, "{e}");
-                    self.events
-                        .record(Event::warning(pod, None, "FailedMount", e.to_string()));
-                    self.read_back(pod, touched).await;
-                    return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+        if crate::volumes::needed(pod) {
+            let written = self.volumes_written(&key.uid);
+            let refresh = written
+                .zip(crate::volumes::refresh_after(pod))
+                .is_some_and(|(at, every)| at.elapsed() >= every);
+            if (starts && written.is_none()) || refresh {
+                match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await
+                {
+                    Ok(()) => {
+                        self.volumes_ready
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key.uid.clone(), Instant::now());
+                    }
+                    Err(e) => {
+                        warn!(pod = %key, "{e}");
+                        self.events
+                            .record(Event::warning(pod, None, "FailedMount", e.to_string()));
+                        if written.is_none() {
+                            self.read_back(pod, touched).await;
+                            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+                        }
+                        // A refresh that failed: the files written before stay.
+                    }
                 }
             }
         }
@@ -910,7 +926,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         self.cache.remove(&key.uid, observed);
-        Self::lock_set(&self.volumes_ready).remove(&key.uid);
+        self.volumes_ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
         info!(pod = %key, "pod removed from the runtime");

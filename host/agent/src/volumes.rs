@@ -331,9 +331,17 @@ fn write(dir: &Path, files: &[File]) -> Result<(), String> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }
-        std::fs::write(&path, content).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Written beside, then renamed over: a container reading the file (a refreshed
+        // token) sees the old content or the new, never half of one.
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = path.with_file_name(format!(".{name}.tmp"));
+        std::fs::write(&temp, content).map_err(|e| format!("{}: {e}", temp.display()))?;
         let mode = u32::try_from(*mode & 0o777).unwrap_or(0o644);
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode));
+        let _ = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode));
+        std::fs::rename(&temp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -356,6 +364,23 @@ pub async fn prepare(
         write(&dir, &files).map_err(error)?;
     }
     Ok(())
+}
+
+/// How long after [`prepare`] the pod's volumes are written again: at 80 % of the
+/// shortest service account token's life (the kubelet refreshes projected tokens
+/// then); `None` without tokens (ConfigMap and Secret volumes are written once).
+pub fn refresh_after(pod: &k8s::Pod) -> Option<std::time::Duration> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|s| s.service_account_token.as_ref())
+        .map(|t| t.expiration_seconds.unwrap_or(3600).max(1))
+        .min()
+        .map(|seconds| {
+            std::time::Duration::from_millis(u64::try_from(seconds).unwrap_or(3600) * 800)
+        })
 }
 
 /// Whether `pod` has volumes [`prepare`] writes.
@@ -435,6 +460,11 @@ mod tests {
         assert_eq!(read("token"), "token-for-builder-web");
         assert_eq!(read("ca.crt"), "CERT");
         assert_eq!(read("namespace"), "shop");
+        assert_eq!(
+            refresh_after(&p),
+            Some(std::time::Duration::from_millis(3607 * 800)),
+            "tokens are refreshed at 80 % of their life"
+        );
         // Without an API server the token cannot be had: the volume is named.
         let err = prepare(&p, &ctx("projected-standalone"), None)
             .await
@@ -462,6 +492,7 @@ mod tests {
         prepare(&optional, &ctx("optional"), Some(&Fake))
             .await
             .expect("optional");
+        assert_eq!(refresh_after(&optional), None, "no token, no refresh");
         let info = pod(
             serde_json::json!([{"name": "info", "downwardAPI": {"items": [
             {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},

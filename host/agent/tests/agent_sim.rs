@@ -665,3 +665,67 @@ async fn slow_runtime_calls_hold_up_only_their_own_pod() {
     }
     agent.shutdown().await;
 }
+
+/// Tokens from a counter: the n-th request gets `token-n`.
+#[derive(Debug, Default)]
+struct CountingTokens(std::sync::atomic::AtomicU32);
+
+impl wasmlet_agent::volumes::VolumeSource for CountingTokens {
+    fn config_map<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, String>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn secret<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, String>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn token<'a>(
+        &'a self,
+        _: &'a wasmlet_agent::volumes::TokenRequest,
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<String, String>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Box::pin(async move { Ok(format!("token-{n}")) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn projected_tokens_are_written_again_at_80_percent_of_their_life() {
+    let sim = Arc::new(Simulator::new());
+    let tokens = Arc::new(CountingTokens::default());
+    let opts = AgentOptions {
+        volumes: Some(tokens.clone()),
+        ..options("tokens")
+    };
+    let root = opts.root_dir.clone();
+    let agent = Agent::start(sim, opts, Arc::new(ExecChecker), None, None);
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"reader","uid":"tok-1"},"spec":{
+            "volumes":[{"name":"access","projected":{"sources":[
+              {"serviceAccountToken":{"expirationSeconds":600,"path":"token"}}]}}],
+            "containers":[{"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+              "command":["sleep","3600"],
+              "volumeMounts":[{"name":"access","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}]}]}}"#,
+        )],
+    )
+    .await;
+    wait_for(&agent, "reader", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let file = root.join("pods/tok-1/volumes/kubernetes.io~projected/access/token");
+    assert_eq!(std::fs::read_to_string(&file).expect("token"), "token-1");
+    // 80 % of 600 s is 480 s; the periodic sync (every 60 s) writes it again by 540 s.
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    assert_eq!(std::fs::read_to_string(&file).expect("token"), "token-1");
+    tokio::time::sleep(Duration::from_secs(160)).await;
+    assert_eq!(std::fs::read_to_string(&file).expect("token"), "token-2");
+    agent.shutdown().await;
+}
