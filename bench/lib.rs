@@ -113,3 +113,19 @@ pub fn header(title: &str) {
     println!("| case | p50 | p99 | max | calls/s |");
     println!("|---|---|---|---|---|");
 }
+
+/// A probe checker for pods without probes (every check passes).
+pub struct NoProbes;
+
+impl wasmlet_agent::prober::Checker for NoProbes {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a wasmlet_plugin_host::probe::Target,
+        _: Option<std::sync::Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
+    ) -> std::pin::Pin<
+        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
+    > {
+        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
+    }
+}

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,6 @@ use prometheus_client::registry::Registry;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
-use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_bench::Samples;
 use wasmlet_cri::proto::{
@@ -32,25 +30,12 @@ use wasmlet_cri::proto::{
 };
 use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
-use wasmlet_plugin_host::probe::{ContainerExec, Outcome, Target};
 use wasmlet_plugin_host::source::SourcePod;
+
+use wasmlet_bench::NoProbes;
 
 fn smoke() -> bool {
     std::env::args().any(|a| a == "--smoke")
-}
-
-/// Probes are not part of these pods.
-struct NoProbes;
-
-impl Checker for NoProbes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Target,
-        _: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async { Ok(Outcome::Success(String::new())) })
-    }
 }
 
 fn options(node: &str, sources: Vec<String>) -> AgentOptions {

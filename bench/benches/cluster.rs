@@ -10,31 +10,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
-use wasmlet_agent::prober::Checker;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
-use wasmlet_bench::Samples;
+use wasmlet_bench::{NoProbes, Samples};
 use wasmlet_cri_sim::Simulator;
-use wasmlet_plugin_host::probe::{ContainerExec, Outcome, Target};
-
-struct NoProbes;
-
-impl Checker for NoProbes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Target,
-        _: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async { Ok(Outcome::Success(String::new())) })
-    }
-}
 
 /// Where the agents keep pod directories: `$WASMLET_BENCH_DIR`, else /dev/shm (the
 /// simulator keeps nothing on disk either; on this machine's ext4 a `mkdir` takes
