@@ -167,6 +167,27 @@ pub fn is_deleted(pod: &k8s::Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
+/// Whether two versions of a pod differ in what the agent acts on, as the kubelet
+/// compares pods: the spec, labels, annotations (less `config.seen`, which the agent
+/// writes) and the deletion fields. Status, resource versions and other server fields
+/// do not count.
+pub fn differ_semantically(a: &k8s::Pod, b: &k8s::Pod) -> bool {
+    let (m, n) = (&a.metadata, &b.metadata);
+    fn annotations(p: &k8s::Pod) -> impl Iterator<Item = (&String, &String)> {
+        p.metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != CONFIG_SEEN_ANNOTATION)
+    }
+    a.spec != b.spec
+        || m.labels != n.labels
+        || m.annotations.is_some() != n.annotations.is_some()
+        || !annotations(a).eq(annotations(b))
+        || m.deletion_timestamp != n.deletion_timestamp
+        || m.deletion_grace_period_seconds != n.deletion_grace_period_seconds
+}
+
 /// Makes `pod`, as the API server sent it, the pod the agent runs: the defaults it
 /// would have filled in and the source annotation. Its name and UID are the API
 /// server's.

@@ -106,29 +106,6 @@ fn origin_of(p: &k8s::Pod) -> String {
         .unwrap_or_else(|| PodKey::of(p).full_name())
 }
 
-/// What decides between UPDATE and RECONCILE, as the kubelet compares pods: the spec,
-/// labels, annotations (less `config.seen`, which the agent writes) and the deletion
-/// fields; then the status. Resource versions and other server fields do not count.
-fn spec_view(pod: &k8s::Pod) -> (k8s::Pod, Option<&k8s::PodStatus>) {
-    let m = &pod.metadata;
-    let mut annotations = m.annotations.clone();
-    if let Some(a) = annotations.as_mut() {
-        a.remove(pod::CONFIG_SEEN_ANNOTATION);
-    }
-    let view = k8s::Pod {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            labels: m.labels.clone(),
-            annotations,
-            deletion_timestamp: m.deletion_timestamp.clone(),
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-            ..Default::default()
-        },
-        spec: pod.spec.clone(),
-        status: None,
-    };
-    (view, pod.status.as_ref())
-}
-
 impl PodConfig {
     /// A merger for `sources`, in their order of precedence.
     pub fn new(node_name: &str, sources: impl IntoIterator<Item = String>) -> Self {
@@ -280,17 +257,15 @@ impl PodConfig {
                             .get_or_insert_with(BTreeMap::new)
                             .insert(pod::CONFIG_SEEN_ANNOTATION.into(), seen.clone());
                     }
-                    let (old_spec, old_status) = spec_view(old);
-                    let (new_spec, new_status) = spec_view(&pod);
                     if newly_deleted {
                         let pod = Arc::new(pod);
                         deleted.push(pod.clone());
                         pod
-                    } else if old_spec != new_spec {
+                    } else if pod::differ_semantically(old, &pod) {
                         let pod = Arc::new(pod);
                         updated.push(pod.clone());
                         pod
-                    } else if old_status != new_status {
+                    } else if old.status != pod.status {
                         let pod = Arc::new(pod);
                         reconciled.push(pod.clone());
                         pod

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tokio::sync::Notify;
-use wasmlet_agent::pod;
+use wasmlet_agent::pod::{self, PodKey};
 
 /// The mirror pods bound to this node, as the watch last showed them, by
 /// `namespace/name`.
@@ -25,15 +25,6 @@ pub struct MirrorPods {
     changed: Notify,
 }
 
-/// `namespace/name` of a pod.
-pub fn full_name(p: &k8s::Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or(""),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
 impl MirrorPods {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, k8s::Pod>> {
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
@@ -41,8 +32,10 @@ impl MirrorPods {
 
     /// Takes the whole set the watch shows now.
     pub fn set(&self, pods: Vec<k8s::Pod>) {
-        let next: BTreeMap<String, k8s::Pod> =
-            pods.into_iter().map(|p| (full_name(&p), p)).collect();
+        let next: BTreeMap<String, k8s::Pod> = pods
+            .into_iter()
+            .map(|p| (PodKey::of(&p).full_name(), p))
+            .collect();
         let mut current = self.lock();
         let first = !self.listed.swap(true, Ordering::Relaxed);
         if first || *current != next {

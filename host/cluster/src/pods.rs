@@ -20,7 +20,7 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
-use wasmlet_agent::pod;
+use wasmlet_agent::pod::{self, PodKey};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_plugin_host::source::SourcePod;
 
@@ -36,26 +36,6 @@ const BATCH: usize = 512;
 /// The field selector for the pods bound to `node`.
 pub fn selector(node: &str) -> String {
     format!("spec.nodeName={node}")
-}
-
-/// Where a pod came from, for problems the merger reports: `namespace/name`.
-fn origin(p: &k8s::Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or(""),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// Whether two versions of a pod differ in status (and server fields) only: the spec,
-/// labels, annotations and deletion fields are what the agent acts on.
-fn same_but_status(a: &k8s::Pod, b: &k8s::Pod) -> bool {
-    let (m, n) = (&a.metadata, &b.metadata);
-    a.spec == b.spec
-        && m.labels == n.labels
-        && m.annotations == n.annotations
-        && m.deletion_timestamp == n.deletion_timestamp
-        && m.deletion_grace_period_seconds == n.deletion_grace_period_seconds
 }
 
 /// What the watch has shown so far, by UID, and what changed since the last report.
@@ -106,7 +86,7 @@ impl Store {
                 let same = self
                     .pods
                     .get(&uid)
-                    .is_some_and(|old| same_but_status(old, &p));
+                    .is_some_and(|old| !pod::differ_semantically(old, &p));
                 if !same {
                     if pod::is_mirror(&p) {
                         self.mirrors_changed = true;
@@ -160,7 +140,8 @@ impl Store {
                 }
             } else if self.all_dirty || self.dirty.contains(uid) {
                 r.changed.push(SourcePod {
-                    origin: origin(p),
+                    // Where it came from, for problems the merger reports.
+                    origin: PodKey::of(p).full_name(),
                     pod: p.clone(),
                 });
             } else {

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use wasmlet_agent::pod;
+use wasmlet_agent::pod::{self, PodKey};
 use wasmlet_agent::statuses::{PodEntry, StatusManager};
 
 use crate::mirror::{self, MirrorPods};
@@ -323,7 +323,7 @@ impl Syncer {
         if !self.settings.mirrors.listed() {
             return None;
         }
-        let name = mirror::full_name(&entry.pod);
+        let name = PodKey::of(&entry.pod).full_name();
         let seen = self.settings.mirrors.get(&name);
         if seen.is_some() {
             synced.mirror = None;
@@ -375,11 +375,11 @@ impl Syncer {
             .pods()
             .iter()
             .filter(|p| pod::is_static(p))
-            .map(mirror::full_name)
+            .map(|p| PodKey::of(p).full_name())
             .collect();
         let mut jobs = Vec::new();
         for m in self.settings.mirrors.all() {
-            let name = mirror::full_name(&m);
+            let name = PodKey::of(&m).full_name();
             if wanted.contains(&name) || self.orphans.contains(&name) {
                 continue;
             }
