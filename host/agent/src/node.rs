@@ -120,32 +120,38 @@ impl NodeFacts {
         }
     }
 
-    /// Capacity less what is reserved.
-    pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
-        let r = &self.reserved;
+    /// What the node has, less `reserved`.
+    fn resources(&self, reserved: &Reserved) -> BTreeMap<String, Quantity> {
+        let ki =
+            |bytes: u64, less: u64| Quantity(format!("{}Ki", bytes.saturating_sub(less) / 1024));
         BTreeMap::from([
             (
                 "cpu".to_string(),
-                cpu_quantity((self.cpus * 1000).saturating_sub(r.cpu_millis)),
+                cpu_quantity((self.cpus * 1000).saturating_sub(reserved.cpu_millis)),
             ),
             (
                 "memory".to_string(),
-                Quantity(format!(
-                    "{}Ki",
-                    self.memory_bytes.saturating_sub(r.memory_bytes) / 1024
-                )),
+                ki(self.memory_bytes, reserved.memory_bytes),
             ),
             (
                 "ephemeral-storage".to_string(),
-                Quantity(format!(
-                    "{}Ki",
-                    self.ephemeral_storage_bytes
-                        .saturating_sub(r.ephemeral_storage_bytes)
-                        / 1024
-                )),
+                ki(
+                    self.ephemeral_storage_bytes,
+                    reserved.ephemeral_storage_bytes,
+                ),
             ),
             ("pods".to_string(), Quantity(self.max_pods.to_string())),
         ])
+    }
+
+    /// Capacity: cpu, memory, ephemeral-storage, pods.
+    pub fn capacity(&self) -> BTreeMap<String, Quantity> {
+        self.resources(&Reserved::default())
+    }
+
+    /// Capacity less what is reserved.
+    pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
+        self.resources(&self.reserved)
     }
 
     /// The node as a `v1.Node`: capacity, allocatable, the well-known labels, a Ready
@@ -165,18 +171,7 @@ impl NodeFacts {
             ),
         ]);
         labels.extend(self.labels.clone());
-        let capacity = BTreeMap::from([
-            ("cpu".to_string(), Quantity(self.cpus.to_string())),
-            (
-                "memory".to_string(),
-                Quantity(format!("{}Ki", self.memory_bytes / 1024)),
-            ),
-            (
-                "ephemeral-storage".to_string(),
-                Quantity(format!("{}Ki", self.ephemeral_storage_bytes / 1024)),
-            ),
-            ("pods".to_string(), Quantity(self.max_pods.to_string())),
-        ]);
+        let capacity = self.capacity();
         let time = serde_json::from_value(serde_json::Value::String(now.to_owned())).ok();
         k8s::Node {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
