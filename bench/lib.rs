@@ -87,6 +87,27 @@ where
     Samples::new(samples)
 }
 
+/// Like [`time_async`], with the caller asleep for `pace` (on the async runtime's timer)
+/// before each call: for work that arrives now and then rather than back to back. What
+/// the calls leave to background tasks gets the time between them, as it would in the
+/// agent, and every call starts from an idle thread, as it would there.
+pub async fn time_paced<F, Fut>(budget: Budget, pace: Duration, mut f: F) -> Samples
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut samples = Vec::with_capacity(budget.iterations);
+    for i in 0..budget.warmup + budget.iterations {
+        tokio::time::sleep(pace).await;
+        let t = Instant::now();
+        f().await;
+        if i >= budget.warmup {
+            samples.push(t.elapsed());
+        }
+    }
+    Samples::new(samples)
+}
+
 /// Formats a duration compactly (µs below 10 ms).
 pub fn fmt(d: Duration) -> String {
     if d < Duration::from_millis(10) {

@@ -6,10 +6,10 @@
 //!   the on-disk compiled-component cache ([`ComponentCache`]).
 //! - [`PluginEngine::load_admission`] → [`AdmissionPlugin`]: a policy checked against
 //!   its world; [`AdmissionPlugin::admit`] runs one decision on a reused or fresh
-//!   instance ([`InstanceMode`]) with a deadline and a memory cap. A long call yields to
-//!   tokio every tick; every failure is a [`PluginError`] naming the plugin and the
-//!   call, and a guest that traps, loops or exhausts its memory never takes the host
-//!   down.
+//!   instance ([`InstanceMode`]; a fresh one is made ahead, between calls) with a
+//!   deadline and a memory cap. A long call yields to tokio every tick; every failure
+//!   is a [`PluginError`] naming the plugin and the call, and a guest that traps,
+//!   loops or exhausts its memory never takes the host down.
 //! - [`AdmissionChain`]: the ordered links, each hot-swappable; [`AdmissionDirectory`]
 //!   keeps a chain in step with a plugin directory and the `plugins:` configuration
 //!   ([`PluginsConfig`]).
@@ -18,7 +18,8 @@
 //!   per plugin.
 //!
 //! Plugins get no filesystem, network or environment: WASI is linked (Rust's std needs
-//! it) with nothing granted.
+//! it) with nothing granted, and for an admission policy its context is built only if
+//! the guest makes a WASI call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,13 +117,17 @@ pub const MAX_MEMORY_BYTES: usize = 256 << 20;
 /// own module plus the adapter's few; a guest that makes more is refused.
 pub const MAX_CORE_INSTANCES: usize = 8;
 
-/// How a plugin's calls get their instance. Measured (bench/README.md): a resource-fit
-/// decision takes ~6 µs on a reused instance and ~19 µs on a fresh one.
+/// How a plugin's calls get their instance. Measured (bench/README.md): back to back, a
+/// resource-fit decision costs 6–9 µs on a reused instance and 18–30 µs on a fresh one
+/// made for it; with a fresh instance made ahead, between decisions, a decision that
+/// arrives on an idle node waits as long as on a reused instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InstanceMode {
     /// A fresh instance for every call: nothing a call leaves behind reaches the next.
     /// For plugins that must not share state between calls, and for probes and pod
-    /// sources, whose calls are seconds apart.
+    /// sources, whose calls are seconds apart. An admission policy's next instance is
+    /// made ahead, on a background task once a call is over (and the used one torn
+    /// down there): the decision waits for neither.
     PerCall,
     /// Instances are kept (up to 8 per plugin) and reused; one that traps or runs out
     /// of time is thrown away. The admission default: a decision must depend on its
@@ -433,9 +438,13 @@ impl PluginEngine {
             bindings::AdmissionPolicyPre::new,
         )?;
         Ok(AdmissionPlugin {
-            loaded,
-            pre,
-            idle: std::sync::Mutex::new(Vec::new()),
+            policy: Arc::new(Policy {
+                loaded,
+                pre,
+                idle: std::sync::Mutex::new(Vec::new()),
+                spares: std::sync::Mutex::new(Vec::new()),
+                retiring: AtomicBool::new(false),
+            }),
         })
     }
 
@@ -503,7 +512,9 @@ pub struct PluginState {
     host_ports: Arc<[HostPortInUse]>,
     /// The probed container's exec, when the handler is granted it.
     exec: Option<Arc<dyn probe::ContainerExec>>,
-    wasi: WasiCtx,
+    /// What WASI grants; `None` grants nothing and is built on the guest's first WASI
+    /// call (a policy that never makes one — most — never pays for building it).
+    wasi: Option<WasiCtx>,
     http: WasiHttpCtx,
     http_hooks: http::HttpHooks,
     table: ResourceTable,
@@ -512,13 +523,13 @@ pub struct PluginState {
 
 impl PluginState {
     /// The state of one call (or reused instance) of `plugin`, due within `deadline`,
-    /// with `wasi` granting what the plugin may use.
+    /// with `wasi` granting what the plugin may use (`None`: nothing).
     pub(crate) fn new(
         plugin: Arc<str>,
         config: Arc<BTreeMap<String, String>>,
         limits: &Limits,
         deadline: Duration,
-        wasi: WasiCtx,
+        wasi: Option<WasiCtx>,
     ) -> Self {
         Self {
             plugin,
@@ -542,7 +553,9 @@ impl PluginState {
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self
+                .wasi
+                .get_or_insert_with(|| WasiCtxBuilder::new().build()),
             table: &mut self.table,
         }
     }
@@ -652,8 +665,8 @@ impl Loaded {
     }
 
     /// The state of one call (or reused instance) due within `deadline`, with `wasi`
-    /// granting what the plugin may use.
-    pub(crate) fn state(&self, deadline: Duration, wasi: WasiCtx) -> PluginState {
+    /// granting what the plugin may use (`None`: nothing).
+    pub(crate) fn state(&self, deadline: Duration, wasi: Option<WasiCtx>) -> PluginState {
         PluginState::new(
             self.name.clone(),
             self.config.clone(),
@@ -693,23 +706,37 @@ pub trait Plugin: Send + Sync + 'static {
 
 /// A loaded admission policy.
 pub struct AdmissionPlugin {
+    policy: Arc<Policy>,
+}
+
+/// What an [`AdmissionPlugin`] is; shared with the background tasks that prepare its
+/// next fresh instances.
+struct Policy {
     loaded: Loaded,
     pre: bindings::AdmissionPolicyPre<PluginState>,
     /// Instances kept between calls ([`InstanceMode::Reused`]).
     idle: std::sync::Mutex<Vec<Warm>>,
+    /// Instances made ahead of calls and never called yet ([`InstanceMode::PerCall`]).
+    spares: std::sync::Mutex<Vec<Warm>>,
+    /// Whether a background task is tearing down a used instance and making a spare.
+    retiring: AtomicBool,
 }
 
 impl Plugin for AdmissionPlugin {
     fn loaded(&self) -> &Loaded {
-        &self.loaded
+        &self.policy.loaded
     }
 }
 
-/// An instance kept for reuse, with its store.
+/// An instance with its store: kept for reuse, or made ahead as a spare.
 struct Warm {
     store: Store<PluginState>,
     bindings: bindings::AdmissionPolicy,
 }
+
+/// Fresh instances made ahead per [`InstanceMode::PerCall`] policy: decisions that come
+/// one after another each find one ready; calls that overlap make their own.
+const SPARES: usize = 1;
 
 impl std::fmt::Debug for AdmissionPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -720,16 +747,54 @@ impl std::fmt::Debug for AdmissionPlugin {
     }
 }
 
-impl AdmissionPlugin {
-    /// A new store for this plugin, with its limits and the deadline callback: every
-    /// epoch tick the guest yields to the async runtime (a long call never starves the
-    /// other tasks) and is cut off once its call's deadline has passed.
-    fn new_store(&self) -> Store<PluginState> {
+/// Takes an instance from `list`, if it has one.
+fn take(list: &std::sync::Mutex<Vec<Warm>>) -> Option<Warm> {
+    list.lock().unwrap_or_else(|e| e.into_inner()).pop()
+}
+
+/// Puts an instance into `list` unless it already holds `max`.
+fn keep(list: &std::sync::Mutex<Vec<Warm>>, warm: Warm, max: usize) {
+    let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+    if list.len() < max {
+        list.push(warm);
+    }
+}
+
+impl Policy {
+    /// A new instance in a new store with this plugin's limits and the deadline
+    /// callback: every epoch tick the guest yields to the async runtime (a long call
+    /// never starves the other tasks) and is cut off once its call's deadline has passed.
+    async fn instantiate(&self) -> wasmtime::Result<Warm> {
+        let started = std::time::Instant::now();
         let l = &self.loaded;
-        plugin_store(
-            &l.engine,
-            l.state(l.limits.deadline, WasiCtxBuilder::new().build()),
-        )
+        let mut store = plugin_store(&l.engine, l.state(l.limits.deadline, None));
+        let bindings = self.pre.instantiate_async(&mut store).await?;
+        self.loaded.instantiated(started);
+        Ok(Warm { store, bindings })
+    }
+
+    /// Makes a spare fresh instance for a later call, unless there are enough.
+    async fn make_spare(&self) {
+        if self.spares.lock().unwrap_or_else(|e| e.into_inner()).len() >= SPARES {
+            return;
+        }
+        match self.instantiate().await {
+            Ok(spare) => keep(&self.spares, spare, SPARES),
+            // The next call instantiates for itself and reports the error.
+            Err(e) => tracing::debug!(plugin = &*self.loaded.name, "spare instance: {e}"),
+        }
+    }
+}
+
+impl AdmissionPlugin {
+    /// Fresh instances made ahead and not yet used ([`InstanceMode::PerCall`]: at most
+    /// one, made on a background task after a call).
+    pub fn spare_instances(&self) -> usize {
+        self.policy
+            .spares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     fn error(&self, call: &'static str, source: wasmtime::Error) -> PluginError {
@@ -747,7 +812,7 @@ impl AdmissionPlugin {
     ) -> Result<Verdict, PluginError> {
         let started = std::time::Instant::now();
         let result = self.decide(pod, node, load, pod_json).await;
-        self.loaded.record(
+        self.policy.loaded.record(
             started,
             match &result {
                 Ok(Verdict::Admit) => CallResult::Passed,
@@ -758,6 +823,11 @@ impl AdmissionPlugin {
         result
     }
 
+    /// One decision. A reused instance goes back to the idle list when its call
+    /// succeeded. A fresh instance serves one call only: a spare made ahead of the call
+    /// when there is one (instantiating is then off the decision's path), and once
+    /// the call is over, the used instance is torn down and the next spare made on a
+    /// background task.
     async fn decide(
         &self,
         pod: &Pod,
@@ -766,50 +836,58 @@ impl AdmissionPlugin {
         pod_json: impl FnOnce() -> String + Send + 'static,
     ) -> Result<Verdict, PluginError> {
         const CALL: &str = "admit";
+        let policy = &self.policy;
         let limits = self.limits();
         let reuse = limits.instances == InstanceMode::Reused;
-        let warm = if reuse {
-            self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
-        } else {
-            None
-        };
-        let Warm {
-            mut store,
-            bindings,
-        } = match warm {
+        let ready = take(if reuse { &policy.idle } else { &policy.spares });
+        let mut warm = match ready {
             Some(mut warm) => {
                 warm.store.data_mut().deadline_at = std::time::Instant::now() + limits.deadline;
                 warm
             }
-            None => {
-                let started = std::time::Instant::now();
-                let mut store = self.new_store();
-                store.set_epoch_deadline(1);
-                let bindings = self
-                    .pre
-                    .instantiate_async(&mut store)
-                    .await
-                    .map_err(|e| self.error(CALL, e))?;
-                self.loaded.instantiated(started);
-                Warm { store, bindings }
-            }
+            None => policy
+                .instantiate()
+                .await
+                .map_err(|e| self.error(CALL, e))?,
         };
-        store.set_epoch_deadline(1);
-        store.data_mut().pod_json = PodJson::Pending(Box::new(pod_json));
-        store.data_mut().host_ports = load.host_ports.clone();
-        let verdict = bindings
+        warm.store.set_epoch_deadline(1);
+        let state = warm.store.data_mut();
+        state.pod_json = PodJson::Pending(Box::new(pod_json));
+        state.host_ports = load.host_ports.clone();
+        let verdict = warm
+            .bindings
             .wasmlet_plugin_admission()
-            .call_admit(&mut store, pod, node, &load.usage)
+            .call_admit(&mut warm.store, pod, node, &load.usage)
             .await
-            .map_err(|e| self.error(CALL, e))?;
+            .map_err(|e| self.error(CALL, e));
         if reuse {
             // Only an instance whose call succeeded goes back; a trapped one is dropped.
-            store.data_mut().pod_json = PodJson::Ready(String::new());
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < IDLE_PER_PLUGIN {
-                idle.push(Warm { store, bindings });
+            if verdict.is_ok() {
+                warm.store.data_mut().pod_json = PodJson::Ready(String::new());
+                keep(&policy.idle, warm, IDLE_PER_PLUGIN);
             }
+        } else {
+            self.retire(warm);
         }
-        Ok(verdict)
+        verdict
+    }
+
+    /// Tears down a used fresh instance and makes the next spare on a background task,
+    /// so that the caller waits for neither. One such task at a time: when decisions
+    /// come faster than it works (or there is no runtime to run it), the caller tears
+    /// its instance down itself and the next call instantiates for itself — used
+    /// instances never pile up.
+    fn retire(&self, used: Warm) {
+        let policy = &self.policy;
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !policy.retiring.swap(true, Ordering::AcqRel) => runtime,
+            _ => return drop(used),
+        };
+        let policy = policy.clone();
+        runtime.spawn(async move {
+            drop(used);
+            policy.make_spare().await;
+            policy.retiring.store(false, Ordering::Release);
+        });
     }
 }

@@ -270,7 +270,7 @@ impl ProbeHandler {
                     Box::pin(async move { ok })
                 });
         }
-        let mut state = self.loaded.state(deadline, wasi.build());
+        let mut state = self.loaded.state(deadline, Some(wasi.build()));
         state.exec = exec.filter(|_| self.grants.exec);
         state.http_hooks.access = access;
         state

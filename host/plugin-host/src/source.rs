@@ -209,7 +209,9 @@ impl PodSource {
             wasi.preopened_dir(dir, MANIFEST_DIR, FsPerms::ReadOnly)
                 .map_err(|e| format!("directory {}: {e:#}", dir.display()))?;
         }
-        let mut state = self.loaded.state(self.limits().deadline, wasi.build());
+        let mut state = self
+            .loaded
+            .state(self.limits().deadline, Some(wasi.build()));
         if !self.grants.urls.is_empty() {
             state.http_hooks.access = Some(Arc::new(HttpAccess {
                 network: Vec::new(),

@@ -347,6 +347,53 @@ async fn a_long_call_yields_to_the_other_tasks() {
     );
 }
 
+/// The message of a `fixture-counter` verdict: `call N`, N the calls its instance served.
+async fn count(plugin: &AdmissionPlugin) -> String {
+    let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
+    match plugin.admit(&args.0, &args.1, &args.2, String::new).await {
+        Ok(Verdict::Reject(r)) if r.reason == "Counted" => r.message,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_instance_serves_one_call_and_the_next_is_made_ahead() {
+    let engine = PluginEngine::new().expect("engine");
+    let fresh = load(
+        &engine,
+        "fixture-counter",
+        Limits {
+            instances: InstanceMode::PerCall,
+            ..Limits::default()
+        },
+    );
+    let reused = load(&engine, "fixture-counter", Limits::default());
+    assert_eq!(fresh.spare_instances(), 0, "none before the first call");
+    for n in 1..=4 {
+        // Whatever an instance keeps never reaches the next call...
+        assert_eq!(count(&fresh).await, "call 1");
+        // ...as it does when instances are reused.
+        assert_eq!(count(&reused).await, format!("call {n}"));
+        // The next fresh instance is made on a background task while nothing is called.
+        let made = std::time::Instant::now();
+        while fresh.spare_instances() == 0 {
+            assert!(
+                made.elapsed() < std::time::Duration::from_secs(5),
+                "no spare"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(fresh.spare_instances(), 1);
+    }
+    assert_eq!(reused.spare_instances(), 0);
+
+    // Calls that come faster than spares are made still get an instance each.
+    let calls = (0..20).map(|_| count(&fresh));
+    for message in futures::future::join_all(calls).await {
+        assert_eq!(message, "call 1");
+    }
+}
+
 #[tokio::test]
 async fn every_call_and_load_is_counted_per_plugin() {
     let engine = PluginEngine::new().expect("engine");
