@@ -87,18 +87,30 @@ where
     Samples::new(samples)
 }
 
-/// Like [`time_async`], with the caller asleep for `pace` (on the async runtime's timer)
-/// before each call: for work that arrives now and then rather than back to back. What
-/// the calls leave to background tasks gets the time between them, as it would in the
-/// agent, and every call starts from an idle thread, as it would there.
-pub async fn time_paced<F, Fut>(budget: Budget, pace: Duration, mut f: F) -> Samples
+/// What the caller does between two calls of [`time_paced`].
+#[derive(Debug, Clone, Copy)]
+pub enum Gap {
+    /// Yields to the async runtime once, as a loop that awaits its next event does:
+    /// tasks the call spawned run, and the next call starts right after.
+    Yield,
+    /// Sleeps on the runtime's timer: work that arrives now and then, each call
+    /// starting from an idle thread.
+    Sleep(Duration),
+}
+
+/// Like [`time_async`], with a [`Gap`] before each call (not timed): what the calls leave
+/// to background tasks gets the time between them, as it would in the agent.
+pub async fn time_paced<F, Fut>(budget: Budget, gap: Gap, mut f: F) -> Samples
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
     let mut samples = Vec::with_capacity(budget.iterations);
     for i in 0..budget.warmup + budget.iterations {
-        tokio::time::sleep(pace).await;
+        match gap {
+            Gap::Yield => tokio::task::yield_now().await,
+            Gap::Sleep(pause) => tokio::time::sleep(pause).await,
+        }
         let t = Instant::now();
         f().await;
         if i >= budget.warmup {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmlet_bench::{Budget, Samples, fmt, header, row, time_async, time_paced};
+use wasmlet_bench::{Budget, Gap, Samples, fmt, header, row, time_async, time_paced};
 use wasmlet_plugin_host::dev::shipped_plugin;
 use wasmlet_plugin_host::*;
 #[allow(unused_imports)]
@@ -212,23 +212,25 @@ async fn run() {
         row(&format!("resource-fit as a component, {label}"), &s);
         wasm_p50.push((label, s.percentile(50.0)));
     }
-    for (mode, label) in [
-        (InstanceMode::Reused, "warm instance"),
-        (InstanceMode::PerCall, "fresh instance"),
+    for (gap, iterations, between) in [
+        (Gap::Yield, budget, "the caller yielding between decisions"),
+        (Gap::Sleep(PACE), paced, "a decision every ~1 ms"),
     ] {
-        let plugin = load(&engine, "resource-fit", mode);
-        let s = time_paced(paced, PACE, || async {
-            let v = plugin
-                .admit(&candidate, &node, &usage, String::new)
-                .await
-                .expect("admit");
-            assert_eq!(reason(&v), "Admit");
-        })
-        .await;
-        row(
-            &format!("resource-fit, {label}, a decision every ~1 ms"),
-            &s,
-        );
+        for (mode, label) in [
+            (InstanceMode::Reused, "warm instance"),
+            (InstanceMode::PerCall, "fresh instance"),
+        ] {
+            let plugin = load(&engine, "resource-fit", mode);
+            let s = time_paced(iterations, gap, || async {
+                let v = plugin
+                    .admit(&candidate, &node, &usage, String::new)
+                    .await
+                    .expect("admit");
+                assert_eq!(reason(&v), "Admit");
+            })
+            .await;
+            row(&format!("resource-fit, {label}, {between}"), &s);
+        }
     }
     for (mode, label) in [
         (InstanceMode::Reused, "warm instances"),

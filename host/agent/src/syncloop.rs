@@ -250,10 +250,16 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                 }
             };
             let load = convert::load(self.admitted.values());
-            let json = Arc::new(serde_json::to_string(&*pod).unwrap_or_default());
+            // The pod as JSON only for a policy that asks, and made once for the chain.
+            let json = Arc::new(std::sync::OnceLock::new());
+            let whole = pod.clone();
+            let pod_json = move || {
+                json.get_or_init(|| serde_json::to_string(&*whole).unwrap_or_default())
+                    .clone()
+            };
             let (verdict, by) = admission
                 .chain
-                .admit(&converted, &admission.node, &load, move || (*json).clone())
+                .admit(&converted, &admission.node, &load, pod_json)
                 .await;
             if let Verdict::Reject(r) = verdict {
                 let plugin = by.unwrap_or_default();

@@ -523,6 +523,16 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
             wasmlet_plugin_host::chain::FailurePolicy::Fail,
         )
         .expect("resource-fit loads");
+    // A policy that reads the whole pod as JSON (made only when a policy asks).
+    chain
+        .push(
+            "restricted-pods",
+            &wasmlet_plugin_host::dev::shipped_plugin("restricted-pods"),
+            Default::default(),
+            Default::default(),
+            wasmlet_plugin_host::chain::FailurePolicy::Fail,
+        )
+        .expect("restricted-pods loads");
     let events = Arc::new(MemoryRecorder::default());
     let opts = AgentOptions {
         events: Some(events.clone()),
@@ -544,7 +554,14 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
          "command":["sleep","3600"],"resources":{"requests":{"cpu":"64"}}}]}}"#;
     let invalid = r#"{"metadata":{"name":"twins"},"spec":{"containers":[
         {"name":"c","image":"i"},{"name":"c","image":"i"}]}}"#;
-    send(&agent, vec![pod(greedy), pod(invalid), pod(SLEEPER)]).await;
+    let peeker = r#"{"metadata":{"name":"peeker"},"spec":{"hostPID":true,"containers":[
+        {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+         "command":["sleep","3600"]}]}}"#;
+    send(
+        &agent,
+        vec![pod(greedy), pod(invalid), pod(peeker), pod(SLEEPER)],
+    )
+    .await;
     wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
         phase(p) == "Running"
     })
@@ -572,6 +589,16 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         ),
         "{:?}",
         status.message
+    );
+    let p = wait_for(&agent, "peeker", "rejected", Duration::from_secs(5), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let status = p.status.expect("status");
+    assert_eq!(status.reason.as_deref(), Some("RestrictedPod"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was rejected: spec.hostPID is set, which namespace default does not allow")
     );
     assert!(
         agent
