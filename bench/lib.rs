@@ -90,6 +90,8 @@ where
 /// What the caller does between two calls of [`time_paced`].
 #[derive(Debug, Clone, Copy)]
 pub enum Gap {
+    /// Nothing: the next call starts the moment one ends (what a call costs).
+    None,
     /// Yields to the async runtime once, as a loop that awaits its next event does:
     /// tasks the call spawned run, and the next call starts right after.
     Yield,
@@ -108,6 +110,7 @@ where
     let mut samples = Vec::with_capacity(budget.iterations);
     for i in 0..budget.warmup + budget.iterations {
         match gap {
+            Gap::None => {}
             Gap::Yield => tokio::task::yield_now().await,
             Gap::Sleep(pause) => tokio::time::sleep(pause).await,
         }
