@@ -514,25 +514,18 @@ async fn the_runtime_going_away_marks_the_node_not_ready_and_the_agent_carries_o
 async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
     let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
     let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
-    chain
-        .push(
-            "resource-fit",
-            &wasmlet_plugin_host::dev::shipped_plugin("resource-fit"),
-            Default::default(),
-            Default::default(),
-            wasmlet_plugin_host::chain::FailurePolicy::Fail,
-        )
-        .expect("resource-fit loads");
-    // A policy that reads the whole pod as JSON (made only when a policy asks).
-    chain
-        .push(
-            "restricted-pods",
-            &wasmlet_plugin_host::dev::shipped_plugin("restricted-pods"),
-            Default::default(),
-            Default::default(),
-            wasmlet_plugin_host::chain::FailurePolicy::Fail,
-        )
-        .expect("restricted-pods loads");
+    // restricted-pods reads the whole pod as JSON (made only when a policy asks).
+    for name in ["resource-fit", "restricted-pods"] {
+        chain
+            .push(
+                name,
+                &wasmlet_plugin_host::dev::shipped_plugin(name),
+                Default::default(),
+                Default::default(),
+                wasmlet_plugin_host::chain::FailurePolicy::Fail,
+            )
+            .expect("the policy loads");
+    }
     let events = Arc::new(MemoryRecorder::default());
     let opts = AgentOptions {
         events: Some(events.clone()),
