@@ -254,6 +254,56 @@ async fn run() {
             &s,
         );
     }
+    // What every policy is handed for a node as a cloud provider labels it: the
+    // well-known labels, a few of the provider's, a role, and two taints.
+    let cloud_node = Node {
+        labels: [
+            ("kubernetes.io/os", "linux"),
+            ("kubernetes.io/arch", "amd64"),
+            (
+                "kubernetes.io/hostname",
+                "ip-10-0-12-34.eu-west-1.compute.internal",
+            ),
+            ("beta.kubernetes.io/os", "linux"),
+            ("beta.kubernetes.io/arch", "amd64"),
+            ("beta.kubernetes.io/instance-type", "m6i.2xlarge"),
+            ("node.kubernetes.io/instance-type", "m6i.2xlarge"),
+            ("topology.kubernetes.io/region", "eu-west-1"),
+            ("topology.kubernetes.io/zone", "eu-west-1b"),
+            ("failure-domain.beta.kubernetes.io/region", "eu-west-1"),
+            ("failure-domain.beta.kubernetes.io/zone", "eu-west-1b"),
+            ("node-role.kubernetes.io/worker", ""),
+            ("eks.amazonaws.com/nodegroup", "general-purpose"),
+            ("eks.amazonaws.com/capacityType", "ON_DEMAND"),
+            ("k8s.io/cloud-provider-aws", "0123456789abcdef"),
+            ("team", "platform"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect(),
+        taints: vec![
+            node.taints[0].clone(),
+            Taint {
+                key: "node.kubernetes.io/unschedulable".into(),
+                value: String::new(),
+                effect: TaintEffect::NoSchedule,
+            },
+        ],
+        ..node.clone()
+    };
+    let plugin = load(&engine, "resource-fit", InstanceMode::Reused);
+    let s = time_async(budget, || async {
+        let v = plugin
+            .admit(&candidate, &cloud_node, &usage, String::new)
+            .await
+            .expect("admit");
+        assert_eq!(reason(&v), "Admit");
+    })
+    .await;
+    row(
+        "resource-fit, warm instance, back to back, a node with 16 labels and 2 taints",
+        &s,
+    );
     let sum = time_async(budget, || async {
         assert_eq!(convert::load(&active).usage.pod_count, 110);
     })
