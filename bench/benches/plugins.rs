@@ -162,6 +162,15 @@ fn load(engine: &PluginEngine, name: &str, instances: InstanceMode) -> Admission
         .expect("load")
 }
 
+/// One decision by `plugin`, which must admit the pod.
+async fn admits(plugin: &AdmissionPlugin, pod: &Pod, node: &Node, load: &NodeLoad) {
+    let v = plugin
+        .admit(pod, node, load, String::new)
+        .await
+        .expect("admit");
+    assert_eq!(reason(&v), "Admit");
+}
+
 fn reason(v: &Verdict) -> &str {
     match v {
         Verdict::Admit => "Admit",
@@ -209,12 +218,8 @@ async fn run() {
             (InstanceMode::PerCall, "fresh instance"),
         ] {
             let plugin = load(&engine, "resource-fit", mode);
-            let s = time_paced(iterations, gap, || async {
-                let v = plugin
-                    .admit(&candidate, &node, &usage, String::new)
-                    .await
-                    .expect("admit");
-                assert_eq!(reason(&v), "Admit");
+            let s = time_paced(iterations, gap, || {
+                admits(&plugin, &candidate, &node, &usage)
             })
             .await;
             let what = format!("resource-fit as a component, {label}, {between}");
@@ -292,14 +297,7 @@ async fn run() {
         ..node.clone()
     };
     let plugin = load(&engine, "resource-fit", InstanceMode::Reused);
-    let s = time_async(budget, || async {
-        let v = plugin
-            .admit(&candidate, &cloud_node, &usage, String::new)
-            .await
-            .expect("admit");
-        assert_eq!(reason(&v), "Admit");
-    })
-    .await;
+    let s = time_async(budget, || admits(&plugin, &candidate, &cloud_node, &usage)).await;
     row(
         "resource-fit, warm instance, back to back, a node with 16 labels and 2 taints",
         &s,
