@@ -69,22 +69,13 @@ impl Samples {
     }
 }
 
-/// Times `iterations` sequential runs of `f` after `warmup` untimed ones.
-pub async fn time_async<F, Fut>(budget: Budget, mut f: F) -> Samples
+/// Times `iterations` sequential runs of `f` after `warmup` untimed ones, back to back.
+pub async fn time_async<F, Fut>(budget: Budget, f: F) -> Samples
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,
 {
-    for _ in 0..budget.warmup {
-        f().await;
-    }
-    let mut samples = Vec::with_capacity(budget.iterations);
-    for _ in 0..budget.iterations {
-        let t = Instant::now();
-        f().await;
-        samples.push(t.elapsed());
-    }
-    Samples::new(samples)
+    time_paced(budget, Gap::None, f).await
 }
 
 /// What the caller does between two calls of [`time_paced`].

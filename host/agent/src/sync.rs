@@ -179,15 +179,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
 
     /// When pod `uid`'s volumes were last written.
     fn volumes_written(&self, uid: &str) -> Option<Instant> {
-        self.volumes_ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .copied()
+        Self::lock(&self.volumes_ready).get(uid).copied()
     }
 
-    fn lock(b: &Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
-        b.lock().unwrap_or_else(|p| p.into_inner())
+    /// Locks `m`, whether or not a panic poisoned it.
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Marks PLEG's first relist done: syncs, which start from the cache, may begin.
@@ -368,10 +365,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await
                 {
                     Ok(()) => {
-                        self.volumes_ready
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(key.uid.clone(), Instant::now());
+                        Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
                     }
                     Err(e) => {
                         warn!(pod = %key, "{e}");
@@ -926,10 +920,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         self.cache.remove(&key.uid, observed);
-        self.volumes_ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key.uid);
+        Self::lock(&self.volumes_ready).remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
         info!(pod = %key, "pod removed from the runtime");
