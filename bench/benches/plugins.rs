@@ -162,10 +162,16 @@ fn load(engine: &PluginEngine, name: &str, instances: InstanceMode) -> Admission
         .expect("load")
 }
 
-/// One decision by `plugin`, which must admit the pod.
-async fn admits(plugin: &AdmissionPlugin, pod: &Pod, node: &Node, load: &NodeLoad) {
+/// The admission of `pod` to `node`, as the agent makes one per pod (the pod's JSON
+/// left empty: only restricted-pods reads it).
+fn admission(pod: &Arc<Pod>, node: &Arc<Node>, load: &NodeLoad) -> Arc<Admission> {
+    Admission::new(pod.clone(), node.clone(), load.clone(), String::new)
+}
+
+/// One decision by `plugin` on a new admission, which it must admit.
+async fn admits(plugin: &AdmissionPlugin, pod: &Arc<Pod>, node: &Arc<Node>, load: &NodeLoad) {
     let v = plugin
-        .admit(pod, node, load, String::new)
+        .admit(&admission(pod, node, load))
         .await
         .expect("admit");
     assert_eq!(reason(&v), "Admit");
@@ -194,14 +200,15 @@ async fn run() {
     let active: Vec<Pod> = (0..110)
         .map(|i| pod(i, (i % 10 == 0).then_some(30_000 + i as u16)))
         .collect();
-    let candidate = pod(999, Some(31_999));
-    let node = node();
+    let candidate = Arc::new(pod(999, Some(31_999)));
+    let node = Arc::new(node());
     let usage = convert::load(&active);
 
     header("Admission of one pod beside 110 active pods (sequential decisions)");
     let native = time_async(budget, || async {
+        let wanted = resources::pod_requests(&candidate);
         assert!(matches!(
-            fit::admit(&candidate, &node, &usage.usage),
+            fit::admit(&wanted, &node.allocatable, &usage.usage),
             Verdict::Admit
         ));
     })
@@ -250,7 +257,7 @@ async fn run() {
                 .expect("load");
         }
         let s = time_async(budget, || async {
-            let (v, _) = chain.admit(&candidate, &node, &usage, String::new).await;
+            let (v, _) = chain.admit(&admission(&candidate, &node, &usage)).await;
             assert_eq!(reason(&v), "Admit");
         })
         .await;
@@ -261,7 +268,7 @@ async fn run() {
     }
     // What every policy is handed for a node as a cloud provider labels it: the
     // well-known labels, a few of the provider's, a role, and two taints.
-    let cloud_node = Node {
+    let cloud_node = Arc::new(Node {
         labels: [
             ("kubernetes.io/os", "linux"),
             ("kubernetes.io/arch", "amd64"),
@@ -294,8 +301,8 @@ async fn run() {
                 effect: TaintEffect::NoSchedule,
             },
         ],
-        ..node.clone()
-    };
+        ..(*node).clone()
+    });
     let plugin = load(&engine, "resource-fit", InstanceMode::Reused);
     let s = time_async(budget, || admits(&plugin, &candidate, &cloud_node, &usage)).await;
     row(
@@ -311,7 +318,7 @@ async fn run() {
     header("What a policy asks for on demand (warm instances)");
     // node-ports asks the host for the ports in use only when the pod wants one.
     let ports = load(&engine, "node-ports", InstanceMode::Reused);
-    let no_port = Pod {
+    let no_port = Arc::new(Pod {
         containers: candidate
             .containers
             .iter()
@@ -320,8 +327,8 @@ async fn run() {
                 ..c.clone()
             })
             .collect(),
-        ..candidate.clone()
-    };
+        ..(*candidate).clone()
+    });
     for (label, p) in [
         (
             "node-ports, pod without host ports (host ports never fetched)",
@@ -333,11 +340,7 @@ async fn run() {
         ),
     ] {
         let s = time_async(budget, || async {
-            let v = ports
-                .admit(p, &node, &usage, String::new)
-                .await
-                .expect("admit");
-            assert_eq!(reason(&v), "Admit");
+            admits(&ports, p, &node, &usage).await;
         })
         .await;
         row(label, &s);
@@ -355,10 +358,10 @@ async fn run() {
     .to_string();
     let s = time_async(budget, || async {
         let json = json.clone();
-        let v = restricted
-            .admit(&candidate, &node, &usage, move || json)
-            .await
-            .expect("admit");
+        let admission = Admission::new(candidate.clone(), node.clone(), usage.clone(), move || {
+            json.clone()
+        });
+        let v = restricted.admit(&admission).await.expect("admit");
         assert_eq!(reason(&v), "Admit");
     })
     .await;
@@ -420,12 +423,12 @@ async fn run() {
     let swap = |from: &'static str, digest: u64| {
         let (chain, live) = (chain.clone(), live.clone());
         async move {
-            let before = reason(&chain.admit(cand, nd, us, String::new).await.0).to_owned();
+            let before = reason(&chain.admit(&admission(cand, nd, us)).await.0).to_owned();
             let started = Instant::now();
             variant(&shipped_plugin(from), &live, digest);
             let (mut calls, mut failed) = (0, 0);
             loop {
-                let (v, _) = chain.admit(cand, nd, us, String::new).await;
+                let (v, _) = chain.admit(&admission(cand, nd, us)).await;
                 calls += 1;
                 let got = reason(&v);
                 if got == chain::PLUGIN_ERROR_REASON {
@@ -449,7 +452,7 @@ async fn run() {
         let mut samples = Vec::new();
         for i in 0..swap_budget.iterations as u64 {
             // Always to the other decision, so that the swap is visible.
-            let now = reason(&chain.admit(cand, nd, us, String::new).await.0).to_owned();
+            let now = reason(&chain.admit(&admission(cand, nd, us)).await.0).to_owned();
             let from = if now == "Admit" {
                 "fixture-deny-all"
             } else {
@@ -490,7 +493,7 @@ async fn run() {
             .load_admission(&format!("p{i}"), &path, BTreeMap::new(), limits)
             .expect("load");
         // One decision each, so that each keeps a warm instance.
-        p.admit(&candidate, &node, &usage, String::new)
+        p.admit(&admission(&candidate, &node, &usage))
             .await
             .expect("admit");
         kept.push(p);

@@ -71,7 +71,7 @@ pub struct Admission {
     /// The chain.
     pub chain: Arc<AdmissionChain>,
     /// The node, as the plugins see it.
-    pub node: wasmlet_plugin_host::Node,
+    pub node: Arc<wasmlet_plugin_host::Node>,
 }
 
 /// What woke the loop.
@@ -91,7 +91,7 @@ pub struct SyncLoop<R> {
     config: PodConfig,
     admission: Option<Admission>,
     /// Admitted pods as the admission plugins see them (for the node's load).
-    admitted: BTreeMap<String, wasmlet_plugin_host::Pod>,
+    admitted: BTreeMap<String, Arc<wasmlet_plugin_host::Pod>>,
     /// Problems already reported, by source: a bad manifest is logged once, not on
     /// every poll.
     reported: BTreeMap<String, Vec<String>>,
@@ -249,25 +249,23 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                     return;
                 }
             };
-            let load = convert::load(self.admitted.values());
-            // The pod as JSON only for a policy that asks, and made once for the chain.
-            let json = Arc::new(std::sync::OnceLock::new());
+            let load = convert::load(self.admitted.values().map(|p| &**p));
+            // The pod as JSON only for a policy that asks (made once for the chain).
             let whole = pod.clone();
-            let pod_json = move || {
-                json.get_or_init(|| serde_json::to_string(&*whole).unwrap_or_default())
-                    .clone()
-            };
-            let (verdict, by) = admission
-                .chain
-                .admit(&converted, &admission.node, &load, pod_json)
-                .await;
+            let candidate = wasmlet_plugin_host::Admission::new(
+                converted,
+                admission.node.clone(),
+                load,
+                move || serde_json::to_string(&*whole).unwrap_or_default(),
+            );
+            let (verdict, by) = admission.chain.admit(&candidate).await;
             if let Verdict::Reject(r) = verdict {
                 let plugin = by.unwrap_or_default();
                 warn!(pod = %PodKey::of(&pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
                 self.reject(&pod, &r.reason, &r.message);
                 return;
             }
-            self.admitted.insert(uid, converted);
+            self.admitted.insert(uid, candidate.pod().clone());
         }
         self.workers.add(pod);
     }

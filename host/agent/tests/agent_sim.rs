@@ -539,7 +539,10 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         sim.clone(),
         opts,
         Arc::new(ExecChecker),
-        Some(wasmlet_agent::syncloop::Admission { chain, node }),
+        Some(wasmlet_agent::syncloop::Admission {
+            chain,
+            node: Arc::new(node),
+        }),
         None,
     );
     let greedy = r#"{"metadata":{"name":"greedy"},"spec":{"containers":[

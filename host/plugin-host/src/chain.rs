@@ -15,8 +15,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::{
-    AdmissionPlugin, Limits, Node, NodeLoad, Plugin, PluginEngine, PluginError, Pod, Rejection,
-    Verdict,
+    Admission, AdmissionPlugin, Limits, Plugin, PluginEngine, PluginError, Rejection, Verdict,
 };
 
 /// What a chain does with a plugin that fails (traps, times out) instead of deciding,
@@ -279,24 +278,16 @@ impl AdmissionChain {
     /// Runs the chain: the first rejection wins; a failing plugin rejects or is skipped
     /// according to its failure policy. Returns the verdict and the link that decided a
     /// rejection.
-    pub async fn admit(
-        &self,
-        pod: &Pod,
-        node: &Node,
-        load: &NodeLoad,
-        pod_json: impl Fn() -> String + Clone + Send + 'static,
-    ) -> (Verdict, Option<String>) {
+    pub async fn admit(&self, admission: &Arc<Admission>) -> (Verdict, Option<String>) {
         let links = self.links.load_full();
         for link in links.iter() {
             let slot = link.current.load_full();
             let error = match &*slot {
-                Slot::Ready(plugin) => {
-                    match plugin.admit(pod, node, load, pod_json.clone()).await {
-                        Ok(Verdict::Admit) => continue,
-                        Ok(rejection) => return (rejection, Some(link.name.clone())),
-                        Err(e) => e.to_string(),
-                    }
-                }
+                Slot::Ready(plugin) => match plugin.admit(admission).await {
+                    Ok(Verdict::Admit) => continue,
+                    Ok(rejection) => return (rejection, Some(link.name.clone())),
+                    Err(e) => e.to_string(),
+                },
                 Slot::Unavailable(why) => why.clone(),
             };
             match link.spec.failure_policy {

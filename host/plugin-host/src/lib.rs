@@ -75,8 +75,7 @@ pub use bindings::wasmlet::plugin::types::{
 };
 
 /// What a node carries, as admission sees it: the usage summed over its active pods
-/// (passed to every policy) and the host ports they hold (handed out on request through
-/// `node-state`). Cheap to clone.
+/// and the host ports they hold. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct NodeLoad {
     /// Summed requests and pod count.
@@ -85,7 +84,84 @@ pub struct NodeLoad {
     pub host_ports: Arc<[HostPortInUse]>,
 }
 
+use bindings::wasmlet::plugin::admission_input::{NodeView, PodView};
 use bindings::wasmlet::plugin::host::Level;
+
+/// One pod's admission: the pod, the node it would join and what that node already
+/// carries. A policy reads them field by field through the `pod-view` and `node-view`
+/// resources (nothing is copied into a guest that it does not ask for). Made once per
+/// pod and shared by every link of a chain: what a link works out for the pod (its
+/// summed requests, its JSON) is worked out once.
+pub struct Admission {
+    pod: Arc<Pod>,
+    node: Arc<Node>,
+    load: NodeLoad,
+    requests: std::sync::OnceLock<ResourceList>,
+    json: std::sync::OnceLock<String>,
+    make_json: Box<dyn Fn() -> String + Send + Sync>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("pod", &self.pod.name)
+            .field("node", &self.node.name)
+            .finish()
+    }
+}
+
+impl Admission {
+    /// The admission of `pod` to `node`, which carries `load`. `pod_json` makes the
+    /// whole pod as Kubernetes JSON; it runs only if a policy asks, and once.
+    pub fn new(
+        pod: impl Into<Arc<Pod>>,
+        node: impl Into<Arc<Node>>,
+        load: NodeLoad,
+        pod_json: impl Fn() -> String + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pod: pod.into(),
+            node: node.into(),
+            load,
+            requests: std::sync::OnceLock::new(),
+            json: std::sync::OnceLock::new(),
+            make_json: Box::new(pod_json),
+        })
+    }
+
+    /// The pod under admission.
+    pub fn pod(&self) -> &Arc<Pod> {
+        &self.pod
+    }
+
+    /// The node it would join.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// What the node already carries.
+    pub fn load(&self) -> &NodeLoad {
+        &self.load
+    }
+
+    /// What the pod requests, summed the kubelet's way ([`resources::pod_requests`]).
+    pub fn requests(&self) -> &ResourceList {
+        self.requests
+            .get_or_init(|| resources::pod_requests(&self.pod))
+    }
+
+    /// The pod as JSON, made on first use.
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| (self.make_json)())
+    }
+}
+
+/// The admission a store's `pod-view` / `node-view` methods read. Both resources are
+/// lent to the guest for one `admit` call and stand for that call's [`Admission`]; the
+/// host keeps no table of them (the handle's number is not looked at).
+fn lent<T: 'static>() -> wasmtime::component::Resource<T> {
+    wasmtime::component::Resource::new_borrow(0)
+}
 
 /// How often the epoch advances: a running guest yields to the async runtime and its
 /// deadline is checked at this period.
@@ -496,20 +572,14 @@ pub(crate) struct LoadKind<'a> {
     pub(crate) linker: &'a Linker<PluginState>,
 }
 
-/// The pod under admission as JSON: produced on the first `pod-json` call, then kept.
-enum PodJson {
-    Pending(Box<dyn FnOnce() -> String + Send>),
-    Ready(String),
-}
-
 /// Per-call state a plugin instance sees through its imports.
 pub struct PluginState {
     plugin: Arc<str>,
     /// When the current call must have finished.
     deadline_at: std::time::Instant,
     config: Arc<BTreeMap<String, String>>,
-    pod_json: PodJson,
-    host_ports: Arc<[HostPortInUse]>,
+    /// The admission an admission policy's current call decides on.
+    admission: Option<Arc<Admission>>,
     /// The probed container's exec, when the handler is granted it.
     exec: Option<Arc<dyn probe::ContainerExec>>,
     /// What WASI grants; `None` grants nothing and is built on the guest's first WASI
@@ -535,8 +605,7 @@ impl PluginState {
             plugin,
             deadline_at: std::time::Instant::now() + deadline,
             config,
-            pod_json: PodJson::Ready(String::new()),
-            host_ports: Arc::new([]),
+            admission: None,
             exec: None,
             wasi,
             http: WasiHttpCtx::new(),
@@ -604,20 +673,172 @@ impl bindings::wasmlet::plugin::host::Host for PluginState {
     }
 }
 
-impl bindings::wasmlet::plugin::node_state::Host for PluginState {
-    fn host_ports_in_use(&mut self) -> Vec<HostPortInUse> {
-        self.host_ports.to_vec()
+impl PluginState {
+    /// The admission the current call decides on. The guest holds a `pod-view` or
+    /// `node-view` only during `admit`, when the host has set it; outside a call (which
+    /// the component model does not allow) it reads as nothing.
+    fn admission(&self) -> &Admission {
+        static NONE: std::sync::LazyLock<Arc<Admission>> = std::sync::LazyLock::new(|| {
+            let list = resources::empty;
+            let pod = Pod {
+                uid: String::new(),
+                name: String::new(),
+                namespace: String::new(),
+                labels: Vec::new(),
+                annotations: Vec::new(),
+                containers: Vec::new(),
+                init_containers: Vec::new(),
+                overhead: list(),
+                node_selector: Vec::new(),
+                required_node_affinity: Vec::new(),
+                tolerations: Vec::new(),
+                host_network: false,
+                priority: 0,
+                static_pod: false,
+                source: String::new(),
+            };
+            let node = Node {
+                name: String::new(),
+                labels: Vec::new(),
+                taints: Vec::new(),
+                allocatable: list(),
+            };
+            let load = NodeLoad {
+                usage: NodeUsage {
+                    requested: list(),
+                    pod_count: 0,
+                },
+                host_ports: Arc::new([]),
+            };
+            Admission::new(pod, node, load, String::new)
+        });
+        self.admission.as_deref().unwrap_or(&NONE)
+    }
+
+    /// The pod the current call decides on.
+    fn pod(&self) -> &Pod {
+        &self.admission().pod
+    }
+
+    /// The node the current call decides on.
+    fn node(&self) -> &Node {
+        &self.admission().node
     }
 }
 
-impl bindings::wasmlet::plugin::pod_document::Host for PluginState {
-    fn pod_json(&mut self) -> String {
-        let json = match std::mem::replace(&mut self.pod_json, PodJson::Ready(String::new())) {
-            PodJson::Pending(make) => make(),
-            PodJson::Ready(json) => json,
-        };
-        self.pod_json = PodJson::Ready(json.clone());
-        json
+type Lent<T> = wasmtime::component::Resource<T>;
+
+impl bindings::wasmlet::plugin::admission_input::Host for PluginState {}
+
+impl bindings::wasmlet::plugin::admission_input::HostPodView for PluginState {
+    fn uid(&mut self, _: Lent<PodView>) -> String {
+        self.pod().uid.clone()
+    }
+
+    fn name(&mut self, _: Lent<PodView>) -> String {
+        self.pod().name.clone()
+    }
+
+    fn namespace(&mut self, _: Lent<PodView>) -> String {
+        self.pod().namespace.clone()
+    }
+
+    fn labels(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
+        self.pod().labels.clone()
+    }
+
+    fn annotations(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
+        self.pod().annotations.clone()
+    }
+
+    fn containers(&mut self, _: Lent<PodView>) -> Vec<Container> {
+        self.pod().containers.clone()
+    }
+
+    fn init_containers(&mut self, _: Lent<PodView>) -> Vec<Container> {
+        self.pod().init_containers.clone()
+    }
+
+    fn overhead(&mut self, _: Lent<PodView>) -> ResourceList {
+        self.pod().overhead.clone()
+    }
+
+    fn requests(&mut self, _: Lent<PodView>) -> ResourceList {
+        self.admission().requests().clone()
+    }
+
+    fn node_selector(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
+        self.pod().node_selector.clone()
+    }
+
+    fn required_node_affinity(&mut self, _: Lent<PodView>) -> Vec<NodeSelectorTerm> {
+        self.pod().required_node_affinity.clone()
+    }
+
+    fn tolerations(&mut self, _: Lent<PodView>) -> Vec<Toleration> {
+        self.pod().tolerations.clone()
+    }
+
+    fn host_network(&mut self, _: Lent<PodView>) -> bool {
+        self.pod().host_network
+    }
+
+    fn priority(&mut self, _: Lent<PodView>) -> i32 {
+        self.pod().priority
+    }
+
+    fn static_pod(&mut self, _: Lent<PodView>) -> bool {
+        self.pod().static_pod
+    }
+
+    fn source(&mut self, _: Lent<PodView>) -> String {
+        self.pod().source.clone()
+    }
+
+    fn whole(&mut self, _: Lent<PodView>) -> Pod {
+        self.pod().clone()
+    }
+
+    fn json(&mut self, _: Lent<PodView>) -> String {
+        self.admission().json().to_owned()
+    }
+
+    fn drop(&mut self, _: Lent<PodView>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl bindings::wasmlet::plugin::admission_input::HostNodeView for PluginState {
+    fn name(&mut self, _: Lent<NodeView>) -> String {
+        self.node().name.clone()
+    }
+
+    fn labels(&mut self, _: Lent<NodeView>) -> Vec<(String, String)> {
+        self.node().labels.clone()
+    }
+
+    fn taints(&mut self, _: Lent<NodeView>) -> Vec<Taint> {
+        self.node().taints.clone()
+    }
+
+    fn allocatable(&mut self, _: Lent<NodeView>) -> ResourceList {
+        self.node().allocatable.clone()
+    }
+
+    fn usage(&mut self, _: Lent<NodeView>) -> NodeUsage {
+        self.admission().load.usage.clone()
+    }
+
+    fn host_ports_in_use(&mut self, _: Lent<NodeView>) -> Vec<HostPortInUse> {
+        self.admission().load.host_ports.to_vec()
+    }
+
+    fn whole(&mut self, _: Lent<NodeView>) -> Node {
+        self.node().clone()
+    }
+
+    fn drop(&mut self, _: Lent<NodeView>) -> wasmtime::Result<()> {
+        Ok(())
     }
 }
 
@@ -801,17 +1022,10 @@ impl AdmissionPlugin {
         call_error(self.name(), call, self.limits().deadline, source)
     }
 
-    /// Decides on `pod`, in a fresh instance or a reused one as its limits say.
-    /// `pod_json` produces the whole pod as JSON if (and only if) the policy asks for it.
-    pub async fn admit(
-        &self,
-        pod: &Pod,
-        node: &Node,
-        load: &NodeLoad,
-        pod_json: impl FnOnce() -> String + Send + 'static,
-    ) -> Result<Verdict, PluginError> {
+    /// Decides on `admission`, in a fresh instance or a reused one as its limits say.
+    pub async fn admit(&self, admission: &Arc<Admission>) -> Result<Verdict, PluginError> {
         let started = std::time::Instant::now();
-        let result = self.decide(pod, node, load, pod_json).await;
+        let result = self.decide(admission).await;
         self.policy.loaded.record(
             started,
             match &result {
@@ -828,13 +1042,7 @@ impl AdmissionPlugin {
     /// when there is one (instantiating is then off the decision's path), and once
     /// the call is over, the used instance is torn down and the next spare made on a
     /// background task.
-    async fn decide(
-        &self,
-        pod: &Pod,
-        node: &Node,
-        load: &NodeLoad,
-        pod_json: impl FnOnce() -> String + Send + 'static,
-    ) -> Result<Verdict, PluginError> {
+    async fn decide(&self, admission: &Arc<Admission>) -> Result<Verdict, PluginError> {
         const CALL: &str = "admit";
         let policy = &self.policy;
         let limits = self.limits();
@@ -851,19 +1059,17 @@ impl AdmissionPlugin {
                 .map_err(|e| self.error(CALL, e))?,
         };
         warm.store.set_epoch_deadline(1);
-        let state = warm.store.data_mut();
-        state.pod_json = PodJson::Pending(Box::new(pod_json));
-        state.host_ports = load.host_ports.clone();
+        warm.store.data_mut().admission = Some(admission.clone());
         let verdict = warm
             .bindings
             .wasmlet_plugin_admission()
-            .call_admit(&mut warm.store, pod, node, &load.usage)
+            .call_admit(&mut warm.store, lent(), lent())
             .await
             .map_err(|e| self.error(CALL, e));
+        warm.store.data_mut().admission = None;
         if reuse {
             // Only an instance whose call succeeded goes back; a trapped one is dropped.
             if verdict.is_ok() {
-                warm.store.data_mut().pod_json = PodJson::Ready(String::new());
                 keep(&policy.idle, warm, IDLE_PER_PLUGIN);
             }
         } else {

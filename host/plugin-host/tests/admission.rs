@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{node, plugin, pod, resources, usage};
+use common::{admission, node, plugin, pod, resources, usage};
 use wasmlet_plugin_host::*;
 
 fn container(name: &str, ports: &[(u16, &str, &str)]) -> Container {
@@ -119,9 +119,7 @@ async fn node_ports_gives_the_kubelets_verdicts() {
     ];
     for c in cases {
         let verdict = p
-            .admit(&pod(c.containers), &node(), &usage(c.held), || {
-                "{}".to_string()
-            })
+            .admit(&admission(&pod(c.containers), &node(), &usage(c.held)))
             .await
             .expect(c.what);
         let want = if c.admit {
@@ -189,7 +187,7 @@ async fn bad_guests(instances: InstanceMode) {
     let spin = load(&engine, "fixture-spin", limits.clone());
     let started = std::time::Instant::now();
     let err = spin
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("spins");
     assert!(matches!(err, PluginError::Deadline { .. }), "{err}");
@@ -205,7 +203,7 @@ async fn bad_guests(instances: InstanceMode) {
 
     let bomb = load(&engine, "fixture-memory-bomb", limits.clone());
     let err = bomb
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("exhausts memory");
     assert!(matches!(err, PluginError::Call { .. }), "{err}");
@@ -217,7 +215,7 @@ async fn bad_guests(instances: InstanceMode) {
 
     let panics = load(&engine, "fixture-panic", limits.clone());
     let err = panics
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("panics");
     assert!(
@@ -231,20 +229,20 @@ async fn bad_guests(instances: InstanceMode) {
         .load_admission("node-ports", &plugin("node-ports"), BTreeMap::new(), limits)
         .expect("load");
     let verdict = good
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect("admit");
     assert!(matches!(verdict, Verdict::Admit));
     for _ in 0..3 {
         let verdict = good
-            .admit(&args.0, &args.1, &args.2, || "{}".into())
+            .admit(&admission(&args.0, &args.1, &args.2))
             .await
             .expect("admit again");
         assert!(matches!(verdict, Verdict::Admit));
     }
     // A trapped plugin is not poisoned: its instance is thrown away.
     let again = spin
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("still spins");
     assert!(matches!(again, PluginError::Deadline { .. }));
@@ -298,12 +296,11 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
         third.load_outcome()
     );
     let verdict = third
-        .admit(
+        .admit(&admission(
             &pod(vec![container("a", &[])]),
             &node(),
             &usage(&[]),
-            || "{}".into(),
-        )
+        ))
         .await
         .expect("admit");
     assert!(matches!(verdict, Verdict::Admit));
@@ -335,7 +332,7 @@ async fn a_long_call_yields_to_the_other_tasks() {
     });
     let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
     let err = spin
-        .admit(&args.0, &args.1, &args.2, || "{}".into())
+        .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("spins");
     ticker.abort();
@@ -350,7 +347,7 @@ async fn a_long_call_yields_to_the_other_tasks() {
 /// The message of a `fixture-counter` verdict: `call N`, N the calls its instance served.
 async fn count(plugin: &AdmissionPlugin) -> String {
     let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
-    match plugin.admit(&args.0, &args.1, &args.2, String::new).await {
+    match plugin.admit(&admission(&args.0, &args.1, &args.2)).await {
         Ok(Verdict::Reject(r)) if r.reason == "Counted" => r.message,
         other => panic!("{other:?}"),
     }
@@ -395,6 +392,90 @@ async fn a_fresh_instance_serves_one_call_and_the_next_is_made_ahead() {
 }
 
 #[tokio::test]
+async fn a_policy_reads_each_field_of_the_pod_and_node_it_asks_for() {
+    let engine = PluginEngine::new().expect("engine");
+    let describe = load(&engine, "fixture-describe", Limits::default());
+    let cpu = |milli_cpu| ResourceList {
+        milli_cpu,
+        ..resources()
+    };
+    let with_cpu = |name, milli_cpu| Container {
+        requests: cpu(milli_cpu),
+        ..container(name, &[])
+    };
+    let pod = Pod {
+        labels: vec![("app".into(), "web".into())],
+        annotations: vec![("note".into(), "x".into())],
+        init_containers: vec![with_cpu("init", 250)],
+        overhead: cpu(10),
+        node_selector: vec![("zone".into(), "z1".into())],
+        required_node_affinity: vec![NodeSelectorTerm {
+            match_expressions: Vec::new(),
+            match_fields: Vec::new(),
+        }],
+        tolerations: vec![Toleration {
+            key: "k".into(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+            toleration_seconds: None,
+        }],
+        host_network: true,
+        priority: 7,
+        static_pod: true,
+        source: "file".into(),
+        ..pod(vec![with_cpu("a", 100), with_cpu("b", 200)])
+    };
+    let node = Node {
+        labels: vec![("zone".into(), "z1".into()), ("disk".into(), "ssd".into())],
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: "batch".into(),
+            effect: TaintEffect::NoSchedule,
+        }],
+        allocatable: cpu(4000),
+        ..node()
+    };
+    let mut load = usage(&[("0.0.0.0", "TCP", 80), ("10.0.0.1", "UDP", 53)]);
+    load.usage.requested = cpu(500);
+    let admission = Admission::new(pod, node, load, || r#"{"kind":"Pod"}"#.to_owned());
+    let Ok(Verdict::Reject(r)) = describe.admit(&admission).await else {
+        panic!("no description");
+    };
+    let want = [
+        "uid uid-1",
+        "name web",
+        "namespace default",
+        "labels app=web",
+        "annotations note=x",
+        "containers a,b",
+        "init-containers init",
+        "overhead 10m",
+        // The app containers (300m) outweigh the init container (250m); overhead on top.
+        "requests 310m 0B",
+        "node-selector zone=z1",
+        "affinity terms 1",
+        "tolerations 1",
+        "host-network true",
+        "priority 7",
+        "static true",
+        "source file",
+        "whole default/web",
+        r#"json {"kind":"Pod"}"#,
+        "node node-1",
+        "node labels zone=z1,disk=ssd",
+        r#"node label zone Some("z1")"#,
+        "taints 1",
+        "allocatable 4000m",
+        "usage 2 pods 500m",
+        "host ports 2",
+        "node whole node-1",
+    ];
+    assert_eq!(r.reason, "Described");
+    assert_eq!(r.message.lines().collect::<Vec<_>>(), want);
+}
+
+#[tokio::test]
 async fn every_call_and_load_is_counted_per_plugin() {
     let engine = PluginEngine::new().expect("engine");
     let ports = load(&engine, "node-ports", Limits::default());
@@ -414,15 +495,15 @@ async fn every_call_and_load_is_counted_per_plugin() {
     let taken = usage(&[("0.0.0.0", "TCP", 80)]);
     for _ in 0..3 {
         ports
-            .admit(&free.0, &free.1, &free.2, String::new)
+            .admit(&admission(&free.0, &free.1, &free.2))
             .await
             .expect("admit");
     }
     ports
-        .admit(&free.0, &free.1, &taken, String::new)
+        .admit(&admission(&free.0, &free.1, &taken))
         .await
         .expect("reject");
-    spin.admit(&free.0, &free.1, &free.2, String::new)
+    spin.admit(&admission(&free.0, &free.1, &free.2))
         .await
         .expect_err("deadline");
     let missing = std::path::Path::new("/nonexistent/x.wasm");

@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{node, plugin};
@@ -13,12 +13,11 @@ use wasmlet_plugin_host::*;
 /// Runs the chain on pod `web` with nothing else on the node.
 async fn admit_web(chain: &AdmissionChain) -> (Verdict, Option<String>) {
     chain
-        .admit(
+        .admit(&common::admission(
             &common::pod(Vec::new()),
             &node(),
             &common::usage(&[]),
-            || "{}".to_string(),
-        )
+        ))
         .await
 }
 
@@ -167,4 +166,50 @@ async fn failure_policy_decides_what_a_failing_plugin_means() {
     assert!(chain.remove("spin"));
     assert!(!chain.remove("spin"));
     assert!(matches!(admit_web(&chain).await.0, Verdict::Admit));
+}
+
+/// Runs `chain` on pod `web`, counting in `made` how often its JSON is made.
+async fn admit_counting_json(chain: &AdmissionChain, made: &Arc<AtomicUsize>) -> Verdict {
+    let made = made.clone();
+    let admission = Admission::new(
+        common::pod(Vec::new()),
+        node(),
+        common::usage(&[]),
+        move || {
+            made.fetch_add(1, Ordering::Relaxed);
+            r#"{"spec":{"containers":[{"name":"app"}]}}"#.to_owned()
+        },
+    );
+    chain.admit(&admission).await.0
+}
+
+#[tokio::test]
+async fn the_pods_json_is_made_once_for_a_chain_and_only_if_a_policy_asks() {
+    let chain = AdmissionChain::new(PluginEngine::new().expect("engine"));
+    let push = |name: &str, file: &str| {
+        chain
+            .push(
+                name,
+                &plugin(file),
+                BTreeMap::new(),
+                Limits::default(),
+                FailurePolicy::Fail,
+            )
+            .expect("load");
+    };
+    let made = Arc::new(AtomicUsize::new(0));
+    // No link reads the JSON: it is never made.
+    push("affinity", "node-affinity");
+    push("taints", "taint-toleration");
+    push("ports", "node-ports");
+    let verdict = admit_counting_json(&chain, &made).await;
+    assert!(matches!(verdict, Verdict::Admit), "{verdict:?}");
+    assert_eq!(made.load(Ordering::Relaxed), 0);
+    // Two links read it (restricted-pods, under two names; namespace default is not
+    // exempt, so both look for hostPID): made once, for the first.
+    push("restricted", "restricted-pods");
+    push("restricted-again", "restricted-pods");
+    let verdict = admit_counting_json(&chain, &made).await;
+    assert!(matches!(verdict, Verdict::Admit), "{verdict:?}");
+    assert_eq!(made.load(Ordering::Relaxed), 1);
 }

@@ -345,12 +345,12 @@ async fn shipped_policies_give_the_kubelets_verdicts() {
             .collect();
         let pod = parse_pod(case.pod, case.source, 99);
         let got = plugins[case.plugin]
-            .admit(
-                &pod,
-                &parse_node(case.node),
-                &convert::load(&active),
+            .admit(&Admission::new(
+                pod,
+                parse_node(case.node),
+                convert::load(&active),
                 String::new,
-            )
+            ))
             .await
             .expect("a verdict");
         let got = match got {
@@ -395,7 +395,12 @@ async fn the_example_policy_reads_config_and_the_pod_json() {
             let p: k8s::Pod = serde_json::from_value(value).expect("pod");
             let pod = convert::pod(&p, "api").expect("pod");
             match policy
-                .admit(&pod, node, usage, move || full)
+                .admit(&Admission::new(
+                    pod,
+                    node.clone(),
+                    usage.clone(),
+                    move || full.clone(),
+                ))
                 .await
                 .expect("verdict")
             {

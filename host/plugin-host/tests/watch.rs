@@ -27,12 +27,11 @@ fn install_atomically(from: &Path, to: &Path) {
 
 async fn admit(chain: &AdmissionChain) -> String {
     let (verdict, _) = chain
-        .admit(
+        .admit(&common::admission(
             &common::pod(Vec::new()),
             &node(),
             &common::usage(&[]),
-            || "{}".to_string(),
-        )
+        ))
         .await;
     match verdict {
         Verdict::Admit => "Admit".into(),

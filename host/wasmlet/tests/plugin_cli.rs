@@ -124,7 +124,7 @@ fn admit_and_inspect_name_what_is_wrong() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("wasmlet:plugin/pod-document@0.1.0"),
+        stdout.contains("wasmlet:plugin/admission-input@0.1.0"),
         "{stdout}"
     );
 }

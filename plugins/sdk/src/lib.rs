@@ -8,8 +8,8 @@
 //! struct DenyLatest;
 //!
 //! impl AdmissionPolicy for DenyLatest {
-//!     fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
-//!         match pod.containers.iter().find(|c| c.image.ends_with(":latest")) {
+//!     fn admit(pod: &Pod, _node: &Node) -> Verdict {
+//!         match pod.containers().iter().find(|c| c.image.ends_with(":latest")) {
 //!             Some(c) => reject("LatestTag", format!("container {} uses :latest", c.name)),
 //!             None => Verdict::Admit,
 //!         }
@@ -81,16 +81,21 @@ use bindings::wasmlet::plugin::types::{Container, Pod, ResourceList};
 
 /// Writing an admission policy.
 pub mod admission {
+    use std::cell::OnceCell;
+
     pub use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};
-    pub use crate::bindings::wasmlet::plugin::node_state::host_ports_in_use;
-    pub use crate::bindings::wasmlet::plugin::pod_document::pod_json;
-    pub use crate::bindings::wasmlet::plugin::types::*;
+    use crate::bindings::wasmlet::plugin::admission_input::{NodeView, PodView};
+    pub use crate::bindings::wasmlet::plugin::types::{
+        Container, ContainerPort, HostPortInUse, KeyValue, Node as NodeRecord,
+        NodeSelectorRequirement, NodeSelectorTerm, NodeUsage, Pod as PodRecord, Protocol,
+        ResourceList, SelectorOperator, Taint, TaintEffect, Toleration, TolerationOperator,
+    };
 
     /// An admission policy: decides whether a pod may run on this node.
     pub trait AdmissionPolicy {
-        /// Decides whether `pod` may run on `node`, which already carries `usage` (the
-        /// requests, pod count and host ports of the pods admitted before it).
-        fn admit(pod: Pod, node: Node, usage: NodeUsage) -> Verdict;
+        /// Decides whether `pod` may run on `node`. Both are read on demand: a field
+        /// the policy never reads is never copied into it.
+        fn admit(pod: &Pod, node: &Node) -> Verdict;
     }
 
     /// A rejection with a machine `reason` (CamelCase) and a human `message`.
@@ -105,6 +110,212 @@ pub mod admission {
     /// reason `name`, message `Predicate <name> failed: <description>`.
     pub fn predicate_failed(name: &str, description: &str) -> Verdict {
         reject(name, format!("Predicate {name} failed: {description}"))
+    }
+
+    /// The pod under admission, for one decision. Each field is asked of the host the
+    /// first time it is read, then kept until the decision is made.
+    pub struct Pod<'a> {
+        view: &'a PodView,
+        uid: OnceCell<String>,
+        name: OnceCell<String>,
+        namespace: OnceCell<String>,
+        labels: OnceCell<Vec<KeyValue>>,
+        annotations: OnceCell<Vec<KeyValue>>,
+        containers: OnceCell<Vec<Container>>,
+        init_containers: OnceCell<Vec<Container>>,
+        overhead: OnceCell<ResourceList>,
+        requests: OnceCell<ResourceList>,
+        node_selector: OnceCell<Vec<KeyValue>>,
+        required_node_affinity: OnceCell<Vec<NodeSelectorTerm>>,
+        tolerations: OnceCell<Vec<Toleration>>,
+        source: OnceCell<String>,
+    }
+
+    impl<'a> Pod<'a> {
+        #[doc(hidden)]
+        pub fn new(view: &'a PodView) -> Self {
+            Self {
+                view,
+                uid: OnceCell::new(),
+                name: OnceCell::new(),
+                namespace: OnceCell::new(),
+                labels: OnceCell::new(),
+                annotations: OnceCell::new(),
+                containers: OnceCell::new(),
+                init_containers: OnceCell::new(),
+                overhead: OnceCell::new(),
+                requests: OnceCell::new(),
+                node_selector: OnceCell::new(),
+                required_node_affinity: OnceCell::new(),
+                tolerations: OnceCell::new(),
+                source: OnceCell::new(),
+            }
+        }
+
+        /// `metadata.uid`.
+        pub fn uid(&self) -> &str {
+            self.uid.get_or_init(|| self.view.uid())
+        }
+
+        /// `metadata.name`.
+        pub fn name(&self) -> &str {
+            self.name.get_or_init(|| self.view.name())
+        }
+
+        /// `metadata.namespace`.
+        pub fn namespace(&self) -> &str {
+            self.namespace.get_or_init(|| self.view.namespace())
+        }
+
+        /// `metadata.labels`, sorted by key.
+        pub fn labels(&self) -> &[KeyValue] {
+            self.labels.get_or_init(|| self.view.labels())
+        }
+
+        /// `metadata.annotations`, sorted by key.
+        pub fn annotations(&self) -> &[KeyValue] {
+            self.annotations.get_or_init(|| self.view.annotations())
+        }
+
+        /// `spec.containers`.
+        pub fn containers(&self) -> &[Container] {
+            self.containers.get_or_init(|| self.view.containers())
+        }
+
+        /// `spec.initContainers`, sidecars (`restartable`) among them.
+        pub fn init_containers(&self) -> &[Container] {
+            self.init_containers
+                .get_or_init(|| self.view.init_containers())
+        }
+
+        /// `spec.overhead`.
+        pub fn overhead(&self) -> &ResourceList {
+            self.overhead.get_or_init(|| self.view.overhead())
+        }
+
+        /// What the pod requests, summed the kubelet's way (init containers, sidecars,
+        /// overhead) by the host, with [`crate::resources::pod_requests`]'s arithmetic.
+        pub fn requests(&self) -> &ResourceList {
+            self.requests.get_or_init(|| self.view.requests())
+        }
+
+        /// `spec.nodeSelector`, sorted by key.
+        pub fn node_selector(&self) -> &[KeyValue] {
+            self.node_selector.get_or_init(|| self.view.node_selector())
+        }
+
+        /// The required node affinity's terms (ORed); empty when it has none.
+        pub fn required_node_affinity(&self) -> &[NodeSelectorTerm] {
+            self.required_node_affinity
+                .get_or_init(|| self.view.required_node_affinity())
+        }
+
+        /// `spec.tolerations`.
+        pub fn tolerations(&self) -> &[Toleration] {
+            self.tolerations.get_or_init(|| self.view.tolerations())
+        }
+
+        /// `spec.hostNetwork`.
+        pub fn host_network(&self) -> bool {
+            self.view.host_network()
+        }
+
+        /// `spec.priority` (0 when unset).
+        pub fn priority(&self) -> i32 {
+            self.view.priority()
+        }
+
+        /// Whether it is a static pod (from a file or URL source).
+        pub fn static_pod(&self) -> bool {
+            self.view.static_pod()
+        }
+
+        /// The pod source's name (`file`, `http`, `api`).
+        pub fn source(&self) -> &str {
+            self.source.get_or_init(|| self.view.source())
+        }
+
+        /// Every typed field in one record (one call to the host).
+        pub fn whole(&self) -> PodRecord {
+            self.view.whole()
+        }
+
+        /// The whole pod as Kubernetes JSON (a v1 Pod), for fields the typed view leaves
+        /// out (`hostPID`, security contexts, volumes, …).
+        pub fn json(&self) -> String {
+            self.view.json()
+        }
+    }
+
+    /// The node the pod would join, for one decision; fields are fetched on first read.
+    pub struct Node<'a> {
+        view: &'a NodeView,
+        name: OnceCell<String>,
+        labels: OnceCell<Vec<KeyValue>>,
+        taints: OnceCell<Vec<Taint>>,
+        allocatable: OnceCell<ResourceList>,
+        usage: OnceCell<NodeUsage>,
+        host_ports_in_use: OnceCell<Vec<HostPortInUse>>,
+    }
+
+    impl<'a> Node<'a> {
+        #[doc(hidden)]
+        pub fn new(view: &'a NodeView) -> Self {
+            Self {
+                view,
+                name: OnceCell::new(),
+                labels: OnceCell::new(),
+                taints: OnceCell::new(),
+                allocatable: OnceCell::new(),
+                usage: OnceCell::new(),
+                host_ports_in_use: OnceCell::new(),
+            }
+        }
+
+        /// The node's name.
+        pub fn name(&self) -> &str {
+            self.name.get_or_init(|| self.view.name())
+        }
+
+        /// Its labels, sorted by key.
+        pub fn labels(&self) -> &[KeyValue] {
+            self.labels.get_or_init(|| self.view.labels())
+        }
+
+        /// The value of label `key`, if the node has it.
+        pub fn label(&self, key: &str) -> Option<&str> {
+            self.labels()
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        }
+
+        /// Its taints.
+        pub fn taints(&self) -> &[Taint] {
+            self.taints.get_or_init(|| self.view.taints())
+        }
+
+        /// `status.allocatable`, with `pods` = maxPods.
+        pub fn allocatable(&self) -> &ResourceList {
+            self.allocatable.get_or_init(|| self.view.allocatable())
+        }
+
+        /// What its active pods already request (summed by the host) and how many
+        /// there are.
+        pub fn usage(&self) -> &NodeUsage {
+            self.usage.get_or_init(|| self.view.usage())
+        }
+
+        /// The host ports its active pods hold.
+        pub fn host_ports_in_use(&self) -> &[HostPortInUse] {
+            self.host_ports_in_use
+                .get_or_init(|| self.view.host_ports_in_use())
+        }
+
+        /// Name, labels, taints and allocatable in one record (one call to the host).
+        pub fn whole(&self) -> NodeRecord {
+            self.view.whole()
+        }
     }
 }
 
@@ -189,11 +400,13 @@ macro_rules! export_admission_policy {
             struct __WasmletAdmission;
             impl $crate::bindings::exports::wasmlet::plugin::admission::Guest for __WasmletAdmission {
                 fn admit(
-                    pod: $crate::admission::Pod,
-                    node: $crate::admission::Node,
-                    usage: $crate::admission::NodeUsage,
+                    pod: &$crate::bindings::wasmlet::plugin::admission_input::PodView,
+                    node: &$crate::bindings::wasmlet::plugin::admission_input::NodeView,
                 ) -> $crate::admission::Verdict {
-                    <$policy as $crate::admission::AdmissionPolicy>::admit(pod, node, usage)
+                    <$policy as $crate::admission::AdmissionPolicy>::admit(
+                        &$crate::admission::Pod::new(pod),
+                        &$crate::admission::Node::new(node),
+                    )
                 }
             }
             $crate::bindings::__export_admission_policy!(__WasmletAdmission with_types_in $crate::bindings);

@@ -7,12 +7,12 @@ use wasmlet_plugin_sdk::host;
 struct RequireLimits;
 
 impl AdmissionPolicy for RequireLimits {
-    fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
+    fn admit(pod: &Pod, _node: &Node) -> Verdict {
         let exempt = host::config("exempt-namespace").unwrap_or_else(|| "kube-system".into());
-        if pod.namespace == exempt {
+        if pod.namespace() == exempt {
             return Verdict::Admit;
         }
-        match pod.containers.iter().find(|c| c.limits.memory == 0) {
+        match pod.containers().iter().find(|c| c.limits.memory == 0) {
             Some(c) => reject(
                 "MissingMemoryLimit",
                 format!("container {} has no memory limit", c.name),

@@ -45,6 +45,11 @@ pub fn node() -> Node {
     }
 }
 
+/// The admission of `pod` to `node` carrying `load`; the pod's JSON is `{}`.
+pub fn admission(pod: &Pod, node: &Node, load: &NodeLoad) -> std::sync::Arc<Admission> {
+    Admission::new(pod.clone(), node.clone(), load.clone(), || "{}".to_owned())
+}
+
 /// A protocol by its Kubernetes name.
 pub fn protocol(name: &str) -> Protocol {
     match name {

@@ -188,7 +188,7 @@ async fn run_agent(
         .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
     let admission = Admission {
         chain: loaded.chain.clone(),
-        node,
+        node: Arc::new(node),
     };
     let node_facts = facts.clone();
     let negotiated = &runtime.negotiated().version;

@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::{
-    AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert, probe,
+    Admission, AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert, probe,
 };
 
 /// Arguments of `wasmlet plugin`.
@@ -331,7 +331,7 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
     };
     let node: k8s::Node = serde_json::from_value(node_value.clone())
         .with_context(|| format!("{}", args.node.display()))?;
-    let node = convert::node(&node).with_context(|| format!("{}", args.node.display()))?;
+    let node = Arc::new(convert::node(&node).with_context(|| format!("{}", args.node.display()))?);
     let mut active = match &args.active_pods {
         Some(dir) => active_pods(dir)?,
         None => Vec::new(),
@@ -361,14 +361,13 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
     let mut rejected = false;
     for (pod, json) in candidates {
         let usage = convert::load(&active);
-        let (verdict, by) = chain
-            .admit(&pod, &node, &usage, move || json.as_str().to_owned())
-            .await;
         let who = format!("{}/{}", pod.namespace, pod.name);
+        let admission = Admission::new(pod, node.clone(), usage, move || json.to_string());
+        let (verdict, by) = chain.admit(&admission).await;
         match verdict {
             Verdict::Admit => {
                 println!("{who}: admitted");
-                active.push(pod);
+                active.push((**admission.pod()).clone());
             }
             Verdict::Reject(r) => {
                 rejected = true;

@@ -8,13 +8,6 @@ use wasmlet_plugin_sdk::admission::*;
 
 struct NodeAffinity;
 
-fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
-    node.labels
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
-
 /// One requirement against a value (`None`: the label or field is absent).
 fn holds(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
     let number = |s: &str| s.parse::<i64>().ok();
@@ -44,24 +37,22 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     }
     term.match_expressions
         .iter()
-        .all(|r| holds(r, label(node, &r.key)))
+        .all(|r| holds(r, node.label(&r.key)))
         && term.match_fields.iter().all(|r| {
-            let field = (r.key == "metadata.name").then_some(node.name.as_str());
+            let field = (r.key == "metadata.name").then(|| node.name());
             holds(r, field)
         })
 }
 
 impl AdmissionPolicy for NodeAffinity {
-    fn admit(pod: Pod, node: Node, _usage: NodeUsage) -> Verdict {
+    fn admit(pod: &Pod, node: &Node) -> Verdict {
+        // The node's labels are fetched only for a pod that has a selector or terms.
         let selector = pod
-            .node_selector
+            .node_selector()
             .iter()
-            .all(|(k, v)| label(&node, k) == Some(v.as_str()));
-        let affinity = pod.required_node_affinity.is_empty()
-            || pod
-                .required_node_affinity
-                .iter()
-                .any(|t| term_matches(t, &node));
+            .all(|(k, v)| node.label(k) == Some(v.as_str()));
+        let terms = pod.required_node_affinity();
+        let affinity = terms.is_empty() || terms.iter().any(|t| term_matches(t, node));
         if selector && affinity {
             Verdict::Admit
         } else {

@@ -24,10 +24,10 @@ fn conflicts(ip: &str, protocol: Protocol, port: u16, held: &[HostPortInUse]) ->
 }
 
 impl AdmissionPolicy for NodePorts {
-    fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
-        let sidecars = pod.init_containers.iter().filter(|c| c.restartable);
+    fn admit(pod: &Pod, node: &Node) -> Verdict {
+        let sidecars = pod.init_containers().iter().filter(|c| c.restartable);
         let wanted: Vec<&ContainerPort> = pod
-            .containers
+            .containers()
             .iter()
             .chain(sidecars)
             .flat_map(|c| &c.ports)
@@ -37,7 +37,7 @@ impl AdmissionPolicy for NodePorts {
             // Most pods ask for no host port: no need to fetch the node's.
             return Verdict::Admit;
         }
-        let mut taken = host_ports_in_use();
+        let mut taken = node.host_ports_in_use().to_vec();
         for port in wanted {
             let host_port = port.host_port.unwrap_or_default();
             let ip = normalize(&port.host_ip).to_owned();

@@ -1,7 +1,7 @@
 //! The resource-fit decision, written against the WIT types only (through `super::`) so
 //! that the host can compile the very same file natively for comparison.
 
-use super::{Node, NodeUsage, Pod, Rejection, Verdict, resources};
+use super::{NodeUsage, Rejection, ResourceList, Verdict, resources};
 
 /// A shortfall of one resource, worded as the kubelet words it.
 fn short(name: &str, requested: u64, used: u64, capacity: u64) -> Verdict {
@@ -23,26 +23,28 @@ fn is_extended(name: &str) -> bool {
     }
 }
 
-/// The kubelet's order: pods, then cpu, memory, ephemeral-storage, then the other
-/// resources by name; the first shortfall is the reason.
-pub fn admit(pod: &Pod, node: &Node, usage: &NodeUsage) -> Verdict {
-    let capacity = &node.allocatable;
+/// Whether a pod requesting `wanted` (its requests summed the kubelet's way) fits a
+/// node with `capacity` allocatable that already carries `usage`. The kubelet's order:
+/// pods, then cpu, memory, ephemeral-storage, then the other resources by name; the
+/// first shortfall is the reason.
+pub fn admit(wanted: &ResourceList, capacity: &ResourceList, usage: &NodeUsage) -> Verdict {
     let used = &usage.requested;
     let pods = u64::from(usage.pod_count);
     if pods + 1 > capacity.pods {
         return short("pods", 1, pods, capacity.pods);
     }
 
-    let mut wanted = resources::pod_requests(pod);
     // Extended resources the node does not advertise are left to their device plugin,
     // as the kubelet does: it drops them from the request before checking.
-    wanted
-        .scalar
-        .retain(|(name, _)| !is_extended(name) || capacity.scalar.iter().any(|(n, _)| n == name));
+    let scalar = || {
+        wanted.scalar.iter().filter(|(name, _)| {
+            !is_extended(name) || capacity.scalar.iter().any(|(n, _)| n == name)
+        })
+    };
     let nothing = wanted.milli_cpu == 0
         && wanted.memory == 0
         && wanted.ephemeral_storage == 0
-        && wanted.scalar.iter().all(|(_, v)| *v == 0);
+        && scalar().all(|(_, v)| *v == 0);
     if nothing {
         return Verdict::Admit;
     }
@@ -62,7 +64,7 @@ pub fn admit(pod: &Pod, node: &Node, usage: &NodeUsage) -> Verdict {
             return short(name, want, used, cap);
         }
     }
-    for (name, want) in &wanted.scalar {
+    for (name, want) in scalar() {
         let (used, cap) = (
             resources::scalar(used, name),
             resources::scalar(capacity, name),

@@ -4,8 +4,10 @@
 //! reason `OutOf<resource>` (`OutOfcpu`, `OutOfpods`, …), message `Node didn't have
 //! enough resource: cpu, requested: 2000, used: 500, capacity: 2000`.
 //!
-//! The decision itself is in `fit.rs`, which the host's benchmark also compiles natively
-//! to compare the two.
+//! It reads three things of the host: the pod's requests (summed the kubelet's way:
+//! init containers, sidecars, overhead), the node's allocatable and the usage of the
+//! pods already there. The decision itself is in `fit.rs`, which the host's benchmark
+//! also compiles natively to compare the two.
 
 use wasmlet_plugin_sdk::admission::*;
 use wasmlet_plugin_sdk::resources;
@@ -15,8 +17,8 @@ mod fit;
 struct ResourceFit;
 
 impl AdmissionPolicy for ResourceFit {
-    fn admit(pod: Pod, node: Node, usage: NodeUsage) -> Verdict {
-        fit::admit(&pod, &node, &usage)
+    fn admit(pod: &Pod, node: &Node) -> Verdict {
+        fit::admit(pod.requests(), node.allocatable(), node.usage())
     }
 }
 

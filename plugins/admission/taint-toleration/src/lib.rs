@@ -23,15 +23,16 @@ fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 }
 
 impl AdmissionPolicy for TaintToleration {
-    fn admit(pod: Pod, node: Node, _usage: NodeUsage) -> Verdict {
-        if pod.static_pod {
+    fn admit(pod: &Pod, node: &Node) -> Verdict {
+        if pod.static_pod() {
             return Verdict::Admit;
         }
+        // The pod's tolerations are fetched only if the node has a NoExecute taint.
         let untolerated = node
-            .taints
+            .taints()
             .iter()
             .filter(|t| t.effect == TaintEffect::NoExecute)
-            .any(|taint| !pod.tolerations.iter().any(|t| tolerates(t, taint)));
+            .any(|taint| !pod.tolerations().iter().any(|t| tolerates(t, taint)));
         if untolerated {
             predicate_failed(
                 "TaintToleration",

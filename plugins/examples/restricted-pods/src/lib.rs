@@ -4,7 +4,7 @@
 //! IPC namespace. Reason `RestrictedPod`.
 //!
 //! `hostPID` and `hostIPC` are not in the typed pod, so the policy reads the pod's JSON
-//! through `pod-json` — the host produces it only when a policy asks.
+//! (`pod.json()`): the host produces it only when a policy asks.
 
 use wasmlet_plugin_sdk::admission::*;
 use wasmlet_plugin_sdk::host;
@@ -12,22 +12,23 @@ use wasmlet_plugin_sdk::host;
 struct RestrictedPods;
 
 impl AdmissionPolicy for RestrictedPods {
-    fn admit(pod: Pod, _node: Node, _usage: NodeUsage) -> Verdict {
+    fn admit(pod: &Pod, _node: &Node) -> Verdict {
         let allowed = host::config("allowed-namespaces").unwrap_or_else(|| "kube-system".into());
-        if allowed.split(',').any(|ns| ns.trim() == pod.namespace) {
+        let namespace = pod.namespace();
+        if allowed.split(',').any(|ns| ns.trim() == namespace) {
             return Verdict::Admit;
         }
-        let all = pod.init_containers.iter().chain(&pod.containers);
+        let all = pod.init_containers().iter().chain(pod.containers());
         if let Some(c) = all.into_iter().find(|c| c.privileged) {
             return reject(
                 "RestrictedPod",
                 format!(
                     "container {} is privileged, which namespace {} does not allow",
-                    c.name, pod.namespace
+                    c.name, namespace
                 ),
             );
         }
-        let full: serde_json::Value = match serde_json::from_str(&pod_json()) {
+        let full: serde_json::Value = match serde_json::from_str(&pod.json()) {
             Ok(v) => v,
             Err(e) => return reject("RestrictedPod", format!("unreadable pod JSON: {e}")),
         };
@@ -37,7 +38,7 @@ impl AdmissionPolicy for RestrictedPods {
                     "RestrictedPod",
                     format!(
                         "spec.{field} is set, which namespace {} does not allow",
-                        pod.namespace
+                        namespace
                     ),
                 );
             }
