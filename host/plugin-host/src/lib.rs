@@ -64,6 +64,8 @@ pub(crate) mod bindings {
         path: "../../wit",
         world: "admission-policy",
         exports: { default: async },
+        // A view read outside the call it was lent for traps instead of answering.
+        imports: { "wasmlet:plugin/admission-input": trappable },
     });
 }
 
@@ -156,9 +158,9 @@ impl Admission {
     }
 }
 
-/// The admission a store's `pod-view` / `node-view` methods read. Both resources are
-/// lent to the guest for one `admit` call and stand for that call's [`Admission`]; the
-/// host keeps no table of them (the handle's number is not looked at).
+/// A `pod-view` or `node-view` handle to lend the guest for one `admit` call. It stands
+/// for the call's [`Admission`], which the store holds while the call runs, so the host
+/// keeps no resource table for it (the handle's number is not looked at).
 fn lent<T: 'static>() -> wasmtime::component::Resource<T> {
     wasmtime::component::Resource::new_borrow(0)
 }
@@ -674,55 +676,23 @@ impl bindings::wasmlet::plugin::host::Host for PluginState {
 }
 
 impl PluginState {
-    /// The admission the current call decides on. The guest holds a `pod-view` or
-    /// `node-view` only during `admit`, when the host has set it; outside a call (which
-    /// the component model does not allow) it reads as nothing.
-    fn admission(&self) -> &Admission {
-        static NONE: std::sync::LazyLock<Arc<Admission>> = std::sync::LazyLock::new(|| {
-            let list = resources::empty;
-            let pod = Pod {
-                uid: String::new(),
-                name: String::new(),
-                namespace: String::new(),
-                labels: Vec::new(),
-                annotations: Vec::new(),
-                containers: Vec::new(),
-                init_containers: Vec::new(),
-                overhead: list(),
-                node_selector: Vec::new(),
-                required_node_affinity: Vec::new(),
-                tolerations: Vec::new(),
-                host_network: false,
-                priority: 0,
-                static_pod: false,
-                source: String::new(),
-            };
-            let node = Node {
-                name: String::new(),
-                labels: Vec::new(),
-                taints: Vec::new(),
-                allocatable: list(),
-            };
-            let load = NodeLoad {
-                usage: NodeUsage {
-                    requested: list(),
-                    pod_count: 0,
-                },
-                host_ports: Arc::new([]),
-            };
-            Admission::new(pod, node, load, String::new)
-        });
-        self.admission.as_deref().unwrap_or(&NONE)
+    /// The admission the current call decides on. A guest holds a `pod-view` or
+    /// `node-view` only while `admit` runs, when the host has set it; a read at any
+    /// other time (which the component model's borrow rules prevent) traps.
+    fn admission(&self) -> wasmtime::Result<&Admission> {
+        self.admission
+            .as_deref()
+            .ok_or_else(|| wasmtime::format_err!("pod-view or node-view read outside admit"))
     }
 
     /// The pod the current call decides on.
-    fn pod(&self) -> &Pod {
-        &self.admission().pod
+    fn pod(&self) -> wasmtime::Result<&Pod> {
+        Ok(&self.admission()?.pod)
     }
 
     /// The node the current call decides on.
-    fn node(&self) -> &Node {
-        &self.admission().node
+    fn node(&self) -> wasmtime::Result<&Node> {
+        Ok(&self.admission()?.node)
     }
 }
 
@@ -731,76 +701,79 @@ type Lent<T> = wasmtime::component::Resource<T>;
 impl bindings::wasmlet::plugin::admission_input::Host for PluginState {}
 
 impl bindings::wasmlet::plugin::admission_input::HostPodView for PluginState {
-    fn uid(&mut self, _: Lent<PodView>) -> String {
-        self.pod().uid.clone()
+    fn uid(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
+        Ok(self.pod()?.uid.clone())
     }
 
-    fn name(&mut self, _: Lent<PodView>) -> String {
-        self.pod().name.clone()
+    fn name(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
+        Ok(self.pod()?.name.clone())
     }
 
-    fn namespace(&mut self, _: Lent<PodView>) -> String {
-        self.pod().namespace.clone()
+    fn namespace(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
+        Ok(self.pod()?.namespace.clone())
     }
 
-    fn labels(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
-        self.pod().labels.clone()
+    fn labels(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.pod()?.labels.clone())
     }
 
-    fn annotations(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
-        self.pod().annotations.clone()
+    fn annotations(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.pod()?.annotations.clone())
     }
 
-    fn containers(&mut self, _: Lent<PodView>) -> Vec<Container> {
-        self.pod().containers.clone()
+    fn containers(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Container>> {
+        Ok(self.pod()?.containers.clone())
     }
 
-    fn init_containers(&mut self, _: Lent<PodView>) -> Vec<Container> {
-        self.pod().init_containers.clone()
+    fn init_containers(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Container>> {
+        Ok(self.pod()?.init_containers.clone())
     }
 
-    fn overhead(&mut self, _: Lent<PodView>) -> ResourceList {
-        self.pod().overhead.clone()
+    fn overhead(&mut self, _: Lent<PodView>) -> wasmtime::Result<ResourceList> {
+        Ok(self.pod()?.overhead.clone())
     }
 
-    fn requests(&mut self, _: Lent<PodView>) -> ResourceList {
-        self.admission().requests().clone()
+    fn requests(&mut self, _: Lent<PodView>) -> wasmtime::Result<ResourceList> {
+        Ok(self.admission()?.requests().clone())
     }
 
-    fn node_selector(&mut self, _: Lent<PodView>) -> Vec<(String, String)> {
-        self.pod().node_selector.clone()
+    fn node_selector(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.pod()?.node_selector.clone())
     }
 
-    fn required_node_affinity(&mut self, _: Lent<PodView>) -> Vec<NodeSelectorTerm> {
-        self.pod().required_node_affinity.clone()
+    fn required_node_affinity(
+        &mut self,
+        _: Lent<PodView>,
+    ) -> wasmtime::Result<Vec<NodeSelectorTerm>> {
+        Ok(self.pod()?.required_node_affinity.clone())
     }
 
-    fn tolerations(&mut self, _: Lent<PodView>) -> Vec<Toleration> {
-        self.pod().tolerations.clone()
+    fn tolerations(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Toleration>> {
+        Ok(self.pod()?.tolerations.clone())
     }
 
-    fn host_network(&mut self, _: Lent<PodView>) -> bool {
-        self.pod().host_network
+    fn host_network(&mut self, _: Lent<PodView>) -> wasmtime::Result<bool> {
+        Ok(self.pod()?.host_network)
     }
 
-    fn priority(&mut self, _: Lent<PodView>) -> i32 {
-        self.pod().priority
+    fn priority(&mut self, _: Lent<PodView>) -> wasmtime::Result<i32> {
+        Ok(self.pod()?.priority)
     }
 
-    fn static_pod(&mut self, _: Lent<PodView>) -> bool {
-        self.pod().static_pod
+    fn static_pod(&mut self, _: Lent<PodView>) -> wasmtime::Result<bool> {
+        Ok(self.pod()?.static_pod)
     }
 
-    fn source(&mut self, _: Lent<PodView>) -> String {
-        self.pod().source.clone()
+    fn source(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
+        Ok(self.pod()?.source.clone())
     }
 
-    fn whole(&mut self, _: Lent<PodView>) -> Pod {
-        self.pod().clone()
+    fn whole(&mut self, _: Lent<PodView>) -> wasmtime::Result<Pod> {
+        Ok(self.pod()?.clone())
     }
 
-    fn json(&mut self, _: Lent<PodView>) -> String {
-        self.admission().json().to_owned()
+    fn json(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
+        Ok(self.admission()?.json().to_owned())
     }
 
     fn drop(&mut self, _: Lent<PodView>) -> wasmtime::Result<()> {
@@ -809,32 +782,32 @@ impl bindings::wasmlet::plugin::admission_input::HostPodView for PluginState {
 }
 
 impl bindings::wasmlet::plugin::admission_input::HostNodeView for PluginState {
-    fn name(&mut self, _: Lent<NodeView>) -> String {
-        self.node().name.clone()
+    fn name(&mut self, _: Lent<NodeView>) -> wasmtime::Result<String> {
+        Ok(self.node()?.name.clone())
     }
 
-    fn labels(&mut self, _: Lent<NodeView>) -> Vec<(String, String)> {
-        self.node().labels.clone()
+    fn labels(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<(String, String)>> {
+        Ok(self.node()?.labels.clone())
     }
 
-    fn taints(&mut self, _: Lent<NodeView>) -> Vec<Taint> {
-        self.node().taints.clone()
+    fn taints(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<Taint>> {
+        Ok(self.node()?.taints.clone())
     }
 
-    fn allocatable(&mut self, _: Lent<NodeView>) -> ResourceList {
-        self.node().allocatable.clone()
+    fn allocatable(&mut self, _: Lent<NodeView>) -> wasmtime::Result<ResourceList> {
+        Ok(self.node()?.allocatable.clone())
     }
 
-    fn usage(&mut self, _: Lent<NodeView>) -> NodeUsage {
-        self.admission().load.usage.clone()
+    fn usage(&mut self, _: Lent<NodeView>) -> wasmtime::Result<NodeUsage> {
+        Ok(self.admission()?.load.usage.clone())
     }
 
-    fn host_ports_in_use(&mut self, _: Lent<NodeView>) -> Vec<HostPortInUse> {
-        self.admission().load.host_ports.to_vec()
+    fn host_ports_in_use(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<HostPortInUse>> {
+        Ok(self.admission()?.load.host_ports.to_vec())
     }
 
-    fn whole(&mut self, _: Lent<NodeView>) -> Node {
-        self.node().clone()
+    fn whole(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Node> {
+        Ok(self.node()?.clone())
     }
 
     fn drop(&mut self, _: Lent<NodeView>) -> wasmtime::Result<()> {
