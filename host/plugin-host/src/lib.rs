@@ -137,7 +137,7 @@ impl Admission {
     }
 
     /// The node it would join.
-    pub fn node(&self) -> &Node {
+    pub fn node(&self) -> &Arc<Node> {
         &self.node
     }
 
