@@ -5,7 +5,9 @@
 //!   pooling allocator, epoch interruption driven by a 10 ms ticker), optionally with
 //!   the on-disk compiled-component cache ([`ComponentCache`]).
 //! - [`PluginEngine::load_admission`] → [`AdmissionPlugin`]: a policy checked against
-//!   its world; [`AdmissionPlugin::admit`] runs one decision on a reused or fresh
+//!   its world; [`AdmissionPlugin::admit`] decides on one [`Admission`] (a pod, the node,
+//!   its usage: lent to the guest as `pod-view` and `node-view`, read field by field,
+//!   nothing copied in that the policy does not ask for) on a reused or fresh
 //!   instance ([`InstanceMode`]; a fresh one is made ahead, between calls) with a
 //!   deadline and a memory cap. A long call yields to tokio every tick; every failure
 //!   is a [`PluginError`] naming the plugin and the call, and a guest that traps,
