@@ -37,18 +37,20 @@ impl AdmissionPolicy for NodePorts {
             // Most pods ask for no host port: no need to fetch the node's.
             return Verdict::Admit;
         }
-        let mut taken = node.host_ports_in_use().to_vec();
+        let held = node.host_ports_in_use();
+        // Two containers of the same pod cannot share a host port either.
+        let mut own: Vec<HostPortInUse> = Vec::new();
         for port in wanted {
             let host_port = port.host_port.unwrap_or_default();
             let ip = normalize(&port.host_ip).to_owned();
-            if conflicts(&ip, port.protocol, host_port, &taken) {
+            let taken = |by: &[HostPortInUse]| conflicts(&ip, port.protocol, host_port, by);
+            if taken(held) || taken(&own) {
                 return predicate_failed(
                     "NodePorts",
                     "node(s) didn't have free ports for the requested pod ports",
                 );
             }
-            // Two containers of the same pod cannot share a host port either.
-            taken.push(HostPortInUse {
+            own.push(HostPortInUse {
                 host_ip: ip,
                 protocol: port.protocol,
                 port: host_port,
