@@ -266,8 +266,9 @@ async fn run() {
             &s,
         );
     }
-    // What every policy is handed for a node as a cloud provider labels it: the
-    // well-known labels, a few of the provider's, a role, and two taints.
+    // A node as a cloud provider labels it: the well-known labels, a few of the
+    // provider's, a role, and two taints. resource-fit never reads them; while policies
+    // were handed the whole node on every call, this node made its decision 2× slower.
     let cloud_node = Arc::new(Node {
         labels: [
             ("kubernetes.io/os", "linux"),
@@ -356,10 +357,12 @@ async fn run() {
             {"name": "sidecar", "image": "registry.example/app:1.2.3"}]}
     })
     .to_string();
+    let json: Arc<str> = json.into();
     let s = time_async(budget, || async {
+        // Made once per admission, as the agent serializes the pod: one copy here.
         let json = json.clone();
         let admission = Admission::new(candidate.clone(), node.clone(), usage.clone(), move || {
-            json.clone()
+            json.to_string()
         });
         let v = restricted.admit(&admission).await.expect("admit");
         assert_eq!(reason(&v), "Admit");
