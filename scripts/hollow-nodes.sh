@@ -54,6 +54,7 @@ staticPodPath: $d/manifests
 rootDir: $d/root
 healthzPort: 0
 readOnlyPort: 0
+port: 0
 cgroupsPerQOS: false
 nodeLabels: {wasmlet.io/hollow: "true"}
 CONFIG

@@ -144,6 +144,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             clock,
             &node.host_ip,
             events.clone(),
+            metrics.probes.clone(),
         ));
         let ctx = Arc::new(SyncContext {
             runtime: runtime.clone(),

@@ -28,6 +28,23 @@ pub struct Source {
     pub source: String,
 }
 
+/// Labels of `prober_probe_total`, the kubelet's.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeResult {
+    /// `Liveness`, `Readiness`, `Startup`.
+    pub probe_type: String,
+    /// `successful` or `failed`.
+    pub result: String,
+    /// The container's name.
+    pub container: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's UID.
+    pub pod_uid: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     [
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -59,6 +76,9 @@ pub struct Metrics {
     pub started_containers: Counter,
     /// `kubelet_started_containers_errors_total`
     pub start_errors: Counter,
+    /// `prober_probe_total{probe_type, result, container, pod, namespace, pod_uid}`
+    /// (served on `/metrics/probes`).
+    pub probes: Family<ProbeResult, Counter>,
 }
 
 impl Default for Metrics {
@@ -74,11 +94,22 @@ impl Default for Metrics {
             admission_rejections: Counter::default(),
             started_containers: Counter::default(),
             start_errors: Counter::default(),
+            probes: Family::default(),
         }
     }
 }
 
 impl Metrics {
+    /// Registers the probe counts (`prober_probe_total`), which the kubelet serves on
+    /// `/metrics/probes` apart from the rest.
+    pub fn register_probes(&self, registry: &mut Registry) {
+        registry.register(
+            "prober_probe",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
+            self.probes.clone(),
+        );
+    }
+
     /// Registers every metric in `registry` (kubelet names under `kubelet_`, the
     /// agent's own under `wasmlet_`).
     pub fn register(&self, registry: &mut Registry) {

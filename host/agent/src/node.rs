@@ -158,7 +158,9 @@ impl NodeFacts {
     /// condition saying `ready` (with `message` when not).
     pub fn object(&self, ready: bool, message: &str, now: &str) -> k8s::Node {
         let mut labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_string(), self.hostname.clone()),
+            // The kubelet's hostname is its --hostname-override when given: here the
+            // node's name, which the API server dials first (Hostname address).
+            ("kubernetes.io/hostname".to_string(), self.name.clone()),
             ("kubernetes.io/os".to_string(), "linux".to_string()),
             (
                 "kubernetes.io/arch".to_string(),
@@ -190,7 +192,7 @@ impl NodeFacts {
                     },
                     k8s::NodeAddress {
                         type_: "Hostname".into(),
-                        address: self.hostname.clone(),
+                        address: self.name.clone(),
                     },
                 ]),
                 conditions: Some(vec![k8s::NodeCondition {
@@ -226,7 +228,7 @@ mod tests {
     fn the_node_object_states_capacity_and_readiness() {
         let facts = NodeFacts {
             name: "node-a".into(),
-            hostname: "node-a".into(),
+            hostname: "vm".into(),
             ip: "10.0.0.5".into(),
             cpus: 2,
             memory_bytes: 4 << 30,
@@ -249,6 +251,17 @@ mod tests {
         assert_eq!(alloc["cpu"].0, "1900m");
         assert_eq!(alloc["memory"].0, "3670016Ki");
         assert_eq!(alloc["ephemeral-storage"], cap["ephemeral-storage"]);
+        let addresses = status.addresses.as_ref().expect("addresses");
+        assert!(
+            addresses
+                .iter()
+                .any(|a| a.type_ == "Hostname" && a.address == "node-a"),
+            "the Hostname address is the node's name (the API server dials it), not the machine's: {addresses:?}"
+        );
+        assert_eq!(
+            node.metadata.labels.as_ref().expect("labels")["kubernetes.io/hostname"],
+            "node-a"
+        );
         let ready = &status.conditions.as_ref().expect("conditions")[0];
         assert_eq!(
             (ready.status.as_str(), ready.message.as_deref()),

@@ -25,11 +25,14 @@ use wasmlet_plugin_host::probe::{Action, ContainerExec, ExecOutput, Outcome, Pro
 
 use crate::actions::ProbeFailure;
 use crate::events::{Event, Recorder};
+use crate::metrics::ProbeResult;
 use crate::pod;
 use crate::queue::PodQueue;
 use crate::runtime::{PodRuntime, State};
 use crate::status::ProbeView;
 use crate::time::Clock;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 /// Runs one check of a kind (`exec`, `httpGet`, …) — the probe handlers, or a fake.
 pub trait Checker: Send + Sync + 'static {
@@ -187,11 +190,12 @@ pub struct Prober<R> {
     clock: Clock,
     host_ip: String,
     events: Arc<dyn Recorder>,
+    counts: Family<ProbeResult, Counter>,
 }
 
 impl<R: CriRuntime + 'static> Prober<R> {
-    /// A prober checking through `checker`, reporting changes to `updates` and each
-    /// failed check as an `Unhealthy` event to `events`.
+    /// A prober checking through `checker`, reporting changes to `updates`, each failed
+    /// check as an `Unhealthy` event to `events`, and every check to `counts`.
     pub fn new(
         runtime: Arc<R>,
         checker: Arc<dyn Checker>,
@@ -199,6 +203,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
         clock: Clock,
         host_ip: &str,
         events: Arc<dyn Recorder>,
+        counts: Family<ProbeResult, Counter>,
     ) -> Self {
         Prober {
             runtime,
@@ -209,6 +214,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
             clock,
             host_ip: host_ip.to_owned(),
             events,
+            counts,
         }
     }
 
@@ -292,6 +298,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 results: self.results.clone(),
                 updates: self.updates.clone(),
                 events: self.events.clone(),
+                counts: self.counts.clone(),
                 pod: pod.clone(),
                 index,
                 container_id: key.0.clone(),
@@ -354,6 +361,7 @@ struct ProbeTask<R> {
     results: ResultMap,
     updates: Arc<PodQueue<ProbeUpdate>>,
     events: Arc<dyn Recorder>,
+    counts: Family<ProbeResult, Counter>,
     pod: Arc<k8s::Pod>,
     index: usize,
     container_id: String,
@@ -404,6 +412,21 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
             r.startup_failed = true;
         }
         changed
+    }
+
+    /// Counts one check in `prober_probe_total`.
+    fn count(&self, ok: bool) {
+        let m = &self.pod.metadata;
+        self.counts
+            .get_or_create(&ProbeResult {
+                probe_type: format!("{:?}", self.kind),
+                result: if ok { "successful" } else { "failed" }.into(),
+                container: self.container().name.clone(),
+                pod: m.name.clone().unwrap_or_default(),
+                namespace: m.namespace.clone().unwrap_or_default(),
+                pod_uid: pod::uid(&self.pod).to_owned(),
+            })
+            .inc();
     }
 
     async fn check_once(&self) -> (bool, String) {
@@ -460,6 +483,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         loop {
             if self.kind == Kind::Startup || self.started() {
                 let (ok, message) = self.check_once().await;
+                self.count(ok);
                 if !ok {
                     tracing::info!(
                         pod = %crate::pod::PodKey::of(&self.pod),

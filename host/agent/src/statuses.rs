@@ -250,6 +250,21 @@ impl StatusManager {
         self.read().1.get(uid).cloned()
     }
 
+    /// The entry of the pod `namespace/name` (a pod deleted and made again under the
+    /// same name: the newest).
+    pub fn find(&self, namespace: &str, name: &str) -> Option<PodEntry> {
+        let guard = self.read();
+        guard
+            .1
+            .values()
+            .filter(|e| {
+                e.pod.metadata.name.as_deref() == Some(name)
+                    && e.pod.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .max_by_key(|e| e.seq)
+            .cloned()
+    }
+
     /// Every pod with its status, in the order they were added.
     pub fn pods(&self) -> Vec<k8s::Pod> {
         let guard = self.read();

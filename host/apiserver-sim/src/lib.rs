@@ -25,7 +25,16 @@
 //!   gracefully (first a `deletionTimestamp` and `deletionGracePeriodSeconds`, then gone
 //!   when deleted with grace 0, as the kubelet's final delete does).
 //!
+//! - the node proxy ([`node_proxy`]): `pods/log`, `pods/exec`, `pods/attach` and
+//!   `pods/portforward` forwarded to the pod's kubelet with a client certificate,
+//!   upgrades included; TokenReview and SubjectAccessReview answered from rules a test
+//!   sets ([`ApiServerSim::add_token`], [`ApiServerSim::allow`]).
+//!
 //! Errors are `Status` objects with the API server's reasons and codes.
+
+mod node_proxy;
+
+pub use node_proxy::DEFAULT_ADDRESS_TYPES;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -100,12 +109,25 @@ impl Default for Store {
 /// How many changes are kept for resuming watches.
 const EVENT_LOG: usize = 10_000;
 
+/// Who may do what on nodes' subresources, and which tokens name whom.
+#[derive(Default)]
+struct Access {
+    /// Token → (user, groups).
+    tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// (subject: a user, or `group:NAME`; verb; subresource), `*` matching any.
+    rules: Vec<(String, String, String)>,
+    /// `--kubelet-preferred-address-types`; empty: the default.
+    address_types: Vec<String>,
+}
+
 /// The double, shared by its server and the tests that look inside it.
 #[derive(Clone, Default)]
 pub struct ApiServerSim {
     store: Arc<Mutex<Store>>,
     /// Added before every write is answered (a slow API server).
     latency: Arc<Mutex<std::time::Duration>>,
+    access: Arc<Mutex<Access>>,
+    kubelet_client: Arc<std::sync::OnceLock<Result<node_proxy::KubeletClient, String>>>,
 }
 
 /// A running server.
@@ -151,6 +173,7 @@ impl ApiServerSim {
                 connections.spawn(async move {
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 });
                 while connections.try_join_next().is_some() {}
@@ -242,6 +265,74 @@ impl ApiServerSim {
     /// Ends every open watch (the connection closes, as when the API server restarts).
     pub fn end_watches(&self) {
         self.lock().epoch.send_modify(|e| *e += 1);
+    }
+
+    /// The CA (PEM) whose client certificate the double presents to kubelets: what a
+    /// kubelet's `authentication.x509.clientCAFile` names to trust it.
+    pub fn kubelet_client_ca_pem(&self) -> Result<String, String> {
+        self.kubelet_client().map(|c| c.ca_pem.clone())
+    }
+
+    fn kubelet_client(&self) -> Result<&node_proxy::KubeletClient, String> {
+        self.kubelet_client
+            .get_or_init(|| node_proxy::KubeletClient::new(None))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// `--kubelet-preferred-address-types`: the node address types tried, in order.
+    pub fn set_address_types(&self, types: &[&str]) {
+        self.access().address_types = types.iter().map(|t| (*t).to_owned()).collect();
+    }
+
+    fn address_types(&self) -> Vec<String> {
+        let a = self.access();
+        if a.address_types.is_empty() {
+            DEFAULT_ADDRESS_TYPES
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect()
+        } else {
+            a.address_types.clone()
+        }
+    }
+
+    /// TokenReview: `token` authenticates `user` with `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.access().tokens.insert(
+            token.to_owned(),
+            (
+                user.to_owned(),
+                groups.iter().map(|g| (*g).to_owned()).collect(),
+            ),
+        );
+    }
+
+    fn token_user(&self, token: &str) -> Option<(String, Vec<String>)> {
+        self.access().tokens.get(token).cloned()
+    }
+
+    /// SubjectAccessReview: `subject` (a user name, or `group:NAME`) may `verb` the
+    /// nodes' `subresource` (`*` for any verb or subresource). Nothing else is allowed.
+    pub fn allow(&self, subject: &str, verb: &str, subresource: &str) {
+        self.access()
+            .rules
+            .push((subject.to_owned(), verb.to_owned(), subresource.to_owned()));
+    }
+
+    fn allowed(&self, user: &str, groups: &[&str], verb: &str, resource: &str, sub: &str) -> bool {
+        resource == "nodes"
+            && self.access().rules.iter().any(|(who, v, s)| {
+                let subject = who == user
+                    || who
+                        .strip_prefix("group:")
+                        .is_some_and(|g| groups.contains(&g));
+                subject && (v == "*" || v == verb) && (s == "*" || s == sub)
+            })
+    }
+
+    fn access(&self) -> std::sync::MutexGuard<'_, Access> {
+        self.access.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
@@ -663,6 +754,20 @@ async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
         }
     }
     let path = request.uri().path().to_owned();
+    if let Some(Target {
+        prefix,
+        resource,
+        ns,
+        name: Some(name),
+        sub: Some(sub),
+    }) = parse(&path)
+        && prefix == "api/v1"
+        && resource == "pods"
+        && matches!(sub.as_str(), "log" | "exec" | "attach" | "portforward")
+    {
+        sim.lock().requests.push((method.to_string(), path.clone()));
+        return node_proxy::handle(sim, ns, name, sub, request).await;
+    }
     let query = request.uri().query().unwrap_or("").to_owned();
     let content_type = request
         .headers()
@@ -674,6 +779,23 @@ async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
         Ok(b) => b,
         Err(e) => return error(status(400, "BadRequest", format!("reading the body: {e}"))),
     };
+    if method == Method::POST
+        && matches!(
+            path.as_str(),
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+                | "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        )
+    {
+        sim.lock().requests.push((method.to_string(), path.clone()));
+        let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+            return error(status(400, "BadRequest", "the body is not JSON".into()));
+        };
+        let resource = path.rsplit('/').next().unwrap_or_default();
+        return reply(
+            StatusCode::CREATED,
+            &node_proxy::review(&sim, resource, &review),
+        );
+    }
     let mut store = sim.lock();
     store.requests.push((method.to_string(), path.clone()));
     let Some(t) = parse(&path) else {

@@ -139,6 +139,24 @@ impl CriRuntime for Simulator {
             Simulator::exec_sync(self, id, &cmd, secs as i64).await,
         )
     }
+    async fn exec(&self, request: ExecRequest) -> Result<String> {
+        map("Exec", Simulator::exec(self, request).await)
+    }
+    async fn attach(&self, request: AttachRequest) -> Result<String> {
+        map("Attach", Simulator::attach(self, request).await)
+    }
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        map(
+            "PortForward",
+            Simulator::port_forward(self, sandbox_id, ports).await,
+        )
+    }
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        map(
+            "ReopenContainerLog",
+            Simulator::reopen_container_log(self, id).await,
+        )
+    }
     async fn container_stats(&self, id: &str) -> Result<ContainerStats> {
         map("ContainerStats", Simulator::container_stats(self, id).await)
     }

@@ -170,6 +170,35 @@ impl RuntimeService for SimService {
             .await?)
     }
 
+    async fn exec(&self, r: Request<ExecRequest>) -> Reply<ExecResponse> {
+        ok(ExecResponse {
+            url: self.sim.exec(r.into_inner()).await?,
+        })
+    }
+
+    async fn attach(&self, r: Request<AttachRequest>) -> Reply<AttachResponse> {
+        ok(AttachResponse {
+            url: self.sim.attach(r.into_inner()).await?,
+        })
+    }
+
+    async fn port_forward(&self, r: Request<PortForwardRequest>) -> Reply<PortForwardResponse> {
+        let r = r.into_inner();
+        ok(PortForwardResponse {
+            url: self.sim.port_forward(&r.pod_sandbox_id, r.port).await?,
+        })
+    }
+
+    async fn reopen_container_log(
+        &self,
+        r: Request<ReopenContainerLogRequest>,
+    ) -> Reply<ReopenContainerLogResponse> {
+        self.sim
+            .reopen_container_log(&r.into_inner().container_id)
+            .await?;
+        ok(ReopenContainerLogResponse {})
+    }
+
     async fn container_stats(
         &self,
         r: Request<ContainerStatsRequest>,

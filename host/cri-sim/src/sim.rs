@@ -23,6 +23,8 @@ use crate::image::{ImageStore, normalize_reference};
 use crate::script::{FAIL_RUN_SANDBOX_ANNOTATION, Script, ScriptError};
 use crate::shell::{self, End, Files, Mode, Program};
 
+mod streaming;
+
 /// How many events a slow `GetContainerEvents` consumer may fall behind before its
 /// stream ends (it must then relist).
 pub const EVENT_BUFFER: usize = 4096;
@@ -55,6 +57,7 @@ struct Inner {
     events: broadcast::Sender<proto::ContainerEventResponse>,
     clock: Clock,
     ids: IdGen,
+    streaming: streaming::Streaming,
 }
 
 /// Runtime-wide faults: latency, outages, scripted failures of the next N calls.
@@ -247,6 +250,7 @@ impl Simulator {
                     seq: AtomicU64::new(0),
                     seed: std::hash::RandomState::new(),
                 },
+                streaming: streaming::Streaming::default(),
             }),
         }
     }
@@ -796,6 +800,7 @@ impl Simulator {
         c.started_at = now;
         c.started = Some(Instant::now());
         c.reencode();
+        Self::write_start_log(&c.log_path, &c.program.stdout, &c.program.stderr, now);
         // When does it end on its own, and how?
         let natural = if c.script.run_forever {
             None

@@ -584,6 +584,63 @@ impl CriRuntime for CriClient {
         .await
     }
 
+    async fn exec(&self, request: ExecRequest) -> Result<String> {
+        // Preparing a stream changes nothing until a client connects to the URL: safe to
+        // repeat while the runtime is away.
+        self.unary(
+            "Exec",
+            self.write_timeout(),
+            Retry::Idempotent,
+            request,
+            |c, r| async move { c.runtime().exec(r).await },
+        )
+        .await
+        .map(|r| r.url)
+    }
+
+    async fn attach(&self, request: AttachRequest) -> Result<String> {
+        self.unary(
+            "Attach",
+            self.write_timeout(),
+            Retry::Idempotent,
+            request,
+            |c, r| async move { c.runtime().attach(r).await },
+        )
+        .await
+        .map(|r| r.url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        let req = PortForwardRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            port: ports,
+        };
+        self.unary(
+            "PortForward",
+            self.write_timeout(),
+            Retry::Idempotent,
+            req,
+            |c, r| async move { c.runtime().port_forward(r).await },
+        )
+        .await
+        .map(|r| r.url)
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let req = ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        self.unary(
+            "ReopenContainerLog",
+            self.write_timeout(),
+            Retry::Idempotent,
+            req,
+            |c, r| async move { c.runtime().reopen_container_log(r).await },
+        )
+        .await
+        .map(drop)
+    }
+
     async fn container_stats(&self, id: &str) -> Result<ContainerStats> {
         let req = ContainerStatsRequest {
             container_id: id.into(),

@@ -212,6 +212,28 @@ impl<R: CriRuntime> CriRuntime for Recorder<R> {
     ) -> Result<ExecSyncResponse> {
         self.record("ExecSync", id, self.inner.exec_sync(id, cmd, timeout).await)
     }
+    async fn exec(&self, request: ExecRequest) -> Result<String> {
+        let id = request.container_id.clone();
+        self.record("Exec", &id, self.inner.exec(request).await)
+    }
+    async fn attach(&self, request: AttachRequest) -> Result<String> {
+        let id = request.container_id.clone();
+        self.record("Attach", &id, self.inner.attach(request).await)
+    }
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        self.record(
+            "PortForward",
+            sandbox_id,
+            self.inner.port_forward(sandbox_id, ports).await,
+        )
+    }
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.record(
+            "ReopenContainerLog",
+            id,
+            self.inner.reopen_container_log(id).await,
+        )
+    }
     async fn container_stats(&self, id: &str) -> Result<ContainerStats> {
         self.record("ContainerStats", id, self.inner.container_stats(id).await)
     }

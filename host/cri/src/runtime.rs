@@ -9,9 +9,9 @@ use tokio_stream::Stream;
 use crate::error::CriError;
 use crate::listed::{ListedContainer, ListedSandbox};
 use crate::proto::{
-    AuthConfig, Container, ContainerConfig, ContainerEventResponse, ContainerFilter,
-    ContainerStats, ContainerStatsFilter, ContainerStatusResponse, ExecSyncResponse, Image,
-    ImageFilter, ImageFsInfoResponse, ImageSpec, LinuxContainerResources, PodSandbox,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerEventResponse, ContainerFilter,
+    ContainerStats, ContainerStatsFilter, ContainerStatusResponse, ExecRequest, ExecSyncResponse,
+    Image, ImageFilter, ImageFsInfoResponse, ImageSpec, LinuxContainerResources, PodSandbox,
     PodSandboxConfig, PodSandboxFilter, PodSandboxStatusResponse, RuntimeConfigResponse,
     StatusResponse, VersionResponse,
 };
@@ -127,6 +127,20 @@ pub trait CriRuntime: Send + Sync {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecSyncResponse>> + Send;
+    /// `Exec`: prepares an interactive command; returns the URL on the runtime's
+    /// streaming server where the client upgrades.
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<String>> + Send;
+    /// `Attach`: prepares a connection to the container's stdio; returns the URL.
+    fn attach(&self, request: AttachRequest) -> impl Future<Output = Result<String>> + Send;
+    /// `PortForward`: prepares forwarding to `ports` in the sandbox; returns the URL.
+    fn port_forward(
+        &self,
+        sandbox_id: &str,
+        ports: Vec<i32>,
+    ) -> impl Future<Output = Result<String>> + Send;
+    /// `ReopenContainerLog`: the runtime reopens the container's log file (after a
+    /// rotation).
+    fn reopen_container_log(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
     /// `ContainerStats`.
     fn container_stats(&self, id: &str) -> impl Future<Output = Result<ContainerStats>> + Send;
     /// `ListContainerStats`.

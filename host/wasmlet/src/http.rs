@@ -30,7 +30,7 @@ pub struct Endpoints {
     /// Its plugins.
     pub plugins: Arc<Loaded>,
     /// Every metric.
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
 }
 
 type Shared = Arc<Endpoints>;

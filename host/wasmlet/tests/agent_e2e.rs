@@ -85,7 +85,7 @@ impl Harness {
                  nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
                  staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
                  readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n\
-                 podPidsLimit: 64\n",
+                 podPidsLimit: 64\nport: 0\nauthorization: {{mode: AlwaysAllow}}\n",
                 manifests.display(),
                 dir.join("root").display()
             ),

@@ -49,7 +49,7 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
         &config,
         format!(
             "nodeName: {name}\ncontainerRuntimeEndpoint: {endpoint}\nstaticPodPath: {}\n\
-             healthzPort: 0\nreadOnlyPort: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
+             healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
              fileCheckFrequency: 1s\nnodeLabels: {{pool: hollow}}\n\
              registerWithTaints: [{{key: hollow, value: 'yes', effect: NoSchedule}}]\n\
              kubeReserved: {{cpu: 500m}}\n",

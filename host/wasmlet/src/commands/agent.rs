@@ -235,16 +235,26 @@ async fn run_agent(
     let mut registry = Registry::default();
     agent.ctx.metrics.register(&mut registry);
     loaded.engine.metrics().register(&mut registry);
+    let registry = Arc::new(registry);
     http::start(
         http::Endpoints {
             agent: agent.clone(),
             plugins: loaded.clone(),
-            registry,
+            registry: registry.clone(),
         },
         SocketAddr::new(config.healthz.0, config.healthz.1),
         SocketAddr::new(config.read_only.0, config.read_only.1),
     )
     .await?;
+    // The kubelet server: its port is what the node reports (a port of 0 takes a free
+    // one, for several agents on one machine).
+    let kubelet_port = match &config.server {
+        Some(server) => {
+            let served = start_server(&config, server, &agent, &registry, cluster.as_ref()).await?;
+            i32::from(served.addr.port())
+        }
+        None => KUBELET_PORT,
+    };
     if let Some(dir) = own_containerd {
         tokio::spawn(supervise_containerd(agent.clone(), dir));
     }
@@ -257,7 +267,7 @@ async fn run_agent(
             move || NodeState {
                 not_ready: agent.readiness().err(),
                 runtime_version: version.clone(),
-                port: KUBELET_PORT,
+                port: kubelet_port,
             }
         };
         let ready = agent.clone();
@@ -283,6 +293,71 @@ async fn run_agent(
     agent.shutdown().await;
     // Exit here: dropping the runtime would cancel plugin calls still in flight.
     std::process::exit(0)
+}
+
+/// Starts the kubelet server on port 10250 (or as configured).
+async fn start_server(
+    config: &Config,
+    server: &crate::config::ServerConfig,
+    agent: &Arc<Agent<CriClient>>,
+    registry: &Arc<Registry>,
+    cluster: Option<&kube::Client>,
+) -> Result<wasmlet_server::Served> {
+    use wasmlet_server::authz::Mode;
+    let node = &agent.node;
+    if cluster.is_none() {
+        if server.authz.mode == Mode::Webhook {
+            warn!(
+                "kubelet server: authorization mode Webhook needs an API server (no kubeconfig): every request will be refused; set authorization.mode: AlwaysAllow for standalone use"
+            );
+        }
+        if !server.authn.anonymous && server.tls.client_ca_file.is_none() {
+            warn!(
+                "kubelet server: no API server to check tokens, no client CA and anonymous access off: every request will be refused (401)"
+            );
+        }
+    }
+    let mut names = vec![node.name.clone()];
+    if node.hostname != node.name && !node.hostname.is_empty() {
+        names.push(node.hostname.clone());
+    }
+    let ips = node.ip.parse().into_iter().collect();
+    let reviews = cluster.map(|c| Arc::new(wasmlet_server::review::ApiReviews::new(c.clone())));
+    let text = |r: Arc<Registry>| -> Arc<dyn Fn() -> String + Send + Sync> {
+        Arc::new(move || {
+            let mut out = String::new();
+            let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+            out
+        })
+    };
+    let mut probes = Registry::default();
+    agent.ctx.metrics.register_probes(&mut probes);
+    let served = wasmlet_server::start(
+        wasmlet_server::Settings {
+            addr: server.addr,
+            node_name: node.name.clone(),
+            tls: server.tls.clone(),
+            self_signed: wasmlet_server::tls::SelfSigned {
+                dir: config.root_dir.join("pki"),
+                names,
+                ips,
+            },
+            authn: server.authn.clone(),
+            authz: server.authz.clone(),
+        },
+        wasmlet_server::Parts {
+            agent: agent.clone(),
+            metrics: text(registry.clone()),
+            probe_metrics: text(Arc::new(probes)),
+            configz: config.configz(&node.name),
+            tokens: reviews
+                .clone()
+                .map(|r| r as Arc<dyn wasmlet_server::authn::TokenReviewer>),
+            access: reviews.map(|r| r as Arc<dyn wasmlet_server::authz::AccessReviewer>),
+        },
+    )
+    .await?;
+    Ok(served)
 }
 
 /// Restarts the agent's own containerd when the runtime stays unreachable.

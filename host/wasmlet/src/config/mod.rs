@@ -55,10 +55,13 @@ use wasmlet_cluster::node::Timing;
 use wasmlet_plugin_host::config::PluginsConfig;
 use wasmlet_plugin_host::convert::{parse_duration, parse_quantity};
 
+mod configz;
+mod server;
+
+pub use server::ServerConfig;
+
 /// KubeletConfiguration fields wasmlet reads but does not act on: a warning each.
 const NOT_IMPLEMENTED: &[&str] = &[
-    "authentication",
-    "authorization",
     "clusterDNS",
     "clusterDomain",
     "containerLogMaxFiles",
@@ -68,7 +71,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "cpuManagerPolicy",
     "enableControllerAttachDetach",
     "enableDebuggingHandlers",
-    "enableServer",
     "enforceNodeAllocatable",
     "evictionHard",
     "evictionPressureTransitionPeriod",
@@ -88,7 +90,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "memoryManagerPolicy",
     "memorySwap",
     "podCIDR",
-    "port",
     "protectKernelDefaults",
     "providerID",
     "registryBurst",
@@ -103,10 +104,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "staticPodURL",
     "staticPodURLHeader",
     "streamingConnectionIdleTimeout",
-    "tlsCertFile",
-    "tlsCipherSuites",
-    "tlsMinVersion",
-    "tlsPrivateKeyFile",
     "topologyManagerPolicy",
     "volumeStatsAggPeriod",
 ];
@@ -130,6 +127,14 @@ struct File {
     healthz_port: Option<i64>,
     address: Option<String>,
     read_only_port: Option<i64>,
+    enable_server: Option<bool>,
+    port: Option<i64>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    tls_min_version: Option<String>,
+    tls_cipher_suites: Option<Vec<String>>,
+    authentication: Option<server::AuthnFile>,
+    authorization: Option<server::AuthzFile>,
     root_dir: Option<PathBuf>,
     pod_logs_dir: Option<PathBuf>,
     resolv_conf: Option<PathBuf>,
@@ -176,8 +181,10 @@ pub struct Config {
     pub max_pods: u32,
     /// `healthzBindAddress`:`healthzPort` (port 0: off).
     pub healthz: (IpAddr, u16),
-    /// `address`:`readOnlyPort` (port 0: off).
+    /// `address`:`readOnlyPort` (port 0: off; without `address`, loopback only).
     pub read_only: (IpAddr, u16),
+    /// The kubelet server (`None`: `enableServer: false`).
+    pub server: Option<ServerConfig>,
     /// `rootDir`.
     pub root_dir: PathBuf,
     /// `podLogsDir`.
@@ -378,6 +385,7 @@ impl Config {
             max_pods: 110,
             healthz: ([127, 0, 0, 1].into(), 10248),
             read_only: ([127, 0, 0, 1].into(), 10255),
+            server: Some(ServerConfig::embedded()),
             root_dir: state_dir.to_owned(),
             pod_logs_dir: state_dir.join("pod-logs"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
@@ -531,6 +539,24 @@ impl Config {
                 );
             }
         }
+        let kubelet_address = file
+            .address
+            .as_deref()
+            .map(|a| address("address", Some(a)))
+            .transpose()
+            .map_err(with_file)?;
+        let server = server::server(server::ServerFields {
+            enable_server: file.enable_server,
+            address: kubelet_address,
+            port: file.port,
+            tls_cert_file: file.tls_cert_file,
+            tls_private_key_file: file.tls_private_key_file,
+            tls_min_version: file.tls_min_version,
+            tls_cipher_suites: file.tls_cipher_suites,
+            authentication: file.authentication,
+            authorization: file.authorization,
+        })
+        .map_err(with_file)?;
         let node_labels = file.node_labels.unwrap_or_default();
         check_node_labels(&node_labels)
             .map_err(|e| anyhow::anyhow!("{}: nodeLabels: {e}", at()))?;
@@ -605,9 +631,10 @@ impl Config {
                 port("healthzPort", file.healthz_port, 10248).map_err(with_file)?,
             ),
             read_only: (
-                address("address", file.address.as_deref()).map_err(with_file)?,
+                kubelet_address.unwrap_or(IpAddr::from([127, 0, 0, 1])),
                 port("readOnlyPort", file.read_only_port, 10255).map_err(with_file)?,
             ),
+            server,
             pod_logs_dir: file
                 .pod_logs_dir
                 .unwrap_or_else(|| root_dir.join("pod-logs")),
@@ -660,6 +687,55 @@ mod tests {
         assert!(parse("").is_ok(), "an empty file is all defaults");
         assert_eq!(c.pod_pids_limit, None);
         assert_eq!(c.pod_cgroup_parent.as_deref(), Some("wasmlet"));
+    }
+
+    #[test]
+    fn the_server_defaults_are_the_secure_ones() {
+        let c = parse("").expect("defaults");
+        let s = c.server.expect("on by default");
+        assert_eq!(s.addr, "0.0.0.0:10250".parse().expect("addr"));
+        assert!(!s.authn.anonymous && s.authn.webhook);
+        assert_eq!(s.authn.cache_ttl, Duration::from_secs(120));
+        assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::Webhook);
+        assert_eq!(
+            (s.authz.authorized_ttl, s.authz.unauthorized_ttl),
+            (Duration::from_secs(300), Duration::from_secs(30))
+        );
+        assert_eq!(
+            c.read_only.0,
+            IpAddr::from([127, 0, 0, 1]),
+            "read-only stays local"
+        );
+        let c = parse(
+            "address: 10.0.0.5\nport: 11250\ntlsMinVersion: VersionTLS13\n\
+             tlsCertFile: /etc/pki/kubelet.crt\ntlsPrivateKeyFile: /etc/pki/kubelet.key\n\
+             authentication: {anonymous: {enabled: true}, webhook: {enabled: false, cacheTTL: 0s},\
+              x509: {clientCAFile: /etc/pki/ca.crt}}\n\
+             authorization: {mode: AlwaysAllow, webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n",
+        )
+        .expect("valid");
+        let s = c.server.expect("on");
+        assert_eq!(s.addr, "10.0.0.5:11250".parse().expect("addr"));
+        assert_eq!(
+            c.read_only.0,
+            IpAddr::from([10, 0, 0, 5]),
+            "address is the kubelet's, for both"
+        );
+        assert!(s.authn.anonymous && !s.authn.webhook);
+        assert_eq!(s.authn.cache_ttl, Duration::ZERO);
+        assert_eq!(
+            s.tls.client_ca_file.as_deref(),
+            Some(Path::new("/etc/pki/ca.crt"))
+        );
+        assert_eq!(s.tls.min_version, wasmlet_server::tls::MinVersion::Tls13);
+        assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::AlwaysAllow);
+        assert_eq!(s.authz.unauthorized_ttl, Duration::from_secs(5));
+        assert!(
+            parse("enableServer: false")
+                .expect("valid")
+                .server
+                .is_none()
+        );
     }
 
     #[test]
@@ -760,6 +836,28 @@ mod tests {
             ("nodeStatusUpdateFrequency: 0s", "nodeStatusUpdateFrequency"),
             ("kubeAPIQPS: -1", "kubeAPIQPS"),
             ("eventBurst: 0", "eventBurst"),
+            ("port: 70000", "port"),
+            ("address: everywhere", "address"),
+            ("tlsMinVersion: TLS1.3", "tlsMinVersion"),
+            (
+                "tlsCipherSuites: [TLS_RSA_WITH_RC4_128_SHA]",
+                "tlsCipherSuites",
+            ),
+            ("tlsCertFile: /a.crt", "tlsPrivateKeyFile"),
+            (
+                "tlsCertFile: relative.crt\ntlsPrivateKeyFile: /k",
+                "tlsCertFile",
+            ),
+            ("authorization: {mode: RBAC}", "authorization.mode"),
+            (
+                "authentication: {webhook: {cacheTTL: soon}}",
+                "authentication.webhook.cacheTTL",
+            ),
+            (
+                "authentication: {x509: {clientCAFile: ca.crt}}",
+                "clientCAFile",
+            ),
+            ("authentication: {oidc: {}}", "oidc"),
             (
                 "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",
                 "failurePolicy",

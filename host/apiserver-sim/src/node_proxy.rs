@@ -1,0 +1,524 @@
+//! `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`: what the API server
+//! forwards to the kubelet of the pod's node.
+//!
+//! As the real one, the double finds the pod's `spec.nodeName`, dials the first of the
+//! node's addresses in the preferred order (`--kubelet-preferred-address-types`, Hostname
+//! first by default) at `status.daemonEndpoints.kubeletEndpoint.Port` over TLS with its
+//! own client certificate (CN `kube-apiserver-kubelet-client`, O `system:masters`,
+//! signed by a CA it makes: [`crate::ApiServerSim::kubelet_client_ca_pem`]), and sends
+//! the kubelet's path (`/containerLogs/…`, `/exec/…?command=…&input=1&output=1`,
+//! `/attach/…`, `/portForward/…?port=…`). Upgrades (SPDY, WebSocket) are carried both
+//! ways after the kubelet switches protocols. The kubelet's serving certificate is
+//! verified only when a CA is set for it (`--kubelet-certificate-authority`).
+
+// Lookups answer with the response to send when they fail: built once per request, on
+// the way out, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use crate::{ApiServerSim, Store, percent_decode, status};
+
+/// The address types the double tries, in order (the API server's default).
+pub const DEFAULT_ADDRESS_TYPES: [&str; 5] = [
+    "Hostname",
+    "InternalDNS",
+    "InternalIP",
+    "ExternalDNS",
+    "ExternalIP",
+];
+
+/// How the double reaches kubelets.
+pub(crate) struct KubeletClient {
+    /// The CA that signed the client certificate (PEM), for kubelets' `clientCAFile`.
+    pub ca_pem: String,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// Accepts any kubelet serving certificate (no `--kubelet-certificate-authority`).
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl KubeletClient {
+    /// A CA, a client certificate it signs, and a TLS client presenting it; kubelets'
+    /// serving certificates verified against `kubelet_ca` when given.
+    pub fn new(kubelet_ca: Option<&[CertificateDer<'static>]>) -> Result<Self, String> {
+        let e = |x: rcgen::Error| x.to_string();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "wasmlet-apiserver-sim-ca");
+        let ca_key = rcgen::KeyPair::generate().map_err(e)?;
+        let ca_cert = ca_params.self_signed(&ca_key).map_err(e)?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+        client_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+        client_params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:masters");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client_key = rcgen::KeyPair::generate().map_err(e)?;
+        let client_cert = client_params.signed_by(&client_key, &issuer).map_err(e)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|x| x.to_string())?;
+        let builder = match kubelet_ca {
+            Some(certs) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in certs {
+                    roots.add(c.clone()).map_err(|x| x.to_string())?;
+                }
+                builder.with_root_certificates(roots)
+            }
+            None => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+        };
+        let key = PrivateKeyDer::try_from(client_key.serialize_der()).map_err(str::to_owned)?;
+        let mut tls = builder
+            .with_client_auth_cert(vec![client_cert.der().clone()], key)
+            .map_err(|x| x.to_string())?;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(KubeletClient {
+            ca_pem: ca_cert.pem(),
+            tls: Arc::new(tls),
+        })
+    }
+}
+
+fn reply(code: u16, reason: &str, message: String) -> Response<Body> {
+    let body = status(code, reason, message);
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_default()
+}
+
+/// Every `key=value` of a query, decoded.
+fn params(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn truthy(v: &str) -> bool {
+    !matches!(v, "false" | "0")
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Where the pod's kubelet is, and the container a request is about.
+struct Routed {
+    host: String,
+    port: u16,
+    container: Option<String>,
+}
+
+fn route(
+    store: &Store,
+    namespace: &str,
+    name: &str,
+    container: Option<&str>,
+    address_types: &[String],
+) -> Result<Routed, Response<Body>> {
+    let key = |r: &str, ns: &str, n: &str| {
+        (
+            "api/v1".to_owned(),
+            r.to_owned(),
+            ns.to_owned(),
+            n.to_owned(),
+        )
+    };
+    let Some(pod) = store.objects.get(&key("pods", namespace, name)) else {
+        return Err(reply(404, "NotFound", format!("pods \"{name}\" not found")));
+    };
+    let node_name = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    if node_name.is_empty() {
+        return Err(reply(
+            400,
+            "BadRequest",
+            format!("pod {name} does not have a host assigned"),
+        ));
+    }
+    let names: Vec<&str> = ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|f| pod["spec"][f].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let container = match container {
+        Some(c) if !names.contains(&c) => {
+            return Err(reply(
+                400,
+                "BadRequest",
+                format!("container {c} is not valid for pod {name}"),
+            ));
+        }
+        Some(c) => Some(c.to_owned()),
+        None => {
+            let main: Vec<&str> = pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str())
+                .collect();
+            match main.as_slice() {
+                [only] => Some((*only).to_owned()),
+                _ => None,
+            }
+        }
+    };
+    let Some(node) = store.objects.get(&key("nodes", "", node_name)) else {
+        return Err(reply(
+            404,
+            "NotFound",
+            format!("nodes \"{node_name}\" not found"),
+        ));
+    };
+    let addresses = node["status"]["addresses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let host = address_types.iter().find_map(|t| {
+        addresses
+            .iter()
+            .find(|a| a["type"].as_str() == Some(t))
+            .and_then(|a| a["address"].as_str())
+            .map(str::to_owned)
+    });
+    let Some(host) = host else {
+        return Err(reply(
+            500,
+            "InternalError",
+            format!("no preferred addresses found; known addresses: {addresses:?}"),
+        ));
+    };
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(10250);
+    Ok(Routed {
+        host,
+        port,
+        container,
+    })
+}
+
+/// Serves `pods/NAME/{log,exec,attach,portforward}`.
+pub(crate) async fn handle(
+    sim: ApiServerSim,
+    namespace: String,
+    name: String,
+    sub: String,
+    request: Request<Body>,
+) -> Response<Body> {
+    let query = params(request.uri().query().unwrap_or(""));
+    let get = |k: &str| {
+        query
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    let types = sim.address_types();
+    let routed = {
+        let store = sim.lock();
+        route(
+            &store,
+            &namespace,
+            &name,
+            get("container").as_deref(),
+            &types,
+        )
+    };
+    let routed = match routed {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let need_container = || {
+        routed.container.clone().ok_or_else(|| {
+            reply(
+                400,
+                "BadRequest",
+                format!("a container name must be specified for pod {name}"),
+            )
+        })
+    };
+    let mut kubelet_query: Vec<String> = Vec::new();
+    let path = match sub.as_str() {
+        "log" => {
+            let container = match need_container() {
+                Ok(c) => c,
+                Err(r) => return r,
+            };
+            for (k, v) in &query {
+                if matches!(
+                    k.as_str(),
+                    "follow"
+                        | "previous"
+                        | "timestamps"
+                        | "sinceSeconds"
+                        | "sinceTime"
+                        | "tailLines"
+                        | "limitBytes"
+                ) {
+                    kubelet_query.push(format!("{k}={}", encode(v)));
+                }
+            }
+            format!("/containerLogs/{namespace}/{name}/{container}")
+        }
+        "exec" | "attach" => {
+            let container = match need_container() {
+                Ok(c) => c,
+                Err(r) => return r,
+            };
+            for (k, param) in [
+                ("stdin", "input"),
+                ("stdout", "output"),
+                ("stderr", "error"),
+                ("tty", "tty"),
+            ] {
+                if get(k).is_some_and(|v| truthy(&v)) {
+                    kubelet_query.push(format!("{param}=1"));
+                }
+            }
+            if sub == "exec" {
+                for (k, v) in &query {
+                    if k == "command" {
+                        kubelet_query.push(format!("command={}", encode(v)));
+                    }
+                }
+            }
+            format!("/{sub}/{namespace}/{name}/{container}")
+        }
+        "portforward" => {
+            for (k, v) in &query {
+                if k == "ports" || k == "port" {
+                    for p in v.split(',') {
+                        kubelet_query.push(format!("port={}", encode(p)));
+                    }
+                }
+            }
+            format!("/portForward/{namespace}/{name}")
+        }
+        other => {
+            return reply(
+                404,
+                "NotFound",
+                format!("the server could not find the requested resource (pods/{other})"),
+            );
+        }
+    };
+    let target = if kubelet_query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", kubelet_query.join("&"))
+    };
+    let tls = match sim.kubelet_client() {
+        Ok(c) => c.tls.clone(),
+        Err(e) => {
+            return reply(
+                500,
+                "InternalError",
+                format!("kubelet client certificate: {e}"),
+            );
+        }
+    };
+    match forward(request, &routed.host, routed.port, &target, tls).await {
+        Ok(r) => r,
+        Err(e) => reply(
+            500,
+            "InternalError",
+            format!(
+                "error dialing backend: dial tcp {}:{}: {e}",
+                routed.host, routed.port
+            ),
+        ),
+    }
+}
+
+/// Sends the client's request to the kubelet at `host:port` as `target`, over TLS with
+/// the double's client certificate; an upgrade is carried both ways.
+async fn forward(
+    mut request: Request<Body>,
+    host: &str,
+    port: u16,
+    target: &str,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<Response<Body>, String> {
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let client_upgrade = hyper::upgrade::on(&mut request);
+    let (parts, body) = request.into_parts();
+    let mut to_kubelet = Request::builder()
+        .method(parts.method.clone())
+        .uri(target)
+        .body(body)
+        .map_err(|e| e.to_string())?;
+    for (k, v) in &parts.headers {
+        // The client's credentials are for the API server; the kubelet sees the API
+        // server's certificate.
+        if k == header::HOST || k == header::AUTHORIZATION {
+            continue;
+        }
+        to_kubelet.headers_mut().append(k.clone(), v.clone());
+    }
+    if let Ok(h) = HeaderValue::from_str(&format!("{host}:{port}")) {
+        to_kubelet.headers_mut().insert(header::HOST, h);
+    }
+    let mut answer = sender
+        .send_request(to_kubelet)
+        .await
+        .map_err(|e| e.to_string())?;
+    if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = answer.into_parts();
+        return Ok(Response::from_parts(parts, Body::new(body)));
+    }
+    let kubelet_upgrade = hyper::upgrade::on(&mut answer);
+    let mut reply = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (k, v) in answer.headers() {
+        reply = reply.header(k, v);
+    }
+    tokio::spawn(async move {
+        let (Ok(client), Ok(kubelet)) = tokio::join!(client_upgrade, kubelet_upgrade) else {
+            return;
+        };
+        let (mut cr, mut cw) = tokio::io::split(TokioIo::new(client));
+        let (mut kr, mut kw) = tokio::io::split(TokioIo::new(kubelet));
+        tokio::select! {
+            _ = tokio::io::copy(&mut cr, &mut kw) => {}
+            _ = async {
+                let _ = tokio::io::copy(&mut kr, &mut cw).await;
+                let _ = cw.shutdown().await;
+            } => {}
+        }
+    });
+    reply.body(Body::empty()).map_err(|e| e.to_string())
+}
+
+/// A TokenReview or SubjectAccessReview answered from the rules a test set.
+pub(crate) fn review(sim: &ApiServerSim, resource: &str, body: &Value) -> Value {
+    let spec = &body["spec"];
+    match resource {
+        "tokenreviews" => {
+            let token = spec["token"].as_str().unwrap_or_default();
+            let user = sim.token_user(token);
+            let status = match user {
+                Some((name, groups)) => serde_json::json!({
+                    "authenticated": true,
+                    "user": {"username": name, "groups": groups},
+                }),
+                None => {
+                    serde_json::json!({"authenticated": false, "error": "invalid bearer token"})
+                }
+            };
+            serde_json::json!({
+                "kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": null}, "spec": spec, "status": status,
+            })
+        }
+        _ => {
+            let user = spec["user"].as_str().unwrap_or_default();
+            let groups: Vec<&str> = spec["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let a = &spec["resourceAttributes"];
+            let allowed = sim.allowed(
+                user,
+                &groups,
+                a["verb"].as_str().unwrap_or_default(),
+                a["resource"].as_str().unwrap_or_default(),
+                a["subresource"].as_str().unwrap_or_default(),
+            );
+            serde_json::json!({
+                "kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                "metadata": {"creationTimestamp": null}, "spec": spec,
+                "status": {"allowed": allowed, "reason": if allowed { "allowed by the double's rules" } else { "" }},
+            })
+        }
+    }
+}

@@ -1,0 +1,773 @@
+//! The kubelet's paths: what each one reads from the agent and the runtime.
+
+// Lookups answer with the response to send when they fail: built once per request, on
+// the way out, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_agent::agent::Agent;
+use wasmlet_agent::runtime::State as CState;
+use wasmlet_agent::statuses::PodEntry;
+use wasmlet_cri::proto;
+use wasmlet_cri::{CriRuntime, ErrorKind};
+
+use crate::logs::{self, read};
+use crate::proxy::{self, OpenStreams};
+
+/// What the routes share.
+pub struct Shared<R> {
+    /// The agent.
+    pub agent: Arc<Agent<R>>,
+    /// `/metrics` as Prometheus text.
+    pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// `/metrics/probes` as Prometheus text.
+    pub probe_metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// `/configz`'s `kubeletconfig`.
+    pub configz: serde_json::Value,
+    /// Streams open through the proxy.
+    pub open: OpenStreams,
+}
+
+/// A plain-text error answer.
+pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message.into(),
+    )
+        .into_response()
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `key=value` pairs of a query string, percent-decoded.
+pub fn pairs(query: Option<&str>) -> Vec<(String, String)> {
+    let Some(q) = query else { return Vec::new() };
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..=i + 2]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The router of every path (authentication and authorization are layered on by the
+/// caller).
+pub fn router<R: CriRuntime + 'static>(shared: Arc<Shared<R>>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz::<R>))
+        .route("/pods", get(pods::<R>))
+        .route("/pods/", get(pods::<R>))
+        .route("/runningpods/", get(running_pods::<R>))
+        .route("/metrics", get(metrics::<R>))
+        .route("/metrics/probes", get(probe_metrics::<R>))
+        .route("/configz", get(configz::<R>))
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs::<R>),
+        )
+        .route("/exec/{namespace}/{pod}/{container}", any(exec::<R>))
+        .route(
+            "/exec/{namespace}/{pod}/{uid}/{container}",
+            any(exec_uid::<R>),
+        )
+        .route("/attach/{namespace}/{pod}/{container}", any(attach::<R>))
+        .route(
+            "/attach/{namespace}/{pod}/{uid}/{container}",
+            any(attach_uid::<R>),
+        )
+        .route("/portForward/{namespace}/{pod}", any(port_forward::<R>))
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            any(port_forward_uid::<R>),
+        )
+        .route("/run/{namespace}/{pod}/{container}", post(run::<R>))
+        .route(
+            "/run/{namespace}/{pod}/{uid}/{container}",
+            post(run_uid::<R>),
+        )
+        .with_state(shared)
+}
+
+type St<R> = State<Arc<Shared<R>>>;
+
+async fn healthz<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    match s.agent.health.check() {
+        Ok(()) => "ok".into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn pods<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    json(&s.agent.ctx.statuses.pod_list())
+}
+
+/// `/runningpods/`: the pods the runtime runs, as a PodList of names, UIDs and running
+/// containers (the kubelet's shape).
+async fn running_pods<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    let mut items = Vec::new();
+    for rt in s.agent.ctx.cache.all() {
+        let containers: Vec<k8s::Container> = rt
+            .running()
+            .map(|c| k8s::Container {
+                name: c.name.clone(),
+                image: Some(c.image.clone()),
+                ..Default::default()
+            })
+            .collect();
+        if containers.is_empty() {
+            continue;
+        }
+        items.push(k8s::Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(rt.name.clone()),
+                namespace: Some(rt.namespace.clone()),
+                uid: Some(rt.uid.clone()),
+                ..Default::default()
+            },
+            spec: Some(k8s::PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            status: None,
+        });
+    }
+    json(&serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    }))
+}
+
+fn prometheus(text: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn metrics<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    prometheus((s.metrics)())
+}
+
+async fn probe_metrics<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    prometheus((s.probe_metrics)())
+}
+
+async fn configz<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
+    json(&serde_json::json!({ "kubeletconfig": s.configz }))
+}
+
+// ------------------------------------------------------------------ pods and containers
+
+/// The pod `namespace/name`, or 404 naming it; with `uid`, it must be that pod.
+fn find_pod<R: CriRuntime + 'static>(
+    s: &Shared<R>,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<PodEntry, Response> {
+    let entry = s.agent.ctx.statuses.find(namespace, name).ok_or_else(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{name}\" does not exist in namespace \"{namespace}\""),
+        )
+    })?;
+    if let Some(uid) = uid
+        && entry.pod.metadata.uid.as_deref() != Some(uid)
+    {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{name}\" with UID {uid} does not exist in namespace \"{namespace}\""),
+        ));
+    }
+    Ok(entry)
+}
+
+fn spec_names(pod: &k8s::Pod) -> Vec<&str> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    let mut names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    names.extend(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str()),
+    );
+    names.extend(
+        spec.ephemeral_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str()),
+    );
+    names
+}
+
+fn check_container(entry: &PodEntry, container: &str) -> Result<(), Response> {
+    if spec_names(&entry.pod).contains(&container) {
+        return Ok(());
+    }
+    let pod = entry.pod.metadata.name.as_deref().unwrap_or_default();
+    Err(error(
+        StatusCode::NOT_FOUND,
+        format!("container \"{container}\" not found in pod \"{pod}\""),
+    ))
+}
+
+fn strip_scheme(id: &str) -> &str {
+    id.split_once("://").map_or(id, |(_, id)| id)
+}
+
+/// The container whose log a request reads, from the pod's status, the kubelet's way:
+/// the running or last terminated instance, or with `previous` the one before.
+fn log_container(entry: &PodEntry, container: &str, previous: bool) -> Result<String, Response> {
+    let pod = entry.pod.metadata.name.as_deref().unwrap_or_default();
+    let st = &entry.status;
+    let status = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(st.init_container_statuses.iter().flatten())
+        .chain(st.ephemeral_container_statuses.iter().flatten())
+        .find(|c| c.name == container);
+    let Some(status) = status else {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "container \"{container}\" in pod \"{pod}\" is waiting to start: ContainerCreating"
+            ),
+        ));
+    };
+    let last = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.container_id.as_deref())
+        .filter(|id| !id.is_empty());
+    if previous {
+        return last.map(|id| strip_scheme(id).to_owned()).ok_or_else(|| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("previous terminated container \"{container}\" in pod \"{pod}\" not found"),
+            )
+        });
+    }
+    let state = status.state.clone().unwrap_or_default();
+    if state.running.is_some() || state.terminated.is_some() {
+        let id = status
+            .container_id
+            .as_deref()
+            .or(state
+                .terminated
+                .as_ref()
+                .and_then(|t| t.container_id.as_deref()))
+            .filter(|id| !id.is_empty());
+        if let Some(id) = id {
+            return Ok(strip_scheme(id).to_owned());
+        }
+    }
+    if let Some(id) = last {
+        return Ok(strip_scheme(id).to_owned());
+    }
+    let reason = state
+        .waiting
+        .and_then(|w| w.reason)
+        .unwrap_or_else(|| "ContainerCreating".into());
+    Err(error(
+        StatusCode::BAD_REQUEST,
+        format!("container \"{container}\" in pod \"{pod}\" is waiting to start: {reason}"),
+    ))
+}
+
+fn cri_error(e: &wasmlet_cri::CriError) -> Response {
+    let code = match e.kind() {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::InvalidArgument => StatusCode::BAD_REQUEST,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(code, e.to_string())
+}
+
+// ------------------------------------------------------------------ logs
+
+/// Hands chunks to the response body; the body's end tells when the client is gone.
+struct BodySink {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    running: Box<dyn Fn() -> bool + Send>,
+}
+
+impl read::Sink for BodySink {
+    fn write(&mut self, chunk: Vec<u8>) -> bool {
+        self.tx.blocking_send(Bytes::from(chunk)).is_ok()
+    }
+    fn closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+    fn running(&self) -> bool {
+        (self.running)()
+    }
+}
+
+async fn container_logs<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let now = s.agent.ctx.clock.unix_nanos();
+    let opts = match logs::query(&pairs(query.as_deref()), now) {
+        Ok(o) => o,
+        Err(e @ logs::QueryError::Malformed { .. }) => {
+            return error(StatusCode::BAD_REQUEST, e.to_string());
+        }
+        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    let entry = match find_pod(&s, &namespace, &pod, None) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    if let Err(r) = check_container(&entry, &container) {
+        return r;
+    }
+    let id = match log_container(&entry, &container, opts.previous) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let path = match s.agent.ctx.runtime.container_status(&id, false).await {
+        Ok(st) => st.status.map(|c| c.log_path).unwrap_or_default(),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "container \"{container}\" in pod \"{pod}\": the container {id} is gone from the runtime, and its log with it"
+                ),
+            );
+        }
+        Err(e) => return cri_error(&e),
+    };
+    if path.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("container \"{container}\" in pod \"{pod}\" has no log file"),
+        );
+    }
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("failed to open log file \"{path}\": {e}"),
+            );
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let cache = s.agent.ctx.cache.clone();
+    let uid = entry.pod.metadata.uid.clone().unwrap_or_default();
+    let cid = id.clone();
+    let running = Box::new(move || {
+        cache.get(&uid).is_some_and(|rt| {
+            rt.containers
+                .iter()
+                .any(|c| c.id == cid && c.state == CState::Running)
+        })
+    });
+    tokio::task::spawn_blocking(move || {
+        let mut sink = BodySink { tx, running };
+        if let Err(e) = read::read(std::path::Path::new(&path), file, &opts, &mut sink) {
+            tracing::warn!("containerLogs: {e}");
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+// ------------------------------------------------------------------ exec, attach, port-forward, run
+
+/// `stdin`, `stdout`, `stderr`, `tty` and `command` of an exec or attach request.
+#[derive(Debug, Default)]
+struct StreamQuery {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+    command: Vec<String>,
+}
+
+fn flag(v: &str) -> bool {
+    matches!(v, "1" | "true" | "True" | "TRUE" | "t")
+}
+
+fn stream_query(query: Option<&str>) -> Result<StreamQuery, Response> {
+    let mut q = StreamQuery::default();
+    for (k, v) in pairs(query) {
+        match k.as_str() {
+            "stdin" | "input" => q.stdin = flag(&v),
+            "stdout" | "output" => q.stdout = flag(&v),
+            "stderr" | "error" => q.stderr = flag(&v),
+            "tty" => q.tty = flag(&v),
+            "command" => q.command.push(v),
+            _ => {}
+        }
+    }
+    // A terminal carries both outputs: stderr is folded into it, as the kubelet does.
+    if q.tty {
+        q.stderr = false;
+    }
+    if !(q.stdin || q.stdout || q.stderr) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    Ok(q)
+}
+
+/// The running container `name` of the pod, or why not.
+fn running_container<R: CriRuntime + 'static>(
+    s: &Shared<R>,
+    entry: &PodEntry,
+    name: &str,
+) -> Result<String, Response> {
+    check_container(entry, name)?;
+    let uid = entry.pod.metadata.uid.as_deref().unwrap_or_default();
+    let pod = entry.pod.metadata.name.as_deref().unwrap_or_default();
+    s.agent
+        .ctx
+        .cache
+        .get(uid)
+        .and_then(|rt| {
+            rt.containers
+                .iter()
+                .find(|c| c.name == name && c.state == CState::Running)
+                .map(|c| c.id.clone())
+        })
+        .ok_or_else(|| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("container \"{name}\" in pod \"{pod}\" is not running"),
+            )
+        })
+}
+
+async fn upgrade<R: CriRuntime + 'static>(s: &Shared<R>, req: Request, url: String) -> Response {
+    let runtime = s
+        .agent
+        .ctx
+        .runtime_name
+        .get()
+        .cloned()
+        .unwrap_or_else(|| "container runtime".into());
+    match proxy::forward(req, &url, &runtime, &s.open).await {
+        Ok(r) => r,
+        Err(e @ proxy::ProxyError::Unreachable { .. }) => {
+            error(StatusCode::BAD_GATEWAY, e.to_string())
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Exec,
+    Attach,
+}
+
+async fn exec_or_attach<R: CriRuntime + 'static>(
+    s: Arc<Shared<R>>,
+    kind: Kind,
+    (namespace, pod, uid, container): (String, String, Option<String>, String),
+    req: Request,
+) -> Response {
+    let q = match stream_query(req.uri().query()) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let entry = match find_pod(&s, &namespace, &pod, uid.as_deref()) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    let id = match running_container(&s, &entry, &container) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let answer = match kind {
+        Kind::Exec => {
+            if q.command.is_empty() {
+                return error(StatusCode::BAD_REQUEST, "command: at least one is required");
+            }
+            s.agent
+                .ctx
+                .runtime
+                .exec(proto::ExecRequest {
+                    container_id: id,
+                    cmd: q.command,
+                    tty: q.tty,
+                    stdin: q.stdin,
+                    stdout: q.stdout,
+                    stderr: q.stderr,
+                })
+                .await
+        }
+        Kind::Attach => {
+            s.agent
+                .ctx
+                .runtime
+                .attach(proto::AttachRequest {
+                    container_id: id,
+                    stdin: q.stdin,
+                    tty: q.tty,
+                    stdout: q.stdout,
+                    stderr: q.stderr,
+                })
+                .await
+        }
+    };
+    match answer {
+        Ok(url) => upgrade(&s, req, url).await,
+        Err(e) => cri_error(&e),
+    }
+}
+
+async fn exec<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_or_attach(s, Kind::Exec, (namespace, pod, None, container), req).await
+}
+
+async fn exec_uid<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_or_attach(s, Kind::Exec, (namespace, pod, Some(uid), container), req).await
+}
+
+async fn attach<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_or_attach(s, Kind::Attach, (namespace, pod, None, container), req).await
+}
+
+async fn attach_uid<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    exec_or_attach(s, Kind::Attach, (namespace, pod, Some(uid), container), req).await
+}
+
+/// The `port` query parameters (repeated, or comma-separated), each 1 to 65535.
+fn ports(query: Option<&str>) -> Result<Vec<i32>, Response> {
+    let mut out = Vec::new();
+    for (k, v) in pairs(query) {
+        if k != "port" {
+            continue;
+        }
+        for p in v.split(',') {
+            match p.trim().parse::<u16>() {
+                Ok(n) if n > 0 => out.push(i32::from(n)),
+                _ => {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("port: {p:?} is not a valid port (1 to 65535)"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn forward_ports<R: CriRuntime + 'static>(
+    s: Arc<Shared<R>>,
+    (namespace, pod, uid): (String, String, Option<String>),
+    req: Request,
+) -> Response {
+    let ports = match ports(req.uri().query()) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let entry = match find_pod(&s, &namespace, &pod, uid.as_deref()) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    let pod_uid = entry.pod.metadata.uid.as_deref().unwrap_or_default();
+    let sandbox = s
+        .agent
+        .ctx
+        .cache
+        .get(pod_uid)
+        .and_then(|rt| rt.sandbox().filter(|sb| sb.ready).map(|sb| sb.id.clone()));
+    let Some(sandbox) = sandbox else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("pod \"{pod}\" has no running sandbox to forward ports into"),
+        );
+    };
+    match s.agent.ctx.runtime.port_forward(&sandbox, ports).await {
+        Ok(url) => upgrade(&s, req, url).await,
+        Err(e) => cri_error(&e),
+    }
+}
+
+async fn port_forward<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    forward_ports(s, (namespace, pod, None), req).await
+}
+
+async fn port_forward_uid<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, uid)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    forward_ports(s, (namespace, pod, Some(uid)), req).await
+}
+
+/// `POST /run/…?cmd=…`: runs a command to completion (ExecSync) and answers with its
+/// output, stdout then stderr.
+async fn run_in<R: CriRuntime + 'static>(
+    s: Arc<Shared<R>>,
+    (namespace, pod, uid, container): (String, String, Option<String>, String),
+    query: Option<String>,
+) -> Response {
+    let q = pairs(query.as_deref());
+    let Some(cmd) = q.iter().find(|(k, _)| k == "cmd").map(|(_, v)| v.clone()) else {
+        return error(StatusCode::BAD_REQUEST, "cmd: a command is required");
+    };
+    let entry = match find_pod(&s, &namespace, &pod, uid.as_deref()) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    let id = match running_container(&s, &entry, &container) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let argv: Vec<String> = cmd.split(' ').map(str::to_owned).collect();
+    match s
+        .agent
+        .ctx
+        .runtime
+        .exec_sync(&id, argv, std::time::Duration::ZERO)
+        .await
+    {
+        Ok(r) => {
+            let mut out = r.stdout;
+            out.extend_from_slice(&r.stderr);
+            if r.exit_code != 0 {
+                let mut msg = String::from_utf8_lossy(&out).into_owned();
+                msg.push_str(&format!("command '{cmd}' exited with {}", r.exit_code));
+                return error(StatusCode::INTERNAL_SERVER_ERROR, msg);
+            }
+            out.into_response()
+        }
+        Err(e) => cri_error(&e),
+    }
+}
+
+async fn run<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    run_in(s, (namespace, pod, None, container), query).await
+}
+
+async fn run_uid<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    run_in(s, (namespace, pod, Some(uid), container), query).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_percent_decoded() {
+        assert_eq!(
+            pairs(Some("command=sh&command=-c&command=echo%20a%2Bb+c&tty=1")),
+            vec![
+                ("command".to_owned(), "sh".to_owned()),
+                ("command".to_owned(), "-c".to_owned()),
+                ("command".to_owned(), "echo a+b c".to_owned()),
+                ("tty".to_owned(), "1".to_owned()),
+            ]
+        );
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn stream_queries_need_a_stream_and_fold_stderr_into_a_tty() {
+        let q = stream_query(Some("stdout=1&stderr=1&tty=1&command=sh")).expect("ok");
+        assert!(q.stdout && q.tty && !q.stderr);
+        assert!(stream_query(Some("command=ls")).is_err());
+        assert_eq!(
+            ports(Some("port=80&port=8080,9090")).ok(),
+            Some(vec![80, 8080, 9090])
+        );
+        assert!(ports(Some("port=0")).is_err());
+        assert!(ports(Some("port=http")).is_err());
+    }
+}

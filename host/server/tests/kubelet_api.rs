@@ -1,0 +1,538 @@
+//! The kubelet server as the API server reaches it: an agent on the in-process CRI
+//! simulator, its kubelet server trusting the API server double's client CA and asking
+//! the double's TokenReview and SubjectAccessReview, and kube's client calling
+//! `pods/log`, `pods/exec` and `pods/portforward` through the double — the path
+//! `kubectl logs`, `exec` and `port-forward` take. Also the server's own answers:
+//! 401, 403, 404, 400 and 422 in the kubelet's words, and no stream left behind when a
+//! client goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{AsyncBufReadExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams, LogParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cri_sim::Simulator;
+use wasmlet_plugin_host::source::SourcePod;
+use wasmlet_server::authn::AuthnSettings;
+use wasmlet_server::authz::AuthzSettings;
+use wasmlet_server::review::ApiReviews;
+
+struct NoProbes;
+
+impl wasmlet_agent::prober::Checker for NoProbes {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a wasmlet_plugin_host::probe::Target,
+        _: Option<Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
+    ) -> std::pin::Pin<
+        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
+    > {
+        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
+    }
+}
+
+struct Node {
+    api: ApiServerSim,
+    client: kube::Client,
+    agent: Arc<Agent<Simulator>>,
+    served: wasmlet_server::Served,
+    apiserver: Option<wasmlet_apiserver_sim::Served>,
+    dir: std::path::PathBuf,
+}
+
+const NODE: &str = "node-k";
+
+async fn node(test: &str) -> Node {
+    let dir =
+        std::env::temp_dir().join(format!("wasmlet-kubelet-api-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let api = ApiServerSim::new();
+    api.set_address_types(&["InternalIP", "Hostname"]);
+    let apiserver = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let kubeconfig = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &apiserver.url()).expect("kubeconfig");
+    let client = wasmlet_cluster_client(&kubeconfig).await;
+    let ca = dir.join("client-ca.crt");
+    std::fs::write(&ca, api.kubelet_client_ca_pem().expect("ca")).expect("write ca");
+
+    let sim = Arc::new(Simulator::new());
+    let agent = Arc::new(Agent::start(
+        sim,
+        AgentOptions {
+            node: NodeFacts {
+                name: NODE.into(),
+                hostname: NODE.into(),
+                ip: "127.0.0.1".into(),
+                cpus: 2,
+                memory_bytes: 4 << 30,
+                ephemeral_storage_bytes: 10 << 30,
+                max_pods: 110,
+                labels: Default::default(),
+                reserved: Default::default(),
+            },
+            pod_logs_dir: dir.join("logs"),
+            root_dir: dir.join("root"),
+            resolv_conf: "/etc/resolv.conf".into(),
+            sync_frequency: Duration::from_secs(60),
+            relist_period: Duration::from_millis(200),
+            sources: vec!["file".into()],
+            pod_cgroups: None,
+            events: None,
+            volumes: None,
+        },
+        Arc::new(NoProbes),
+        None,
+        None,
+    ));
+    let reviews = Arc::new(ApiReviews::new(client.clone()));
+    let served = wasmlet_server::start(
+        wasmlet_server::Settings {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            node_name: NODE.into(),
+            tls: wasmlet_server::tls::TlsSettings {
+                client_ca_file: Some(ca),
+                ..Default::default()
+            },
+            self_signed: wasmlet_server::tls::SelfSigned {
+                dir: dir.join("pki"),
+                names: vec![NODE.into()],
+                ips: vec!["127.0.0.1".parse().expect("ip")],
+            },
+            authn: AuthnSettings::default(),
+            authz: AuthzSettings::default(),
+        },
+        wasmlet_server::Parts {
+            agent: agent.clone(),
+            metrics: Arc::new(|| "kubelet_running_pods 1\n".into()),
+            probe_metrics: Arc::new(String::new),
+            configz: serde_json::json!({"nodeName": NODE}),
+            tokens: Some(reviews.clone()),
+            access: Some(reviews),
+        },
+    )
+    .await
+    .expect("server");
+    // The node as the agent registers it: addresses and its kubelet port.
+    api.create(
+        "api/v1",
+        "nodes",
+        serde_json::json!({
+            "metadata": {"name": NODE},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": served.addr.port()}},
+            },
+        }),
+    )
+    .expect("node");
+    // The API server's client certificate may do anything on nodes (system:masters).
+    api.allow("group:system:masters", "*", "*");
+    Node {
+        api,
+        client,
+        agent,
+        served,
+        apiserver: Some(apiserver),
+        dir,
+    }
+}
+
+async fn wasmlet_cluster_client(path: &std::path::Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Runs `name` (a static pod of `containers`) on the node, and makes the API server's
+/// copy (bound to the node) that requests are routed by.
+async fn run_pod(n: &Node, name: &str, containers: serde_json::Value) -> String {
+    let manifest = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": containers},
+    });
+    n.agent
+        .sources()
+        .send(SourceSet {
+            source: "file".into(),
+            pods: vec![SourcePod {
+                origin: format!("{name}.yaml"),
+                pod: serde_json::from_value(manifest.clone()).expect("pod"),
+            }],
+            unchanged: Vec::new(),
+            problems: Vec::new(),
+        })
+        .await
+        .expect("sources");
+    let full = format!("{name}-{NODE}");
+    let mut bound = manifest;
+    bound["metadata"]["name"] = full.clone().into();
+    bound["spec"]["nodeName"] = NODE.into();
+    n.api.create("api/v1", "pods", bound).expect("bound pod");
+    for _ in 0..200 {
+        let running = n
+            .agent
+            .ctx
+            .statuses
+            .find("default", &full)
+            .is_some_and(|e| {
+                e.status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                    && e.status
+                        .container_statuses
+                        .as_ref()
+                        .is_some_and(|c| !c.is_empty())
+            });
+        if running {
+            // The relist that saw it running also fed the pod cache.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return full;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{full} did not run");
+}
+
+/// A raw request to the kubelet server: kube's client as an HTTPS client, with
+/// `token` as its bearer token (or none).
+async fn raw(n: &Node, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut config = kube::Config::new(
+        format!("https://127.0.0.1:{}", n.served.addr.port())
+            .parse()
+            .expect("url"),
+    );
+    config.accept_invalid_certs = true;
+    if let Some(t) = token {
+        config.auth_info.token = Some(t.to_owned().into());
+    }
+    let client = kube::Client::try_from(config).expect("client");
+    let request = http::Request::get(path).body(Vec::new()).expect("request");
+    match client.request_text(request).await {
+        Ok(body) => (200, body),
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_exec_and_port_forward_through_the_api_server() {
+    let n = node("streams").await;
+    let pods: Api<Pod> = Api::namespaced(n.client.clone(), "default");
+    let web = run_pod(
+        &n,
+        "web",
+        serde_json::json!([{"name": "c", "image": "localhost/busybox:latest",
+            "command": ["sh", "-c", "echo first; echo second; echo third; sleep 3600"]}]),
+    )
+    .await;
+
+    // Logs with every parameter the kubelet reads.
+    let all = pods.logs(&web, &LogParams::default()).await.expect("logs");
+    assert_eq!(all, "first\nsecond\nthird\n");
+    let tail = pods
+        .logs(
+            &web,
+            &LogParams {
+                tail_lines: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("tail");
+    assert_eq!(tail, "third\n");
+    let limited = pods
+        .logs(
+            &web,
+            &LogParams {
+                limit_bytes: Some(8),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("limit");
+    assert_eq!(limited, "first\nse");
+    let stamped = pods
+        .logs(
+            &web,
+            &LogParams {
+                timestamps: true,
+                tail_lines: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("timestamps");
+    assert!(
+        stamped.ends_with("Z third\n") && stamped.len() > 31,
+        "{stamped:?}"
+    );
+    let since = pods
+        .logs(
+            &web,
+            &LogParams {
+                since_seconds: Some(3600),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("since");
+    assert_eq!(since, all);
+    let previous = pods
+        .logs(
+            &web,
+            &LogParams {
+                previous: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("no previous instance");
+    assert!(
+        previous
+            .to_string()
+            .contains("previous terminated container \"c\""),
+        "{previous}"
+    );
+
+    // Follow: lines written while the stream is open arrive.
+    let log_path = std::fs::read_dir(n.dir.join("logs"))
+        .expect("logs dir")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains("web"))
+        .expect("pod log dir")
+        .path()
+        .join("c/0.log");
+    let mut follow = pods
+        .log_stream(
+            &web,
+            &LogParams {
+                follow: true,
+                tail_lines: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("follow")
+        .lines();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log_path)
+        .expect("log");
+    std::io::Write::write_all(&mut f, b"2026-11-23T10:00:00.000000000Z stdout F fourth\n")
+        .expect("append");
+    let line = tokio::time::timeout(Duration::from_secs(5), follow.try_next())
+        .await
+        .expect("a followed line in time")
+        .expect("read")
+        .expect("a line");
+    assert_eq!(line, "fourth");
+    drop(follow);
+
+    // Exec: output, stderr and a non-zero exit status.
+    let mut p = pods
+        .exec(
+            &web,
+            ["sh", "-c", "echo out; echo err >&2; exit 3"],
+            &AttachParams::default().stdout(true).stderr(true),
+        )
+        .await
+        .expect("exec");
+    let mut out = String::new();
+    p.stdout()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .await
+        .expect("read");
+    let mut err = String::new();
+    p.stderr()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .await
+        .expect("read");
+    let status = p.take_status().expect("status").await.expect("a status");
+    assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("NonZeroExitCode"),
+        "{status:?}"
+    );
+    p.join().await.expect("join");
+
+    // Exec with stdin: what goes in comes back.
+    let mut cat = pods
+        .exec(
+            &web,
+            ["cat"],
+            &AttachParams::default()
+                .stdin(true)
+                .stdout(true)
+                .stderr(false),
+        )
+        .await
+        .expect("exec cat");
+    let mut stdin = cat.stdin().expect("stdin");
+    let mut stdout = cat.stdout().expect("stdout");
+    stdin.write_all(b"ping\n").await.expect("write");
+    let mut buf = [0u8; 5];
+    tokio::time::timeout(Duration::from_secs(5), stdout.read_exact(&mut buf))
+        .await
+        .expect("echo in time")
+        .expect("read");
+    assert_eq!(&buf, b"ping\n");
+    // The client goes away mid-stream: nothing stays open on the node.
+    cat.abort();
+    drop((stdin, stdout));
+    for _ in 0..50 {
+        if n.served.open_streams.get() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(n.served.open_streams.get(), 0, "no stream leaked");
+
+    // Port-forward carries an HTTP request to a server in the pod's network.
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = http.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let (mut s, _) = http.accept().await.expect("accept");
+        let mut req = vec![0u8; 1024];
+        let _ = s.read(&mut req).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
+            .await;
+    });
+    let mut pf = pods.portforward(&web, &[port]).await.expect("portforward");
+    let mut stream = pf.take_stream(port).expect("stream");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: pod\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.ends_with(b"hello") {
+        let k = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("answer in time")
+            .expect("read");
+        if k == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..k]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK") && answer.ends_with(b"hello"));
+    drop(stream);
+    pf.abort();
+    let _ = std::fs::remove_dir_all(&n.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_authenticated_and_authorized_the_kubelets_way() {
+    let mut n = node("auth").await;
+    let web = run_pod(
+        &n,
+        "auth",
+        serde_json::json!([{"name": "c", "image": "localhost/busybox:latest", "command": ["sleep", "3600"]}]),
+    )
+    .await;
+    n.api.add_token("reader-token", "reader", &["readers"]);
+    n.api.add_token("stats-token", "stats", &[]);
+    n.api.allow("group:readers", "get", "proxy");
+    n.api.allow("stats", "get", "stats");
+
+    assert_eq!(raw(&n, "/pods", None).await.0, 401, "no credentials");
+    assert_eq!(
+        raw(&n, "/pods", Some("nobody")).await.0,
+        401,
+        "a token the API server rejects"
+    );
+    let (code, body) = raw(&n, "/pods", Some("stats-token")).await;
+    assert_eq!(
+        (code, body.trim()),
+        (
+            403,
+            "Forbidden (user=stats, verb=get, resource=nodes, subresource=proxy)"
+        )
+    );
+    let (code, body) = raw(&n, "/pods", Some("reader-token")).await;
+    assert_eq!(code, 200);
+    assert!(body.contains(&web), "{body}");
+    assert_eq!(
+        raw(&n, "/metrics", Some("reader-token")).await.0,
+        403,
+        "metrics is its own subresource"
+    );
+
+    // Each token and decision is asked once, then answered from the cache.
+    let reviews = |kind: &str| {
+        n.api
+            .requests()
+            .iter()
+            .filter(|(_, p)| p.ends_with(kind))
+            .count()
+    };
+    let (tokens, decisions) = (reviews("tokenreviews"), reviews("subjectaccessreviews"));
+    for _ in 0..5 {
+        assert_eq!(raw(&n, "/pods", Some("reader-token")).await.0, 200);
+    }
+    assert_eq!(reviews("tokenreviews"), tokens);
+    assert_eq!(reviews("subjectaccessreviews"), decisions);
+
+    // The server's own answers, in the kubelet's words.
+    let t = Some("reader-token");
+    let (code, body) = raw(&n, "/containerLogs/default/nosuch/c", t).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("nosuch"), "{body}");
+    let (code, body) = raw(&n, &format!("/containerLogs/default/{web}/other"), t).await;
+    assert_eq!(code, 404);
+    assert!(body.contains("container \"other\" not found"), "{body}");
+    let (code, body) = raw(
+        &n,
+        &format!("/containerLogs/default/{web}/c?tailLines=ten"),
+        t,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(body.starts_with("tailLines"), "{body}");
+    let (code, body) = raw(
+        &n,
+        &format!("/containerLogs/default/{web}/c?limitBytes=0"),
+        t,
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(raw(&n, "/configz", t).await.0, 200);
+    assert_eq!(raw(&n, "/runningpods/", t).await.0, 200);
+    let (code, body) = raw(&n, &format!("/exec/default/{web}/c?command=ls"), t).await;
+    assert_eq!(code, 400, "no stream asked for: {body}");
+
+    // The API server gone: tokens cannot be checked, and nothing gets in.
+    n.api.add_token("late-token", "reader", &["readers"]);
+    if let Some(a) = n.apiserver.take() {
+        a.stop();
+    }
+    assert_eq!(
+        raw(&n, "/pods", Some("late-token")).await.0,
+        401,
+        "fails closed"
+    );
+    let _ = std::fs::remove_dir_all(&n.dir);
+}
