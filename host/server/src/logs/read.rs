@@ -243,11 +243,12 @@ pub fn read<S: Sink>(
             reader = BufReader::with_capacity(CHUNK, next);
             continue;
         }
+        // Without inotify (out of watches), the file is read again every state check.
         let woke = match &watcher {
             Some((_, rx)) => rx.recv_timeout(STATE_CHECK).is_ok(),
             None => {
-                std::thread::sleep(Duration::from_millis(250));
-                true
+                std::thread::sleep(STATE_CHECK);
+                false
             }
         };
         if let Some((_, rx)) = &watcher {
