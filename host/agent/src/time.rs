@@ -69,25 +69,7 @@ pub fn nanos_rfc3339(nanos: i64) -> Option<String> {
 
 /// Unix seconds as `2026-11-22T10:00:00Z`.
 pub fn rfc3339(unix_secs: i64) -> String {
-    let days = unix_secs.div_euclid(86_400);
-    let rem = unix_secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    wasmlet_cri::labels::rfc3339_secs(unix_secs)
 }
 
 #[cfg(test)]

@@ -980,33 +980,9 @@ impl Simulator {
         timeout_secs: i64,
     ) -> Result<proto::ExecSyncResponse, Status> {
         self.enter("ExecSync").await?;
-        let (program, latency) = {
-            let st = self.inner.lock();
-            let c = st
-                .containers
-                .get(id)
-                .ok_or_else(|| container_not_found(id))?;
-            if c.state != ContainerState::ContainerRunning {
-                return Err(unknown(format!(
-                    "failed to exec in container: container is in {} state",
-                    state_name(c.state)
-                )));
-            }
-            let ran = c.started.map(|s| s.elapsed()).unwrap_or_default();
-            let files = c.files_at(ran);
-            let mut program = shell::interpret(cmd, &files, Mode::Exec);
-            let forced = match (c.script.exec_exit, c.script.exec_fail_after) {
-                (_, Some(after)) if ran >= after => Some(1),
-                (code, _) => code,
-            };
-            if let (Some(code), End::Exit { after, .. }) = (forced, &program.end) {
-                program.end = End::Exit {
-                    after: *after,
-                    code,
-                };
-            }
-            (program, c.script.exec_latency.unwrap_or_default())
-        };
+        let (program, latency) = self
+            .exec_program(id, cmd)
+            .map_err(|e| e.status("failed to exec in container: "))?;
         let limit = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs.unsigned_abs()));
         let (took, code) = match program.end {
             End::Exit { after, code } => (Some(after + latency), code),
@@ -1168,6 +1144,27 @@ impl Simulator {
 
     // ------------------------------------------------------------ internals
 
+    /// What an exec of `cmd` in the running container `id` runs, with the script's
+    /// forced exit code applied, and the script's exec latency: one answer for ExecSync
+    /// and a streamed Exec alike.
+    fn exec_program(&self, id: &str, cmd: &[String]) -> Result<(Program, Duration), NotRunning> {
+        let st = self.inner.lock();
+        let c = running_locked(&st, id)?;
+        let ran = c.started.map(|s| s.elapsed()).unwrap_or_default();
+        let mut program = shell::interpret(cmd, &c.files_at(ran), Mode::Exec);
+        let forced = match (c.script.exec_exit, c.script.exec_fail_after) {
+            (_, Some(after)) if ran >= after => Some(1),
+            (code, _) => code,
+        };
+        if let (Some(code), End::Exit { after, .. }) = (forced, &program.end) {
+            program.end = End::Exit {
+                after: *after,
+                code,
+            };
+        }
+        Ok((program, c.script.exec_latency.unwrap_or_default()))
+    }
+
     /// Marks a running container exited (no-op otherwise) and announces it.
     fn finish_locked(&self, st: &mut State, id: &str, code: i32, reason: &str) {
         let now = self.inner.clock.now();
@@ -1244,6 +1241,36 @@ impl Simulator {
         // No receiver left is not an error: events are best effort by contract.
         let _ = self.inner.events.send(event);
     }
+}
+
+/// Why a container cannot be exec'd into or attached to.
+enum NotRunning {
+    /// No such container.
+    Unknown(Status),
+    /// It is in this state.
+    State(&'static str),
+}
+
+impl NotRunning {
+    /// The runtime's answer, its message after `prefix` (each call words it its own way).
+    fn status(self, prefix: &str) -> Status {
+        match self {
+            NotRunning::Unknown(s) => s,
+            NotRunning::State(state) => unknown(format!("{prefix}container is in {state} state")),
+        }
+    }
+}
+
+/// The container `id`, if it runs.
+fn running_locked<'a>(st: &'a State, id: &str) -> Result<&'a Container, NotRunning> {
+    let c = st
+        .containers
+        .get(id)
+        .ok_or_else(|| NotRunning::Unknown(container_not_found(id)))?;
+    if c.state != ContainerState::ContainerRunning {
+        return Err(NotRunning::State(state_name(c.state)));
+    }
+    Ok(c)
 }
 
 impl Inner {

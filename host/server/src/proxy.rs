@@ -113,9 +113,8 @@ pub async fn forward(
         })
 }
 
-/// [`forward`] over a connection already made to `target`'s host (TLS or not): what the
-/// API server double uses to reach a node's kubelet server too.
-pub async fn forward_on<IO>(
+/// [`forward`] over the connection made to `target`'s host.
+async fn forward_on<IO>(
     mut req: Request<Body>,
     io: IO,
     target: &Uri,

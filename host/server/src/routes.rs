@@ -53,40 +53,11 @@ fn json(value: &impl serde::Serialize) -> Response {
     }
 }
 
-/// `key=value` pairs of a query string, percent-decoded.
+/// `key=value` pairs of a query string, percent-decoded (`+` is a space).
 pub fn pairs(query: Option<&str>) -> Vec<(String, String)> {
-    let Some(q) = query else { return Vec::new() };
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(k), decode(v))
-        })
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
         .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..=i + 2]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The router of every path (authentication and authorization are layered on by the
@@ -104,26 +75,21 @@ pub fn router<R: CriRuntime + 'static>(shared: Arc<Shared<R>>) -> Router {
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs::<R>),
         )
+        // Each with the pod's UID or without it.
         .route("/exec/{namespace}/{pod}/{container}", any(exec::<R>))
-        .route(
-            "/exec/{namespace}/{pod}/{uid}/{container}",
-            any(exec_uid::<R>),
-        )
+        .route("/exec/{namespace}/{pod}/{uid}/{container}", any(exec::<R>))
         .route("/attach/{namespace}/{pod}/{container}", any(attach::<R>))
         .route(
             "/attach/{namespace}/{pod}/{uid}/{container}",
-            any(attach_uid::<R>),
+            any(attach::<R>),
         )
         .route("/portForward/{namespace}/{pod}", any(port_forward::<R>))
         .route(
             "/portForward/{namespace}/{pod}/{uid}",
-            any(port_forward_uid::<R>),
+            any(port_forward::<R>),
         )
         .route("/run/{namespace}/{pod}/{container}", post(run::<R>))
-        .route(
-            "/run/{namespace}/{pod}/{uid}/{container}",
-            post(run_uid::<R>),
-        )
+        .route("/run/{namespace}/{pod}/{uid}/{container}", post(run::<R>))
         .with_state(shared)
 }
 
@@ -527,7 +493,12 @@ enum Kind {
 async fn exec_or_attach<R: CriRuntime + 'static>(
     s: Arc<Shared<R>>,
     kind: Kind,
-    (namespace, pod, uid, container): (String, String, Option<String>, String),
+    ContainerPath {
+        namespace,
+        pod,
+        uid,
+        container,
+    }: ContainerPath,
     req: Request,
 ) -> Response {
     let q = match stream_query(req.uri().query()) {
@@ -580,36 +551,37 @@ async fn exec_or_attach<R: CriRuntime + 'static>(
     }
 }
 
-async fn exec<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    exec_or_attach(s, Kind::Exec, (namespace, pod, None, container), req).await
+/// A path naming a container: `{namespace}/{pod}[/{uid}]/{container}`.
+#[derive(Debug, serde::Deserialize)]
+struct ContainerPath {
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+    container: String,
 }
 
-async fn exec_uid<R: CriRuntime + 'static>(
+/// A path naming a pod: `{namespace}/{pod}[/{uid}]`.
+#[derive(Debug, serde::Deserialize)]
+struct PodPath {
+    namespace: String,
+    pod: String,
+    uid: Option<String>,
+}
+
+async fn exec<R: CriRuntime + 'static>(
     State(s): St<R>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    Path(p): Path<ContainerPath>,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Exec, (namespace, pod, Some(uid), container), req).await
+    exec_or_attach(s, Kind::Exec, p, req).await
 }
 
 async fn attach<R: CriRuntime + 'static>(
     State(s): St<R>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Path(p): Path<ContainerPath>,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Attach, (namespace, pod, None, container), req).await
-}
-
-async fn attach_uid<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    exec_or_attach(s, Kind::Attach, (namespace, pod, Some(uid), container), req).await
+    exec_or_attach(s, Kind::Attach, p, req).await
 }
 
 /// The `port` query parameters (repeated, or comma-separated), each 1 to 65535.
@@ -634,9 +606,13 @@ fn ports(query: Option<&str>) -> Result<Vec<i32>, Response> {
     Ok(out)
 }
 
-async fn forward_ports<R: CriRuntime + 'static>(
-    s: Arc<Shared<R>>,
-    (namespace, pod, uid): (String, String, Option<String>),
+async fn port_forward<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path(PodPath {
+        namespace,
+        pod,
+        uid,
+    }): Path<PodPath>,
     req: Request,
 ) -> Response {
     let ports = match ports(req.uri().query()) {
@@ -666,28 +642,17 @@ async fn forward_ports<R: CriRuntime + 'static>(
     }
 }
 
-async fn port_forward<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    forward_ports(s, (namespace, pod, None), req).await
-}
-
-async fn port_forward_uid<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod, uid)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    forward_ports(s, (namespace, pod, Some(uid)), req).await
-}
-
 /// `POST /run/…?cmd=…`: runs a command to completion (ExecSync) and answers with its
 /// output, stdout then stderr.
-async fn run_in<R: CriRuntime + 'static>(
-    s: Arc<Shared<R>>,
-    (namespace, pod, uid, container): (String, String, Option<String>, String),
-    query: Option<String>,
+async fn run<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    Path(ContainerPath {
+        namespace,
+        pod,
+        uid,
+        container,
+    }): Path<ContainerPath>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let q = pairs(query.as_deref());
     let Some(cmd) = q.iter().find(|(k, _)| k == "cmd").map(|(_, v)| v.clone()) else {
@@ -723,22 +688,6 @@ async fn run_in<R: CriRuntime + 'static>(
     }
 }
 
-async fn run<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    run_in(s, (namespace, pod, None, container), query).await
-}
-
-async fn run_uid<R: CriRuntime + 'static>(
-    State(s): St<R>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    run_in(s, (namespace, pod, Some(uid), container), query).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,8 +703,13 @@ mod tests {
                 ("tty".to_owned(), "1".to_owned()),
             ]
         );
-        assert_eq!(decode("100%"), "100%");
-        assert_eq!(decode("%zz"), "%zz");
+        assert_eq!(
+            pairs(Some("a=100%&b=%zz")),
+            vec![
+                ("a".to_owned(), "100%".to_owned()),
+                ("b".to_owned(), "%zz".to_owned()),
+            ]
+        );
     }
 
     #[test]

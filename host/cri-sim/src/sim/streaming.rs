@@ -34,10 +34,10 @@ use axum::routing::any;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tonic::Status;
-use wasmlet_cri::proto::{self, ContainerState, PodSandboxState};
+use wasmlet_cri::proto::{self, PodSandboxState};
 
-use super::{Simulator, container_not_found, state_name, unknown};
-use crate::shell::{End, Mode};
+use super::{NotRunning, Simulator, running_locked, unknown};
+use crate::shell::{End, Program};
 
 /// How long an unused session stays valid.
 const SESSION_TTL: Duration = Duration::from_secs(60);
@@ -48,7 +48,9 @@ const PROTOCOLS: [&str; 3] = ["v5.channel.k8s.io", "v4.channel.k8s.io", "channel
 /// What a token stands for.
 #[derive(Debug, Clone)]
 enum Session {
-    Exec(proto::ExecRequest),
+    /// The request, and what its command does (as ExecSync would run it) with the
+    /// script's exec latency.
+    Exec(proto::ExecRequest, Program, Duration),
     Attach(proto::AttachRequest),
     PortForward(Vec<i32>),
 }
@@ -64,18 +66,21 @@ impl Simulator {
     /// `Exec`: a session for `request` on a running container.
     pub(crate) async fn exec(&self, request: proto::ExecRequest) -> Result<String, Status> {
         self.enter("Exec").await?;
-        self.running(&request.container_id)?;
+        let (program, latency) = self
+            .exec_program(&request.container_id, &request.cmd)
+            .map_err(|e| e.status(""))?;
         check_streams(request.stdin, request.stdout, request.stderr, request.tty)?;
         if request.cmd.is_empty() {
             return Err(Status::invalid_argument("cmd must not be empty"));
         }
-        self.session("exec", Session::Exec(request)).await
+        self.session("exec", Session::Exec(request, program, latency))
+            .await
     }
 
     /// `Attach`: a session on a running container's main process.
     pub(crate) async fn attach(&self, request: proto::AttachRequest) -> Result<String, Status> {
         self.enter("Attach").await?;
-        self.running(&request.container_id)?;
+        running_locked(&self.inner.lock(), &request.container_id).map_err(|e| e.status(""))?;
         check_streams(request.stdin, request.stdout, request.stderr, request.tty)?;
         self.session("attach", Session::Attach(request)).await
     }
@@ -111,16 +116,10 @@ impl Simulator {
     /// an error for a container that does not run, as containerd answers.
     pub(crate) async fn reopen_container_log(&self, id: &str) -> Result<(), Status> {
         self.enter("ReopenContainerLog").await?;
-        let path = {
-            let st = self.inner.lock();
-            let c = st
-                .containers
-                .get(id)
-                .ok_or_else(|| container_not_found(id))?;
-            if c.state != ContainerState::ContainerRunning {
-                return Err(unknown("container is not running"));
-            }
-            c.log_path.clone()
+        let path = match running_locked(&self.inner.lock(), id) {
+            Ok(c) => c.log_path.clone(),
+            Err(NotRunning::State(_)) => return Err(unknown("container is not running")),
+            Err(NotRunning::Unknown(s)) => return Err(s),
         };
         if !path.is_empty() {
             std::fs::OpenOptions::new()
@@ -155,7 +154,7 @@ impl Simulator {
         else {
             return;
         };
-        let stamp = rfc3339_nanos(at_nanos);
+        let stamp = wasmlet_cri::labels::rfc3339_nanos(at_nanos);
         let mut text = Vec::new();
         for (stream, data) in [("stdout", stdout), ("stderr", stderr)] {
             for line in data.split_inclusive(|b| *b == b'\n') {
@@ -169,21 +168,6 @@ impl Simulator {
             }
         }
         let _ = file.write_all(&text);
-    }
-
-    fn running(&self, id: &str) -> Result<(), Status> {
-        let st = self.inner.lock();
-        let c = st
-            .containers
-            .get(id)
-            .ok_or_else(|| container_not_found(id))?;
-        if c.state != ContainerState::ContainerRunning {
-            return Err(unknown(format!(
-                "container is in {} state",
-                state_name(c.state)
-            )));
-        }
-        Ok(())
     }
 
     async fn session(&self, kind: &str, session: Session) -> Result<String, Status> {
@@ -234,14 +218,6 @@ impl Simulator {
             .copied()
     }
 
-    /// The program an exec of `cmd` runs, as ExecSync would run it.
-    fn exec_program(&self, id: &str, cmd: &[String]) -> Option<crate::shell::Program> {
-        let st = self.inner.lock();
-        let c = st.containers.get(id)?;
-        let ran = c.started.map(|s| s.elapsed()).unwrap_or_default();
-        Some(crate::shell::interpret(cmd, &c.files_at(ran), Mode::Exec))
-    }
-
     fn exited(&self, id: &str) -> Option<(tokio::sync::watch::Receiver<bool>, i32)> {
         let st = self.inner.lock();
         let c = st.containers.get(id)?;
@@ -271,30 +247,6 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
     Ok(())
 }
 
-/// `2006-01-02T15:04:05.999999999Z` from Unix nanoseconds.
-fn rfc3339_nanos(nanos: i64) -> String {
-    let secs = nanos.div_euclid(1_000_000_000);
-    let frac = nanos.rem_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 async fn serve_session(
     AxState(sim): AxState<Simulator>,
     Path((kind, token)): Path<(String, String)>,
@@ -313,7 +265,9 @@ async fn serve_session(
     let ws = ws.protocols(PROTOCOLS);
     ws.on_upgrade(move |socket| async move {
         match session {
-            Session::Exec(r) => exec_session(sim, r, socket).await,
+            Session::Exec(r, program, latency) => {
+                exec_session(r, program, latency, socket).await;
+            }
             Session::Attach(r) => attach_session(sim, r, socket).await,
             Session::PortForward(ports) => port_forward_session(ports, socket).await,
         }
@@ -344,7 +298,12 @@ fn exit_status(cmd: &[String], code: i32) -> String {
     .to_string()
 }
 
-async fn exec_session(sim: Simulator, r: proto::ExecRequest, mut socket: WebSocket) {
+async fn exec_session(
+    r: proto::ExecRequest,
+    program: Program,
+    latency: Duration,
+    mut socket: WebSocket,
+) {
     let echo = r.stdin && r.cmd.len() == 1 && r.cmd[0] == "cat";
     if echo {
         // Echo stdin to stdout until stdin closes (v5: [255, 0]) or the client goes.
@@ -370,18 +329,9 @@ async fn exec_session(sim: Simulator, r: proto::ExecRequest, mut socket: WebSock
         let _ = socket.send(Message::Close(None)).await;
         return;
     }
-    let Some(program) = sim.exec_program(&r.container_id, &r.cmd) else {
-        let _ = socket
-            .send(frame(
-                3,
-                br#"{"metadata":{},"status":"Failure","message":"container not found"}"#,
-            ))
-            .await;
-        return;
-    };
     let code = match program.end {
         End::Exit { after, code } => {
-            tokio::time::sleep(after).await;
+            tokio::time::sleep(after + latency).await;
             code
         }
         // A command that never ends runs until the client goes.
@@ -509,15 +459,6 @@ async fn port_forward_session(ports: Vec<i32>, mut socket: WebSocket) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn log_timestamps_are_rfc3339_with_nanoseconds() {
-        assert_eq!(rfc3339_nanos(0), "1970-01-01T00:00:00.000000000Z");
-        assert_eq!(
-            rfc3339_nanos(1_700_000_000_123_456_789),
-            "2023-11-14T22:13:20.123456789Z"
-        );
-    }
 
     #[test]
     fn output_is_written_as_cri_log_lines() {

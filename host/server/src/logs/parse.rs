@@ -139,13 +139,7 @@ pub fn parse_time(s: &[u8]) -> Option<i64> {
 /// Unix nanoseconds as the kubelet prints them with `timestamps=true`:
 /// `2006-01-02T15:04:05.000000000Z` (UTC, nine digits).
 pub fn format_time(nanos: i64, out: &mut Vec<u8>) {
-    let secs = nanos.div_euclid(1_000_000_000);
-    let frac = nanos.rem_euclid(1_000_000_000);
-    let date = wasmlet_agent::time::rfc3339(secs);
-    // `2026-11-22T10:00:00Z` → insert the fraction before the `Z`.
-    let date = date.strip_suffix('Z').unwrap_or(&date);
-    out.extend_from_slice(date.as_bytes());
-    out.extend_from_slice(format!(".{frac:09}Z").as_bytes());
+    out.extend_from_slice(wasmlet_cri::labels::rfc3339_nanos(nanos).as_bytes());
 }
 
 #[cfg(test)]
