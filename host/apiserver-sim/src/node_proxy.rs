@@ -181,7 +181,9 @@ fn encode(s: &str) -> String {
 struct Routed {
     host: String,
     port: u16,
-    container: Option<String>,
+    /// The container named (or the pod's only one); otherwise the API server's words
+    /// for a request that must name one.
+    container: Result<String, String>,
 }
 
 fn route(
@@ -215,6 +217,14 @@ fn route(
         .flat_map(|f| pod["spec"][f].as_array().into_iter().flatten())
         .filter_map(|c| c["name"].as_str())
         .collect();
+    let list = |field: &str| -> Vec<&str> {
+        pod["spec"][field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str())
+            .collect()
+    };
     let container = match container {
         Some(c) if !names.contains(&c) => {
             return Err(reply(
@@ -223,19 +233,19 @@ fn route(
                 format!("container {c} is not valid for pod {name}"),
             ));
         }
-        Some(c) => Some(c.to_owned()),
-        None => {
-            let main: Vec<&str> = pod["spec"]["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["name"].as_str())
-                .collect();
-            match main.as_slice() {
-                [only] => Some((*only).to_owned()),
-                _ => None,
-            }
-        }
+        Some(c) => Ok(c.to_owned()),
+        None => match (list("containers").as_slice(), list("initContainers")) {
+            ([only], _) => Ok((*only).to_owned()),
+            (main, init) if init.is_empty() => Err(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                main.join(" ")
+            )),
+            (main, init) => Err(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}] or one of the init containers: [{}]",
+                main.join(" "),
+                init.join(" ")
+            )),
+        },
     };
     let Some(node) = store.objects.get(&key("nodes", "", node_name)) else {
         return Err(reply(
@@ -304,13 +314,10 @@ pub(crate) async fn handle(
         Err(response) => return response,
     };
     let need_container = || {
-        routed.container.clone().ok_or_else(|| {
-            reply(
-                400,
-                "BadRequest",
-                format!("a container name must be specified for pod {name}"),
-            )
-        })
+        routed
+            .container
+            .clone()
+            .map_err(|message| reply(400, "BadRequest", message))
     };
     let mut kubelet_query: Vec<String> = Vec::new();
     let path = match sub.as_str() {
@@ -393,6 +400,27 @@ pub(crate) async fn handle(
         }
     };
     match forward(request, &routed.host, routed.port, &target, tls).await {
+        // A log the kubelet refuses comes back as a Status carrying the kubelet's words
+        // and code, as the API server's response checker makes it.
+        Ok(r) if sub == "log" && !r.status().is_success() => {
+            let code = r.status().as_u16();
+            let body = axum::body::to_bytes(r.into_body(), 64 << 10)
+                .await
+                .unwrap_or_default();
+            let reason = match code {
+                400 => "BadRequest",
+                401 => "Unauthorized",
+                403 => "Forbidden",
+                404 => "NotFound",
+                422 => "Invalid",
+                _ => "InternalError",
+            };
+            reply(
+                code,
+                reason,
+                String::from_utf8_lossy(&body).trim_end().to_owned(),
+            )
+        }
         Ok(r) => r,
         Err(e) => reply(
             500,

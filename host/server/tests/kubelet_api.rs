@@ -303,11 +303,15 @@ async fn logs_exec_and_port_forward_through_the_api_server() {
         )
         .await
         .expect_err("no previous instance");
+    let kube::Error::Api(previous) = previous else {
+        panic!("a Status from the API server: {previous}");
+    };
+    assert_eq!(previous.code, 400);
     assert!(
         previous
-            .to_string()
+            .message
             .contains("previous terminated container \"c\""),
-        "{previous}"
+        "{previous:?}"
     );
 
     // Follow: lines written while the stream is open arrive.
@@ -523,6 +527,28 @@ async fn requests_are_authenticated_and_authorized_the_kubelets_way() {
     assert_eq!(raw(&n, "/runningpods/", t).await.0, 200);
     let (code, body) = raw(&n, &format!("/exec/default/{web}/c?command=ls"), t).await;
     assert_eq!(code, 400, "no stream asked for: {body}");
+
+    // A pod of two containers: the API server asks which one.
+    let pair = run_pod(
+        &n,
+        "pair",
+        serde_json::json!([
+            {"name": "a", "image": "localhost/busybox:latest", "command": ["sleep", "3600"]},
+            {"name": "b", "image": "localhost/busybox:latest", "command": ["sleep", "3600"]},
+        ]),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(n.client.clone(), "default");
+    match pods.logs(&pair, &LogParams::default()).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 400);
+            assert_eq!(
+                s.message,
+                format!("a container name must be specified for pod {pair}, choose one of: [a b]")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 
     // The API server gone: tokens cannot be checked, and nothing gets in.
     n.api.add_token("late-token", "reader", &["readers"]);
