@@ -255,6 +255,18 @@ async fn run_agent(
         }
         None => KUBELET_PORT,
     };
+    // containerLogMaxSize / containerLogMaxFiles, every containerLogMonitorInterval, on
+    // this node's containers.
+    let _log_rotation =
+        wasmlet_logs::LogManager::new(agent.ctx.runtime.clone(), config.log_rotation)
+            .with_selector(
+                [(
+                    wasmlet_agent::runtime::NODE_LABEL.to_owned(),
+                    agent.node.name.clone(),
+                )]
+                .into(),
+            )
+            .spawn();
     if let Some(dir) = own_containerd {
         tokio::spawn(supervise_containerd(agent.clone(), dir));
     }

@@ -28,6 +28,16 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
+/// Bytes as the shortest binary quantity (`10Mi`, `512Ki`, `1000`).
+fn quantity(bytes: u64) -> String {
+    for (unit, size) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    bytes.to_string()
+}
+
 impl Config {
     /// The configuration as `/configz` shows it.
     pub fn configz(&self, node_name: &str) -> Value {
@@ -56,6 +66,10 @@ impl Config {
             "eventRecordQPS": self.limits.event_qps,
             "eventBurst": self.limits.event_burst,
             "enableServer": server.is_some(),
+            "containerLogMaxSize": quantity(self.log_rotation.policy.max_bytes),
+            "containerLogMaxFiles": self.log_rotation.policy.max_files,
+            "containerLogMaxWorkers": self.log_rotation.workers,
+            "containerLogMonitorInterval": go_duration(self.log_rotation.interval),
         });
         if let (Some(s), Some(o)) = (server, v.as_object_mut()) {
             o.insert("address".into(), s.addr.ip().to_string().into());
@@ -130,5 +144,10 @@ mod tests {
         assert_eq!(z["authorization"]["mode"], "AlwaysAllow");
         assert_eq!(z["authentication"]["anonymous"]["enabled"], false);
         assert_eq!(z["authentication"]["webhook"]["cacheTTL"], "2m0s");
+        assert_eq!(z["containerLogMaxSize"], "10Mi");
+        assert_eq!(z["containerLogMaxFiles"], 5);
+        assert_eq!(z["containerLogMonitorInterval"], "10s");
+        assert_eq!(quantity(1536), "1536");
+        assert_eq!(quantity(1 << 30), "1Gi");
     }
 }

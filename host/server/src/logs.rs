@@ -1,14 +1,7 @@
-//! `GET /containerLogs/{namespace}/{pod}/{container}`: a container's log, as
-//! `kubectl logs` prints it.
-//!
-//! - [`parse`] — the CRI log format (records, partial lines, timestamps).
-//! - [`read`] — the options applied while reading, following and rotation.
-//! - [`query`] here — the request's query, checked parameter by parameter.
+//! `GET /containerLogs/{namespace}/{pod}/{container}`: the request's query, checked
+//! parameter by parameter. Reading the file is `wasmlet-logs`' ([`read`], [`parse`]).
 
-pub mod parse;
-pub mod read;
-
-pub use read::LogOptions;
+pub use wasmlet_logs::{LogOptions, parse, read};
 
 /// A query parameter that is not usable, naming it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::parse;
+use crate::parse;
 
 /// How much is handed to the caller at once.
 const CHUNK: usize = 64 * 1024;
@@ -238,6 +238,8 @@ pub fn read<S: Sink>(
             && meta.ino() != inode
             && let Ok(next) = File::open(path)
         {
+            // What the runtime wrote to the old file before it reopened is read first.
+            drain(&mut reader, &mut pending, false, &mut w).map_err(io_err)?;
             inode = meta.ino();
             pending.clear();
             reader = BufReader::with_capacity(CHUNK, next);

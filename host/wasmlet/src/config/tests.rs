@@ -1,0 +1,244 @@
+//! The configuration file's tests: defaults, every field read, and each bad value
+//! refused naming the file and the field.
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config> {
+    Config::parse(text, Path::new("/etc/wasmlet/config.yaml"))
+}
+
+#[test]
+fn a_kubelet_configuration_is_accepted_with_defaults() {
+    let c = parse(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         staticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 1s\n\
+         clusterDNS: [10.96.0.10]\nauthentication: {anonymous: {enabled: false}}\n",
+    )
+    .expect("valid");
+    assert_eq!(c.file_check_frequency, Duration::from_secs(1));
+    assert_eq!(c.sync_frequency, Duration::from_secs(60));
+    assert_eq!(c.max_pods, 110);
+    assert_eq!(c.healthz.1, 10248);
+    assert_eq!(c.read_only.1, 10255);
+    assert_eq!(
+        c.runtime_endpoint.as_deref(),
+        Some(DEFAULT_RUNTIME_ENDPOINT)
+    );
+    assert!(parse("").is_ok(), "an empty file is all defaults");
+    assert_eq!(c.pod_pids_limit, None);
+    assert_eq!(c.pod_cgroup_parent.as_deref(), Some("wasmlet"));
+}
+
+#[test]
+fn log_rotation_is_the_kubelets_by_default_and_as_written() {
+    let r = parse("").expect("defaults").log_rotation;
+    assert_eq!(
+        (r.policy.max_bytes, r.policy.max_files),
+        (10 * 1024 * 1024, 5)
+    );
+    assert_eq!((r.interval, r.workers), (Duration::from_secs(10), 1));
+    let r = parse(
+        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMaxWorkers: 4\n\
+         containerLogMonitorInterval: 3s\n",
+    )
+    .expect("valid")
+    .log_rotation;
+    assert_eq!((r.policy.max_bytes, r.policy.max_files), (1 << 20, 2));
+    assert_eq!((r.interval, r.workers), (Duration::from_secs(3), 4));
+    assert_eq!(
+        parse("containerLogMaxSize: 2048")
+            .expect("a plain number of bytes")
+            .log_rotation
+            .policy
+            .max_bytes,
+        2048
+    );
+}
+
+#[test]
+fn the_server_defaults_are_the_secure_ones() {
+    let c = parse("").expect("defaults");
+    let s = c.server.expect("on by default");
+    assert_eq!(s.addr, "0.0.0.0:10250".parse().expect("addr"));
+    assert!(!s.authn.anonymous && s.authn.webhook);
+    assert_eq!(s.authn.cache_ttl, Duration::from_secs(120));
+    assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::Webhook);
+    assert_eq!(
+        (s.authz.authorized_ttl, s.authz.unauthorized_ttl),
+        (Duration::from_secs(300), Duration::from_secs(30))
+    );
+    assert_eq!(
+        c.read_only.0,
+        IpAddr::from([127, 0, 0, 1]),
+        "read-only stays local"
+    );
+    let c = parse(
+        "address: 10.0.0.5\nport: 11250\ntlsMinVersion: VersionTLS13\n\
+         tlsCertFile: /etc/pki/kubelet.crt\ntlsPrivateKeyFile: /etc/pki/kubelet.key\n\
+         authentication: {anonymous: {enabled: true}, webhook: {enabled: false, cacheTTL: 0s},\
+          x509: {clientCAFile: /etc/pki/ca.crt}}\n\
+         authorization: {mode: AlwaysAllow, webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n",
+    )
+    .expect("valid");
+    let s = c.server.expect("on");
+    assert_eq!(s.addr, "10.0.0.5:11250".parse().expect("addr"));
+    assert_eq!(
+        c.read_only.0,
+        IpAddr::from([10, 0, 0, 5]),
+        "address is the kubelet's, for both"
+    );
+    assert!(s.authn.anonymous && !s.authn.webhook);
+    assert_eq!(s.authn.cache_ttl, Duration::ZERO);
+    assert_eq!(
+        s.tls.client_ca_file.as_deref(),
+        Some(Path::new("/etc/pki/ca.crt"))
+    );
+    assert_eq!(s.tls.min_version, wasmlet_server::tls::MinVersion::Tls13);
+    assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::AlwaysAllow);
+    assert_eq!(s.authz.unauthorized_ttl, Duration::from_secs(5));
+    assert!(
+        parse("enableServer: false")
+            .expect("valid")
+            .server
+            .is_none()
+    );
+}
+
+#[test]
+fn pod_cgroups_follow_the_kubelets_fields() {
+    let c = parse("podPidsLimit: 1024\ncgroupRoot: /nodes/a\n").expect("valid");
+    assert_eq!(c.pod_pids_limit, Some(1024));
+    assert_eq!(c.pod_cgroup_parent.as_deref(), Some("nodes/a/wasmlet"));
+    let c = parse("podPidsLimit: -1\ncgroupsPerQOS: false\n").expect("valid");
+    assert_eq!(c.pod_pids_limit, None);
+    assert_eq!(c.pod_cgroup_parent, None);
+    let c = parse("cgroupDriver: systemd\npodPidsLimit: 10\n").expect("valid");
+    assert_eq!(c.pod_cgroup_parent, None, "systemd slices are not made");
+}
+
+#[test]
+fn cluster_fields_set_labels_taints_reservations_timing_and_limits() {
+    let c = parse(
+        "nodeLabels: {pool: wasm}\n\
+         registerWithTaints: [{key: dedicated, value: wasm, effect: NoSchedule}]\n\
+         kubeReserved: {cpu: 100m, memory: 256Mi}\n\
+         systemReserved: {cpu: 0.5, memory: 256Mi, ephemeral-storage: 1Gi, pid: 1000}\n\
+         nodeStatusUpdateFrequency: 5s\nnodeStatusReportFrequency: 1m\n\
+         nodeLeaseDurationSeconds: 20\nkubeAPIQPS: 0\nkubeAPIBurst: 10\neventRecordQPS: 5\n",
+    )
+    .expect("valid");
+    assert_eq!(c.node_labels["pool"], "wasm");
+    for ok in [
+        "topology.kubernetes.io/zone",
+        "node.kubernetes.io/pool",
+        "kubelet.kubernetes.io/x",
+        "example.com/y",
+    ] {
+        let labels = BTreeMap::from([(ok.to_string(), "v".to_string())]);
+        assert!(check_node_labels(&labels).is_ok(), "{ok}");
+    }
+    assert_eq!(c.taints[0].effect, "NoSchedule");
+    assert_eq!(
+        c.reserved,
+        Reserved {
+            cpu_millis: 600,
+            memory_bytes: 512 << 20,
+            ephemeral_storage_bytes: 1 << 30,
+        }
+    );
+    assert_eq!(
+        c.timing,
+        Timing {
+            update: Duration::from_secs(5),
+            report: Duration::from_secs(60),
+            lease_seconds: 20,
+        }
+    );
+    assert_eq!(
+        c.limits,
+        Limits {
+            api_qps: 0.0,
+            api_burst: 10,
+            event_qps: 5.0,
+            event_burst: 100,
+        }
+    );
+    let d = parse("").expect("defaults");
+    assert_eq!(d.timing, Timing::default());
+    assert_eq!(d.limits, Limits::default());
+}
+
+#[test]
+fn errors_name_the_file_and_the_field() {
+    for (text, field) in [
+        ("maxPods: 0", "maxPods"),
+        ("maxPods: many", "maxPods"),
+        ("syncFrequency: soon", "syncFrequency"),
+        ("healthzPort: 70000", "healthzPort"),
+        ("staticPodPath: manifests", "staticPodPath"),
+        ("nodeIP: tenth", "nodeIP"),
+        (
+            "containerRuntimeEndpoint: tcp://x",
+            "containerRuntimeEndpoint",
+        ),
+        ("noSuchField: 1", "noSuchField"),
+        ("podPidsLimit: -2", "podPidsLimit"),
+        ("podPidsLimit: lots", "podPidsLimit"),
+        ("cgroupDriver: cgroupv3", "cgroupDriver"),
+        ("cgroupRoot: relative", "cgroupRoot"),
+        ("kind: Pod", "kind"),
+        ("kubeReserved: {gpu: 1}", "kubeReserved.gpu"),
+        (
+            "nodeLabels: {node-role.kubernetes.io/control-plane: ''}",
+            "node-role.kubernetes.io/control-plane",
+        ),
+        ("systemReserved: {memory: lots}", "systemReserved.memory"),
+        (
+            "registerWithTaints: [{key: a, effect: Sometimes}]",
+            "registerWithTaints[0].effect",
+        ),
+        ("registerWithTaints: [{key: a}]", "registerWithTaints"),
+        ("nodeLeaseDurationSeconds: 0", "nodeLeaseDurationSeconds"),
+        ("nodeStatusUpdateFrequency: 0s", "nodeStatusUpdateFrequency"),
+        ("kubeAPIQPS: -1", "kubeAPIQPS"),
+        ("eventBurst: 0", "eventBurst"),
+        ("port: 70000", "port"),
+        ("address: everywhere", "address"),
+        ("tlsMinVersion: TLS1.3", "tlsMinVersion"),
+        (
+            "tlsCipherSuites: [TLS_RSA_WITH_RC4_128_SHA]",
+            "tlsCipherSuites",
+        ),
+        ("tlsCertFile: /a.crt", "tlsPrivateKeyFile"),
+        (
+            "tlsCertFile: relative.crt\ntlsPrivateKeyFile: /k",
+            "tlsCertFile",
+        ),
+        ("authorization: {mode: RBAC}", "authorization.mode"),
+        (
+            "authentication: {webhook: {cacheTTL: soon}}",
+            "authentication.webhook.cacheTTL",
+        ),
+        (
+            "authentication: {x509: {clientCAFile: ca.crt}}",
+            "clientCAFile",
+        ),
+        ("authentication: {oidc: {}}", "oidc"),
+        ("containerLogMaxSize: lots", "containerLogMaxSize"),
+        ("containerLogMaxSize: 0", "containerLogMaxSize"),
+        ("containerLogMaxFiles: 1", "containerLogMaxFiles"),
+        ("containerLogMaxWorkers: 0", "containerLogMaxWorkers"),
+        (
+            "containerLogMonitorInterval: 1s",
+            "containerLogMonitorInterval",
+        ),
+        (
+            "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",
+            "failurePolicy",
+        ),
+    ] {
+        let err = format!("{:#}", parse(text).expect_err(text));
+        assert!(err.starts_with("/etc/wasmlet/config.yaml"), "{text}: {err}");
+        assert!(err.contains(field), "{text}: {err}");
+    }
+}
