@@ -133,7 +133,10 @@ async fn logs_past_the_size_rotate_and_the_runtime_reopens_them() {
 
     // The live file lost (an agent killed between rename and reopen): given back.
     fs::remove_file(&live).expect("lose it");
-    assert!(!m.container(&id).await.expect("recover"), "empty: not rotated");
+    assert!(
+        !m.container(&id).await.expect("recover"),
+        "empty: not rotated"
+    );
     assert!(live.exists());
 
     // Another agent's containers (a shared runtime) are not looked at.

@@ -1,0 +1,924 @@
+//! The kubelet server end to end: `wasmlet run --kubeconfig` on a real containerd, its
+//! kubelet server trusting the API server double's client CA and asking the double's
+//! SubjectAccessReview, and kube's client going through the double the way `kubectl`
+//! does — `logs` (every parameter, `--previous` after a restart, `-f` across log
+//! rotations), `exec` (output, stderr, exit status, binary stdin as `kubectl cp` sends
+//! it, `-it` with a terminal size), `attach` and `port-forward` to busybox pods. The
+//! runtime's streaming server is containerd's own. Also the conformance behaviours that
+//! read a container's output through the API: a busybox command's output, environment
+//! variables from a ConfigMap and the downward API. And port 10250 itself: 401 without
+//! credentials, 403 for a token without `nodes/proxy`.
+//!
+//! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
+//! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{AsyncBufReadExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams, LogParams, TerminalSize};
+use serde_json::{Value, json};
+use sha2::Digest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cri::proto::PodSandboxFilter;
+use wasmlet_cri::{CriClient, CriRuntime};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+const NODE: &str = "kubelet-server-e2e";
+const IMAGE: &str = "localhost/busybox:latest";
+
+fn endpoint() -> Option<String> {
+    match std::env::var("WASMLET_CRI_ENDPOINT") {
+        Ok(e) => Some(e),
+        Err(_) if std::env::var("WASMLET_REQUIRE_CONTAINERD").as_deref() == Ok("1") => {
+            panic!("WASMLET_REQUIRE_CONTAINERD=1 but WASMLET_CRI_ENDPOINT is not set")
+        }
+        Err(_) => {
+            eprintln!("skipped: WASMLET_CRI_ENDPOINT is not set (scripts/containerd.sh up)");
+            None
+        }
+    }
+}
+
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn start_agent(dir: &Path, endpoint: &str, kubeconfig: &Path, client_ca: &Path) -> Agent {
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "nodeName: {NODE}\nnodeIP: 127.0.0.1\ncontainerRuntimeEndpoint: {endpoint}\n\
+             healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\npodLogsDir: {logs}\n\
+             cgroupsPerQOS: false\n\
+             containerLogMaxSize: 8Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n\
+             authentication: {{x509: {{clientCAFile: {ca}}}}}\n",
+            root = dir.join("root").display(),
+            logs = dir.join("logs").display(),
+            ca = client_ca.display(),
+        ),
+    )
+    .expect("config");
+    let plugins = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+    let log = dir.join("agent.log");
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
+        .env("RUST_LOG", "info,wasmlet_logs=debug")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start wasmlet run");
+    Agent { child, log }
+}
+
+async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let k = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+fn pod(name: &str, restart: &str, container: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
+    })
+}
+
+fn busybox(name: &str, script: &str) -> Value {
+    json!({"name": name, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+           "command": ["sh", "-c", script]})
+}
+
+/// Waits until the double's copy of pod `name` satisfies `ok`; panics with the pod and
+/// the agent's log otherwise.
+async fn wait_pod(
+    api: &ApiServerSim,
+    agent: &Agent,
+    name: &str,
+    within: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let p = api.get("api/v1", "pods", "default", name);
+        if let Some(p) = &p
+            && ok(p)
+        {
+            return p.clone();
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "pod {name} not as expected within {within:?}: {}\n--- agent log ---\n{}",
+                p.map(|p| p["status"].to_string()).unwrap_or_default(),
+                agent.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+fn running(p: &Value) -> bool {
+    p["status"]["containerStatuses"]
+        .as_array()
+        .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| !c["state"]["running"].is_null()))
+}
+
+/// Reads from `r` until what was read contains `want` (within 20 s).
+async fn read_until(r: &mut (impl tokio::io::AsyncRead + Unpin), want: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !String::from_utf8_lossy(&got).contains(want) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = tokio::time::timeout(left, r.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{want:?} not read in time; got {:?}",
+                    String::from_utf8_lossy(&got)
+                )
+            })
+            .expect("read");
+        assert!(
+            n > 0,
+            "stream ended before {want:?}; got {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A raw request to the kubelet server, as a client that is not the API server.
+async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("url"));
+    config.accept_invalid_certs = true;
+    if let Some(t) = token {
+        config.auth_info.token = Some(t.to_owned().into());
+    }
+    let client = kube::Client::try_from(config).expect("client");
+    let request = http::Request::get(path).body(Vec::new()).expect("request");
+    match client.request_text(request).await {
+        Ok(body) => (200, body),
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// Removes the pods this node made from containerd (other tests share it).
+async fn remove_pods(endpoint: &str) {
+    let Ok(cri) = CriClient::connect(endpoint).await else {
+        return;
+    };
+    let filter = PodSandboxFilter {
+        label_selector: [("wasmlet.io/node".to_owned(), NODE.to_owned())].into(),
+        ..Default::default()
+    };
+    for s in cri.list_pod_sandbox(Some(filter)).await.unwrap_or_default() {
+        let _ = cri.stop_pod_sandbox(&s.id).await;
+        let _ = cri.remove_pod_sandbox(&s.id).await;
+    }
+}
+
+/// The least of SPDY/3.1 a `kubectl` of 1.28 speaks for `exec` (it upgrades to SPDY,
+/// not WebSocket): control and data frames, and header blocks as one zlib stream per
+/// connection — written with stored (uncompressed) deflate blocks, which a reader with
+/// SPDY's dictionary reads as well.
+mod spdy {
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+    pub const SYN_STREAM: u16 = 1;
+    pub const PING: u16 = 6;
+    pub const FIN: u8 = 1;
+
+    /// A frame as read.
+    #[derive(Debug)]
+    pub enum Frame {
+        Control {
+            kind: u16,
+            payload: Vec<u8>,
+        },
+        Data {
+            stream: u32,
+            flags: u8,
+            data: Vec<u8>,
+        },
+    }
+
+    pub fn control(kind: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x80, 3];
+        f.extend_from_slice(&kind.to_be_bytes());
+        f.push(flags);
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Header blocks of one connection.
+    pub struct Headers(flate2::Compress);
+
+    impl Headers {
+        pub fn new() -> Self {
+            Headers(flate2::Compress::new(flate2::Compression::none(), true))
+        }
+
+        fn block(&mut self, pairs: &[(&str, &str)]) -> Vec<u8> {
+            let mut plain = (pairs.len() as u32).to_be_bytes().to_vec();
+            for (k, v) in pairs {
+                for s in [k, v] {
+                    plain.extend_from_slice(&(s.len() as u32).to_be_bytes());
+                    plain.extend_from_slice(s.as_bytes());
+                }
+            }
+            let mut out = Vec::with_capacity(plain.len() + 64);
+            self.0
+                .compress_vec(&plain, &mut out, flate2::FlushCompress::Sync)
+                .expect("zlib");
+            out
+        }
+
+        /// SYN_STREAM for a new client stream carrying `pairs`.
+        pub fn syn_stream(&mut self, id: u32, flags: u8, pairs: &[(&str, &str)]) -> Vec<u8> {
+            let mut payload = id.to_be_bytes().to_vec();
+            payload.extend_from_slice(&0u32.to_be_bytes());
+            payload.extend_from_slice(&[0, 0]);
+            payload.extend(self.block(pairs));
+            control(SYN_STREAM, flags, &payload)
+        }
+    }
+
+    pub async fn read(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Frame> {
+        let mut head = [0u8; 8];
+        r.read_exact(&mut head).await?;
+        let len = u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).await?;
+        Ok(if head[0] & 0x80 != 0 {
+            Frame::Control {
+                kind: u16::from_be_bytes([head[2], head[3]]),
+                payload: body,
+            }
+        } else {
+            Frame::Data {
+                stream: u32::from_be_bytes([head[0], head[1], head[2], head[3]]),
+                flags: head[4],
+                data: body,
+            }
+        })
+    }
+
+    pub async fn write(w: &mut (impl AsyncWrite + Unpin), frame: &[u8]) {
+        w.write_all(frame).await.expect("write a frame");
+    }
+}
+
+/// An upgrade to SPDY/3.1 through the API server at `api`, offering `protocols`:
+/// the connection and the head of the 101 answer.
+async fn spdy_upgrade(
+    api: &str,
+    path: &str,
+    protocols: &[&str],
+) -> (tokio::net::TcpStream, String) {
+    let mut s = tokio::net::TcpStream::connect(api.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    let offered: String = protocols
+        .iter()
+        .map(|p| format!("X-Stream-Protocol-Version: {p}\r\n"))
+        .collect();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: api\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         {offered}Content-Length: 0\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).await.expect("request");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = s.read(&mut b).await.expect("read the answer");
+        assert!(
+            n > 0,
+            "closed before answering: {:?}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    (s, head)
+}
+
+/// `kubectl exec` as kubectl 1.28 does it, through the API server's pods/exec: an
+/// upgrade to SPDY/3.1 (protocol v4), a PING answered, an error and a stdout stream
+/// made; returns (what the 101 said, stdout, the status on the error stream).
+async fn spdy_exec(api: &str, pod: &str, command: &[&str]) -> (String, String, String) {
+    let query: String = command
+        .iter()
+        .map(|c| format!("command={c}&"))
+        .collect::<String>()
+        + "stdout=true";
+    let (mut s, head) = spdy_upgrade(
+        api,
+        &format!("/api/v1/namespaces/default/pods/{pod}/exec?{query}"),
+        &["v4.channel.k8s.io", "v3.channel.k8s.io"],
+    )
+    .await;
+    let mut headers = spdy::Headers::new();
+    spdy::write(&mut s, &spdy::control(spdy::PING, 0, &1u32.to_be_bytes())).await;
+    spdy::write(
+        &mut s,
+        &headers.syn_stream(1, spdy::FIN, &[("streamtype", "error")]),
+    )
+    .await;
+    spdy::write(
+        &mut s,
+        &headers.syn_stream(3, spdy::FIN, &[("streamtype", "stdout")]),
+    )
+    .await;
+    let (mut out, mut status, mut pinged) = (Vec::new(), Vec::new(), false);
+    let (mut out_done, mut status_done) = (false, false);
+    let frames = async {
+        while !(out_done && status_done) {
+            match spdy::read(&mut s).await {
+                Ok(spdy::Frame::Control { kind, payload, .. }) => {
+                    if kind == spdy::PING && payload == 1u32.to_be_bytes() {
+                        pinged = true;
+                    }
+                }
+                Ok(spdy::Frame::Data {
+                    stream,
+                    flags,
+                    data,
+                }) => {
+                    let (buf, done) = match stream {
+                        1 => (&mut status, &mut status_done),
+                        3 => (&mut out, &mut out_done),
+                        other => panic!("data on a stream never made: {other}"),
+                    };
+                    buf.extend_from_slice(&data);
+                    *done |= flags & spdy::FIN != 0;
+                }
+                Err(_) => break,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), frames)
+        .await
+        .expect("the exec ends in time");
+    assert!(pinged, "the runtime's SPDY server answers a PING");
+    (
+        head,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&status).into_owned(),
+    )
+}
+
+/// `kubectl port-forward` as kubectl 1.28 does it: SPDY/3.1 (`portforward.k8s.io`), an
+/// error and a data stream for `port`, `request` written on the data stream; returns
+/// what comes back once it contains `want`.
+async fn spdy_port_forward(api: &str, pod: &str, port: u16, request: &[u8], want: &str) -> String {
+    let (mut s, _) = spdy_upgrade(
+        api,
+        &format!("/api/v1/namespaces/default/pods/{pod}/portforward"),
+        &["portforward.k8s.io"],
+    )
+    .await;
+    let port = port.to_string();
+    let mut headers = spdy::Headers::new();
+    let pairs = |kind| {
+        [
+            ("streamtype", kind),
+            ("port", port.as_str()),
+            ("requestid", "0"),
+        ]
+    };
+    spdy::write(&mut s, &headers.syn_stream(1, spdy::FIN, &pairs("error"))).await;
+    spdy::write(&mut s, &headers.syn_stream(3, 0, &pairs("data"))).await;
+    let mut data = 3u32.to_be_bytes().to_vec();
+    data.push(0);
+    data.extend_from_slice(&(request.len() as u32).to_be_bytes()[1..]);
+    data.extend_from_slice(request);
+    spdy::write(&mut s, &data).await;
+    let mut got = Vec::new();
+    let frames = async {
+        while !String::from_utf8_lossy(&got).contains(want) {
+            match spdy::read(&mut s).await.expect("a frame") {
+                spdy::Frame::Data {
+                    stream: 3, data, ..
+                } => got.extend_from_slice(&data),
+                spdy::Frame::Data {
+                    stream: 1, data, ..
+                } if !data.is_empty() => {
+                    panic!("port-forward error: {}", String::from_utf8_lossy(&data))
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), frames)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{want:?} not forwarded in time; got {:?}",
+                String::from_utf8_lossy(&got)
+            )
+        });
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
+    let Some(endpoint) = endpoint() else { return };
+    let dir =
+        std::env::temp_dir().join(format!("wasmlet-kubelet-server-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    remove_pods(&endpoint).await;
+
+    let api = ApiServerSim::new();
+    api.set_address_types(&["InternalIP", "Hostname"]);
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let kubeconfig = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+    let client_ca = dir.join("client-ca.crt");
+    std::fs::write(&client_ca, api.kubelet_client_ca_pem().expect("ca")).expect("ca");
+    // The API server's own client certificate may do anything on nodes; a user's token
+    // may read pods, another may not.
+    api.allow("group:system:masters", "*", "*");
+    api.add_token("ops-token", "ops", &[]);
+    api.allow("ops", "get", "proxy");
+    api.add_token("viewer-token", "viewer", &[]);
+
+    api.create(
+        "api/v1",
+        "configmaps",
+        json!({"metadata": {"name": "ks-config", "namespace": "default"},
+               "data": {"data-1": "value-1"}}),
+    )
+    .expect("configmap");
+    let mut env = busybox("env", "env");
+    env["env"] = json!([
+        {"name": "CONFIG_DATA_1", "valueFrom": {"configMapKeyRef": {"name": "ks-config", "key": "data-1"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}},
+    ]);
+    env["resources"] = json!({"limits": {"memory": "64Mi"}});
+    let mut attachee = busybox(
+        "attachee",
+        "echo ready; while read line; do echo \"got $line\"; done",
+    );
+    attachee["stdin"] = true.into();
+    for p in [
+        pod("ks-hello", "Never", busybox("hello", "echo 'Hello World'")),
+        pod("ks-env", "Never", env),
+        pod(
+            "ks-web",
+            "Always",
+            busybox(
+                "web",
+                "mkdir -p /www && echo hello-pf > /www/index.html && echo serving && sleep 0.2 && \
+                 echo warming >&2 && exec httpd -f -p 8080 -h /www",
+            ),
+        ),
+        pod("ks-attach", "Always", attachee),
+        pod(
+            "ks-chatty",
+            "Always",
+            busybox(
+                "chatty",
+                "i=0; while true; do echo \"line $i\"; i=$((i+1)); usleep 2000; done",
+            ),
+        ),
+        pod(
+            "ks-restarts",
+            "Always",
+            busybox("once", "echo instance; sleep 1; exit 1"),
+        ),
+    ] {
+        api.create("api/v1", "pods", p).expect("pod");
+    }
+
+    let agent = start_agent(&dir, &endpoint, &kubeconfig, &client_ca);
+    let client = client_from(&kubeconfig).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let long = Duration::from_secs(60);
+
+    // A busybox command's output is its log ([Conformance] Kubelet … busybox command).
+    wait_pod(&api, &agent, "ks-hello", long, |p| phase(p) == "Succeeded").await;
+    let hello = pods
+        .logs("ks-hello", &LogParams::default())
+        .await
+        .expect("logs");
+    assert_eq!(hello, "Hello World\n");
+
+    // Environment from a ConfigMap and the downward API, read through the logs.
+    wait_pod(&api, &agent, "ks-env", long, |p| phase(p) == "Succeeded").await;
+    let env = pods
+        .logs("ks-env", &LogParams::default())
+        .await
+        .expect("env");
+    for line in [
+        "CONFIG_DATA_1=value-1",
+        "POD_NAME=ks-env",
+        "POD_NAMESPACE=default",
+        "HOST_IP=127.0.0.1",
+        "MEMORY_LIMIT=67108864",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} in {env}");
+    }
+
+    // Logs' parameters on the runtime's own log file.
+    wait_pod(&api, &agent, "ks-web", long, running).await;
+    let mut all = String::new();
+    for _ in 0..50 {
+        all = pods
+            .logs("ks-web", &LogParams::default())
+            .await
+            .expect("logs");
+        if all.contains("warming") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(all, "serving\nwarming\n");
+    let params = |f: fn(&mut LogParams)| {
+        let mut p = LogParams::default();
+        f(&mut p);
+        p
+    };
+    assert_eq!(
+        pods.logs("ks-web", &params(|p| p.tail_lines = Some(1)))
+            .await
+            .expect("tail"),
+        "warming\n"
+    );
+    assert_eq!(
+        pods.logs("ks-web", &params(|p| p.limit_bytes = Some(3)))
+            .await
+            .expect("limit"),
+        "ser"
+    );
+    let stamped = pods
+        .logs("ks-web", &params(|p| p.timestamps = true))
+        .await
+        .expect("timestamps");
+    let first = stamped.lines().next().unwrap_or_default();
+    assert!(
+        first.ends_with("Z serving") && first.len() > "2026-01-01T00:00:00Z serving".len(),
+        "{stamped:?}"
+    );
+    assert_eq!(
+        pods.logs("ks-web", &params(|p| p.since_seconds = Some(600)))
+            .await
+            .expect("since"),
+        all
+    );
+
+    // Exec: output, stderr and the exit status.
+    let mut p = pods
+        .exec(
+            "ks-web",
+            ["sh", "-c", "echo out; echo err >&2; exit 3"],
+            &AttachParams::default().stdout(true).stderr(true),
+        )
+        .await
+        .expect("exec");
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut stdout = p.stdout().expect("stdout");
+    let mut stderr = p.stderr().expect("stderr");
+    let status = p.take_status().expect("status");
+    let (o, e) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    o.expect("stdout");
+    e.expect("stderr");
+    let status = status.await.expect("a status");
+    assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("NonZeroExitCode"),
+        "{status:?}"
+    );
+    let code = status
+        .details
+        .and_then(|d| d.causes)
+        .into_iter()
+        .flatten()
+        .find(|c| c.reason.as_deref() == Some("ExitCode"))
+        .and_then(|c| c.message);
+    assert_eq!(code.as_deref(), Some("3"));
+    p.join().await.expect("join");
+
+    // What `kubectl cp` does: binary stdin into a command in the container.
+    let blob: Vec<u8> = (0..1_048_576u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut cp = pods
+        .exec(
+            "ks-web",
+            [
+                "sh",
+                "-c",
+                "head -c 1048576 > /tmp/blob && wc -c < /tmp/blob && sha256sum < /tmp/blob",
+            ],
+            &AttachParams::default()
+                .stdin(true)
+                .stdout(true)
+                .stderr(false),
+        )
+        .await
+        .expect("exec cp");
+    let mut stdin = cp.stdin().expect("stdin");
+    let mut stdout = cp.stdout().expect("stdout");
+    let blob_copy = blob.clone();
+    let writer = tokio::spawn(async move {
+        stdin.write_all(&blob).await.expect("write blob");
+        stdin
+    });
+    let got = read_until(&mut stdout, "  -").await;
+    let _ = writer.await;
+    let sum: String = sha2::Sha256::digest(&blob_copy)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        got.trim_end(),
+        format!("1048576\n{sum}  -"),
+        "every byte arrived"
+    );
+    cp.abort();
+
+    // The same through SPDY, as kubectl 1.28 sends it.
+    let (head, out, status) = spdy_exec(&served.url(), "ks-web", &["echo", "spdy"]).await;
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("upgrade: spdy/3.1"), "{head}");
+    assert!(
+        head.contains("x-stream-protocol-version: v4.channel.k8s.io"),
+        "{head}"
+    );
+    assert_eq!(out, "spdy\n");
+    assert!(status.contains("\"Success\""), "{status}");
+
+    // `kubectl exec -it`: a terminal, its size, stdin.
+    let mut tty = pods
+        .exec(
+            "ks-web",
+            ["sh", "-c", "read line; stty size; echo \"line=$line\""],
+            &AttachParams::interactive_tty(),
+        )
+        .await
+        .expect("exec -it");
+    let mut size = tty.terminal_size().expect("terminal size");
+    futures::SinkExt::send(
+        &mut size,
+        TerminalSize {
+            height: 40,
+            width: 100,
+        },
+    )
+    .await
+    .expect("resize");
+    let mut stdin = tty.stdin().expect("stdin");
+    let mut stdout = tty.stdout().expect("stdout");
+    // The size travels on its own channel: give it a moment before the command asks.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stdin.write_all(b"go\n").await.expect("write");
+    let screen = read_until(&mut stdout, "line=go").await;
+    assert!(screen.contains("40 100"), "{screen:?}");
+    assert!(
+        screen.contains("\r\n"),
+        "a terminal answers in CRLF: {screen:?}"
+    );
+    tty.abort();
+
+    // Attach to a container's stdin and stdout.
+    wait_pod(&api, &agent, "ks-attach", long, running).await;
+    let mut at = pods
+        .attach(
+            "ks-attach",
+            &AttachParams::default()
+                .stdin(true)
+                .stdout(true)
+                .stderr(false),
+        )
+        .await
+        .expect("attach");
+    let mut stdin = at.stdin().expect("stdin");
+    let mut stdout = at.stdout().expect("stdout");
+    stdin.write_all(b"knock\n").await.expect("write");
+    read_until(&mut stdout, "got knock").await;
+    at.abort();
+
+    // Port-forward to busybox httpd inside the pod's network.
+    let mut pf = pods
+        .portforward("ks-web", &[8080])
+        .await
+        .expect("portforward");
+    let mut stream = pf.take_stream(8080).expect("stream");
+    stream
+        .write_all(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+        .await
+        .expect("request");
+    let answer = read_until(&mut stream, "hello-pf").await;
+    assert!(
+        answer.starts_with("HTTP/1.") && answer.contains(" 200 "),
+        "{answer:?}"
+    );
+    drop(stream);
+    pf.abort();
+    let answer = spdy_port_forward(
+        &served.url(),
+        "ks-web",
+        8080,
+        b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n",
+        "hello-pf",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1."), "over SPDY too: {answer:?}");
+
+    // `kubectl logs -f` across rotations: every line once, in order.
+    wait_pod(&api, &agent, "ks-chatty", long, running).await;
+    let mut follow = pods
+        .log_stream(
+            "ks-chatty",
+            &LogParams {
+                follow: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("follow")
+        .lines();
+    let log_dir = std::fs::read_dir(dir.join("logs"))
+        .expect("pod logs")
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("default_ks-chatty_")
+        })
+        .expect("ks-chatty's log directory")
+        .path()
+        .join("chatty");
+    let rotated = |d: &Path| {
+        std::fs::read_dir(d)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("0.log."))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    // Rotations made while following, by name (a compressed one counts as itself).
+    let names = |d: &Path| -> std::collections::BTreeSet<String> {
+        rotated(d)
+            .into_iter()
+            .map(|n| n.trim_end_matches(".gz").to_owned())
+            .collect()
+    };
+    let before = names(&log_dir);
+    let mut expected: Option<u64> = None;
+    let mut after_second = 0;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), follow.try_next())
+            .await
+            .expect("a followed line in time")
+            .expect("read")
+            .expect("the stream goes on");
+        let n: u64 = line
+            .strip_prefix("line ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("not a line of the writer: {line:?}"));
+        // The first line is wherever the live file starts (it may have been rotated
+        // before the follower came); from there on, every line once, in order.
+        if let Some(e) = expected {
+            assert_eq!(n, e, "lines in order, none lost or repeated");
+        }
+        expected = Some(n + 1);
+        let made = names(&log_dir).difference(&before).count();
+        if made >= 2 {
+            after_second += 1;
+            if after_second == 200 {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not rotated twice within 40 s; files {:?}\n{}",
+            rotated(&log_dir),
+            agent.log()
+        );
+    }
+    drop(follow);
+    let files = rotated(&log_dir);
+    assert!(
+        files.len() <= 2 && files.iter().any(|f| f.ends_with(".gz")),
+        "at most containerLogMaxFiles (3) files, the older rotations compressed: {files:?}"
+    );
+    let reopened = async {
+        while std::fs::metadata(log_dir.join("0.log")).is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), reopened)
+        .await
+        .expect("containerd reopened the live file");
+
+    // The last instance's log after a restart (`kubectl logs --previous`).
+    wait_pod(&api, &agent, "ks-restarts", long, |p| {
+        p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let previous = pods
+        .logs(
+            "ks-restarts",
+            &LogParams {
+                previous: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("previous");
+    assert_eq!(
+        previous,
+        "instance\n",
+        "status {}; log files {:?}",
+        api.get("api/v1", "pods", "default", "ks-restarts")
+            .map(|p| p["status"].to_string())
+            .unwrap_or_default(),
+        std::fs::read_dir(dir.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("ks-restarts"))
+            .flat_map(|e| std::fs::read_dir(e.path().join("once"))
+                .into_iter()
+                .flatten()
+                .flatten())
+            .map(|e| (e.file_name(), e.metadata().map(|m| m.len()).unwrap_or(0)))
+            .collect::<Vec<_>>()
+    );
+
+    // Port 10250 itself, as a client that is not the API server.
+    let node = api.get("api/v1", "nodes", "", NODE).expect("node");
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .expect("the node's kubelet port");
+    assert_eq!(raw(port, "/pods", None).await.0, 401, "no credentials");
+    let (code, body) = raw(port, "/pods", Some("viewer-token")).await;
+    assert_eq!(
+        (code, body.trim()),
+        (
+            403,
+            "Forbidden (user=viewer, verb=get, resource=nodes, subresource=proxy)"
+        )
+    );
+    let (code, body) = raw(port, "/pods", Some("ops-token")).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("ks-web"), "{body}");
+
+    drop(agent);
+    remove_pods(&endpoint).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
