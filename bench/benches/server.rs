@@ -169,6 +169,7 @@ async fn serve(
             },
             authn,
             authz,
+            node_log_dir: n.dir.clone(),
         },
         wasmlet_server::Parts {
             agent: n.agent.clone(),

@@ -7,6 +7,7 @@
 //! authorizes ([`authz`]: `nodes/<subresource>` through SubjectAccessReview, or
 //! AlwaysAllow) and routes ([`routes`]). Then:
 //! - [`logs`] — `containerLogs`: the CRI log format, every query parameter, follow.
+//! - [`nodelogs`] — `/logs/`: the node's log directory, listed and read.
 //! - [`proxy`] — exec, attach and port-forward carried to the runtime's streaming
 //!   server (SPDY or WebSocket alike: the bytes after the upgrade are not read).
 //! - [`review`] — TokenReview and SubjectAccessReview through kube.
@@ -19,6 +20,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod logs;
+pub mod nodelogs;
 pub mod proxy;
 pub mod review;
 pub mod routes;
@@ -43,6 +45,9 @@ use crate::authz::{AccessReviewer, Authorizer, AuthzSettings, Decision};
 use crate::proxy::OpenStreams;
 use crate::routes::{Shared, error};
 
+/// The node's log directory the kubelet serves at `/logs/`.
+pub const NODE_LOG_DIR: &str = "/var/log";
+
 /// How the server is set up (the KubeletConfiguration's fields).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -59,6 +64,8 @@ pub struct Settings {
     pub authn: AuthnSettings,
     /// `authorization`.
     pub authz: AuthzSettings,
+    /// The node's log directory `/logs/` serves (the kubelet's is `/var/log`).
+    pub node_log_dir: std::path::PathBuf,
 }
 
 /// What the server reads from the rest of the agent.
@@ -196,6 +203,7 @@ pub async fn start<R: CriRuntime + 'static>(
         probe_metrics: parts.probe_metrics,
         configz: parts.configz,
         open: open.clone(),
+        node_log_dir: settings.node_log_dir.clone(),
     });
     let router =
         routes::router(shared).layer(axum::middleware::from_fn_with_state(guard_state, guard));

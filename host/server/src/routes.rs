@@ -34,6 +34,8 @@ pub struct Shared<R> {
     pub configz: serde_json::Value,
     /// Streams open through the proxy.
     pub open: OpenStreams,
+    /// What `/logs/` serves (`/var/log`).
+    pub node_log_dir: std::path::PathBuf,
 }
 
 /// A plain-text error answer.
@@ -72,6 +74,12 @@ pub fn router<R: CriRuntime + 'static>(shared: Arc<Shared<R>>) -> Router {
         .route("/metrics/probes", get(probe_metrics::<R>))
         .route("/configz", get(configz::<R>))
         .route(
+            "/logs",
+            get(|| async { axum::response::Redirect::permanent("logs/") }),
+        )
+        .route("/logs/", get(node_logs::<R>))
+        .route("/logs/{*path}", get(node_logs::<R>))
+        .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs::<R>),
         )
@@ -94,6 +102,16 @@ pub fn router<R: CriRuntime + 'static>(shared: Arc<Shared<R>>) -> Router {
 }
 
 type St<R> = State<Arc<Shared<R>>>;
+
+/// `/logs/…`: the node's log directory.
+async fn node_logs<R: CriRuntime + 'static>(
+    State(s): St<R>,
+    path: Option<Path<String>>,
+    uri: axum::http::Uri,
+) -> Response {
+    let rest = path.map(|Path(p)| p).unwrap_or_default();
+    crate::nodelogs::serve(&s.node_log_dir, &rest, uri.path()).await
+}
 
 async fn healthz<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
     match s.agent.health.check() {

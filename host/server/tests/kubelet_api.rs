@@ -111,6 +111,7 @@ async fn node(test: &str) -> Node {
             },
             authn: AuthnSettings::default(),
             authz: AuthzSettings::default(),
+            node_log_dir: dir.join("var-log"),
         },
         wasmlet_server::Parts {
             agent: agent.clone(),
@@ -527,6 +528,36 @@ async fn requests_are_authenticated_and_authorized_the_kubelets_way() {
     assert_eq!(raw(&n, "/runningpods/", t).await.0, 200);
     let (code, body) = raw(&n, &format!("/exec/default/{web}/c?command=ls"), t).await;
     assert_eq!(code, 400, "no stream asked for: {body}");
+
+    // The node's log directory: its own subresource, then listed and read.
+    let var_log = n.dir.join("var-log");
+    std::fs::create_dir_all(var_log.join("journal")).expect("var-log");
+    std::fs::write(var_log.join("syslog"), "hello log\n").expect("syslog");
+    n.api.allow("group:readers", "get", "log");
+    let (code, body) = raw(&n, "/logs/", Some("stats-token")).await;
+    assert_eq!(
+        (code, body.trim()),
+        (
+            403,
+            "Forbidden (user=stats, verb=get, resource=nodes, subresource=log)"
+        )
+    );
+    let (code, body) = raw(&n, "/logs/", t).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("<a href=\"journal/\">journal/</a>\n<a href=\"syslog\">syslog</a>"),
+        "{body}"
+    );
+    assert_eq!(
+        raw(&n, "/logs/syslog", t).await,
+        (200, "hello log\n".into())
+    );
+    assert_eq!(raw(&n, "/logs/nosuch", t).await.0, 404);
+    assert_eq!(
+        raw(&n, "/logs/journal/../../kubeconfig", t).await.0,
+        404,
+        "never above the directory"
+    );
 
     // A pod of two containers: the API server asks which one.
     let pair = run_pod(

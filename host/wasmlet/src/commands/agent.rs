@@ -356,6 +356,7 @@ async fn start_server(
             },
             authn: server.authn.clone(),
             authz: server.authz.clone(),
+            node_log_dir: wasmlet_server::NODE_LOG_DIR.into(),
         },
         wasmlet_server::Parts {
             agent: agent.clone(),
