@@ -199,3 +199,43 @@ where
         () = down => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request<Body> {
+        Request::get("/exec/default/p/c?command=ls&stdout=1")
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "SPDY/3.1")
+            .body(Body::empty())
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn a_streaming_server_that_is_gone_is_named() {
+        let port = {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let open = OpenStreams::default();
+        let url = format!("http://127.0.0.1:{port}/exec/abc");
+        let e = forward(request(), &url, "containerd", &open)
+            .await
+            .expect_err("nothing listens");
+        assert!(matches!(e, ProxyError::Unreachable { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "the containerd streaming server at 127.0.0.1:{port} cannot be reached"
+            )),
+            "{e}"
+        );
+        let e = forward(request(), "https://127.0.0.1:1/exec/abc", "cri-o", &open)
+            .await
+            .expect_err("TLS streaming is not supported");
+        assert!(e.to_string().contains("the cri-o streaming URL"), "{e}");
+        assert_eq!(open.get(), 0, "nothing left open");
+    }
+}
