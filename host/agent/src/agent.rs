@@ -128,6 +128,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pods_dir: options.root_dir.join("pods"),
             dns: criconfig::node_dns(&options.resolv_conf),
             memory_bytes: options.node.memory_bytes,
+            allocatable: options.node.allocatable(),
             pod_cgroups: options.pod_cgroups.clone(),
         };
         let metrics = Arc::new(Metrics::default());

@@ -36,6 +36,9 @@ pub struct NodeContext {
     pub dns: proto::DnsConfig,
     /// The node's memory, for the OOM score of burstable pods.
     pub memory_bytes: u64,
+    /// The node's allocatable resources: what a `resourceFieldRef` to a limit the
+    /// container does not set reads, as with the kubelet.
+    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     /// Pod-level cgroups (`None`: pods go where the runtime puts them).
     pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
 }
@@ -328,6 +331,7 @@ pub(crate) fn resource_ref(
     c: &k8s::Container,
     r: &k8s::ResourceFieldSelector,
     field: &str,
+    ctx: &NodeContext,
 ) -> Result<String, ConfigError> {
     let res = c.resources.clone().unwrap_or_default();
     let (which, name) = r
@@ -339,7 +343,12 @@ pub(crate) fn resource_ref(
     } else {
         res.requests
     };
-    let q = list.and_then(|l| l.get(name).cloned());
+    // A limit the container does not set is the node's allocatable amount.
+    let q = list.and_then(|l| l.get(name).cloned()).or_else(|| {
+        (which == "limits")
+            .then(|| ctx.allocatable.get(name).cloned())
+            .flatten()
+    });
     let (scale, divisor_default) = if name == "cpu" { (3, 1000) } else { (0, 1) };
     let value = q
         .and_then(|q| parse_quantity(&q.0, scale).ok())
@@ -447,7 +456,7 @@ fn environment(
                         ConfigError::new(format!("{field}: unsupported fieldRef {}", f.field_path))
                     })?
                 } else if let Some(r) = &from.resource_field_ref {
-                    resource_ref(c, r, &field)?
+                    resource_ref(c, r, &field, ctx)?
                 } else if let Some((secret, name, key, optional)) = from
                     .config_map_key_ref
                     .as_ref()
@@ -804,6 +813,7 @@ pub fn node_dns(path: &Path) -> proto::DnsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn ctx(dir: &Path) -> NodeContext {
         NodeContext {
@@ -814,6 +824,11 @@ mod tests {
             pods_dir: dir.join("pods"),
             dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch lan\noptions ndots:2\n"),
             memory_bytes: 8 << 30,
+            allocatable: [
+                ("cpu".to_string(), Quantity("3500m".into())),
+                ("memory".to_string(), Quantity("8388608Ki".into())),
+            ]
+            .into(),
             pod_cgroups: None,
         }
     }
@@ -886,6 +901,29 @@ mod tests {
             .and_then(|s| s.namespace_options)
             .expect("namespaces");
         assert_eq!(ns.network, proto::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn unset_limits_read_as_the_nodes_allocatable() {
+        let dir = tempdir("allocatable");
+        let p = pod(
+            r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"c","image":"busybox:1",
+                "env":[{"name":"CPU","valueFrom":{"resourceFieldRef":{"resource":"limits.cpu"}}},
+                       {"name":"CPU_M","valueFrom":{"resourceFieldRef":{"resource":"limits.cpu","divisor":"1m"}}},
+                       {"name":"MEM","valueFrom":{"resourceFieldRef":{"resource":"limits.memory","divisor":"1Mi"}}},
+                       {"name":"REQ","valueFrom":{"resourceFieldRef":{"resource":"requests.cpu"}}}]}]}}"#,
+        );
+        let c = &crate::pod::containers(&p)[0];
+        let cfg = container_config(&p, c, false, 0, "", &ctx(&dir)).expect("config");
+        let env: BTreeMap<_, _> = cfg
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(env["CPU"], "4", "3500m allocatable, rounded up to cores");
+        assert_eq!(env["CPU_M"], "3500");
+        assert_eq!(env["MEM"], "8192");
+        assert_eq!(env["REQ"], "0", "an unset request stays 0");
     }
 
     #[test]

@@ -156,7 +156,7 @@ fn downward(
                     .find(|c| Some(&c.name) == r.container_name.as_ref())
                     .or_else(|| crate::pod::containers(pod).first())
                     .ok_or("no container")?;
-                criconfig::resource_ref(spec, r, &item.path).map_err(|e| e.to_string())?
+                criconfig::resource_ref(spec, r, &item.path, ctx).map_err(|e| e.to_string())?
             }
             (None, None) => return Err(format!("{}: no fieldRef or resourceFieldRef", item.path)),
         };

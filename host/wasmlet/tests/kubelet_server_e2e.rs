@@ -500,8 +500,60 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}},
+        {"name": "MEMORY_REQUEST", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}},
+        {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "SECRET_DATA", "valueFrom": {"secretKeyRef": {"name": "ks-secret", "key": "data-1"}}},
     ]);
-    env["resources"] = json!({"limits": {"memory": "64Mi"}});
+    env["resources"] = json!({"limits": {"memory": "64Mi"}, "requests": {"memory": "32Mi"}});
+    api.create(
+        "api/v1",
+        "secrets",
+        json!({"metadata": {"name": "ks-secret", "namespace": "default"},
+               "data": {"data-1": "dmFsdWUtMQ=="}}),
+    )
+    .expect("secret");
+    // The Security Context conformance tests, each a pod that prints what it found.
+    let secured = |name: &str, pod_context: Value, context: Value, script: &str| {
+        let mut c = busybox("c", script);
+        c["securityContext"] = context;
+        let mut p = pod(name, "Never", c);
+        p["spec"]["securityContext"] = pod_context;
+        p
+    };
+    let security = [
+        secured(
+            "ks-runas",
+            json!({"runAsUser": 1001, "runAsGroup": 2002}),
+            json!({}),
+            "id -u; id -g",
+        ),
+        secured(
+            "ks-runas-container",
+            json!({"runAsUser": 1001}),
+            json!({"runAsUser": 1002, "runAsGroup": 2003}),
+            "id -u; id -g",
+        ),
+        secured(
+            "ks-readonly",
+            json!({}),
+            json!({"readOnlyRootFilesystem": true}),
+            "touch /written 2>&1; echo exit=$?",
+        ),
+        secured(
+            "ks-nonewprivs",
+            json!({}),
+            json!({"runAsUser": 1000, "allowPrivilegeEscalation": false}),
+            "grep NoNewPrivs /proc/self/status",
+        ),
+        secured(
+            "ks-unprivileged",
+            json!({}),
+            json!({"privileged": false}),
+            "grep CapEff /proc/self/status",
+        ),
+    ];
     let mut attachee = busybox(
         "attachee",
         "echo ready; while read line; do echo \"got $line\"; done",
@@ -533,7 +585,10 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
             "Always",
             busybox("once", "echo instance; sleep 1; exit 1"),
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(security)
+    {
         api.create("api/v1", "pods", p).expect("pod");
     }
 
@@ -562,9 +617,56 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         "POD_NAMESPACE=default",
         "HOST_IP=127.0.0.1",
         "MEMORY_LIMIT=67108864",
+        "MEMORY_REQUEST=33554432",
+        "SECRET_DATA=value-1",
     ] {
         assert!(env.lines().any(|l| l == line), "{line} in {env}");
     }
+    // Facts only the API server's copy of the pod and node can tell.
+    let env_pod = api.get("api/v1", "pods", "default", "ks-env").expect("pod");
+    let node = api.get("api/v1", "nodes", "", NODE).expect("node");
+    for (name, want) in [
+        ("POD_UID", env_pod["metadata"]["uid"].as_str()),
+        ("POD_IP", env_pod["status"]["podIP"].as_str()),
+        // No CPU limit: the node's allocatable CPU.
+        ("CPU_LIMIT", node["status"]["allocatable"]["cpu"].as_str()),
+    ] {
+        let want = format!("{name}={}", want.expect(name));
+        assert!(env.lines().any(|l| l == want), "{want} in {env}");
+    }
+
+    // Security contexts, as the conformance tests read them back.
+    let output = |name: &'static str| {
+        let pods = pods.clone();
+        let (api, agent) = (&api, &agent);
+        async move {
+            wait_pod(api, agent, name, long, |p| phase(p) == "Succeeded").await;
+            pods.logs(name, &LogParams::default()).await.expect("logs")
+        }
+    };
+    assert_eq!(output("ks-runas").await, "1001\n2002\n");
+    assert_eq!(
+        output("ks-runas-container").await,
+        "1002\n2003\n",
+        "the container's context wins over the pod's"
+    );
+    let readonly = output("ks-readonly").await;
+    assert!(
+        readonly.contains("Read-only file system") && readonly.contains("exit=1"),
+        "{readonly}"
+    );
+    assert_eq!(output("ks-nonewprivs").await, "NoNewPrivs:\t1\n");
+    let caps = output("ks-unprivileged").await;
+    let effective = caps
+        .trim()
+        .strip_prefix("CapEff:")
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("{caps:?}"));
+    assert_eq!(
+        effective & (1 << 12 | 1 << 21),
+        0,
+        "no CAP_NET_ADMIN, no CAP_SYS_ADMIN: {caps}"
+    );
 
     // Logs' parameters on the runtime's own log file.
     wait_pod(&api, &agent, "ks-web", long, running).await;
