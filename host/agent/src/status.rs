@@ -315,9 +315,19 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     let pod = input.pod;
     let rt = input.runtime;
     let initialized = actions::initialized(pod, rt);
+    // An init container that finished with exit code 0 is ready (the kubelet's prober
+    // manager says so of every init container it updates).
     let init_statuses: Vec<k8s::ContainerStatus> = pod::init_containers(pod)
         .iter()
-        .map(|c| container_status(c, input, "PodInitializing"))
+        .map(|c| {
+            let mut s = container_status(c, input, "PodInitializing");
+            s.ready = s
+                .state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0);
+            s
+        })
         .collect();
     let app_default = if initialized {
         "ContainerCreating"
@@ -662,11 +672,18 @@ mod tests {
         let s = status(&p, &rt, &none, true);
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(cond(&s, "Initialized").0, "True");
+        let setup = &s.init_container_statuses.as_ref().expect("init statuses")[0];
+        assert!(setup.ready, "an init container that exited 0 is ready");
         let never = pod("Never", &["setup"], &[("app", false)]);
+        let rt = runtime(vec![info("setup", 1, State::Running, 0)]);
+        let running = status(&never, &rt, &none, true);
+        assert!(!running.init_container_statuses.expect("statuses")[0].ready);
         let rt = runtime(vec![info("setup", 1, State::Exited, 2)]);
-        assert_eq!(
-            status(&never, &rt, &none, true).phase.as_deref(),
-            Some("Failed")
+        let failed = status(&never, &rt, &none, true);
+        assert_eq!(failed.phase.as_deref(), Some("Failed"));
+        assert!(
+            !failed.init_container_statuses.expect("statuses")[0].ready,
+            "a failed init container is not ready"
         );
     }
 

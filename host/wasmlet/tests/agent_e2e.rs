@@ -412,6 +412,10 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     });
     let setup = &init["status"]["initContainerStatuses"][0];
     assert_eq!(setup["state"]["terminated"]["exitCode"], 0, "{setup}");
+    assert_eq!(
+        setup["ready"], true,
+        "a finished init container is ready: {setup}"
+    );
     assert_eq!(container(&init, "app")["restartCount"], 0);
 
     // The malformed manifest is reported by name; everything else runs.
