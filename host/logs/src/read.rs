@@ -1,8 +1,9 @@
 //! Reading a container's log file into what `kubectl logs` prints: records parsed,
 //! partial lines joined, `tailLines`, `sinceTime`, `limitBytes`, `timestamps`, and
 //! `follow` — which waits for the file to grow (inotify on the container's log
-//! directory), reopens the file when it is rotated, and ends once the container has
-//! stopped and everything it wrote has been read.
+//! directory), moves to the new file when it is rotated (once the runtime has written
+//! to it, so that nothing the old one still got is missed), and ends once the
+//! container has stopped and everything it wrote has been read.
 //!
 //! Reading is plain blocking I/O on a thread of its own, in chunks of 64 KiB handed to
 //! the caller: memory stays constant however long the file, and a client that goes away
@@ -232,13 +233,14 @@ pub fn read<S: Sink>(
             break;
         }
         w.flush();
-        // Rotated: the path names a new file. What the old one held is read; go on
-        // from the start of the new one.
+        // Rotated: the path names a new file. The runtime may still be writing to the
+        // old one until it has reopened; once the new one holds something, the old one
+        // is complete: read what is left of it, then go on from the start of the new.
         if let Ok(meta) = std::fs::metadata(path)
             && meta.ino() != inode
+            && meta.len() > 0
             && let Ok(next) = File::open(path)
         {
-            // What the runtime wrote to the old file before it reopened is read first.
             drain(&mut reader, &mut pending, false, &mut w).map_err(io_err)?;
             inode = meta.ino();
             pending.clear();
@@ -419,8 +421,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         append("ves\n");
         std::thread::sleep(Duration::from_millis(100));
-        // Rotation: the file is renamed away and a new one takes its place.
-        std::fs::rename(&path, d.join("0.log.20240101-000004")).expect("rotate");
+        // Rotation: the file is renamed away and a new, empty one takes its place; the
+        // runtime writes to the old one once more before it reopens.
+        let old = d.join("0.log.20240101-000004");
+        std::fs::rename(&path, &old).expect("rotate");
+        File::create(&path).expect("reopened");
+        std::thread::sleep(Duration::from_millis(100));
+        let mut late = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&old)
+            .expect("old");
+        late.write_all(b"2024-01-01T00:00:04.5Z stdout F late\n")
+            .expect("late write");
+        std::thread::sleep(Duration::from_millis(100));
         append("2024-01-01T00:00:05Z stdout F rotated\n");
         std::thread::sleep(Duration::from_millis(200));
         running.store(false, Ordering::SeqCst);
@@ -428,7 +441,7 @@ mod tests {
         let out = reader.join().expect("reader");
         assert_eq!(
             String::from_utf8_lossy(&out),
-            "before\nafter\nhalves\nrotated\nlast words\n"
+            "before\nafter\nhalves\nlate\nrotated\nlast words\n"
         );
     }
 }
