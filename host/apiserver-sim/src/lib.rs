@@ -90,6 +90,9 @@ struct Store {
     epoch: tokio::sync::watch::Sender<u64>,
     /// Requests served, by method and path (no query), for tests counting calls.
     requests: Vec<(String, String)>,
+    /// Namespaces deleted ([`ApiServerSim::delete_namespace`]): nothing new is made in
+    /// them.
+    deleted_namespaces: std::collections::BTreeSet<String>,
 }
 
 impl Default for Store {
@@ -102,6 +105,7 @@ impl Default for Store {
             changes: tokio::sync::broadcast::channel(4096).0,
             epoch: tokio::sync::watch::channel(0).0,
             requests: Vec::new(),
+            deleted_namespaces: Default::default(),
         }
     }
 }
@@ -213,6 +217,29 @@ impl ApiServerSim {
             &(prefix.into(), resource.into(), ns.into(), name.into()),
             &options,
         )
+    }
+
+    /// Deletes namespace `ns` as the namespace controller does: its pods are deleted
+    /// gracefully (the node's final delete removes them), everything else at once, and
+    /// nothing new may be made in it — 403 `NamespaceTerminating` while something is
+    /// left, 404 once it is empty.
+    pub fn delete_namespace(&self, ns: &str) {
+        let mut store = self.lock();
+        store.deleted_namespaces.insert(ns.to_owned());
+        let keys: Vec<Key> = store
+            .objects
+            .keys()
+            .filter(|k| k.2 == ns)
+            .cloned()
+            .collect();
+        for k in keys {
+            let options = if k.1 == "pods" {
+                json!({})
+            } else {
+                json!({"gracePeriodSeconds": 0})
+            };
+            let _ = store.delete(&k, &options);
+        }
     }
 
     /// Every change from now on, as it is stored (for tests and benchmarks that time
@@ -569,6 +596,28 @@ impl Store {
                 ));
             }
         };
+        if self.deleted_namespaces.contains(ns) {
+            // Terminating while something is left in it, then gone.
+            return Err(if self.objects.keys().any(|k| k.2 == ns) {
+                let mut s = status(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+                    ),
+                );
+                s["details"] = json!({"name": name, "kind": resource, "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }]});
+                s
+            } else {
+                let mut s = status(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+                s["details"] = json!({"name": ns, "kind": "namespaces"});
+                s
+            });
+        }
         let key = (
             prefix.to_owned(),
             resource.to_owned(),

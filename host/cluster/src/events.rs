@@ -1,24 +1,33 @@
 //! Events to the API server: what `kubectl describe pod` lists under Events.
 //!
 //! [`ApiRecorder`] takes the agent's events without ever blocking it (a full queue
-//! drops the event, as the kubelet's broadcaster does); [`run`] writes them as core/v1
-//! Events from `kubelet` on this node. A repeat of an event (same pod, container,
-//! reason and message) raises the first one's `count` and `lastTimestamp` with a PATCH
-//! instead of adding another object. Writes are rate limited (eventRecordQPS /
-//! eventBurst) and a write that fails is tried again [`MAX_TRIES`] times, 10 s apart.
-//! The writer lets a burst gather for [`GATHER`] before it writes: events are for
-//! people reading later, and a burst of pod starts gets its status patches out first.
-//! Each event keeps the time it was recorded.
+//! drops the event, counted, as the kubelet's broadcaster drops it); [`run`] writes them
+//! as core/v1 Events from `kubelet` on this node. A repeat of an event (same pod,
+//! container, reason and message) raises the first one's `count` and `lastTimestamp`
+//! with a PATCH instead of adding another object. Writes are rate limited
+//! (eventRecordQPS / eventBurst).
+//!
+//! No event can hold up another, as with client-go's recorder: one the API server
+//! rejects (a 4xx — its namespace deleted or terminating, forbidden, invalid) is dropped
+//! at once, never retried; one that fails for a passing reason (the API server away, a
+//! 5xx, 429) is set aside and tried again [`RETRY_SLEEP`] later, up to [`MAX_TRIES`]
+//! times, while the events behind it go on. What is dropped is counted
+//! (`wasmlet_events_dropped_total` by reason). The writer lets a burst gather for
+//! [`GATHER`] before it writes: events are for people reading later, and a burst of pod
+//! starts gets its status patches out first. Each event keeps the time it was recorded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
@@ -26,7 +35,8 @@ use wasmlet_agent::events::{Event, Recorder};
 
 use crate::ratelimit::RateLimiter;
 
-/// How many events wait at most; beyond that they are dropped.
+/// How many events wait at most (and how many wait to be tried again); beyond that
+/// they are dropped.
 pub const QUEUE: usize = 1000;
 /// How many times one event is tried (the kubelet's maxTriesPerEvent).
 pub const MAX_TRIES: u32 = 12;
@@ -37,36 +47,94 @@ pub const GATHER: Duration = Duration::from_millis(100);
 /// How many distinct events are remembered for counting repeats.
 const REMEMBERED: usize = 4096;
 
+/// Why an event was dropped.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Dropped {
+    reason: &'static str,
+}
+
+/// What happened to the events: written, or dropped by reason (`queue_full`,
+/// `rejected`: a 4xx from the API server, `retries`: [`MAX_TRIES`] transient failures).
+#[derive(Debug, Default)]
+pub struct EventStats {
+    written: Counter,
+    dropped: Family<Dropped, Counter>,
+}
+
+impl EventStats {
+    /// Events stored by the API server.
+    pub fn written(&self) -> u64 {
+        self.written.get()
+    }
+
+    /// Events dropped for `reason` (`queue_full`, `rejected`, `retries`).
+    pub fn dropped(&self, reason: &'static str) -> u64 {
+        self.dropped.get_or_create(&Dropped { reason }).get()
+    }
+
+    fn drop_one(&self, reason: &'static str) {
+        self.dropped.get_or_create(&Dropped { reason }).inc();
+    }
+}
+
 /// The agent's side: queues events for [`run`].
 #[derive(Debug)]
 pub struct ApiRecorder {
     queue: mpsc::Sender<Event>,
-    dropped: AtomicU64,
+    stats: Arc<EventStats>,
+}
+
+/// The writer's side: the queue and the counts it keeps.
+#[derive(Debug)]
+pub struct EventQueue {
+    events: mpsc::Receiver<Event>,
+    stats: Arc<EventStats>,
 }
 
 impl ApiRecorder {
     /// A recorder and the queue [`run`] takes.
-    pub fn new() -> (Arc<Self>, mpsc::Receiver<Event>) {
+    pub fn new() -> (Arc<Self>, EventQueue) {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let stats = Arc::new(EventStats::default());
         (
             Arc::new(ApiRecorder {
                 queue: tx,
-                dropped: AtomicU64::new(0),
+                stats: stats.clone(),
             }),
-            rx,
+            EventQueue { events: rx, stats },
         )
     }
 
     /// Events dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.stats.dropped("queue_full")
+    }
+
+    /// What happened to the events.
+    pub fn stats(&self) -> Arc<EventStats> {
+        self.stats.clone()
+    }
+
+    /// Registers `wasmlet_events_written_total` and `wasmlet_events_dropped_total`.
+    pub fn register(&self, registry: &mut Registry) {
+        let own = registry.sub_registry_with_prefix("wasmlet");
+        own.register(
+            "events_written",
+            "Events the API server stored (new ones and repeats)",
+            self.stats.written.clone(),
+        );
+        own.register(
+            "events_dropped",
+            "Events dropped, by reason: queue_full, rejected (a 4xx from the API server), retries (too many transient failures)",
+            self.stats.dropped.clone(),
+        );
     }
 }
 
 impl Recorder for ApiRecorder {
     fn record(&self, event: Event) {
         if self.queue.try_send(event).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.drop_one("queue_full");
         }
     }
 }
@@ -156,58 +224,98 @@ async fn write(
     Ok((created.metadata.name.unwrap_or_default(), 1))
 }
 
+/// Whether the API server refused `e` for good (a 4xx other than 429): trying again
+/// would be refused the same way.
+fn rejected(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
+}
+
+/// An event waiting to be tried again.
+struct Retry {
+    event: Event,
+    tries: u32,
+    due: tokio::time::Instant,
+}
+
 /// Writes the queued events until `shutdown` turns true.
 pub async fn run(
     client: kube::Client,
     node: String,
-    mut queue: mpsc::Receiver<Event>,
+    queue: EventQueue,
     limiter: RateLimiter,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let EventQueue {
+        events: mut queue,
+        stats,
+    } = queue;
     let mut seen: HashMap<Key, (String, i32)> = HashMap::new();
-    let mut batch: Vec<Event> = Vec::new();
+    // Events to write now (with the tries they had), and those waiting to be tried
+    // again, soonest first (they all wait the same time).
+    let mut ready: VecDeque<(Event, u32)> = VecDeque::new();
+    let mut later: VecDeque<Retry> = VecDeque::new();
     loop {
-        if batch.is_empty() {
-            let first = tokio::select! {
-                e = queue.recv() => match e {
-                    Some(e) => e,
-                    None => return,
-                },
-                _ = shutdown.changed() => return,
-            };
+        if ready.is_empty() {
+            let due = later.front().map(|r| r.due);
             tokio::select! {
-                () = tokio::time::sleep(GATHER) => {}
-                _ = shutdown.changed() => return,
-            }
-            batch.push(first);
-            while let Ok(e) = queue.try_recv() {
-                batch.push(e);
-            }
-            batch.reverse();
-        }
-        let Some(event) = batch.pop() else { continue };
-        let k = key(&event);
-        for attempt in 1..=MAX_TRIES {
-            limiter.acquire().await;
-            match write(&client, &node, &event, seen.get(&k)).await {
-                Ok(written) => {
-                    if seen.len() >= REMEMBERED {
-                        seen.clear();
-                    }
-                    seen.insert(k, written);
-                    break;
-                }
-                Err(e) if attempt == MAX_TRIES => {
-                    warn!(pod = %event.pod, reason = %event.reason, error = %e, "dropping an event after {MAX_TRIES} tries");
-                }
-                Err(e) => {
-                    debug!(pod = %event.pod, reason = %event.reason, error = %e, attempt, "writing an event failed; retrying");
+                e = queue.recv() => {
+                    let Some(e) = e else { return };
                     tokio::select! {
-                        () = tokio::time::sleep(RETRY_SLEEP) => {}
+                        () = tokio::time::sleep(GATHER) => {}
                         _ = shutdown.changed() => return,
                     }
+                    ready.push_back((e, 0));
+                    while let Ok(e) = queue.try_recv() {
+                        ready.push_back((e, 0));
+                    }
+                }
+                () = sleep_until(due) => {}
+                _ = shutdown.changed() => return,
+            }
+            let now = tokio::time::Instant::now();
+            while later.front().is_some_and(|r| r.due <= now) {
+                if let Some(r) = later.pop_front() {
+                    ready.push_back((r.event, r.tries));
                 }
             }
         }
+        let Some((event, tries)) = ready.pop_front() else {
+            continue;
+        };
+        let k = key(&event);
+        limiter.acquire().await;
+        match write(&client, &node, &event, seen.get(&k)).await {
+            Ok(written) => {
+                stats.written.inc();
+                if seen.len() >= REMEMBERED {
+                    seen.clear();
+                }
+                seen.insert(k, written);
+            }
+            Err(e) if rejected(&e) => {
+                stats.drop_one("rejected");
+                debug!(pod = %event.pod, reason = %event.reason, error = %e, "the API server rejected an event (will not retry)");
+            }
+            Err(e) if tries + 1 >= MAX_TRIES || later.len() >= QUEUE => {
+                stats.drop_one("retries");
+                warn!(pod = %event.pod, reason = %event.reason, error = %e, "dropping an event after {} tries", tries + 1);
+            }
+            Err(e) => {
+                debug!(pod = %event.pod, reason = %event.reason, error = %e, attempt = tries + 1, "writing an event failed; trying again later");
+                later.push_back(Retry {
+                    event,
+                    tries: tries + 1,
+                    due: tokio::time::Instant::now() + RETRY_SLEEP,
+                });
+            }
+        }
+    }
+}
+
+/// Sleeps until `due`, or forever without one.
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }

@@ -78,7 +78,7 @@ pub struct Cluster {
     pub sources_ready: status::SourcesReady,
     /// The events the agent records (from [`events::ApiRecorder::new`]); `None` sends
     /// none.
-    pub events: Option<mpsc::Receiver<wasmlet_agent::events::Event>>,
+    pub events: Option<events::EventQueue>,
     /// Client limits.
     pub limits: Limits,
 }

@@ -197,13 +197,16 @@ async fn run_agent(
         negotiated.runtime_name, negotiated.runtime_version
     );
     // Cluster mode: events go to the API server, and the API server is a pod source.
-    let (recorder, events) = match &cluster {
+    let (api_recorder, events) = match &cluster {
         Some(_) => {
             let (r, q) = wasmlet_cluster::events::ApiRecorder::new();
-            (Some(r as Arc<dyn wasmlet_agent::events::Recorder>), Some(q))
+            (Some(r), Some(q))
         }
         None => (None, None),
     };
+    let recorder = api_recorder
+        .clone()
+        .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>);
     let sources = if cluster.is_some() {
         vec![wasmlet_agent::pod::API_SOURCE.to_owned()]
     } else {
@@ -234,6 +237,9 @@ async fn run_agent(
     ));
     let mut registry = Registry::default();
     agent.ctx.metrics.register(&mut registry);
+    if let Some(r) = &api_recorder {
+        r.register(&mut registry);
+    }
     loaded.engine.metrics().register(&mut registry);
     let registry = Arc::new(registry);
     http::start(
