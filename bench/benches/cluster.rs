@@ -50,6 +50,7 @@ struct Joined {
     agent: Arc<Agent<Simulator>>,
     stop: tokio::sync::watch::Sender<bool>,
     node: String,
+    events: Arc<wasmlet_cluster::events::EventStats>,
 }
 
 impl Joined {
@@ -75,6 +76,7 @@ impl Joined {
             ..NodeFacts::read(Some(&node), Some("192.168.70.10"), &dir, 1000)
         };
         let (recorder, events) = wasmlet_cluster::events::ApiRecorder::new();
+        let event_stats = recorder.stats();
         let agent = Arc::new(Agent::start(
             Arc::new(Simulator::new()),
             AgentOptions {
@@ -138,12 +140,17 @@ impl Joined {
             agent,
             stop,
             node,
+            events: event_stats,
         }
     }
 
     fn pod(&self, name: &str) -> serde_json::Value {
+        self.pod_in("default", name)
+    }
+
+    fn pod_in(&self, ns: &str, name: &str) -> serde_json::Value {
         json!({
-            "metadata": {"name": name, "namespace": "default"},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {"nodeName": self.node, "terminationGracePeriodSeconds": 5,
                 "containers": [{"name": "c", "image": "localhost/busybox:latest",
                     "imagePullPolicy": "IfNotPresent",
@@ -194,6 +201,52 @@ async fn burst(round: usize, n: usize) -> (Vec<Duration>, Duration) {
     }
     j.stop().await;
     (took, all)
+}
+
+/// `n` pods in `default` and `n` in a namespace deleted right after they were made:
+/// for each pod in `default`, the time from its status saying Running being stored to
+/// its `Started` event being stored; and what happened to the other namespace's events.
+async fn started_events(round: usize, n: usize) -> (Vec<Duration>, u64, u64) {
+    let j = Joined::start(200 + round).await;
+    let mut changes = j.api.subscribe();
+    for i in 0..n {
+        j.api
+            .create("api/v1", "pods", j.pod_in("doomed", &format!("doomed-{i}")))
+            .expect("create");
+        j.api
+            .create("api/v1", "pods", j.pod(&format!("live-{i}")))
+            .expect("create");
+    }
+    j.api.delete_namespace("doomed");
+    let mut running: HashMap<String, Instant> = HashMap::new();
+    let mut started: HashMap<String, Instant> = HashMap::new();
+    while started.len() < n || running.len() < n {
+        let change = tokio::time::timeout(Duration::from_secs(30), changes.recv())
+            .await
+            .expect("every Started event within 30 s")
+            .expect("changes");
+        if change.namespace != "default" {
+            continue;
+        }
+        match change.resource.as_str() {
+            "pods" if change.object["status"]["phase"] == "Running" => {
+                running.entry(change.name).or_insert_with(Instant::now);
+            }
+            "events" if change.object["reason"] == "Started" => {
+                if let Some(pod) = change.object["involvedObject"]["name"].as_str() {
+                    started.entry(pod.to_owned()).or_insert_with(Instant::now);
+                }
+            }
+            _ => {}
+        }
+    }
+    let took = started
+        .iter()
+        .filter_map(|(pod, at)| running.get(pod).map(|r| at.saturating_duration_since(*r)))
+        .collect();
+    let (written, rejected) = (j.events.written(), j.events.dropped("rejected"));
+    j.stop().await;
+    (took, written, rejected)
 }
 
 /// The requests a batch of `n` pods costs from creation to gone, per pod, by kind.
@@ -287,6 +340,24 @@ async fn main() {
         ms(s.percentile(99.0)),
         ms(s.percentile(100.0))
     );
+
+    println!(
+        "\n## Started events with a namespace deleted under {n} of {} pods (status Running stored → Started event stored, pods in the living namespace)\n",
+        2 * n
+    );
+    println!("| round | p50 | p99 | max | events stored | events rejected (not retried) |");
+    println!("|---|---|---|---|---|---|");
+    for round in 0..rounds.min(3) {
+        let (took, written, rejected) = started_events(round, n).await;
+        let s = Samples::new(took);
+        println!(
+            "| {} | {} | {} | {} | {written} | {rejected} |",
+            round + 1,
+            ms(s.percentile(50.0)),
+            ms(s.percentile(99.0)),
+            ms(s.percentile(100.0)),
+        );
+    }
 
     let batch = if smoke() { 2 } else { 20 };
     println!(

@@ -11,7 +11,10 @@
 //! rejects (a 4xx — its namespace deleted or terminating, forbidden, invalid) is dropped
 //! at once, never retried; one that fails for a passing reason (the API server away, a
 //! 5xx, 429) is set aside and tried again [`RETRY_SLEEP`] later, up to [`MAX_TRIES`]
-//! times, while the events behind it go on. What is dropped is counted
+//! times, while the events behind it go on. A namespace that answered that it is
+//! deleted or being deleted has its events dropped without asking for
+//! [`NAMESPACE_GONE`], so that a deleted namespace's burst does not spend everyone
+//! else's rate limit. What is dropped is counted
 //! (`wasmlet_events_dropped_total` by reason). The writer lets a burst gather for
 //! [`GATHER`] before it writes: events are for people reading later, and a burst of pod
 //! starts gets its status patches out first. Each event keeps the time it was recorded.
@@ -44,6 +47,11 @@ pub const MAX_TRIES: u32 = 12;
 pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
 /// How long a burst of events gathers before it is written.
 pub const GATHER: Duration = Duration::from_millis(100);
+/// How long a namespace that answered that it is gone or going (404 for the namespace,
+/// 403 `NamespaceTerminating`) has its events dropped without asking again: a deleted
+/// namespace's pods stop with a burst of events that would otherwise spend the rate
+/// limit of everyone else's.
+pub const NAMESPACE_GONE: Duration = Duration::from_secs(10);
 /// How many distinct events are remembered for counting repeats.
 const REMEMBERED: usize = 4096;
 
@@ -230,6 +238,17 @@ fn rejected(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
 }
 
+/// Whether `e` says the event's namespace is deleted or being deleted.
+fn namespace_gone(e: &kube::Error) -> bool {
+    let kube::Error::Api(s) = e else {
+        return false;
+    };
+    let details = s.details.as_ref();
+    (s.code == 404 && details.is_some_and(|d| d.kind == "namespaces"))
+        || (s.code == 403
+            && details.is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
 /// An event waiting to be tried again.
 struct Retry {
     event: Event,
@@ -254,6 +273,8 @@ pub async fn run(
     // again, soonest first (they all wait the same time).
     let mut ready: VecDeque<(Event, u32)> = VecDeque::new();
     let mut later: VecDeque<Retry> = VecDeque::new();
+    // Namespaces that answered that they are gone, and when.
+    let mut gone: HashMap<String, tokio::time::Instant> = HashMap::new();
     loop {
         if ready.is_empty() {
             let due = later.front().map(|r| r.due);
@@ -282,6 +303,13 @@ pub async fn run(
         let Some((event, tries)) = ready.pop_front() else {
             continue;
         };
+        if gone
+            .get(&event.pod.namespace)
+            .is_some_and(|at| at.elapsed() < NAMESPACE_GONE)
+        {
+            stats.drop_one("rejected");
+            continue;
+        }
         let k = key(&event);
         limiter.acquire().await;
         match write(&client, &node, &event, seen.get(&k)).await {
@@ -294,6 +322,12 @@ pub async fn run(
             }
             Err(e) if rejected(&e) => {
                 stats.drop_one("rejected");
+                if namespace_gone(&e) {
+                    if gone.len() >= REMEMBERED {
+                        gone.retain(|_, at| at.elapsed() < NAMESPACE_GONE);
+                    }
+                    gone.insert(event.pod.namespace.clone(), tokio::time::Instant::now());
+                }
                 debug!(pod = %event.pod, reason = %event.reason, error = %e, "the API server rejected an event (will not retry)");
             }
             Err(e) if tries + 1 >= MAX_TRIES || later.len() >= QUEUE => {
