@@ -53,6 +53,28 @@ pub struct NodeState {
     pub port: i32,
 }
 
+/// `containerRuntimeVersion` as the kubelet writes it: `<name>://<version>`, the version
+/// read the way Kubernetes reads a generic version — its leading dotted numbers, an
+/// optional `v` and anything after them dropped (Debian's containerd says `1.6.20~ds1`;
+/// the node says `containerd://1.6.20`). A version without leading numbers is kept as
+/// it is.
+pub fn runtime_version(name: &str, version: &str) -> String {
+    let text = version.trim();
+    let digits = text.strip_prefix('v').unwrap_or(text);
+    let end = digits
+        .char_indices()
+        .take_while(|(i, c)| {
+            c.is_ascii_digit()
+                || (*c == '.'
+                    && digits[..*i].ends_with(|p: char| p.is_ascii_digit())
+                    && digits[i + 1..].starts_with(|n: char| n.is_ascii_digit()))
+        })
+        .last()
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let version = if end == 0 { text } else { &digits[..end] };
+    format!("{name}://{version}")
+}
+
 /// The machine as `nodeInfo` describes it.
 pub fn node_info(runtime_version: &str) -> k8s::NodeSystemInfo {
     let read = |path: &str| {
@@ -351,6 +373,21 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_versions_are_read_as_generic_versions() {
+        assert_eq!(
+            runtime_version("containerd", "1.6.20~ds1"),
+            "containerd://1.6.20"
+        );
+        assert_eq!(
+            runtime_version("containerd", "v1.7.2"),
+            "containerd://1.7.2"
+        );
+        assert_eq!(runtime_version("cri-o", "1.28.1-rc.2"), "cri-o://1.28.1");
+        assert_eq!(runtime_version("x", "2."), "x://2");
+        assert_eq!(runtime_version("sim", "devel"), "sim://devel");
+    }
 
     fn facts() -> NodeFacts {
         NodeFacts {

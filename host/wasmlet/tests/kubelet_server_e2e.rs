@@ -1003,6 +1003,26 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
 
     // Port 10250 itself, as a client that is not the API server.
     let node = api.get("api/v1", "nodes", "", NODE).expect("node");
+    // As the kubelet reports them: the Hostname address is the node's name, and the
+    // runtime's version is a plain version (Debian's containerd says 1.6.20~ds1).
+    let runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        runtime
+            .strip_prefix("containerd://")
+            .is_some_and(|v| !v.is_empty() && v.split('.').all(|n| n.parse::<u32>().is_ok())),
+        "{runtime}"
+    );
+    assert!(
+        node["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["type"] == "Hostname" && a["address"] == NODE),
+        "{}",
+        node["status"]["addresses"]
+    );
     let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
         .as_u64()
         .and_then(|p| u16::try_from(p).ok())

@@ -192,9 +192,9 @@ async fn run_agent(
     };
     let node_facts = facts.clone();
     let negotiated = &runtime.negotiated().version;
-    let runtime_version = format!(
-        "{}://{}",
-        negotiated.runtime_name, negotiated.runtime_version
+    let runtime_version = wasmlet_cluster::node::runtime_version(
+        &negotiated.runtime_name,
+        &negotiated.runtime_version,
     );
     // Cluster mode: events go to the API server, and the API server is a pod source.
     let (api_recorder, events) = match &cluster {
