@@ -14,7 +14,8 @@ use crate::pod;
 use crate::runtime::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, CONTAINER_TYPE_ANNOTATION, GRACE_ANNOTATION,
     HOST_NETWORK_ANNOTATION, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
-    RESTART_COUNT_ANNOTATION, TERMINATION_MESSAGE_PATH_ANNOTATION, container_hash,
+    RESTART_COUNT_ANNOTATION, TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_POLICY_ANNOTATION, container_hash,
 };
 use crate::status::qos_class;
 
@@ -734,8 +735,13 @@ pub fn container_config_with(
         .unwrap_or_else(|| "/dev/termination-log".into());
     let message_file = termination_message_file(pod, ctx, &c.name, restart_count);
     if let Some(dir) = message_file.parent() {
+        // Writable by whatever user the container runs as, as the kubelet makes it.
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(&message_file, b""))
+            .and_then(|()| {
+                std::fs::set_permissions(&message_file, std::fs::Permissions::from_mode(0o666))
+            })
             .map_err(|e| ConfigError::new(format!("{}: {e}", message_file.display())))?;
     }
     mounts.push(proto::Mount {
@@ -749,6 +755,12 @@ pub fn container_config_with(
         (CONTAINER_HASH_ANNOTATION.into(), container_hash(c)),
         (RESTART_COUNT_ANNOTATION.into(), restart_count.to_string()),
         (TERMINATION_MESSAGE_PATH_ANNOTATION.into(), message_path),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.into(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
+        ),
         (GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string()),
     ]);
     if init {

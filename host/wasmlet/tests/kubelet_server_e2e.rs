@@ -522,6 +522,39 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         p["spec"]["securityContext"] = pod_context;
         p
     };
+    // The Container Runtime conformance tests' termination messages.
+    let message = |name: &str, policy: &str, path: &str, user: Option<i64>, script: &str| {
+        let mut c = busybox("c", script);
+        c["terminationMessagePolicy"] = policy.into();
+        c["terminationMessagePath"] = path.into();
+        if let Some(u) = user {
+            c["securityContext"] = json!({"runAsUser": u});
+        }
+        pod(name, "Never", c)
+    };
+    let termination = [
+        message(
+            "ks-msg-file",
+            "FallbackToLogsOnError",
+            "/dev/termination-log",
+            None,
+            "echo -n OK > /dev/termination-log",
+        ),
+        message(
+            "ks-msg-logs",
+            "FallbackToLogsOnError",
+            "/dev/termination-log",
+            None,
+            "echo -n DONE; false",
+        ),
+        message(
+            "ks-msg-user",
+            "File",
+            "/dev/termination-custom-log",
+            Some(1000),
+            "echo -n DONE > /dev/termination-custom-log",
+        ),
+    ];
     let security = [
         secured(
             "ks-runas",
@@ -588,6 +621,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     ]
     .into_iter()
     .chain(security)
+    .chain(termination)
     {
         api.create("api/v1", "pods", p).expect("pod");
     }
@@ -627,13 +661,36 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     let node = api.get("api/v1", "nodes", "", NODE).expect("node");
     for (name, want) in [
         ("POD_UID", env_pod["metadata"]["uid"].as_str()),
-        ("POD_IP", env_pod["status"]["podIP"].as_str()),
         // No CPU limit: the node's allocatable CPU.
         ("CPU_LIMIT", node["status"]["allocatable"]["cpu"].as_str()),
     ] {
         let want = format!("{name}={}", want.expect(name));
         assert!(env.lines().any(|l| l == want), "{want} in {env}");
     }
+
+    // Termination messages: from the file (also one at another path, written by a
+    // non-root user), or from the log's end when the container failed.
+    for (name, phase_want, text) in [
+        ("ks-msg-file", "Succeeded", "OK"),
+        ("ks-msg-logs", "Failed", "DONE"),
+        ("ks-msg-user", "Succeeded", "DONE"),
+    ] {
+        let p = wait_pod(&api, &agent, name, long, |p| {
+            matches!(phase(p), "Succeeded" | "Failed")
+        })
+        .await;
+        let c = &p["status"]["containerStatuses"][0];
+        assert_eq!(phase(&p), phase_want, "{name}: {c}");
+        assert_eq!(c["state"]["terminated"]["message"], text, "{name}: {c}");
+    }
+
+    // The pod's IP on the CNI network (the finished pod's status may no longer carry it).
+    let pod_ip = env
+        .lines()
+        .find_map(|l| l.strip_prefix("POD_IP="))
+        .and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok())
+        .unwrap_or_else(|| panic!("POD_IP in {env}"));
+    assert_eq!(pod_ip.octets()[..2], [10, 88], "{pod_ip}");
 
     // Security contexts, as the conformance tests read them back.
     let output = |name: &'static str| {
