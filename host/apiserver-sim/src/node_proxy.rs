@@ -25,7 +25,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::{ApiServerSim, Store, percent_decode, status};
+use crate::ApiServerSim;
+use crate::http::percent_decode;
+use crate::store::{Store, status};
 
 /// The address types the double tries, in order (the API server's default).
 pub const DEFAULT_ADDRESS_TYPES: [&str; 5] = [

@@ -1,0 +1,219 @@
+//! The container's environment: `value`, `$(VAR)` expansion, `fieldRef`,
+//! `resourceFieldRef` (a limit the container does not set reads the node's
+//! allocatable), ConfigMap and Secret keys, `envFrom` — the kubelet's rules and words.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_plugin_host::convert::parse_quantity;
+
+use super::{ConfigError, NodeContext};
+use crate::pod;
+
+/// Expands `$(VAR)` references from `env` the Kubernetes way: `$$` escapes, unknown
+/// references stay as written.
+pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
+    let env: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    wasmlet_plugin_host::convert::expand_command(text, &env)
+}
+
+pub(crate) fn field_ref(
+    pod: &k8s::Pod,
+    path: &str,
+    pod_ip: &str,
+    ctx: &NodeContext,
+) -> Option<String> {
+    let m = &pod.metadata;
+    let map_key = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
+        let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
+        Some(map.as_ref()?.get(key).cloned().unwrap_or_default())
+    };
+    Some(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => pod::uid(pod).to_owned(),
+        "spec.nodeName" => ctx.node_name.clone(),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.hostIP" | "status.hostIPs" => ctx.host_ip.clone(),
+        "status.podIP" | "status.podIPs" => {
+            if pod::host_network(pod) {
+                ctx.host_ip.clone()
+            } else {
+                pod_ip.to_owned()
+            }
+        }
+        _ => {
+            return map_key("metadata.labels['", &m.labels)
+                .or_else(|| map_key("metadata.annotations['", &m.annotations));
+        }
+    })
+}
+
+pub(crate) fn resource_ref(
+    c: &k8s::Container,
+    r: &k8s::ResourceFieldSelector,
+    field: &str,
+    ctx: &NodeContext,
+) -> Result<String, ConfigError> {
+    let res = c.resources.clone().unwrap_or_default();
+    let (which, name) = r
+        .resource
+        .split_once('.')
+        .ok_or_else(|| ConfigError::new(format!("{field}: unsupported resource {}", r.resource)))?;
+    let list = if which == "limits" {
+        res.limits
+    } else {
+        res.requests
+    };
+    // A limit the container does not set is the node's allocatable amount.
+    let q = list.and_then(|l| l.get(name).cloned()).or_else(|| {
+        (which == "limits")
+            .then(|| ctx.allocatable.get(name).cloned())
+            .flatten()
+    });
+    let (scale, divisor_default) = if name == "cpu" { (3, 1000) } else { (0, 1) };
+    let value = q
+        .and_then(|q| parse_quantity(&q.0, scale).ok())
+        .unwrap_or(0);
+    let divisor = match &r.divisor {
+        Some(d) => parse_quantity(&d.0, scale)
+            .map_err(|e| ConfigError::new(format!("{field}.divisor: {e}")))?
+            .max(1),
+        None => divisor_default,
+    };
+    Ok(value.div_ceil(divisor).to_string())
+}
+
+/// ConfigMaps and Secrets a pod's environment refers to, read before its containers
+/// are made (`None`: it does not exist). Values are text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvData {
+    /// ConfigMaps by name.
+    pub config_maps: BTreeMap<String, Option<BTreeMap<String, String>>>,
+    /// Secrets by name.
+    pub secrets: BTreeMap<String, Option<BTreeMap<String, String>>>,
+}
+
+impl EnvData {
+    /// The ConfigMaps (`false`) and Secrets (`true`) `c`'s environment names.
+    pub fn wanted(c: &k8s::Container) -> Vec<(bool, String)> {
+        let mut out = Vec::new();
+        for from in c.env_from.iter().flatten() {
+            if let Some(r) = &from.config_map_ref {
+                out.push((false, r.name.clone()));
+            }
+            if let Some(r) = &from.secret_ref {
+                out.push((true, r.name.clone()));
+            }
+        }
+        for e in c.env.iter().flatten() {
+            if let Some(from) = &e.value_from {
+                if let Some(r) = &from.config_map_key_ref {
+                    out.push((false, r.name.clone()));
+                }
+                if let Some(r) = &from.secret_key_ref {
+                    out.push((true, r.name.clone()));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The data of a ConfigMap (`secret` false) or Secret, or the kubelet's error when
+    /// it is missing.
+    fn get(&self, secret: bool, name: &str) -> Result<&BTreeMap<String, String>, ConfigError> {
+        let map = if secret {
+            &self.secrets
+        } else {
+            &self.config_maps
+        };
+        map.get(name).and_then(Option::as_ref).ok_or_else(|| {
+            ConfigError::new(format!(
+                "{} \"{name}\" not found",
+                if secret { "secret" } else { "configmap" }
+            ))
+        })
+    }
+}
+
+/// The container's environment, in order, with references resolved.
+pub(super) fn environment(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    pod_ip: &str,
+    ctx: &NodeContext,
+    refs: &EnvData,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut known: BTreeMap<String, String> = BTreeMap::new();
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    for from in c.env_from.iter().flatten() {
+        let (secret, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), _) => (false, &r.name, r.optional.unwrap_or(false)),
+            (None, Some(r)) => (true, &r.name, r.optional.unwrap_or(false)),
+            (None, None) => continue,
+        };
+        let data = match refs.get(secret, name) {
+            Ok(d) => d,
+            Err(_) if optional => continue,
+            Err(e) => return Err(e),
+        };
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        for (k, v) in data {
+            let key = format!("{prefix}{k}");
+            known.insert(key.clone(), v.clone());
+            env.retain(|(n, _)| n != &key);
+            env.push((key, v.clone()));
+        }
+    }
+    for (i, e) in c.env.iter().flatten().enumerate() {
+        let field = format!("env[{i}] ({})", e.name);
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => expand(v, &known),
+            (None, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    field_ref(pod, &f.field_path, pod_ip, ctx).ok_or_else(|| {
+                        ConfigError::new(format!("{field}: unsupported fieldRef {}", f.field_path))
+                    })?
+                } else if let Some(r) = &from.resource_field_ref {
+                    resource_ref(c, r, &field, ctx)?
+                } else if let Some((secret, name, key, optional)) = from
+                    .config_map_key_ref
+                    .as_ref()
+                    .map(|r| (false, &r.name, &r.key, r.optional.unwrap_or(false)))
+                    .or_else(|| {
+                        from.secret_key_ref
+                            .as_ref()
+                            .map(|r| (true, &r.name, &r.key, r.optional.unwrap_or(false)))
+                    })
+                {
+                    match refs.get(secret, name).map(|d| d.get(key).cloned()) {
+                        Ok(Some(v)) => v,
+                        _ if optional => continue,
+                        Err(e) => return Err(e),
+                        // The kubelet's words.
+                        Ok(None) => {
+                            return Err(ConfigError::new(format!(
+                                "couldn't find key {key} in {} {namespace}/{name}",
+                                if secret { "Secret" } else { "ConfigMap" }
+                            )));
+                        }
+                    }
+                } else {
+                    String::new()
+                }
+            }
+            (None, None) => String::new(),
+        };
+        known.insert(e.name.clone(), value.clone());
+        env.retain(|(k, _)| k != &e.name);
+        env.push((e.name.clone(), value));
+    }
+    Ok(env)
+}

@@ -1,0 +1,401 @@
+//! The HTTP side: paths parsed into targets, requests answered from the store,
+//! watches streamed, the node proxy and the reviews routed.
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::store::{Event, Store, kind_of, merge, now_rfc3339, selects, status};
+use crate::{ApiServerSim, node_proxy};
+
+/// The parts of a request path.
+pub(crate) struct Target {
+    pub(crate) prefix: String,
+    pub(crate) resource: String,
+    pub(crate) ns: String,
+    pub(crate) name: Option<String>,
+    pub(crate) sub: Option<String>,
+}
+
+pub(crate) fn parse(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => (format!("api/{v}"), rest),
+        ["apis", g, v, rest @ ..] => (format!("apis/{g}/{v}"), rest),
+        _ => return None,
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => ((*ns).to_owned(), rest),
+        _ => (String::new(), rest),
+    };
+    let (resource, name, sub) = match rest {
+        [r] => (r, None, None),
+        [r, n] => (r, Some(n), None),
+        [r, n, s] => (r, Some(n), Some(s)),
+        _ => return None,
+    };
+    Some(Target {
+        prefix,
+        resource: (*resource).to_owned(),
+        ns,
+        name: name.map(|n| (*n).to_owned()),
+        sub: sub.map(|s| (*s).to_owned()),
+    })
+}
+
+pub(crate) fn query_param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+pub(crate) fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub(crate) fn reply(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+pub(crate) fn error(body: Value) -> Response {
+    let code = body["code"]
+        .as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    reply(code, &body)
+}
+
+pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) -> Response {
+    let method = request.method().clone();
+    if method != Method::GET {
+        let latency = *sim.latency.lock().unwrap_or_else(|p| p.into_inner());
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+    let path = request.uri().path().to_owned();
+    if let Some(Target {
+        prefix,
+        resource,
+        ns,
+        name: Some(name),
+        sub: Some(sub),
+    }) = parse(&path)
+        && prefix == "api/v1"
+        && resource == "pods"
+        && matches!(sub.as_str(), "log" | "exec" | "attach" | "portforward")
+    {
+        sim.lock().requests.push((method.to_string(), path.clone()));
+        return node_proxy::handle(sim, ns, name, sub, request).await;
+    }
+    let query = request.uri().query().unwrap_or("").to_owned();
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body: Bytes = match axum::body::to_bytes(request.into_body(), 16 << 20).await {
+        Ok(b) => b,
+        Err(e) => return error(status(400, "BadRequest", format!("reading the body: {e}"))),
+    };
+    if method == Method::POST
+        && matches!(
+            path.as_str(),
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+                | "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        )
+    {
+        sim.lock().requests.push((method.to_string(), path.clone()));
+        let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+            return error(status(400, "BadRequest", "the body is not JSON".into()));
+        };
+        let resource = path.rsplit('/').next().unwrap_or_default();
+        return reply(
+            StatusCode::CREATED,
+            &node_proxy::review(&sim, resource, &review),
+        );
+    }
+    let mut store = sim.lock();
+    store.requests.push((method.to_string(), path.clone()));
+    let Some(t) = parse(&path) else {
+        return error(status(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        ));
+    };
+    let json_body = || -> Result<Value, Value> {
+        if body.is_empty() {
+            return Ok(Value::Object(Map::new()));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| status(400, "BadRequest", format!("the body is not JSON: {e}")))
+    };
+    let key = |name: &str| {
+        (
+            t.prefix.clone(),
+            t.resource.clone(),
+            t.ns.clone(),
+            name.to_owned(),
+        )
+    };
+    let watching = matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
+    match (method, t.name.as_deref()) {
+        (Method::GET, None) if watching => watch(&mut store, &t, &query),
+        (Method::GET, None) => {
+            let selector = query_param(&query, "fieldSelector").unwrap_or_default();
+            let items: Vec<Value> = store
+                .objects
+                .iter()
+                .filter(|((p, r, ns, _), _)| {
+                    *p == t.prefix && *r == t.resource && (t.ns.is_empty() || *ns == t.ns)
+                })
+                .map(|(_, o)| o)
+                .filter(|o| selects(o, &selector))
+                .cloned()
+                .collect();
+            let api_version = t
+                .prefix
+                .trim_start_matches("api/")
+                .trim_start_matches("apis/");
+            reply(
+                StatusCode::OK,
+                &json!({
+                    "kind": format!("{}List", kind_of(&t.resource)),
+                    "apiVersion": api_version,
+                    "metadata": {"resourceVersion": store.rv.to_string()},
+                    "items": items,
+                }),
+            )
+        }
+        // TokenRequest: a token for an existing service account.
+        (Method::POST, Some(name))
+            if t.resource == "serviceaccounts" && t.sub.as_deref() == Some("token") =>
+        {
+            if !store.objects.contains_key(&key(name)) {
+                return error(status(
+                    404,
+                    "NotFound",
+                    format!("serviceaccounts \"{name}\" not found"),
+                ));
+            }
+            let request = match json_body() {
+                Ok(r) => r,
+                Err(e) => return error(e),
+            };
+            let n = store.next_rv();
+            reply(
+                StatusCode::CREATED,
+                &json!({
+                    "kind": "TokenRequest",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"name": name, "namespace": t.ns},
+                    "spec": request["spec"],
+                    "status": {"token": format!("sim-token.{}.{name}.{n}", t.ns), "expirationTimestamp": now_rfc3339()},
+                }),
+            )
+        }
+        (Method::POST, None) => match json_body() {
+            Ok(object) => match store.create(&t.prefix, &t.resource, &t.ns, object) {
+                Ok(o) => reply(StatusCode::CREATED, &o),
+                Err(e) => error(e),
+            },
+            Err(e) => error(e),
+        },
+        (Method::GET, Some(name)) => match store.objects.get(&key(name)) {
+            Some(o) => reply(StatusCode::OK, o),
+            None => error(status(
+                404,
+                "NotFound",
+                format!("{} \"{name}\" not found", t.resource),
+            )),
+        },
+        (Method::PUT, Some(name)) => match json_body() {
+            Ok(object) => match store.write(&key(name), object, t.sub.as_deref()) {
+                Ok(o) => reply(StatusCode::OK, &o),
+                Err(e) => error(e),
+            },
+            Err(e) => error(e),
+        },
+        (Method::PATCH, Some(name)) => {
+            if content_type.starts_with("application/json-patch") {
+                return error(status(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the double applies merge patches only, not {content_type}"),
+                ));
+            }
+            let patch = match json_body() {
+                Ok(p) => p,
+                Err(e) => return error(e),
+            };
+            let Some(mut object) = store.objects.get(&key(name)).cloned() else {
+                return error(status(
+                    404,
+                    "NotFound",
+                    format!("{} \"{name}\" not found", t.resource),
+                ));
+            };
+            let asked = patch["metadata"]["resourceVersion"].clone();
+            merge(&mut object, &patch);
+            object["metadata"]["resourceVersion"] = if asked.is_string() {
+                asked
+            } else {
+                Value::Null
+            };
+            match store.write(&key(name), object, t.sub.as_deref()) {
+                Ok(o) => reply(StatusCode::OK, &o),
+                Err(e) => error(e),
+            }
+        }
+        (Method::DELETE, Some(name)) => match json_body() {
+            Ok(options) => match store.delete(&key(name), &options) {
+                Ok(o) => reply(StatusCode::OK, &o),
+                Err(e) => error(e),
+            },
+            Err(e) => error(e),
+        },
+        (m, _) => error(status(
+            405,
+            "MethodNotAllowed",
+            format!("{m} is not supported on {path}"),
+        )),
+    }
+}
+
+/// A watch: newline-delimited `{"type": ..., "object": ...}` events, from the changes
+/// after `resourceVersion` (or, without one, every current object as ADDED), then live
+/// ones, until `timeoutSeconds` or [`ApiServerSim::end_watches`]. A resourceVersion older
+/// than the change log gets one ERROR event with a 410 `Expired` Status, as the API
+/// server answers.
+pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
+    let selector = query_param(query, "fieldSelector").unwrap_or_default();
+    let from = query_param(query, "resourceVersion").unwrap_or_default();
+    let timeout = query_param(query, "timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1800);
+    let ours = {
+        let (prefix, resource, ns) = (t.prefix.clone(), t.resource.clone(), t.ns.clone());
+        let selector = selector.clone();
+        move |e: &Event| {
+            e.key.0 == prefix
+                && e.key.1 == resource
+                && (ns.is_empty() || e.key.2 == ns)
+                && selects(&e.object, &selector)
+        }
+    };
+    let line = |kind: &str, object: &Value| {
+        let mut text = json!({"type": kind, "object": object}).to_string();
+        text.push('\n');
+        Bytes::from(text)
+    };
+    let mut first: Vec<Bytes> = Vec::new();
+    let after = store.rv;
+    match from.parse::<u64>() {
+        Ok(rv) if rv > 0 => {
+            if rv < store.oldest {
+                let gone = status(
+                    410,
+                    "Expired",
+                    format!("too old resource version: {rv} ({})", store.oldest),
+                );
+                let body = line("ERROR", &gone);
+                return (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+                    .into_response();
+            }
+            for e in store.events.iter().filter(|e| e.rv > rv && ours(e)) {
+                first.push(line(e.kind, &e.object));
+            }
+        }
+        _ => {
+            for (key, object) in &store.objects {
+                let e = Event {
+                    rv: 0,
+                    kind: "ADDED",
+                    key: key.clone(),
+                    object: object.clone(),
+                };
+                if ours(&e) {
+                    first.push(line("ADDED", object));
+                }
+            }
+        }
+    }
+    let mut live = store.changes.subscribe();
+    let mut epoch = store.epoch.subscribe();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
+    tokio::spawn(async move {
+        for b in first {
+            if tx.send(Ok(b)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(std::time::Duration::from_secs(timeout));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                () = &mut deadline => return,
+                _ = epoch.changed() => return,
+                got = live.recv() => match got {
+                    Ok(e) if e.rv > after && ours(&e) => {
+                        if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    // Fell behind: end the watch; the client resumes or relists.
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}

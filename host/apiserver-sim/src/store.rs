@@ -1,0 +1,382 @@
+//! The store: objects as JSON by key, resourceVersions, the change history watches
+//! resume from, and the rules of create, replace, patch and delete.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::Key;
+
+/// One change, as watches see it.
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    pub(crate) rv: u64,
+    pub(crate) kind: &'static str,
+    pub(crate) key: Key,
+    pub(crate) object: Value,
+}
+
+pub(crate) struct Store {
+    /// The last resourceVersion handed out.
+    pub(crate) rv: u64,
+    pub(crate) objects: BTreeMap<Key, Value>,
+    /// Changes kept for watches that resume from a resourceVersion; those older than
+    /// `oldest` are compacted away (a watch from before it gets 410 Gone).
+    pub(crate) events: std::collections::VecDeque<Event>,
+    pub(crate) oldest: u64,
+    /// Live changes for open watches.
+    pub(crate) changes: tokio::sync::broadcast::Sender<Event>,
+    /// Bumped to end every open watch (as when the API server drops connections).
+    pub(crate) epoch: tokio::sync::watch::Sender<u64>,
+    /// Requests served, by method and path (no query), for tests counting calls.
+    pub(crate) requests: Vec<(String, String)>,
+    /// Namespaces deleted ([`ApiServerSim::delete_namespace`]): nothing new is made in
+    /// them.
+    pub(crate) deleted_namespaces: std::collections::BTreeSet<String>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            rv: 0,
+            objects: BTreeMap::new(),
+            events: std::collections::VecDeque::new(),
+            oldest: 0,
+            changes: tokio::sync::broadcast::channel(4096).0,
+            epoch: tokio::sync::watch::channel(0).0,
+            requests: Vec::new(),
+            deleted_namespaces: Default::default(),
+        }
+    }
+}
+
+/// How many changes are kept for resuming watches.
+pub(crate) const EVENT_LOG: usize = 10_000;
+
+pub(crate) fn kind_of(resource: &str) -> String {
+    match resource {
+        "pods" => "Pod".into(),
+        "nodes" => "Node".into(),
+        "leases" => "Lease".into(),
+        "events" => "Event".into(),
+        "namespaces" => "Namespace".into(),
+        other => {
+            let mut k = other.trim_end_matches('s').to_owned();
+            if let Some(first) = k.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            k
+        }
+    }
+}
+
+pub(crate) fn has_status(resource: &str) -> bool {
+    matches!(resource, "pods" | "nodes" | "namespaces")
+}
+
+/// A `Status` error as the API server sends it.
+pub(crate) fn status(code: u16, reason: &str, message: String) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code,
+    })
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+/// RFC 7386 JSON merge patch.
+pub(crate) fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+/// A field selector term: `path=value`, `path==value` or `path!=value`.
+pub(crate) fn selects(object: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let (path, want, equal) = if let Some((p, v)) = term.split_once("!=") {
+            (p, v, false)
+        } else if let Some((p, v)) = term.split_once("==") {
+            (p, v, true)
+        } else if let Some((p, v)) = term.split_once('=') {
+            (p, v, true)
+        } else {
+            return false;
+        };
+        let mut at = object;
+        for part in path.split('.') {
+            at = &at[part];
+        }
+        let have = match at {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        (have == want) == equal
+    })
+}
+
+impl Store {
+    pub(crate) fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
+    /// Records a change at the current resourceVersion for watches.
+    pub(crate) fn emit(&mut self, kind: &'static str, key: &Key, object: &Value) {
+        let event = Event {
+            rv: self.rv,
+            kind,
+            key: key.clone(),
+            object: object.clone(),
+        };
+        if self.events.len() >= EVENT_LOG
+            && let Some(dropped) = self.events.pop_front()
+        {
+            self.oldest = dropped.rv;
+        }
+        self.events.push_back(event.clone());
+        let _ = self.changes.send(event);
+    }
+
+    pub(crate) fn create(
+        &mut self,
+        prefix: &str,
+        resource: &str,
+        ns: &str,
+        mut object: Value,
+    ) -> Result<Value, Value> {
+        let meta = object["metadata"].as_object().cloned().unwrap_or_default();
+        let name = match (
+            meta.get("name").and_then(Value::as_str),
+            meta.get("generateName").and_then(Value::as_str),
+        ) {
+            (Some(n), _) if !n.is_empty() => n.to_owned(),
+            (_, Some(g)) => format!("{g}{:05x}", self.rv + 1),
+            _ => {
+                return Err(status(
+                    422,
+                    "Invalid",
+                    format!(
+                        "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                        kind_of(resource)
+                    ),
+                ));
+            }
+        };
+        if self.deleted_namespaces.contains(ns) {
+            // Terminating while something is left in it, then gone.
+            return Err(if self.objects.keys().any(|k| k.2 == ns) {
+                let mut s = status(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+                    ),
+                );
+                s["details"] = json!({"name": name, "kind": resource, "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }]});
+                s
+            } else {
+                let mut s = status(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+                s["details"] = json!({"name": ns, "kind": "namespaces"});
+                s
+            });
+        }
+        let key = (
+            prefix.to_owned(),
+            resource.to_owned(),
+            ns.to_owned(),
+            name.clone(),
+        );
+        if self.objects.contains_key(&key) {
+            return Err(status(
+                409,
+                "AlreadyExists",
+                format!("{resource} \"{name}\" already exists"),
+            ));
+        }
+        let rv = self.next_rv();
+        let meta = object
+            .as_object_mut()
+            .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut);
+        if let Some(m) = meta {
+            m.insert("name".into(), json!(name));
+            if !ns.is_empty() {
+                m.insert("namespace".into(), json!(ns));
+            }
+            m.insert(
+                "uid".into(),
+                json!(format!("{:08x}-0000-4000-8000-{:012x}", self.rv, self.rv)),
+            );
+            m.insert("resourceVersion".into(), json!(rv));
+            m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        }
+        self.objects.insert(key.clone(), object.clone());
+        self.emit("ADDED", &key, &object);
+        Ok(object)
+    }
+
+    pub(crate) fn write(
+        &mut self,
+        key: &Key,
+        new: Value,
+        sub: Option<&str>,
+    ) -> Result<Value, Value> {
+        let Some(old) = self.objects.get(key).cloned() else {
+            return Err(status(
+                404,
+                "NotFound",
+                format!("{} \"{}\" not found", key.1, key.3),
+            ));
+        };
+        // A UID in the body is a precondition: the object must still be that one.
+        let uid = new["metadata"]["uid"].as_str().unwrap_or("");
+        if !uid.is_empty() && uid != old["metadata"]["uid"] {
+            return Err(status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    key.1,
+                    key.3,
+                    old["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+        let asked = new["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !asked.is_empty() && asked != old["metadata"]["resourceVersion"] {
+            return Err(status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                    key.1, key.3
+                ),
+            ));
+        }
+        let mut stored = if sub == Some("status") {
+            let mut s = old.clone();
+            s["status"] = new["status"].clone();
+            s
+        } else {
+            let mut s = new;
+            if has_status(&key.1) {
+                s["status"] = old["status"].clone();
+            }
+            // What the server owns stays the server's.
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "namespace",
+                "name",
+            ] {
+                if !old["metadata"][field].is_null() {
+                    s["metadata"][field] = old["metadata"][field].clone();
+                }
+            }
+            s
+        };
+        if stored == old {
+            return Ok(old);
+        }
+        stored["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.objects.insert(key.clone(), stored.clone());
+        self.emit("MODIFIED", key, &stored);
+        Ok(stored)
+    }
+
+    pub(crate) fn delete(&mut self, key: &Key, options: &Value) -> Result<Value, Value> {
+        let Some(old) = self.objects.get(key).cloned() else {
+            return Err(status(
+                404,
+                "NotFound",
+                format!("{} \"{}\" not found", key.1, key.3),
+            ));
+        };
+        let pre = &options["preconditions"];
+        for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+            if let Some(want) = pre[field].as_str()
+                && want != old["metadata"][field]
+            {
+                return Err(status(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on {} \"{}\": Precondition failed: {what} in precondition: {want}, {what} in object meta: {}",
+                        key.1,
+                        key.3,
+                        old["metadata"][field].as_str().unwrap_or("")
+                    ),
+                ));
+            }
+        }
+        let grace = options["gracePeriodSeconds"]
+            .as_i64()
+            .or_else(|| old["metadata"]["deletionGracePeriodSeconds"].as_i64())
+            .or_else(|| old["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30);
+        // A pod bound to a node is deleted gracefully: marked first, gone when the
+        // kubelet deletes it with grace 0.
+        let bound = key.1 == "pods"
+            && old["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+        if bound && grace > 0 {
+            let mut marked = old.clone();
+            if marked["metadata"]["deletionTimestamp"].is_null() {
+                marked["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            }
+            let shorter = marked["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .map_or(grace, |g| g.min(grace));
+            marked["metadata"]["deletionGracePeriodSeconds"] = json!(shorter);
+            marked["metadata"]["resourceVersion"] = json!(self.next_rv());
+            self.objects.insert(key.clone(), marked.clone());
+            self.emit("MODIFIED", key, &marked);
+            return Ok(marked);
+        }
+        self.objects.remove(key);
+        let mut gone = old.clone();
+        gone["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.emit("DELETED", key, &gone);
+        Ok(old)
+    }
+}
