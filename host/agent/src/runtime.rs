@@ -337,18 +337,18 @@ pub fn termination_message(s: &proto::ContainerStatus) -> String {
     if !written.is_empty() || !fallback || s.log_path.is_empty() {
         return written;
     }
-    let log = std::path::Path::new(&s.log_path);
-    let Ok(f) = std::fs::File::open(log) else {
-        return String::new();
-    };
-    let mut out = LastLines(Vec::new());
     let opts = wasmlet_logs::LogOptions {
         tail_lines: Some(TERMINATION_LOG_LINES),
         limit_bytes: Some(TERMINATION_LOG_BYTES),
         ..Default::default()
     };
-    match wasmlet_logs::read::read(log, f, &opts, &mut out) {
-        Ok(()) => String::from_utf8_lossy(&out.0).into_owned(),
+    match wasmlet_logs::read::read_to_vec(std::path::Path::new(&s.log_path), &opts) {
+        Ok(out) => String::from_utf8_lossy(&out).into_owned(),
+        Err(wasmlet_logs::read::ReadError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            String::new()
+        }
         Err(e) => format!("Error on reading the container's log: {e}"),
     }
 }
@@ -362,22 +362,6 @@ fn read_end(path: &std::path::Path, max: u64) -> std::io::Result<String> {
     let mut buf = Vec::new();
     f.read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// Collects a log's output.
-struct LastLines(Vec<u8>);
-
-impl wasmlet_logs::read::Sink for LastLines {
-    fn write(&mut self, chunk: Vec<u8>) -> bool {
-        self.0.extend_from_slice(&chunk);
-        true
-    }
-    fn closed(&self) -> bool {
-        false
-    }
-    fn running(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(test)]

@@ -272,6 +272,38 @@ pub fn read<S: Sink>(
     Ok(())
 }
 
+/// Gathers a finished read's output.
+struct Gather(Vec<u8>);
+
+impl Sink for Gather {
+    fn write(&mut self, chunk: Vec<u8>) -> bool {
+        self.0.extend_from_slice(&chunk);
+        true
+    }
+    fn closed(&self) -> bool {
+        false
+    }
+    fn running(&self) -> bool {
+        false
+    }
+}
+
+/// The log at `path` read as `opts` asks (never following), all at once: for small
+/// reads, such as the end of a log a termination message is taken from.
+pub fn read_to_vec(path: &Path, opts: &LogOptions) -> Result<Vec<u8>, ReadError> {
+    let file = File::open(path).map_err(|source| ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let opts = LogOptions {
+        follow: false,
+        ..opts.clone()
+    };
+    let mut out = Gather(Vec::new());
+    read(path, file, &opts, &mut out)?;
+    Ok(out.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

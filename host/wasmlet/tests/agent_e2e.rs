@@ -25,20 +25,11 @@ use serde_json::Value;
 use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+#[path = "support/containerd.rs"]
+mod containerd;
+use containerd::endpoint;
 
-fn endpoint() -> Option<String> {
-    match std::env::var("WASMLET_CRI_ENDPOINT") {
-        Ok(e) => Some(e),
-        Err(_) if std::env::var("WASMLET_REQUIRE_CONTAINERD").as_deref() == Ok("1") => {
-            panic!("WASMLET_REQUIRE_CONTAINERD=1 but WASMLET_CRI_ENDPOINT is not set")
-        }
-        Err(_) => {
-            eprintln!("skipped: WASMLET_CRI_ENDPOINT is not set (scripts/containerd.sh up)");
-            None
-        }
-    }
-}
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

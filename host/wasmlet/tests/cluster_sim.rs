@@ -4,7 +4,7 @@
 //! stops the start with the file named.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -13,17 +13,9 @@ use wasmlet_cri_sim::{SimServer, Simulator};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
 
-struct Agent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "support/agent.rs"]
+mod agent;
+use agent::Agent;
 
 fn tempdir(name: &str) -> PathBuf {
     let dir =
@@ -137,7 +129,7 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
             assert!(
                 started.elapsed() < Duration::from_secs(15),
                 "{name} not Ready with a lease after 15 s\n{}",
-                std::fs::read_to_string(&agents[i - 1].log).unwrap_or_default()
+                agents[i - 1].log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -192,7 +184,7 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
                 started.elapsed() < Duration::from_secs(15),
                 "{name} not Running: {:?}\n{}",
                 pod(name),
-                std::fs::read_to_string(&agents[0].log).unwrap_or_default()
+                agents[0].log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -246,6 +238,6 @@ fn an_unusable_kubeconfig_stops_the_start_naming_the_file() {
     let mut agent = start(&dir, "bad", "unix:///nonexistent.sock", &bad);
     let status = agent.child.wait().expect("exits");
     assert!(!status.success());
-    let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
+    let log = agent.log();
     assert!(log.contains(&bad.display().to_string()), "{log}");
 }

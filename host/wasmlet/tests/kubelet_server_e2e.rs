@@ -12,8 +12,8 @@
 //! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
 //! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{AsyncBufReadExt, TryStreamExt};
@@ -26,40 +26,17 @@ use wasmlet_apiserver_sim::ApiServerSim;
 use wasmlet_cri::proto::PodSandboxFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use agent::Agent;
+use containerd::endpoint;
+
 const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
 const NODE: &str = "kubelet-server-e2e";
 const IMAGE: &str = "localhost/busybox:latest";
-
-fn endpoint() -> Option<String> {
-    match std::env::var("WASMLET_CRI_ENDPOINT") {
-        Ok(e) => Some(e),
-        Err(_) if std::env::var("WASMLET_REQUIRE_CONTAINERD").as_deref() == Ok("1") => {
-            panic!("WASMLET_REQUIRE_CONTAINERD=1 but WASMLET_CRI_ENDPOINT is not set")
-        }
-        Err(_) => {
-            eprintln!("skipped: WASMLET_CRI_ENDPOINT is not set (scripts/containerd.sh up)");
-            None
-        }
-    }
-}
-
-struct Agent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
 
 fn start_agent(dir: &Path, endpoint: &str, kubeconfig: &Path, client_ca: &Path) -> Agent {
     let config = dir.join("config.yaml");
