@@ -52,6 +52,8 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         pod_cgroups: None,
         events: None,
         volumes: None,
+        services: None,
+        cluster_dns: Default::default(),
     }
 }
 

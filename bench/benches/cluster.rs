@@ -90,6 +90,8 @@ impl Joined {
                 pod_cgroups: None,
                 events: Some(recorder),
                 volumes: None,
+                services: None,
+                cluster_dns: Default::default(),
             },
             Arc::new(NoProbes),
             None,

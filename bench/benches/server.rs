@@ -78,6 +78,8 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             pod_cgroups: None,
             events: None,
             volumes: None,
+            services: None,
+            cluster_dns: Default::default(),
         },
         Arc::new(NoProbes),
         None,

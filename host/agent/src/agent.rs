@@ -55,6 +55,21 @@ pub struct AgentOptions {
     /// Where configMap, secret and service account token volumes come from (the API
     /// server); `None`: pods that need them wait with a FailedMount event.
     pub volumes: Option<Arc<dyn crate::volumes::VolumeSource>>,
+    /// Where the Services whose variables containers get come from (a watch of the API
+    /// server's); `None`: no Service variables (a node without an API server).
+    pub services: Option<Arc<dyn crate::criconfig::services::ServiceSource>>,
+    /// The cluster's DNS (`clusterDNS`, `clusterDomain`) for ClusterFirst pods.
+    pub cluster_dns: ClusterDns,
+}
+
+/// The cluster's DNS as the node's configuration names it.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterDns {
+    /// The DNS servers' addresses (`clusterDNS`); empty: ClusterFirst pods use the
+    /// node's resolver.
+    pub servers: Vec<String>,
+    /// The cluster's domain (`clusterDomain`), e.g. `cluster.local`.
+    pub domain: String,
 }
 
 /// The runtime's state as the agent last saw it.
@@ -127,6 +142,9 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pod_logs_dir: options.pod_logs_dir.clone(),
             pods_dir: options.root_dir.join("pods"),
             dns: criconfig::node_dns(&options.resolv_conf),
+            cluster_dns: options.cluster_dns.servers.clone(),
+            cluster_domain: options.cluster_dns.domain.clone(),
+            hosts_file: PathBuf::from(criconfig::ETC_HOSTS),
             memory_bytes: options.node.memory_bytes,
             allocatable: options.node.allocatable(),
             pod_cgroups: options.pod_cgroups.clone(),
@@ -167,6 +185,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             events,
             sources_ready: std::sync::atomic::AtomicBool::new(false),
             volume_source: options.volumes.clone(),
+            services: options.services.clone(),
             volumes_ready: Mutex::default(),
         });
         let due = Arc::new(DueQueue::new());

@@ -98,6 +98,8 @@ pub struct SyncContext<R> {
     pub sources_ready: std::sync::atomic::AtomicBool,
     /// Where configMap, secret and token volumes come from (the API server).
     pub volume_source: Option<Arc<dyn crate::volumes::VolumeSource>>,
+    /// The Services whose variables containers get (the API server's, watched).
+    pub services: Option<Arc<dyn criconfig::services::ServiceSource>>,
     /// Pods whose volumes are written, and when.
     pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
 }
@@ -135,9 +137,28 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 impl<R: CriRuntime + 'static> SyncContext<R> {
     /// Reads the ConfigMaps and Secrets the environment of the containers `actions`
     /// starts refers to (none without a volume source: those containers then wait with
-    /// CreateContainerConfigError, naming what is missing).
+    /// CreateContainerConfigError, naming what is missing), and the Services whose
+    /// variables they get.
     async fn env_data(&self, pod: &k8s::Pod, actions: &actions::PodActions) -> criconfig::EnvData {
         let mut data = criconfig::EnvData::default();
+        if actions.next_init.is_none() && actions.start.is_empty() {
+            return data;
+        }
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(services) = &self.services {
+            match services.services(namespace).await {
+                Ok(all) => {
+                    let links = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.enable_service_links)
+                        .unwrap_or(true);
+                    let chosen = criconfig::services::for_pod(&all, namespace, links);
+                    data.services = criconfig::services::env(&chosen);
+                }
+                Err(e) => data.services_error = Some(e),
+            }
+        }
         let Some(source) = &self.volume_source else {
             return data;
         };
@@ -580,10 +601,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         self.ensure_image(pod, c).await?;
         let retry = now + ERROR_RETRY;
         let failed = |reason: &str, message: String| {
+            // The kubelet's event for a container it could not create: `Failed`.
             self.events.record(Event::warning(
                 pod,
                 Some(&c.name),
-                reason,
+                "Failed",
                 format!("Error: {message}"),
             ));
             NotStarted {

@@ -3,186 +3,18 @@
 //! in order, stop when removed, and a restarted agent adopts what runs. Time is paused:
 //! back-off and grace periods pass in milliseconds.
 
-use std::path::PathBuf;
-use std::pin::Pin;
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as k8s;
+use support::*;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::cgroups::PodCgroups;
 use wasmlet_agent::events::MemoryRecorder;
-use wasmlet_agent::node::NodeFacts;
-use wasmlet_agent::prober::Checker;
-use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri_sim::Simulator;
-use wasmlet_plugin_host::probe::{Action, ContainerExec, Outcome, Target};
-use wasmlet_plugin_host::source::SourcePod;
-
-/// Exec probes as the shipped exec handler makes them (exit 0 passes), and a custom
-/// kind whose argument says how it goes.
-struct ExecChecker;
-
-impl Checker for ExecChecker {
-    fn check<'a>(
-        &'a self,
-        _kind: &'a str,
-        target: &'a Target,
-        exec: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async move {
-            // A custom kind: `answers ok=yes` passes.
-            if let Action::Custom(args) = &target.action {
-                return Ok(if args.iter().any(|(k, v)| k == "ok" && v == "yes") {
-                    Outcome::Success("answered".into())
-                } else {
-                    Outcome::Failure("did not answer".into())
-                });
-            }
-            let Action::Exec(cmd) = &target.action else {
-                return Err("only exec here".into());
-            };
-            let exec = exec.ok_or("no exec")?;
-            let out = exec
-                .exec_sync(
-                    cmd.clone(),
-                    Duration::from_millis(u64::from(target.timeout_ms)),
-                )
-                .await?;
-            Ok(if out.exit_code == 0 {
-                Outcome::Success(String::new())
-            } else {
-                Outcome::Failure(format!("exit {}", out.exit_code))
-            })
-        })
-    }
-}
-
-fn options(name: &str) -> AgentOptions {
-    let root =
-        std::env::temp_dir().join(format!("wasmlet-agent-sim-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    AgentOptions {
-        node: NodeFacts {
-            name: format!("node-{name}"),
-            hostname: format!("node-{name}"),
-            ip: "192.168.50.10".into(),
-            cpus: 4,
-            memory_bytes: 8 << 30,
-            ephemeral_storage_bytes: 100 << 30,
-            max_pods: 110,
-            labels: Default::default(),
-            reserved: Default::default(),
-        },
-        pod_logs_dir: root.join("logs"),
-        root_dir: root,
-        resolv_conf: PathBuf::from("/etc/resolv.conf"),
-        sync_frequency: Duration::from_secs(60),
-        relist_period: Duration::from_secs(1),
-        sources: vec!["file".into()],
-        pod_cgroups: None,
-        events: None,
-        volumes: None,
-    }
-}
-
-/// A simulator and an agent on it, with exec probes and no admission.
-fn start(name: &str) -> (Arc<Simulator>, Agent<Simulator>) {
-    let (sim, agent, _) = start_recording(name);
-    (sim, agent)
-}
-
-/// [`start`], keeping the events the agent records.
-fn start_recording(name: &str) -> (Arc<Simulator>, Agent<Simulator>, Arc<MemoryRecorder>) {
-    let sim = Arc::new(Simulator::new());
-    let events = Arc::new(MemoryRecorder::default());
-    let agent = Agent::start(
-        sim.clone(),
-        AgentOptions {
-            events: Some(events.clone()),
-            ..options(name)
-        },
-        Arc::new(ExecChecker),
-        None,
-        None,
-    );
-    (sim, agent, events)
-}
-
-fn pod(json: &str) -> SourcePod {
-    SourcePod {
-        origin: "test.yaml".into(),
-        pod: serde_json::from_str(json).expect("pod json"),
-    }
-}
-
-async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
-    agent
-        .sources()
-        .send(SourceSet {
-            source: "file".into(),
-            pods,
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-        })
-        .await
-        .expect("loop runs");
-}
-
-/// Waits (in paused time) until `check` holds for the pod named `name`.
-async fn wait_for(
-    agent: &Agent<Simulator>,
-    name: &str,
-    what: &str,
-    limit: Duration,
-    check: impl Fn(&k8s::Pod) -> bool,
-) -> k8s::Pod {
-    let started = tokio::time::Instant::now();
-    loop {
-        let pods = agent.ctx.statuses.pods();
-        if let Some(p) = pods.iter().find(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with(name))
-        }) && check(p)
-        {
-            return p.clone();
-        }
-        if started.elapsed() > limit {
-            panic!(
-                "{name}: not {what} after {limit:?}: {}",
-                serde_json::to_string_pretty(&pods).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn phase(p: &k8s::Pod) -> &str {
-    p.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
-}
-
-fn container(p: &k8s::Pod, name: &str) -> k8s::ContainerStatus {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == name))
-        .cloned()
-        .unwrap_or_else(|| panic!("no status for {name}"))
-}
-
-fn condition(p: &k8s::Pod, kind: &str) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == kind))
-        .is_some_and(|c| c.status == "True")
-}
 
 const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
     {"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",

@@ -275,6 +275,11 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
                 ));
             };
             let asked = patch["metadata"]["resourceVersion"].clone();
+            let patch = if content_type.starts_with("application/strategic-merge-patch") {
+                strategic_lists(&object, patch)
+            } else {
+                patch
+            };
             merge(&mut object, &patch);
             object["metadata"]["resourceVersion"] = if asked.is_string() {
                 asked
@@ -398,4 +403,28 @@ pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
         body,
     )
         .into_response()
+}
+
+/// A strategic merge patch's pod container lists merged by name into the object's (the
+/// patch strategy of `containers`, `initContainers` and `ephemeralContainers`), its
+/// `$setElementOrder` directives dropped; the rest is applied as a merge patch.
+fn strategic_lists(object: &Value, mut patch: Value) -> Value {
+    let Some(spec) = patch.get_mut("spec").and_then(Value::as_object_mut) else {
+        return patch;
+    };
+    spec.retain(|k, _| !k.starts_with("$setElementOrder/"));
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        let Some(items) = spec.get(list).and_then(Value::as_array).cloned() else {
+            continue;
+        };
+        let mut merged = object["spec"][list].as_array().cloned().unwrap_or_default();
+        for item in items {
+            match merged.iter_mut().find(|m| m["name"] == item["name"]) {
+                Some(m) => merge(m, &item),
+                None => merged.push(item),
+            }
+        }
+        spec.insert(list.into(), Value::Array(merged));
+    }
+    patch
 }

@@ -19,6 +19,11 @@
 //!   current one; the `status` subresource changes only `status`, the main resource
 //!   everything but `status` (for resources that have a status).
 //! - TokenRequest (`POST serviceaccounts/NAME/token`) for a service account that exists.
+//! - Services get a `clusterIP` from 10.96.0.0/12 unless they ask for one (or `None`);
+//!   the `kubernetes` Service of `default` is there from the start (10.96.0.1:443).
+//! - a pod's `spec.ephemeralContainers` changes only through its `ephemeralcontainers`
+//!   subresource, with the API server's validation (unique names, never removed or
+//!   changed: 422 `Invalid`); strategic merge patches merge container lists by name.
 //! - a `metadata.uid` in a replace or patch body that is not the object's →
 //!   `409 Conflict` (Precondition failed), as the kubelet's status patches rely on.
 //! - delete: preconditions (`uid`, `resourceVersion`) → `409 Conflict`; pods are deleted
@@ -113,9 +118,19 @@ impl Served {
 }
 
 impl ApiServerSim {
-    /// An empty API server.
+    /// An API server with what a new cluster's has: the `kubernetes` Service in
+    /// `default` (10.96.0.1, port 443 `https`), which every pod's environment names.
     pub fn new() -> Self {
-        Self::default()
+        let sim = Self::default();
+        let _ = sim.create(
+            "api/v1",
+            "services",
+            json!({"metadata": {"name": "kubernetes", "namespace": "default",
+                                "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                   "spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP",
+                            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}}),
+        );
+        sim
     }
 
     /// Serves on `addr` (port 0: any free port).
@@ -443,6 +458,80 @@ mod tests {
         )
         .expect("final delete");
         assert!(!s.objects.contains_key(&key));
+    }
+
+    #[test]
+    fn services_get_cluster_ips_and_the_kubernetes_service_is_there() {
+        let sim = ApiServerSim::new();
+        let k = sim
+            .get("api/v1", "services", "default", "kubernetes")
+            .expect("kubernetes");
+        assert_eq!(k["spec"]["clusterIP"], "10.96.0.1");
+        let a = sim
+            .create("api/v1", "services", json!({"metadata": {"name": "a", "namespace": "x"}, "spec": {"ports": [{"port": 80}]}}))
+            .expect("a");
+        let b = sim
+            .create(
+                "api/v1",
+                "services",
+                json!({"metadata": {"name": "b", "namespace": "x"}, "spec": {}}),
+            )
+            .expect("b");
+        assert_eq!(a["spec"]["clusterIP"], "10.96.0.2");
+        assert_eq!(b["spec"]["clusterIPs"], json!(["10.96.0.3"]));
+        let headless = sim
+            .create(
+                "api/v1",
+                "services",
+                json!({"metadata": {"name": "h", "namespace": "x"}, "spec": {"clusterIP": "None"}}),
+            )
+            .expect("headless");
+        assert_eq!(headless["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn ephemeral_containers_change_only_through_their_subresource_and_only_grow() {
+        let mut s = Store::default();
+        let pod = s
+            .create(
+                "api/v1",
+                "pods",
+                "ns",
+                json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}),
+            )
+            .expect("create");
+        let key: Key = ("api/v1".into(), "pods".into(), "ns".into(), "p".into());
+        let mut with = pod.clone();
+        with["metadata"]["resourceVersion"] = Value::Null;
+        with["spec"]["ephemeralContainers"] = json!([{"name": "debugger", "image": "busybox"}]);
+        let stored = s.write(&key, with.clone(), None).expect("update");
+        assert!(
+            stored["spec"]["ephemeralContainers"].is_null(),
+            "ignored on the pod itself"
+        );
+        let stored = s
+            .write(&key, with.clone(), Some("ephemeralcontainers"))
+            .expect("subresource");
+        assert_eq!(stored["spec"]["ephemeralContainers"][0]["name"], "debugger");
+        // A name already taken.
+        let mut dup = with.clone();
+        dup["spec"]["ephemeralContainers"] =
+            json!([{"name": "debugger", "image": "busybox"}, {"name": "app"}]);
+        let err = s
+            .write(&key, dup, Some("ephemeralcontainers"))
+            .expect_err("dup");
+        assert_eq!(err["code"], 422);
+        assert_eq!(
+            err["message"],
+            "Pod \"p\" is invalid: spec.ephemeralContainers[1].name: Duplicate value: \"app\""
+        );
+        // Removing one.
+        let mut gone = with;
+        gone["spec"]["ephemeralContainers"] = json!([]);
+        let err = s
+            .write(&key, gone, Some("ephemeralcontainers"))
+            .expect_err("removed");
+        assert_eq!(err["code"], 422);
     }
 
     #[test]

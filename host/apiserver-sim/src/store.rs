@@ -34,6 +34,9 @@ pub(crate) struct Store {
     /// Namespaces deleted ([`ApiServerSim::delete_namespace`]): nothing new is made in
     /// them.
     pub(crate) deleted_namespaces: std::collections::BTreeSet<String>,
+    /// The last Service cluster IP handed out (within 10.96.0.0/12, as the default
+    /// `--service-cluster-ip-range`).
+    pub(crate) service_ips: u32,
 }
 
 impl Default for Store {
@@ -47,6 +50,7 @@ impl Default for Store {
             epoch: tokio::sync::watch::channel(0).0,
             requests: Vec::new(),
             deleted_namespaces: Default::default(),
+            service_ips: 0,
         }
     }
 }
@@ -231,6 +235,9 @@ impl Store {
                 format!("{resource} \"{name}\" already exists"),
             ));
         }
+        if resource == "services" {
+            self.allocate_cluster_ip(&mut object)?;
+        }
         let rv = self.next_rv();
         let meta = object
             .as_object_mut()
@@ -251,6 +258,39 @@ impl Store {
         self.objects.insert(key.clone(), object.clone());
         self.emit("ADDED", &key, &object);
         Ok(object)
+    }
+
+    /// A Service's `clusterIP` (and `clusterIPs`): the one asked for, or the next free
+    /// one; `None` (headless) and ExternalName Services get none.
+    fn allocate_cluster_ip(&mut self, object: &mut Value) -> Result<(), Value> {
+        if object["spec"]["type"] == "ExternalName" {
+            return Ok(());
+        }
+        let asked = object["spec"]["clusterIP"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let ip = if asked.is_empty() {
+            self.service_ips += 1;
+            if self.service_ips >= 1 << 20 {
+                return Err(status(
+                    500,
+                    "InternalError",
+                    "failed to allocate a serviceIP: range is full".into(),
+                ));
+            }
+            // 10.96.0.0/12; .1 is the `kubernetes` Service's.
+            let n = 0x0a60_0000u32 + self.service_ips + 1;
+            std::net::Ipv4Addr::from(n).to_string()
+        } else {
+            asked
+        };
+        if object["spec"].is_null() {
+            object["spec"] = json!({});
+        }
+        object["spec"]["clusterIP"] = json!(ip);
+        object["spec"]["clusterIPs"] = json!([ip]);
+        Ok(())
     }
 
     pub(crate) fn write(
@@ -295,10 +335,26 @@ impl Store {
             let mut s = old.clone();
             s["status"] = new["status"].clone();
             s
+        } else if key.1 == "pods" && sub == Some("ephemeralcontainers") {
+            let mut s = old.clone();
+            s["spec"]["ephemeralContainers"] = new["spec"]["ephemeralContainers"].clone();
+            check_ephemeral(&old, &s, &key.3)?;
+            s
         } else {
             let mut s = new;
             if has_status(&key.1) {
                 s["status"] = old["status"].clone();
+            }
+            // Ephemeral containers change only through their subresource.
+            if key.1 == "pods" {
+                match old["spec"].get("ephemeralContainers") {
+                    Some(ec) => s["spec"]["ephemeralContainers"] = ec.clone(),
+                    None => {
+                        if let Some(spec) = s["spec"].as_object_mut() {
+                            spec.remove("ephemeralContainers");
+                        }
+                    }
+                }
             }
             // What the server owns stays the server's.
             for field in [
@@ -379,4 +435,64 @@ impl Store {
         self.emit("DELETED", key, &gone);
         Ok(old)
     }
+}
+
+/// The API server's rules for a pod's ephemeral containers: names unique among all the
+/// pod's containers, and the ones already there neither changed nor removed.
+fn check_ephemeral(old: &Value, new: &Value, pod: &str) -> Result<(), Value> {
+    let invalid = |field: String, what: String| {
+        let mut s = status(
+            422,
+            "Invalid",
+            format!("Pod \"{pod}\" is invalid: {field}: {what}"),
+        );
+        s["details"] = json!({"name": pod, "kind": "Pod", "causes": [{"reason": "FieldValueInvalid", "field": field}]});
+        s
+    };
+    let names = |list: &str| -> Vec<String> {
+        new["spec"][list]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| c["name"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut seen: std::collections::BTreeSet<String> = names("containers").into_iter().collect();
+    seen.extend(names("initContainers"));
+    for (i, name) in names("ephemeralContainers").into_iter().enumerate() {
+        if name.is_empty() {
+            return Err(invalid(
+                format!("spec.ephemeralContainers[{i}].name"),
+                "Required value".into(),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(invalid(
+                format!("spec.ephemeralContainers[{i}].name"),
+                format!("Duplicate value: \"{name}\""),
+            ));
+        }
+    }
+    let after = new["spec"]["ephemeralContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for was in old["spec"]["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if !after.contains(was) {
+            return Err(invalid(
+                "spec.ephemeralContainers".into(),
+                format!(
+                    "Forbidden: existing ephemeral containers \"{}\" may not be removed or changed",
+                    was["name"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

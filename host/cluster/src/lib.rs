@@ -12,7 +12,8 @@
 //!   and the final delete of pods the API server deletes.
 //! - [`mirror`]: mirror pods; [`events`]: events through the events API;
 //!   [`ratelimit`]: the client's token bucket; [`volumes`]: ConfigMaps, Secrets and
-//!   service account tokens for the agent's volumes.
+//!   service account tokens for the agent's volumes; [`services`]: the cluster's
+//!   Services, watched once for the node, for the containers' Service variables.
 //!
 //! [`start`] runs them all for an agent. Standalone mode (no kubeconfig) uses none of
 //! this.
@@ -33,6 +34,7 @@ pub mod mirror;
 pub mod node;
 pub mod pods;
 pub mod ratelimit;
+pub mod services;
 pub mod status;
 pub mod volumes;
 

@@ -102,6 +102,10 @@ impl Node {
                 volumes: Some(Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(
                     client.clone(),
                 ))),
+                services: Some(Arc::new(
+                    wasmlet_cluster::services::ServiceWatch::start(client.clone()).0,
+                )),
+                cluster_dns: Default::default(),
             },
             Arc::new(Passes),
             None,
@@ -439,6 +443,74 @@ async fn api_server_volumes_and_env_are_read_before_the_containers_start() {
     // A token per attempt to set the volumes up (the first one failed on the ConfigMap).
     let tokens = n.requests("POST", "/serviceaccounts/default/token");
     assert!((1..=2).contains(&tokens), "{tokens} token requests");
+}
+
+/// `Pods should contain environment variables for services`: the `kubernetes` Service
+/// in every pod, the namespace's Services with enableServiceLinks, from one watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_get_the_service_variables_from_one_watch() {
+    let n = Node::start("services").await;
+    n.api
+        .create(
+            "api/v1",
+            "services",
+            json!({"metadata": {"name": "fooservice", "namespace": "default"},
+                "spec": {"ports": [{"port": 8765, "protocol": "TCP", "targetPort": 8080}]}}),
+        )
+        .expect("service");
+    let pod = |name: &str, links: bool| -> k8s::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": n.name, "enableServiceLinks": links,
+                "containers": [{"name": name, "image": "localhost/busybox:latest",
+                    "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+        }))
+        .expect("pod")
+    };
+    for (name, links) in [("linked", true), ("unlinked", false)] {
+        n.pods()
+            .create(&PostParams::default(), &pod(name, links))
+            .await
+            .expect("create");
+    }
+    n.wait("linked Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    n.wait("unlinked Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let env = |name: &str| -> BTreeMap<String, String> {
+        n.cri
+            .container_config(name)
+            .expect("created")
+            .envs
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect()
+    };
+    let linked = env("linked");
+    assert_eq!(linked["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+    assert_eq!(linked["KUBERNETES_SERVICE_PORT"], "443");
+    assert_eq!(linked["KUBERNETES_PORT"], "tcp://10.96.0.1:443");
+    assert_eq!(linked["FOOSERVICE_SERVICE_HOST"], "10.96.0.2");
+    assert_eq!(linked["FOOSERVICE_PORT_8765_TCP"], "tcp://10.96.0.2:8765");
+    let unlinked = env("unlinked");
+    assert_eq!(unlinked["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+    assert!(!unlinked.contains_key("FOOSERVICE_SERVICE_HOST"));
+    // One list and one watch of Services for the node, never a read per pod.
+    let reads: Vec<_> = n
+        .api
+        .requests()
+        .into_iter()
+        .filter(|(m, p)| m == "GET" && p.contains("/services"))
+        .collect();
+    assert!(reads.len() <= 2, "{reads:?}");
+    assert!(
+        reads.iter().all(|(_, p)| p == "/api/v1/services"),
+        "{reads:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

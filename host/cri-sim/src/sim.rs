@@ -306,6 +306,17 @@ impl Simulator {
         self.inner.lock().network_ready = ready;
     }
 
+    /// The configuration container `name` was created with, newest first among
+    /// containers of that name (what the agent asked the runtime for, for tests).
+    pub fn container_config(&self, name: &str) -> Option<proto::ContainerConfig> {
+        let st = self.inner.lock();
+        st.containers
+            .values()
+            .filter(|c| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .max_by_key(|c| c.created_at)
+            .map(|c| c.config.clone())
+    }
+
     /// Number of sandboxes and containers held.
     pub fn counts(&self) -> (usize, usize) {
         let st = self.inner.lock();

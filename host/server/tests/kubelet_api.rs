@@ -90,6 +90,8 @@ async fn node(test: &str) -> Node {
             pod_cgroups: None,
             events: None,
             volumes: None,
+            services: None,
+            cluster_dns: Default::default(),
         },
         Arc::new(NoProbes),
         None,

@@ -26,7 +26,12 @@ pub(crate) fn field_ref(
     let m = &pod.metadata;
     let map_key = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
         let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
-        Some(map.as_ref()?.get(key).cloned().unwrap_or_default())
+        // A label or annotation that is not there reads as empty, as with the kubelet.
+        Some(
+            map.as_ref()
+                .and_then(|m| m.get(key).cloned())
+                .unwrap_or_default(),
+        )
     };
     Some(match path {
         "metadata.name" => m.name.clone().unwrap_or_default(),
@@ -96,6 +101,11 @@ pub struct EnvData {
     pub config_maps: BTreeMap<String, Option<BTreeMap<String, String>>>,
     /// Secrets by name.
     pub secrets: BTreeMap<String, Option<BTreeMap<String, String>>>,
+    /// The Services' variables (`KUBERNETES_SERVICE_HOST` …) the pod gets: below the
+    /// container's own variables, which may refer to them.
+    pub services: Vec<(String, String)>,
+    /// Why the Services could not be read (containers wait, as with the kubelet).
+    pub services_error: Option<String>,
 }
 
 impl EnvData {
@@ -150,8 +160,11 @@ pub(super) fn environment(
     ctx: &NodeContext,
     refs: &EnvData,
 ) -> Result<Vec<(String, String)>, ConfigError> {
+    if let Some(e) = &refs.services_error {
+        return Err(ConfigError::new(e.clone()));
+    }
     let mut env: Vec<(String, String)> = Vec::new();
-    let mut known: BTreeMap<String, String> = BTreeMap::new();
+    let mut known: BTreeMap<String, String> = refs.services.iter().cloned().collect();
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     for from in c.env_from.iter().flatten() {
         let (secret, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
@@ -214,6 +227,11 @@ pub(super) fn environment(
         known.insert(e.name.clone(), value.clone());
         env.retain(|(k, _)| k != &e.name);
         env.push((e.name.clone(), value));
+    }
+    for (k, v) in &refs.services {
+        if !env.iter().any(|(n, _)| n == k) {
+            env.push((k.clone(), v.clone()));
+        }
     }
     Ok(env)
 }

@@ -4,7 +4,7 @@
 //! context carried over.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_cri::proto;
@@ -19,11 +19,19 @@ use crate::runtime::{
 };
 use crate::status::qos_class;
 
+mod dns;
 mod env;
+mod mounts;
+pub mod services;
 
+pub use dns::{DnsKind, dns_config, dns_kind, node_dns, parse_resolv_conf};
 use env::environment;
 pub use env::{EnvData, expand};
 pub(crate) use env::{field_ref, resource_ref};
+pub use mounts::{
+    ETC_HOSTS, empty_dir_path, expand_sub_path, hostname_and_domain, hosts_file_content,
+    hosts_file_path,
+};
 
 /// The node facts pod configurations depend on.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +49,12 @@ pub struct NodeContext {
     /// The node's resolver configuration (`/etc/resolv.conf`), for `dnsPolicy: Default`
     /// and for ClusterFirst without a cluster DNS.
     pub dns: proto::DnsConfig,
+    /// The cluster's DNS servers (`clusterDNS`): ClusterFirst pods resolve through them.
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (`clusterDomain`, e.g. `cluster.local`; empty: none).
+    pub cluster_domain: String,
+    /// The node's hosts file, which pods on the node's network get (`/etc/hosts`).
+    pub hosts_file: PathBuf,
     /// The node's memory, for the OOM score of burstable pods.
     pub memory_bytes: u64,
     /// The node's allocatable resources: what a `resourceFieldRef` to a limit the
@@ -99,23 +113,6 @@ const READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// Parses `/etc/resolv.conf` text.
-pub fn parse_resolv_conf(text: &str) -> proto::DnsConfig {
-    let mut dns = proto::DnsConfig::default();
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => dns.servers.extend(words.next().map(str::to_owned)),
-            Some("search" | "domain") => {
-                dns.searches = words.map(str::to_owned).collect();
-            }
-            Some("options") => dns.options.extend(words.map(str::to_owned)),
-            _ => {}
-        }
-    }
-    dns
-}
-
 /// The pod's log directory.
 pub fn log_directory(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
     let m = &pod.metadata;
@@ -130,35 +127,6 @@ pub fn log_directory(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
 /// The directory holding the pod's volumes and files.
 pub fn pod_dir(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
     ctx.pods_dir.join(pod::uid(pod))
-}
-
-fn dns_config(pod: &k8s::Pod, ctx: &NodeContext) -> proto::DnsConfig {
-    let spec = pod.spec.as_ref();
-    let policy = spec
-        .and_then(|s| s.dns_policy.as_deref())
-        .unwrap_or("ClusterFirst");
-    // Without a cluster DNS, ClusterFirst falls back to the node's resolver, as the
-    // kubelet does; `None` starts from nothing.
-    let mut dns = if policy == "None" {
-        proto::DnsConfig::default()
-    } else {
-        ctx.dns.clone()
-    };
-    if let Some(c) = spec.and_then(|s| s.dns_config.as_ref()) {
-        dns.servers.extend(c.nameservers.iter().flatten().cloned());
-        dns.searches.extend(c.searches.iter().flatten().cloned());
-        for o in c.options.iter().flatten() {
-            let Some(name) = o.name.as_deref() else {
-                continue;
-            };
-            dns.options.retain(|x| x.split(':').next() != Some(name));
-            dns.options.push(match o.value.as_deref() {
-                Some(v) => format!("{name}:{v}"),
-                None => name.to_owned(),
-            });
-        }
-    }
-    dns
 }
 
 fn ns_mode(node: bool, otherwise: proto::NamespaceMode) -> i32 {
@@ -222,12 +190,7 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
     let hostname = if host_network {
         String::new()
     } else {
-        let mut h = spec
-            .hostname
-            .clone()
-            .unwrap_or_else(|| m.name.clone().unwrap_or_default());
-        h.truncate(63);
-        h.trim_end_matches(['-', '.']).to_owned()
+        hostname_and_domain(pod, ctx).0
     };
     let port_mappings = pod::containers(pod)
         .iter()
@@ -254,7 +217,7 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
         }),
         hostname,
         log_directory: log_directory(pod, ctx).to_string_lossy().into_owned(),
-        dns_config: (!host_network).then(|| dns_config(pod, ctx)),
+        dns_config: Some(dns_config(pod, ctx)),
         port_mappings,
         labels,
         annotations,
@@ -378,107 +341,6 @@ fn security_context(pod: &k8s::Pod, c: &k8s::Container) -> proto::LinuxContainer
     }
 }
 
-/// Where an emptyDir volume lives on the node.
-pub fn empty_dir_path(pod: &k8s::Pod, ctx: &NodeContext, volume: &str) -> PathBuf {
-    pod_dir(pod, ctx)
-        .join("volumes/kubernetes.io~empty-dir")
-        .join(volume)
-}
-
-/// The host side of each of the container's mounts, creating what must exist
-/// (emptyDir directories, hostPath `DirectoryOrCreate`).
-fn mounts(
-    pod: &k8s::Pod,
-    c: &k8s::Container,
-    ctx: &NodeContext,
-) -> Result<Vec<proto::Mount>, ConfigError> {
-    let volumes = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.clone())
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
-        let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
-            return Err(ConfigError::new(format!(
-                "volume \"{}\" is not defined in the pod",
-                m.name
-            )));
-        };
-        let host: PathBuf = if v.empty_dir.is_some() {
-            let dir = empty_dir_path(pod, ctx, &v.name);
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, dir.display()))
-            })?;
-            dir
-        } else if let Some(hp) = &v.host_path {
-            let path = PathBuf::from(&hp.path);
-            match hp.type_.as_deref().unwrap_or("") {
-                "DirectoryOrCreate" => std::fs::create_dir_all(&path).map_err(|e| {
-                    ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, path.display()))
-                })?,
-                "FileOrCreate" if !path.exists() => {
-                    if let Some(parent) = path.parent() {
-                        let _ = std::fs::create_dir_all(parent);
-                    }
-                    std::fs::write(&path, b"").map_err(|e| {
-                        ConfigError::new(format!("volume \"{}\": {}: {e}", v.name, path.display()))
-                    })?;
-                }
-                "Directory" if !path.is_dir() => {
-                    return Err(ConfigError::new(format!(
-                        "hostPath type check failed: {} is not a directory",
-                        path.display()
-                    )));
-                }
-                "File" if !path.is_file() => {
-                    return Err(ConfigError::new(format!(
-                        "hostPath type check failed: {} is not a file",
-                        path.display()
-                    )));
-                }
-                _ => {}
-            }
-            path
-        } else if let Some(dir) = crate::volumes::path(pod, ctx, v) {
-            // configMap, secret, downwardAPI, projected: written before the containers
-            // start (crate::volumes).
-            dir
-        } else {
-            return Err(ConfigError::new(format!(
-                "volume \"{}\": only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported on this node",
-                v.name
-            )));
-        };
-        let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) if sub.split('/').any(|p| p == "..") => {
-                return Err(ConfigError::new(format!(
-                    "volumeMounts \"{}\": subPath {sub} must not contain '..'",
-                    m.name
-                )));
-            }
-            Some(sub) => {
-                let p = host.join(sub);
-                let _ = std::fs::create_dir_all(&p);
-                p
-            }
-            None => host,
-        };
-        out.push(proto::Mount {
-            container_path: m.mount_path.clone(),
-            host_path: host.to_string_lossy().into_owned(),
-            readonly: m.read_only.unwrap_or(false),
-            propagation: match m.mount_propagation.as_deref() {
-                Some("HostToContainer") => proto::MountPropagation::PropagationHostToContainer,
-                Some("Bidirectional") => proto::MountPropagation::PropagationBidirectional,
-                _ => proto::MountPropagation::PropagationPrivate,
-            } as i32,
-            ..Default::default()
-        });
-    }
-    Ok(out)
-}
-
 /// The file a container's termination message is written to (mounted at its
 /// `terminationMessagePath`).
 pub fn termination_message_file(
@@ -526,7 +388,7 @@ pub fn container_config_with(
 ) -> Result<proto::ContainerConfig, ConfigError> {
     let env = environment(pod, c, pod_ip, ctx, refs)?;
     let known: BTreeMap<String, String> = env.iter().cloned().collect();
-    let mut mounts = mounts(pod, c, ctx).map_err(|e| ConfigError { volume: true, ..e })?;
+    let mut mounts = mounts::mounts(pod, c, ctx, &known, pod_ip)?;
     let message_path = c
         .termination_message_path
         .clone()
@@ -611,13 +473,6 @@ pub fn node_memory_bytes() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
-}
-
-/// Reads the node's resolver configuration (empty if there is none).
-pub fn node_dns(path: &Path) -> proto::DnsConfig {
-    std::fs::read_to_string(path)
-        .map(|t| parse_resolv_conf(&t))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

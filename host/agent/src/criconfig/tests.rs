@@ -3,6 +3,7 @@
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::path::Path;
 
 fn ctx(dir: &Path) -> NodeContext {
     NodeContext {
@@ -12,6 +13,9 @@ fn ctx(dir: &Path) -> NodeContext {
         pod_logs_dir: dir.join("logs"),
         pods_dir: dir.join("pods"),
         dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch lan\noptions ndots:2\n"),
+        cluster_dns: Vec::new(),
+        cluster_domain: String::new(),
+        hosts_file: dir.join("node-hosts"),
         memory_bytes: 8 << 30,
         allocatable: [
             ("cpu".to_string(), Quantity("3500m".into())),
@@ -150,9 +154,14 @@ fn container_config_resolves_env_mounts_and_resources() {
     assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
     assert!(dir.join("hp").is_dir(), "DirectoryOrCreate");
     assert!(empty_dir_path(&p, &ctx(&dir), "data").is_dir());
-    assert_eq!(cfg.mounts.len(), 3, "two volumes and the termination log");
+    assert_eq!(
+        cfg.mounts.len(),
+        4,
+        "two volumes, /etc/hosts and the termination log"
+    );
     assert!(cfg.mounts[1].readonly);
-    assert_eq!(cfg.mounts[2].container_path, "/dev/termination-log");
+    assert_eq!(cfg.mounts[2].container_path, "/etc/hosts");
+    assert_eq!(cfg.mounts[3].container_path, "/dev/termination-log");
     let r = cfg
         .linux
         .as_ref()
@@ -242,4 +251,266 @@ fn missing_config_maps_and_unsupported_volumes_are_config_errors() {
     let err = container_config(&p, &crate::pod::containers(&p)[0], false, 0, "", &ctx(&dir))
         .expect_err("claim volume");
     assert!(err.to_string().contains("volume \"s\""), "{err}");
+}
+
+fn env_of(cfg: &proto::ContainerConfig) -> BTreeMap<String, String> {
+    cfg.envs
+        .iter()
+        .map(|e| (e.key.clone(), e.value.clone()))
+        .collect()
+}
+
+/// The Variable Expansion conformance cases on subPathExpr, as the kubelet words them.
+#[test]
+fn sub_path_expr_expands_the_environment_and_refuses_what_the_kubelet_refuses() {
+    let dir = tempdir("subpathexpr");
+    let make = |value: &str, expr: &str| {
+        pod(&r#"{"metadata":{"name":"var","annotations":{"notmysubpath":"mypath"}},"spec":{
+              "volumes":[{"name":"workdir1","emptyDir":{}}],
+              "containers":[{"name":"dapi-container","image":"i",
+                "env":[{"name":"POD_NAME","value":"VALUE"},
+                       {"name":"ANNOTATION","valueFrom":{"fieldRef":{"fieldPath":"metadata.annotations['mysubpath']"}}}],
+                "volumeMounts":[{"name":"workdir1","mountPath":"/logscontainer","subPathExpr":"EXPR"},
+                                {"name":"workdir1","mountPath":"/volume_mount"}]}]}}"#
+            .replace("VALUE", value)
+            .replace("EXPR", expr))
+    };
+    let config =
+        |p: &k8s::Pod| container_config(p, &crate::pod::containers(p)[0], false, 0, "", &ctx(&dir));
+    // should allow substituting values in a volume subpath
+    let p = make("foo", "$(POD_NAME)");
+    let cfg = config(&p).expect("expands");
+    let volume = empty_dir_path(&p, &ctx(&dir), "workdir1");
+    assert_eq!(
+        cfg.mounts[0].host_path,
+        volume.join("foo").to_string_lossy()
+    );
+    assert!(
+        volume.join("foo").is_dir(),
+        "made so the other mount sees it"
+    );
+    assert_eq!(cfg.mounts[1].host_path, volume.to_string_lossy());
+    // ... with absolute path
+    let err = config(&make("/tmp", "$(POD_NAME)")).expect_err("absolute");
+    assert_eq!(
+        err.to_string(),
+        "error SubPath `/tmp` must not be an absolute path"
+    );
+    assert!(
+        !err.is_volume(),
+        "the container's configuration, not a mount failure"
+    );
+    // ... with backticks (the value is `..`)
+    let err = config(&make("..", "$(POD_NAME)")).expect_err("backsteps");
+    assert_eq!(
+        err.to_string(),
+        "unable to provision SubPath `..`: must not contain '..'"
+    );
+    let err = config(&make("..", "logs/$(POD_NAME)/x")).expect_err("nested backsteps");
+    assert!(err.to_string().contains("must not contain '..'"), "{err}");
+    // a failing subpath expansion: the annotation is not there (yet)
+    let p = make("foo", "$(ANNOTATION)/$(POD_NAME)");
+    let err = config(&p).expect_err("missing annotation");
+    assert_eq!(err.to_string(), "missing value for ANNOTATION");
+    // ... and once it is, the same pod starts
+    let mut p = p;
+    p.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("mysubpath".into(), "mypath".into());
+    let cfg = config(&p).expect("fixed");
+    assert!(cfg.mounts[0].host_path.ends_with("workdir1/mypath/foo"));
+    // $$ is a literal dollar; unknown variables are all named.
+    let env = BTreeMap::from([("A".to_string(), "a".to_string())]);
+    assert_eq!(expand_sub_path("$$(A)/$(A)", &env).as_deref(), Ok("$(A)/a"));
+    assert_eq!(
+        expand_sub_path("$(B)/$(A)/$(C)", &env),
+        Err("missing value for B, C".to_string())
+    );
+}
+
+/// `KubeletManagedEtcHosts` and `hostAliases`: the file the kubelet writes, who gets it.
+#[test]
+fn the_managed_hosts_file_and_who_mounts_it() {
+    let dir = tempdir("etchosts");
+    let mut node = ctx(&dir);
+    node.cluster_domain = "cluster.local".into();
+    std::fs::write(&node.hosts_file, "127.0.0.1\tlocalhost\n10.0.0.1\tnode-a\n").expect("hosts");
+    let p = pod(r#"{"metadata":{"name":"web","namespace":"shop"},"spec":{
+          "hostname":"web-0","subdomain":"db",
+          "hostAliases":[{"ip":"123.45.67.89","hostnames":["foo.remote","bar.remote"]},{"ip":"127.0.0.1","hostnames":["foo.local"]}],
+          "volumes":[{"name":"h","hostPath":{"path":"/etc/hosts","type":"FileOrCreate"}}],
+          "containers":[{"name":"managed","image":"i"},
+            {"name":"own","image":"i","volumeMounts":[{"name":"h","mountPath":"/etc/hosts"}]}]}}"#);
+    let content = hosts_file_content(&p, &node, "10.88.0.7").expect("content");
+    assert_eq!(
+        content,
+        "# Kubernetes-managed hosts file.\n\
+         127.0.0.1\tlocalhost\n\
+         ::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\n\
+         fe00::0\tip6-mcastprefix\n\
+         fe00::1\tip6-allnodes\n\
+         fe00::2\tip6-allrouters\n\
+         10.88.0.7\tweb-0.db.shop.svc.cluster.local\tweb-0\n\
+         \n\
+         # Entries added by HostAliases.\n\
+         123.45.67.89\tfoo.remote\tbar.remote\n\
+         127.0.0.1\tfoo.local\n"
+    );
+    let containers = crate::pod::containers(&p);
+    let cfg = container_config(&p, &containers[0], false, 0, "10.88.0.7", &node).expect("config");
+    let hosts = cfg
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/etc/hosts")
+        .expect("managed /etc/hosts");
+    assert_eq!(
+        std::fs::read_to_string(&hosts.host_path).expect("written"),
+        content
+    );
+    assert!(!hosts.readonly);
+    // A container that mounts its own /etc/hosts keeps it.
+    let cfg = container_config(&p, &containers[1], false, 0, "10.88.0.7", &node).expect("config");
+    let mounted: Vec<_> = cfg
+        .mounts
+        .iter()
+        .filter(|m| m.container_path == "/etc/hosts")
+        .collect();
+    assert_eq!(mounted.len(), 1);
+    assert_eq!(mounted[0].host_path, "/etc/hosts");
+    // No pod IP yet (the runtime gave none): no managed file, as with the kubelet.
+    let cfg = container_config(&p, &containers[0], false, 0, "", &node).expect("config");
+    assert!(!cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts"));
+    // The node's network: the node's file, marked, with the aliases after it.
+    let p = pod(r#"{"metadata":{"name":"hn"},"spec":{"hostNetwork":true,
+          "hostAliases":[{"ip":"1.2.3.4","hostnames":["x"]}],"containers":[{"name":"c","image":"i"}]}}"#);
+    assert_eq!(
+        hosts_file_content(&p, &node, "").expect("content"),
+        "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n10.0.0.1\tnode-a\n\n# Entries added by HostAliases.\n1.2.3.4\tx\n"
+    );
+    let cfg =
+        container_config(&p, &crate::pod::containers(&p)[0], false, 0, "", &node).expect("config");
+    assert!(cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts"));
+    // Without a subdomain: the pod's address and hostname only.
+    let p =
+        pod(r#"{"metadata":{"name":"plain"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#);
+    let content = hosts_file_content(&p, &node, "10.88.0.8").expect("content");
+    assert!(
+        content.ends_with("fe00::2\tip6-allrouters\n10.88.0.8\tplain-node-a\n"),
+        "{content}"
+    );
+}
+
+/// The four dnsPolicy values against a node with and without a cluster DNS.
+#[test]
+fn dns_policies_as_the_kubelet_forms_them() {
+    let dir = tempdir("dns");
+    let mut node = ctx(&dir);
+    let policy = |policy: &str, host_network: bool, dns_config: &str| {
+        pod(&format!(
+            r#"{{"metadata":{{"name":"d","namespace":"shop"}},"spec":{{"dnsPolicy":"{policy}",
+              "hostNetwork":{host_network},{dns_config}"containers":[{{"name":"c","image":"i"}}]}}}}"#
+        ))
+    };
+    let dns = |p: &k8s::Pod, node: &NodeContext| {
+        let d = sandbox_config(p, 0, node).dns_config.expect("dns");
+        (d.servers, d.searches, d.options)
+    };
+    // No clusterDNS: ClusterFirst is the node's resolver.
+    assert_eq!(
+        dns(&policy("ClusterFirst", false, ""), &node),
+        (
+            vec!["1.1.1.1".to_string()],
+            vec!["lan".to_string()],
+            vec!["ndots:2".to_string()]
+        )
+    );
+    node.cluster_dns = vec!["10.96.0.10".into()];
+    node.cluster_domain = "cluster.local".into();
+    let cluster = (
+        vec!["10.96.0.10".to_string()],
+        [
+            "shop.svc.cluster.local",
+            "svc.cluster.local",
+            "cluster.local",
+            "lan",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        vec!["ndots:5".to_string()],
+    );
+    assert_eq!(dns(&policy("ClusterFirst", false, ""), &node), cluster);
+    assert_eq!(
+        dns(&policy("ClusterFirstWithHostNet", true, ""), &node),
+        cluster
+    );
+    // ClusterFirst on the node's network, and Default: the node's resolver.
+    let host = (
+        vec!["1.1.1.1".to_string()],
+        vec!["lan".to_string()],
+        vec!["ndots:2".to_string()],
+    );
+    assert_eq!(dns(&policy("ClusterFirst", true, ""), &node), host);
+    assert_eq!(dns(&policy("Default", false, ""), &node), host);
+    // None: the pod's dnsConfig alone; and dnsConfig merges into the others.
+    let own = r#""dnsConfig":{"nameservers":["9.9.9.9"],"searches":["my.dns","lan"],"options":[{"name":"ndots","value":"1"},{"name":"edns0"}]},"#;
+    assert_eq!(
+        dns(&policy("None", false, own), &node),
+        (
+            vec!["9.9.9.9".to_string()],
+            vec!["my.dns".to_string(), "lan".to_string()],
+            vec!["ndots:1".to_string(), "edns0".to_string()]
+        )
+    );
+    let (servers, searches, options) = dns(&policy("ClusterFirst", false, own), &node);
+    assert_eq!(servers, ["10.96.0.10", "9.9.9.9"]);
+    assert_eq!(
+        searches,
+        [
+            "shop.svc.cluster.local",
+            "svc.cluster.local",
+            "cluster.local",
+            "lan",
+            "my.dns"
+        ]
+    );
+    assert_eq!(options, ["ndots:1", "edns0"]);
+}
+
+/// Service variables sit below the container's own, which may refer to them.
+#[test]
+fn service_variables_are_overridden_by_the_containers_own() {
+    let dir = tempdir("svcenv");
+    let p = pod(
+        r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"c","image":"i",
+          "env":[{"name":"KUBERNETES_SERVICE_PORT","value":"8443"},
+                 {"name":"API","value":"https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}]}]}}"#,
+    );
+    let refs = EnvData {
+        services: vec![
+            ("KUBERNETES_SERVICE_HOST".into(), "10.96.0.1".into()),
+            ("KUBERNETES_SERVICE_PORT".into(), "443".into()),
+        ],
+        ..Default::default()
+    };
+    let c = &crate::pod::containers(&p)[0];
+    let cfg = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect("config");
+    let env = env_of(&cfg);
+    assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+    assert_eq!(env["KUBERNETES_SERVICE_PORT"], "8443");
+    assert_eq!(env["API"], "https://10.96.0.1:8443");
+    assert_eq!(cfg.envs.len(), 3);
+    let refs = EnvData {
+        services_error: Some(
+            "services have not yet been read at least once, cannot construct envvars".into(),
+        ),
+        ..Default::default()
+    };
+    let err =
+        container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("not listed");
+    assert!(
+        err.to_string()
+            .starts_with("services have not yet been read")
+    );
 }

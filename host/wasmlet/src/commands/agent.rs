@@ -226,6 +226,13 @@ async fn run_agent(
             Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(c.clone()))
                 as Arc<dyn wasmlet_agent::volumes::VolumeSource>
         }),
+        // One watch of the cluster's Services for the whole node: the containers'
+        // Service variables are read from it.
+        services: cluster.as_ref().map(|c| {
+            let (watch, _task) = wasmlet_cluster::services::ServiceWatch::start(c.clone());
+            Arc::new(watch) as Arc<dyn wasmlet_agent::criconfig::services::ServiceSource>
+        }),
+        cluster_dns: config.cluster_dns.clone(),
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(

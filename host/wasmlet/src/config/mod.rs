@@ -18,6 +18,8 @@
 //! rootDir: /var/lib/wasmlet
 //! podLogsDir: /var/lib/wasmlet/pod-logs
 //! resolvConf: /etc/resolv.conf
+//! clusterDNS: [10.96.0.10]              # ClusterFirst pods resolve through these
+//! clusterDomain: cluster.local          # their search path: <ns>.svc.<domain> svc.<domain> <domain>
 //! podPidsLimit: 1024                    # pids.max of each pod's cgroup; -1: no limit
 //! cgroupsPerQOS: true                   # pods in cgroups of their own, <cgroupRoot>/wasmlet/pod<uid>
 //! cgroupRoot: /
@@ -53,6 +55,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
+use wasmlet_agent::agent::ClusterDns;
 use wasmlet_agent::node::Reserved;
 use wasmlet_cluster::Limits;
 use wasmlet_cluster::node::Timing;
@@ -67,8 +70,6 @@ pub use server::ServerConfig;
 
 /// KubeletConfiguration fields wasmlet reads but does not act on: a warning each.
 const NOT_IMPLEMENTED: &[&str] = &[
-    "clusterDNS",
-    "clusterDomain",
     "contentType",
     "cpuCFSQuota",
     "cpuManagerPolicy",
@@ -141,6 +142,9 @@ struct File {
     root_dir: Option<PathBuf>,
     pod_logs_dir: Option<PathBuf>,
     resolv_conf: Option<PathBuf>,
+    #[serde(rename = "clusterDNS")]
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
     pod_pids_limit: Option<i64>,
     #[serde(rename = "cgroupsPerQOS")]
     cgroups_per_qos: Option<bool>,
@@ -198,6 +202,8 @@ pub struct Config {
     pub pod_logs_dir: PathBuf,
     /// `resolvConf`.
     pub resolv_conf: PathBuf,
+    /// `clusterDNS` and `clusterDomain`.
+    pub cluster_dns: ClusterDns,
     /// `podPidsLimit` (`None`: -1, no limit).
     pub pod_pids_limit: Option<u64>,
     /// Pod-level cgroups: `cgroupsPerQOS` and a `cgroupDriver` of `cgroupfs` (the
@@ -399,6 +405,7 @@ impl Config {
             root_dir: state_dir.to_owned(),
             pod_logs_dir: state_dir.join("pod-logs"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            cluster_dns: ClusterDns::default(),
             pod_pids_limit: None,
             pod_cgroup_parent: Some(wasmlet_agent::cgroups::DEFAULT_PARENT.into()),
             node_labels: BTreeMap::new(),
@@ -621,6 +628,7 @@ impl Config {
             monitor_interval: file.container_log_monitor_interval,
         })
         .map_err(with_file)?;
+        let cluster_dns = cluster_dns(file.cluster_dns, file.cluster_domain).map_err(with_file)?;
         Ok(Config {
             node_name: file.node_name,
             node_ip: file.node_ip,
@@ -660,6 +668,7 @@ impl Config {
             resolv_conf: file
                 .resolv_conf
                 .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+            cluster_dns,
             pod_pids_limit,
             pod_cgroup_parent,
             node_labels,
@@ -676,6 +685,29 @@ impl Config {
             plugins: file.plugins,
         })
     }
+}
+
+/// `clusterDNS` (IP addresses) and `clusterDomain` (a DNS name, a trailing dot allowed).
+fn cluster_dns(servers: Option<Vec<String>>, domain: Option<String>) -> Result<ClusterDns> {
+    let servers = servers.unwrap_or_default();
+    for (i, s) in servers.iter().enumerate() {
+        if s.parse::<IpAddr>().is_err() {
+            bail!("clusterDNS[{i}]: {s:?} is not an IP address");
+        }
+    }
+    let domain = domain.unwrap_or_default();
+    let domain = domain.trim_end_matches('.').to_owned();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(label_ok)) {
+        bail!("clusterDomain: {domain:?} is not a DNS domain name");
+    }
+    Ok(ClusterDns { servers, domain })
 }
 
 #[cfg(test)]

@@ -27,6 +27,23 @@ fn a_kubelet_configuration_is_accepted_with_defaults() {
     assert!(parse("").is_ok(), "an empty file is all defaults");
     assert_eq!(c.pod_pids_limit, None);
     assert_eq!(c.pod_cgroup_parent.as_deref(), Some("wasmlet"));
+    assert_eq!(c.cluster_dns.servers, ["10.96.0.10"]);
+    assert_eq!(c.cluster_dns.domain, "");
+}
+
+#[test]
+fn cluster_dns_and_domain_are_read_and_checked() {
+    let c = parse("clusterDNS: [10.96.0.10, 'fd00::a']\nclusterDomain: cluster.local.\n")
+        .expect("valid");
+    assert_eq!(c.cluster_dns.servers, ["10.96.0.10", "fd00::a"]);
+    assert_eq!(c.cluster_dns.domain, "cluster.local");
+    let e = parse("clusterDNS: [kube-dns]\n").expect_err("not an IP");
+    assert_eq!(
+        e.to_string(),
+        "/etc/wasmlet/config.yaml: clusterDNS[0]: \"kube-dns\" is not an IP address"
+    );
+    let e = parse("clusterDomain: 'bad_domain'\n").expect_err("not a name");
+    assert!(e.to_string().contains("clusterDomain"), "{e}");
 }
 
 #[test]
