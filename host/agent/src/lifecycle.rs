@@ -82,6 +82,12 @@ pub enum Outcome {
     /// A sync found the pod finished for good: every container exited and none will
     /// restart. The pod is terminated without a grace period.
     Finished,
+    /// The node ended the pod (activeDeadlineSeconds): it is stopped with this grace
+    /// period and kept, Failed, until removed.
+    Evicted {
+        /// The pod's grace period.
+        grace: Duration,
+    },
     /// Every container and the sandbox are stopped.
     Stopped,
     /// Stopping failed; it is tried again.
@@ -212,9 +218,12 @@ impl WorkerState {
         self.running = false;
         match outcome {
             Outcome::Synced => {}
-            Outcome::Finished => {
+            Outcome::Finished | Outcome::Evicted { .. } => {
                 if self.lifecycle == Lifecycle::Syncing {
-                    let grace = Duration::ZERO;
+                    let grace = match outcome {
+                        Outcome::Evicted { grace } => grace,
+                        _ => Duration::ZERO,
+                    };
                     self.lifecycle = Lifecycle::Terminating { grace };
                     self.pending = Some(Work::Terminate {
                         pod: self.pod.clone(),
@@ -344,6 +353,23 @@ mod tests {
         assert_eq!(name(&w.take_next().expect("cleanup")), "cleanup:job");
         w.finished(Outcome::CleanedUp);
         assert!(w.is_done());
+    }
+
+    #[test]
+    fn an_evicted_pod_is_stopped_with_its_grace_and_kept() {
+        let mut w = WorkerState::new(pod("a"));
+        w.take_next();
+        w.finished(Outcome::Evicted {
+            grace: Duration::from_secs(30),
+        });
+        let grace = Duration::from_secs(30);
+        assert_eq!(w.lifecycle(), Lifecycle::Terminating { grace });
+        assert!(matches!(w.take_next(), Some(Work::Terminate { grace: g, .. }) if g == grace));
+        w.request(Request::Sync(pod("a")));
+        assert!(w.take_next().is_none(), "no sync once terminating");
+        w.finished(Outcome::Stopped);
+        assert_eq!(w.lifecycle(), Lifecycle::Terminated);
+        assert!(!w.is_done(), "kept until removed");
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Input<'a> {
     pub previous: Option<&'a k8s::PodStatus>,
     /// Now, RFC 3339.
     pub now: &'a str,
+    /// Why the node ended the pod (`DeadlineExceeded`, the kubelet's message): `Failed`
+    /// with that reason and message.
+    pub evicted: Option<(&'a str, &'a str)>,
 }
 
 fn time(s: Option<String>) -> Option<Time> {
@@ -340,6 +343,7 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         .collect();
     let previous_phase = input.previous.and_then(|p| p.phase.as_deref());
     let phase = match previous_phase {
+        _ if input.evicted.is_some() => "Failed",
         // A terminal phase is final.
         Some(p @ ("Succeeded" | "Failed")) => {
             if p == "Succeeded" {
@@ -423,6 +427,8 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         qos_class: Some(qos_class(pod).to_owned()),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(app_statuses),
+        reason: input.evicted.map(|(r, _)| r.to_owned()),
+        message: input.evicted.map(|(_, m)| m.to_owned()),
         ..Default::default()
     }
 }
@@ -534,6 +540,7 @@ mod tests {
             start_time: Some("2026-11-22T10:00:00Z"),
             previous: None,
             now: "2026-11-22T10:00:01Z",
+            evicted: None,
         })
     }
 

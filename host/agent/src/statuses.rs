@@ -41,6 +41,8 @@ pub struct PodEntry {
     pub reclaimed: bool,
     /// Its first sync has run (a pod that starts at once is Running by then).
     pub first_synced: bool,
+    /// The node ended it (reason, message): its phase is Failed.
+    pub evicted: Option<(String, String)>,
     seq: u64,
 }
 
@@ -122,6 +124,15 @@ impl StatusManager {
             Some(e) => e.pod = pod,
             None => {
                 *seq += 1;
+                // A pod the API server says started already (before an agent restart)
+                // keeps its start time, as with the kubelet: activeDeadlineSeconds
+                // counts from it.
+                let start_time = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .and_then(|t| serde_json::to_value(t).ok())
+                    .and_then(|v| v.as_str().map(str::to_owned));
                 pods.insert(
                     uid.clone(),
                     PodEntry {
@@ -131,13 +142,14 @@ impl StatusManager {
                             ..Default::default()
                         },
                         waiting: BTreeMap::new(),
-                        start_time: None,
+                        start_time,
                         rejected: false,
                         seen: tokio::time::Instant::now(),
                         ran: false,
                         version: 0,
                         reclaimed: false,
                         first_synced: false,
+                        evicted: None,
                         seq: *seq,
                     },
                 );
@@ -158,6 +170,28 @@ impl StatusManager {
         }
         drop(guard);
         self.mark(crate::pod::uid(&pod));
+    }
+
+    /// Records that the node ends the pod (activeDeadlineSeconds): from now on its phase
+    /// is Failed with `reason` and `message`. False if it was so already.
+    pub fn evict(&self, uid: &str, reason: &str, message: &str) -> bool {
+        match self.write().1.get_mut(uid) {
+            Some(e) if e.evicted.is_none() => {
+                e.evicted = Some((reason.to_owned(), message.to_owned()));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the pod's `activeDeadlineSeconds` runs out, as Unix seconds: counted from its
+    /// start time, the kubelet's way (`None`: no deadline, or not started yet).
+    pub fn deadline(&self, uid: &str) -> Option<i64> {
+        let guard = self.read();
+        let e = guard.1.get(uid)?;
+        let seconds = e.pod.spec.as_ref()?.active_deadline_seconds?;
+        let start = crate::time::parse_rfc3339(e.start_time.as_deref()?)?;
+        Some(start.saturating_add(seconds))
     }
 
     /// Forgets a pod.
@@ -228,6 +262,7 @@ impl StatusManager {
             start_time: e.start_time.as_deref(),
             previous: Some(&e.status),
             now: ctx.now,
+            evicted: e.evicted.as_ref().map(|(r, m)| (r.as_str(), m.as_str())),
         });
         let changed = e.status != new || e.version == 0;
         if changed {

@@ -65,6 +65,12 @@ impl SyncResult {
     }
 }
 
+/// The kubelet's reason for a pod stopped at its `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// The kubelet's message for it.
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
 /// Everything a pod worker needs. Shared by all workers.
 pub struct SyncContext<R> {
     /// The runtime.
@@ -354,8 +360,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let key = PodKey::of(pod);
         let rt = self.cached(&key.uid).await;
         let mut touched = Touched::default();
-        let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
         let grace = pod::grace_seconds(pod);
+        if self.past_deadline(pod) {
+            return SyncResult::new(WorkOutcome::Evicted {
+                grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
+            });
+        }
+        let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
         if actions.pod_finished() {
             for k in &actions.kill {
                 self.kill_container(pod, &rt, k, grace, &mut touched).await;
@@ -489,10 +500,45 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         self.read_back(pod, touched).await;
+        // Sync again when activeDeadlineSeconds runs out (the start time is known once
+        // the first status is).
+        if let Some(deadline) = self.statuses.deadline(&key.uid) {
+            let at = self
+                .clock
+                .instant_of(deadline.saturating_mul(1_000_000_000));
+            requeue = min_instant(requeue, at);
+        }
         SyncResult {
             outcome: WorkOutcome::Synced,
             requeue,
         }
+    }
+
+    /// Whether the pod has been active longer than its `activeDeadlineSeconds` (counted
+    /// from its start time, also after the deadline was lowered): if so it is marked
+    /// Failed with the kubelet's reason and message, and an event says so once.
+    fn past_deadline(&self, pod: &k8s::Pod) -> bool {
+        let uid = pod::uid(pod);
+        let Some(deadline) = self.statuses.deadline(uid) else {
+            return false;
+        };
+        if self.clock.unix_nanos() < deadline.saturating_mul(1_000_000_000) {
+            return false;
+        }
+        if self
+            .statuses
+            .evict(uid, DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE)
+        {
+            info!(pod = %PodKey::of(pod), "{DEADLINE_EXCEEDED_MESSAGE}: stopping it");
+            self.events.record(Event::normal(
+                pod,
+                None,
+                DEADLINE_EXCEEDED,
+                DEADLINE_EXCEEDED_MESSAGE.to_owned(),
+            ));
+            self.update_status(uid);
+        }
+        true
     }
 
     async fn create_sandbox(

@@ -100,3 +100,103 @@ async fn a_failing_sub_path_expansion_waits_until_the_pod_is_fixed() {
     assert_eq!(container(&p, "dapi-container").restart_count, 0);
     agent.shutdown().await;
 }
+
+const DEADLINE_POD: &str = r#"{"metadata":{"name":"deadline","uid":"deadline-1"},"spec":{DEADLINE
+    "containers":[{"name":"main","image":"localhost/busybox:latest","command":["sleep","3600"]}]}}"#;
+
+fn reason_and_message(p: &k8s_openapi::api::core::v1::Pod) -> (String, String) {
+    let s = p.status.clone().unwrap_or_default();
+    (s.reason.unwrap_or_default(), s.message.unwrap_or_default())
+}
+
+/// `Pods should allow activeDeadlineSeconds to be updated`: a running pod whose deadline
+/// is set (lower than how long it has run) is stopped and ends Failed with the
+/// kubelet's reason and message; one created with a deadline is stopped when it runs
+/// out.
+#[tokio::test(start_paused = true)]
+async fn active_deadline_seconds_stops_the_pod_and_fails_it() {
+    let (sim, agent, events) = start_recording("deadline");
+    send(&agent, vec![pod(&DEADLINE_POD.replace("DEADLINE", ""))]).await;
+    wait_for(&agent, "deadline", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let p = wait_for(
+        &agent,
+        "deadline",
+        "Running",
+        Duration::from_secs(1),
+        |_| true,
+    )
+    .await;
+    assert_eq!(phase(&p), "Running", "no deadline, no end");
+    // Lowered below how long it has run already: at once.
+    send(
+        &agent,
+        vec![pod(
+            &DEADLINE_POD.replace("DEADLINE", r#""activeDeadlineSeconds":5,"#)
+        )],
+    )
+    .await;
+    let p = wait_for(&agent, "deadline", "Failed", Duration::from_secs(5), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    assert_eq!(
+        reason_and_message(&p),
+        (
+            "DeadlineExceeded".to_string(),
+            "Pod was active on the node longer than the specified deadline".to_string()
+        )
+    );
+    // Its containers are stopped (within its grace period) and it stays Failed.
+    let p = wait_for(
+        &agent,
+        "deadline",
+        "stopped",
+        Duration::from_secs(40),
+        |p| {
+            container(p, "main")
+                .state
+                .is_some_and(|s| s.terminated.is_some())
+        },
+    )
+    .await;
+    assert_eq!(phase(&p), "Failed");
+    assert_eq!(
+        events
+            .events()
+            .iter()
+            .filter(|e| e.reason == "DeadlineExceeded")
+            .count(),
+        1
+    );
+    assert_eq!(sim.counts().1, 1, "kept, not removed, until the pod is");
+
+    // Created with a deadline: it runs until then, not longer.
+    let (_sim, agent, _) = start_recording("deadline-new");
+    let started = tokio::time::Instant::now();
+    send(
+        &agent,
+        vec![pod(
+            &DEADLINE_POD.replace("DEADLINE", r#""activeDeadlineSeconds":30,"#)
+        )],
+    )
+    .await;
+    wait_for(&agent, "deadline", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let p = wait_for(&agent, "deadline", "Failed", Duration::from_secs(40), |p| {
+        phase(p) == "Failed"
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(29) && took <= Duration::from_secs(32),
+        "{took:?}"
+    );
+    assert_eq!(reason_and_message(&p).0, "DeadlineExceeded");
+    agent.shutdown().await;
+}

@@ -57,11 +57,14 @@ fn shipped_section(dir: &Path, config: &Config) -> String {
          - {{name: resource-fit, file: {rf}}}\n\
          - {{name: node-affinity, file: {na}}}\n\
          - {{name: node-ports, file: {np}}}\n\
-         - {{name: taint-toleration, file: {tt}}}\n",
+         - {{name: taint-toleration, file: {tt}}}\n\
+         - {{name: sysctls, file: {sc}, config: {{allowed-unsafe-sysctls: '{unsafe}'}}}}\n",
         rf = f("resource_fit"),
         na = f("node_affinity"),
         np = f("node_ports"),
         tt = f("taint_toleration"),
+        sc = f("sysctls"),
+        unsafe = config.allowed_unsafe_sysctls.join(","),
     );
     yaml.push_str(&shipped_probes(dir));
     yaml.push_str(&shipped_sources(dir, config));

@@ -26,6 +26,7 @@ fn admit_runs_the_kubelets_checks_in_its_order() {
         "node-affinity",
         "node-ports",
         "taint-toleration",
+        "sysctls",
     ]
     .iter()
     .map(|p| shipped_plugin(p))
@@ -67,6 +68,9 @@ fn admit_runs_the_kubelets_checks_in_its_order() {
              node(s) didn't have free ports for the requested pod ports",
             "shop/intolerant: rejected by taint_toleration: TaintToleration: Predicate \
              TaintToleration failed: node(s) had taints that the pod didn't tolerate",
+            "shop/tuned: admitted",
+            "shop/unsafe-sysctl: rejected by sysctls: SysctlForbidden: forbidden sysctl: \
+             \"kernel.msgmax\" not allowlisted",
         ]
     );
     // The broken active pod is reported by file and field, and skipped.

@@ -20,6 +20,7 @@
 //! resolvConf: /etc/resolv.conf
 //! clusterDNS: [10.96.0.10]              # ClusterFirst pods resolve through these
 //! clusterDomain: cluster.local          # their search path: <ns>.svc.<domain> svc.<domain> <domain>
+//! allowedUnsafeSysctls: [kernel.msg*]   # beyond the safe set (the shipped sysctls plugin)
 //! podPidsLimit: 1024                    # pids.max of each pod's cgroup; -1: no limit
 //! cgroupsPerQOS: true                   # pods in cgroups of their own, <cgroupRoot>/wasmlet/pod<uid>
 //! cgroupRoot: /
@@ -144,6 +145,7 @@ struct File {
     resolv_conf: Option<PathBuf>,
     #[serde(rename = "clusterDNS")]
     cluster_dns: Option<Vec<String>>,
+    allowed_unsafe_sysctls: Option<Vec<String>>,
     cluster_domain: Option<String>,
     pod_pids_limit: Option<i64>,
     #[serde(rename = "cgroupsPerQOS")]
@@ -204,6 +206,9 @@ pub struct Config {
     pub resolv_conf: PathBuf,
     /// `clusterDNS` and `clusterDomain`.
     pub cluster_dns: ClusterDns,
+    /// `allowedUnsafeSysctls`: sysctls (or `prefix*` patterns) pods may set beyond the
+    /// safe set; the shipped `sysctls` admission plugin is given them.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// `podPidsLimit` (`None`: -1, no limit).
     pub pod_pids_limit: Option<u64>,
     /// Pod-level cgroups: `cgroupsPerQOS` and a `cgroupDriver` of `cgroupfs` (the
@@ -406,6 +411,7 @@ impl Config {
             pod_logs_dir: state_dir.join("pod-logs"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             cluster_dns: ClusterDns::default(),
+            allowed_unsafe_sysctls: Vec::new(),
             pod_pids_limit: None,
             pod_cgroup_parent: Some(wasmlet_agent::cgroups::DEFAULT_PARENT.into()),
             node_labels: BTreeMap::new(),
@@ -629,6 +635,8 @@ impl Config {
         })
         .map_err(with_file)?;
         let cluster_dns = cluster_dns(file.cluster_dns, file.cluster_domain).map_err(with_file)?;
+        let allowed_unsafe_sysctls =
+            unsafe_sysctls(file.allowed_unsafe_sysctls.unwrap_or_default()).map_err(with_file)?;
         Ok(Config {
             node_name: file.node_name,
             node_ip: file.node_ip,
@@ -669,6 +677,7 @@ impl Config {
                 .resolv_conf
                 .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
             cluster_dns,
+            allowed_unsafe_sysctls,
             pod_pids_limit,
             pod_cgroup_parent,
             node_labels,
@@ -708,6 +717,31 @@ fn cluster_dns(servers: Option<Vec<String>>, domain: Option<String>) -> Result<C
         bail!("clusterDomain: {domain:?} is not a DNS domain name");
     }
     Ok(ClusterDns { servers, domain })
+}
+
+/// `allowedUnsafeSysctls`: each a sysctl name or `prefix*`, and namespaced (a sysctl
+/// that is not would change the node for every pod), as the kubelet insists.
+fn unsafe_sysctls(list: Vec<String>) -> Result<Vec<String>> {
+    for (i, s) in list.iter().enumerate() {
+        let name = s.strip_suffix('*').unwrap_or(s);
+        let well_formed = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/".contains(&b))
+            && !s[..s.len() - 1].contains('*');
+        if !well_formed {
+            bail!("allowedUnsafeSysctls[{i}]: {s:?} is not a sysctl name or prefix*");
+        }
+        let namespaced = name.starts_with("net.")
+            || name.starts_with("kernel.shm")
+            || name.starts_with("kernel.msg")
+            || name == "kernel.sem"
+            || name.starts_with("fs.mqueue.");
+        if !namespaced {
+            bail!("allowedUnsafeSysctls[{i}]: {s:?} is not known to be namespaced");
+        }
+    }
+    Ok(list)
 }
 
 #[cfg(test)]

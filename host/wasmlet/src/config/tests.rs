@@ -42,6 +42,16 @@ fn cluster_dns_and_domain_are_read_and_checked() {
         e.to_string(),
         "/etc/wasmlet/config.yaml: clusterDNS[0]: \"kube-dns\" is not an IP address"
     );
+    let c = parse("allowedUnsafeSysctls: ['kernel.msg*', net.core.somaxconn]\n").expect("valid");
+    assert_eq!(
+        c.allowed_unsafe_sysctls,
+        ["kernel.msg*", "net.core.somaxconn"]
+    );
+    let e = parse("allowedUnsafeSysctls: [kernel.panic]\n").expect_err("not namespaced");
+    assert_eq!(
+        e.to_string(),
+        "/etc/wasmlet/config.yaml: allowedUnsafeSysctls[0]: \"kernel.panic\" is not known to be namespaced"
+    );
     let e = parse("clusterDomain: 'bad_domain'\n").expect_err("not a name");
     assert!(e.to_string().contains("clusterDomain"), "{e}");
 }
