@@ -35,6 +35,9 @@ pub struct PodActions {
     pub next_init: Option<usize>,
     /// App containers to start (indexes into `spec.containers`).
     pub start: Vec<usize>,
+    /// Ephemeral containers to start (indexes into `spec.ephemeralContainers`): those
+    /// that never ran; they are never restarted.
+    pub ephemeral: Vec<usize>,
     /// Running containers to kill.
     pub kill: Vec<Kill>,
 }
@@ -190,6 +193,18 @@ pub fn compute(
         actions.start = start;
         return actions;
     }
+
+    // Ephemeral containers start in the running sandbox, initialized or not, once.
+    actions.ephemeral = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| rt.latest(&c.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
 
     let (failed, next, done) = next_init(pod, rt);
     if !done {

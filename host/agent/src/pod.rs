@@ -212,6 +212,37 @@ pub fn init_containers(pod: &k8s::Pod) -> &[k8s::Container] {
         .unwrap_or(&[])
 }
 
+/// The pod's ephemeral containers as containers (what the runtime runs is the same; no
+/// probes, ports or lifecycle hooks are allowed on them, and none are run).
+pub fn ephemeral_containers(pod: &k8s::Pod) -> Vec<k8s::Container> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .map(|e| k8s::Container {
+            name: e.name.clone(),
+            image: e.image.clone(),
+            image_pull_policy: e.image_pull_policy.clone(),
+            command: e.command.clone(),
+            args: e.args.clone(),
+            working_dir: e.working_dir.clone(),
+            env: e.env.clone(),
+            env_from: e.env_from.clone(),
+            resources: e.resources.clone(),
+            security_context: e.security_context.clone(),
+            volume_mounts: e.volume_mounts.clone(),
+            volume_devices: e.volume_devices.clone(),
+            stdin: e.stdin,
+            stdin_once: e.stdin_once,
+            tty: e.tty,
+            termination_message_path: e.termination_message_path.clone(),
+            termination_message_policy: e.termination_message_policy.clone(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// Whether an image reference names the `latest` tag (explicitly or by having no tag and
 /// no digest): the kubelet then defaults the pull policy to `Always`.
 fn is_latest(image: &str) -> bool {
@@ -527,6 +558,40 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
             }
         }
     }
+    for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        let field = format!("spec.ephemeralContainers[{i}]");
+        if let Some(e) = dns_label_error(&c.name) {
+            return Err(invalid(format!("{field}.name"), e));
+        }
+        if !names.insert(c.name.as_str()) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("Duplicate value: \"{}\"", c.name),
+            ));
+        }
+        if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            return Err(invalid(format!("{field}.image"), "Required value"));
+        }
+        if c.ports.as_ref().is_some_and(|p| !p.is_empty()) {
+            return Err(invalid(
+                format!("{field}.ports"),
+                "Forbidden: cannot be set for an Ephemeral Container",
+            ));
+        }
+        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+            let set = match probe {
+                "livenessProbe" => c.liveness_probe.is_some(),
+                "readinessProbe" => c.readiness_probe.is_some(),
+                _ => c.startup_probe.is_some(),
+            };
+            if set {
+                return Err(invalid(
+                    format!("{field}.{probe}"),
+                    "Forbidden: cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -634,6 +699,14 @@ mod tests {
             (
                 r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i","livenessProbe":{"periodSeconds":3}}]}}"#,
                 "spec.containers[0].livenessProbe",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i"}],"ephemeralContainers":[{"name":"a","image":"i"}]}}"#,
+                "spec.ephemeralContainers[0].name",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i"}],"ephemeralContainers":[{"name":"d","image":"i","ports":[{"containerPort":80}]}]}}"#,
+                "spec.ephemeralContainers[0].ports",
             ),
             (
                 r#"{"metadata":{"name":"w"},"spec":{"restartPolicy":"Sometimes","containers":[{"name":"a","image":"i"}]}}"#,

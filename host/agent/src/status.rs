@@ -341,6 +341,15 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         .iter()
         .map(|c| container_status(c, input, app_default))
         .collect();
+    // Ephemeral containers: never ready (no probes), never part of the phase.
+    let ephemeral_statuses: Vec<k8s::ContainerStatus> = pod::ephemeral_containers(pod)
+        .iter()
+        .map(|c| {
+            let mut s = container_status(c, input, "ContainerCreating");
+            s.ready = false;
+            s
+        })
+        .collect();
     let previous_phase = input.previous.and_then(|p| p.phase.as_deref());
     let phase = match previous_phase {
         _ if input.evicted.is_some() => "Failed",
@@ -427,6 +436,8 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         qos_class: Some(qos_class(pod).to_owned()),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(app_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         reason: input.evicted.map(|(r, _)| r.to_owned()),
         message: input.evicted.map(|(_, m)| m.to_owned()),
         ..Default::default()

@@ -200,3 +200,111 @@ async fn active_deadline_seconds_stops_the_pod_and_fails_it() {
     assert_eq!(reason_and_message(&p).0, "DeadlineExceeded");
     agent.shutdown().await;
 }
+
+const EPHEMERAL_POD: &str = r#"{"metadata":{"name":"ephemeral","uid":"ephemeral-1"},"spec":{
+    "containers":[{"name":"app","image":"localhost/busybox:latest","command":["sleep","3600"]}]EPHEMERAL}}"#;
+
+fn ephemeral_status(
+    p: &k8s_openapi::api::core::v1::Pod,
+    name: &str,
+) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
+    p.status
+        .as_ref()?
+        .ephemeral_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+}
+
+/// `Ephemeral Containers will start an ephemeral container in an existing pod` and
+/// `should update the ephemeral containers in an existing pod`: each new ephemeral
+/// container starts once in the running sandbox, beside the app container, is reported
+/// in ephemeralContainerStatuses, and is never restarted.
+#[tokio::test(start_paused = true)]
+async fn ephemeral_containers_start_once_in_the_running_pod() {
+    let (sim, agent) = start("ephemeral");
+    send(&agent, vec![pod(&EPHEMERAL_POD.replace("EPHEMERAL", ""))]).await;
+    let p = wait_for(
+        &agent,
+        "ephemeral",
+        "Running",
+        Duration::from_secs(5),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    let app_id = container(&p, "app").container_id;
+    let debugger = r#","ephemeralContainers":[{"name":"debugger","image":"localhost/busybox:latest",
+        "command":["sh","-c","sleep 5; exit 3"],"stdin":true,"tty":true}"#;
+    send(
+        &agent,
+        vec![pod(
+            &EPHEMERAL_POD.replace("EPHEMERAL", &format!("{debugger}]"))
+        )],
+    )
+    .await;
+    let p = wait_for(
+        &agent,
+        "ephemeral",
+        "debugger running",
+        Duration::from_secs(5),
+        |p| {
+            ephemeral_status(p, "debugger")
+                .and_then(|s| s.state)
+                .is_some_and(|s| s.running.is_some())
+        },
+    )
+    .await;
+    let s = ephemeral_status(&p, "debugger").expect("status");
+    assert!(!s.ready, "ephemeral containers are never ready");
+    assert_eq!(s.restart_count, 0);
+    assert_eq!(container(&p, "app").container_id, app_id, "the app runs on");
+    assert_eq!(phase(&p), "Running");
+    let config = sim.container_config("debugger").expect("created");
+    assert!(
+        config.tty && config.stdin,
+        "kubectl debug -it attaches to it"
+    );
+    // It exits: it stays exited, and the pod runs on.
+    let p = wait_for(
+        &agent,
+        "ephemeral",
+        "debugger exited",
+        Duration::from_secs(20),
+        |p| {
+            ephemeral_status(p, "debugger")
+                .and_then(|s| s.state)
+                .is_some_and(|s| s.terminated.is_some_and(|t| t.exit_code == 3))
+        },
+    )
+    .await;
+    assert_eq!(phase(&p), "Running");
+    // A second one added later starts too; the first is not started again.
+    let second =
+        r#",{"name":"debugger2","image":"localhost/busybox:latest","command":["sleep","3600"]}"#;
+    send(
+        &agent,
+        vec![pod(
+            &EPHEMERAL_POD.replace("EPHEMERAL", &format!("{debugger}{second}]"))
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let p = wait_for(
+        &agent,
+        "ephemeral",
+        "debugger2 running",
+        Duration::from_secs(5),
+        |p| {
+            ephemeral_status(p, "debugger2")
+                .and_then(|s| s.state)
+                .is_some_and(|s| s.running.is_some())
+        },
+    )
+    .await;
+    let first = ephemeral_status(&p, "debugger").expect("first");
+    assert!(first.state.is_some_and(|s| s.terminated.is_some()));
+    assert_eq!(first.restart_count, 0, "never restarted");
+    assert_eq!(sim.counts().1, 3, "app, debugger (exited), debugger2");
+    agent.shutdown().await;
+}

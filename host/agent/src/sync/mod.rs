@@ -1,0 +1,568 @@
+//! What a pod worker does: syncPod (compute the actions, apply them through the CRI),
+//! terminate (preStop hooks, stop the containers within the grace period, stop the
+//! sandbox) and cleanup (remove the containers, the sandboxes and the pod's
+//! directories). After changing anything, the worker reads the pod back from the
+//! runtime at once and updates the cache and the status — status does not wait for
+//! the next relist.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+use wasmlet_cri::proto::{self, ImageSpec};
+use wasmlet_cri::{CriError, CriRuntime};
+use wasmlet_plugin_host::convert;
+use wasmlet_plugin_host::probe::{ContainerExec, Outcome, ProbeKind};
+
+use crate::actions::{self, Kill};
+use crate::backoff::Backoff;
+use crate::cache::PodCache;
+use crate::criconfig::{self, NodeContext};
+use crate::events::{Event, Recorder};
+use crate::lifecycle::Outcome as WorkOutcome;
+use crate::metrics::Metrics;
+use crate::pleg;
+use crate::pod::{self, PodKey};
+use crate::prober::{Checker, CriExec, Prober};
+use crate::runtime::{PodRuntime, Sandbox, State};
+use crate::status::Waiting;
+use crate::statuses::{self, StatusManager};
+use crate::time::Clock;
+
+/// How soon a sync that failed on the runtime is tried again.
+pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+/// How soon a kill or cleanup that failed is tried again.
+pub const STOP_RETRY: Duration = Duration::from_secs(1);
+/// The longest a postStart hook may take.
+pub const POST_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a piece of work ended and when the pod wants its next sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncResult {
+    /// For the worker's state machine.
+    pub outcome: WorkOutcome,
+    /// When to sync again (back-off expiry, a retry), if before the periodic resync.
+    pub requeue: Option<Instant>,
+}
+
+impl SyncResult {
+    fn new(outcome: WorkOutcome) -> Self {
+        SyncResult {
+            outcome,
+            requeue: None,
+        }
+    }
+
+    fn retry(outcome: WorkOutcome, after: Duration) -> Self {
+        SyncResult {
+            outcome,
+            requeue: Some(Instant::now() + after),
+        }
+    }
+}
+
+/// The kubelet's reason for a pod stopped at its `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// The kubelet's message for it.
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
+/// Everything a pod worker needs. Shared by all workers.
+pub struct SyncContext<R> {
+    /// The runtime.
+    pub runtime: Arc<R>,
+    /// The runtime's name (`containerd`), the prefix of container IDs in status; set
+    /// once the runtime answers Version.
+    pub runtime_name: std::sync::OnceLock<String>,
+    /// Node facts for CRI configurations.
+    pub node: NodeContext,
+    /// The agent's clock.
+    pub clock: Clock,
+    /// The pod cache.
+    pub cache: Arc<PodCache>,
+    /// Statuses.
+    pub statuses: Arc<StatusManager>,
+    /// Probes.
+    pub prober: Arc<Prober<R>>,
+    /// Hooks and container stops.
+    pub ops: Arc<ContainerOps<R>>,
+    /// CrashLoopBackOff, by `uid/container`.
+    pub crash_backoff: Mutex<Backoff>,
+    /// ImagePullBackOff, by `uid/image`.
+    pub pull_backoff: Mutex<Backoff>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// True once PLEG has relisted: until then the cache does not know what runs.
+    pub first_relist: tokio::sync::watch::Sender<bool>,
+    /// Where events go.
+    pub events: Arc<dyn Recorder>,
+    /// True once every pod source has reported at least once.
+    pub sources_ready: std::sync::atomic::AtomicBool,
+    /// Where configMap, secret and token volumes come from (the API server).
+    pub volume_source: Option<Arc<dyn crate::volumes::VolumeSource>>,
+    /// The Services whose variables containers get (the API server's, watched).
+    pub services: Option<Arc<dyn criconfig::services::ServiceSource>>,
+    /// Pods whose volumes are written, and when.
+    pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
+}
+
+/// Why a container was not started this time, and when to try again.
+struct NotStarted {
+    waiting: Waiting,
+    retry: Instant,
+    /// A container that was created before the failure.
+    created: Option<String>,
+}
+
+/// What a piece of work changed in the runtime: read back afterwards.
+#[derive(Debug, Default)]
+struct Touched {
+    /// Containers, with their sandbox.
+    containers: Vec<(String, String)>,
+    /// Sandboxes.
+    sandboxes: Vec<String>,
+    /// Sandboxes read already (a new sandbox's status, read for its IP).
+    read: Vec<Sandbox>,
+}
+
+fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
+    Waiting {
+        reason: reason.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl<R: CriRuntime + 'static> SyncContext<R> {
+    /// Reads the ConfigMaps and Secrets the environment of the containers `actions`
+    /// starts refers to (none without a volume source: those containers then wait with
+    /// CreateContainerConfigError, naming what is missing), and the Services whose
+    /// variables they get.
+    async fn env_data(&self, pod: &k8s::Pod, actions: &actions::PodActions) -> criconfig::EnvData {
+        let mut data = criconfig::EnvData::default();
+        if actions.next_init.is_none() && actions.start.is_empty() && actions.ephemeral.is_empty() {
+            return data;
+        }
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(services) = &self.services {
+            match services.services(namespace).await {
+                Ok(all) => {
+                    let links = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.enable_service_links)
+                        .unwrap_or(true);
+                    let chosen = criconfig::services::for_pod(&all, namespace, links);
+                    data.services = criconfig::services::env(&chosen);
+                }
+                Err(e) => data.services_error = Some(e),
+            }
+        }
+        let Some(source) = &self.volume_source else {
+            return data;
+        };
+        let ephemeral = pod::ephemeral_containers(pod);
+        let containers = actions
+            .next_init
+            .map(|i| &pod::init_containers(pod)[i])
+            .into_iter()
+            .chain(actions.start.iter().map(|&i| &pod::containers(pod)[i]))
+            .chain(actions.ephemeral.iter().map(|&i| &ephemeral[i]));
+        let mut wanted: Vec<(bool, String)> =
+            containers.flat_map(criconfig::EnvData::wanted).collect();
+        wanted.sort();
+        wanted.dedup();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        for (secret, name) in wanted {
+            let got = if secret {
+                source.secret(namespace, &name).await
+            } else {
+                source.config_map(namespace, &name).await
+            };
+            let text = match got {
+                Ok(d) => d.map(|d| {
+                    d.into_iter()
+                        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                        .collect()
+                }),
+                Err(e) => {
+                    warn!(pod = %PodKey::of(pod), "{e}");
+                    None
+                }
+            };
+            if secret {
+                data.secrets.insert(name, text);
+            } else {
+                data.config_maps.insert(name, text);
+            }
+        }
+        data
+    }
+
+    /// When pod `uid`'s volumes were last written.
+    fn volumes_written(&self, uid: &str) -> Option<Instant> {
+        Self::lock(&self.volumes_ready).get(uid).copied()
+    }
+
+    /// Locks `m`, whether or not a panic poisoned it.
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks PLEG's first relist done: syncs, which start from the cache, may begin.
+    pub fn relisted(&self) {
+        self.first_relist.send_replace(true);
+    }
+
+    /// The runtime's name, once known.
+    pub fn runtime_name(&self) -> &str {
+        self.runtime_name.get().map_or("unknown", String::as_str)
+    }
+
+    /// Reads pod `uid` back from the runtime into the cache.
+    pub async fn refresh(&self, uid: &str) -> Result<Arc<PodRuntime>, CriError> {
+        let observed = Instant::now();
+        let previous = self.cache.get(uid);
+        let rt = pleg::inspect(
+            &*self.runtime,
+            &self.node.node_name,
+            uid,
+            previous.as_deref(),
+        )
+        .await?;
+        self.cache.set(rt, observed);
+        Ok(self.cache.get(uid).unwrap_or_default())
+    }
+
+    /// Recomputes the pod's status from the cache.
+    pub fn update_status(&self, uid: &str) -> Option<k8s::PodStatus> {
+        let rt = self.cache.get(uid).unwrap_or_default();
+        let now = self.clock.now_rfc3339();
+        let probes = |id: &str| self.prober.view(id);
+        let (status, started) = self.statuses.update(
+            uid,
+            &rt,
+            &statuses::Context {
+                runtime_name: self.runtime_name(),
+                host_ip: &self.node.host_ip,
+                probes: &probes,
+                now: &now,
+            },
+        )?;
+        if let Some(took) = started {
+            self.metrics.pod_start_duration.observe(took.as_secs_f64());
+        }
+        Some(status)
+    }
+
+    async fn refresh_and_report(&self, pod: &Arc<k8s::Pod>) {
+        let uid = pod::uid(pod);
+        match self.refresh(uid).await {
+            Ok(rt) => self.prober.sync_pod(pod, &rt),
+            Err(e) => debug!(pod = %PodKey::of(pod), "reading the pod back failed: {e}"),
+        }
+        self.update_status(uid);
+    }
+
+    /// What the runtime has for `uid`, from the cache (PLEG's relists and the workers'
+    /// read-backs), once PLEG has relisted at least once.
+    async fn cached(&self, uid: &str) -> Arc<PodRuntime> {
+        let mut relisted = self.first_relist.subscribe();
+        let _ = relisted.wait_for(|done| *done).await;
+        self.cache.get(uid).unwrap_or_else(|| {
+            Arc::new(PodRuntime {
+                uid: uid.to_owned(),
+                ..Default::default()
+            })
+        })
+    }
+
+    /// Reads back what a piece of work changed (ContainerStatus, PodSandboxStatus of
+    /// those objects only, no lists) into the cache, then recomputes the status.
+    async fn read_back(&self, pod: &Arc<k8s::Pod>, touched: Touched) {
+        let uid = pod::uid(pod);
+        let observed = Instant::now();
+        let mut containers = Vec::new();
+        for (id, sandbox) in &touched.containers {
+            containers.push((
+                id,
+                self.runtime.container_status(id, false).await.map(|r| {
+                    r.status
+                        .map(|s| crate::runtime::container_from_status(&s, sandbox))
+                }),
+            ));
+        }
+        // Sandboxes read during the work already, then the others.
+        let mut sandboxes: Vec<(String, wasmlet_cri::runtime::Result<Option<Sandbox>>)> = touched
+            .read
+            .into_iter()
+            .map(|s| (s.id.clone(), Ok(Some(s))))
+            .collect();
+        for id in touched.sandboxes {
+            let read = self
+                .runtime
+                .pod_sandbox_status(&id, false)
+                .await
+                .map(|r| r.status.as_ref().map(crate::runtime::sandbox_from_status));
+            sandboxes.push((id, read));
+        }
+        let mut rt = self
+            .cache
+            .get(uid)
+            .map(|r| (*r).clone())
+            .unwrap_or_else(|| PodRuntime {
+                uid: uid.to_owned(),
+                ..Default::default()
+            });
+        if rt.name.is_empty() {
+            rt.name = pod.metadata.name.clone().unwrap_or_default();
+            rt.namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        }
+        for (id, read) in containers {
+            match read {
+                Ok(Some(info)) => match rt.containers.iter_mut().find(|c| &c.id == id) {
+                    Some(c) => *c = info,
+                    None => rt.containers.push(info),
+                },
+                Err(e) if e.kind() == wasmlet_cri::ErrorKind::NotFound => {
+                    rt.containers.retain(|c| &c.id != id);
+                }
+                _ => {}
+            }
+        }
+        for (id, read) in sandboxes {
+            match read {
+                Ok(Some(sandbox)) => match rt.sandboxes.iter_mut().find(|s| s.id == id) {
+                    Some(s) => *s = sandbox,
+                    None => rt.sandboxes.push(sandbox),
+                },
+                Err(e) if e.kind() == wasmlet_cri::ErrorKind::NotFound => {
+                    rt.sandboxes.retain(|s| s.id != id);
+                }
+                _ => {}
+            }
+        }
+        rt.sort();
+        self.cache.set(rt, observed);
+        if let Some(rt) = self.cache.get(uid) {
+            self.prober.sync_pod(pod, &rt);
+        }
+        self.update_status(uid);
+    }
+
+    /// syncPod.
+    pub async fn sync_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
+        let key = PodKey::of(pod);
+        let rt = self.cached(&key.uid).await;
+        let mut touched = Touched::default();
+        let grace = pod::grace_seconds(pod);
+        if self.past_deadline(pod) {
+            return SyncResult::new(WorkOutcome::Evicted {
+                grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
+            });
+        }
+        let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
+        if actions.pod_finished() {
+            for k in &actions.kill {
+                self.kill_container(pod, &rt, k, grace, &mut touched).await;
+            }
+            self.read_back(pod, touched).await;
+            return SyncResult::new(WorkOutcome::Finished);
+        }
+        let mut requeue = None;
+        if actions.kill_pod && !rt.sandboxes.is_empty() {
+            info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
+            let stopped = self.stop_everything(pod, &rt, grace, &mut touched).await;
+            if let Err(e) = stopped {
+                warn!(pod = %key, "stopping the old sandbox failed: {e}");
+                self.read_back(pod, touched).await;
+                return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
+            }
+        }
+        // The kubelet's mount step: volumes with content are written before anything
+        // starts, and a pod waits (ContainerCreating, a FailedMount event) until they are.
+        // Projected tokens are written again at 80 % of their life (on a periodic sync).
+        let starts = actions.next_init.is_some() || !actions.start.is_empty();
+        if crate::volumes::needed(pod) {
+            let written = self.volumes_written(&key.uid);
+            let refresh = written
+                .zip(crate::volumes::refresh_after(pod))
+                .is_some_and(|(at, every)| at.elapsed() >= every);
+            if (starts && written.is_none()) || refresh {
+                match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await
+                {
+                    Ok(()) => {
+                        Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
+                    }
+                    Err(e) => {
+                        warn!(pod = %key, "{e}");
+                        self.events
+                            .record(Event::warning(pod, None, "FailedMount", e.to_string()));
+                        if written.is_none() {
+                            self.read_back(pod, touched).await;
+                            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+                        }
+                        // A refresh that failed: the files written before stay.
+                    }
+                }
+            }
+        }
+        let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
+        let (sandbox_id, pod_ip) = if actions.create_sandbox {
+            match self.create_sandbox(pod, &sandbox_config).await {
+                Ok((id, ip, status)) => {
+                    match status {
+                        Some(sandbox) => touched.read.push(sandbox),
+                        None => touched.sandboxes.push(id.clone()),
+                    }
+                    (id, ip)
+                }
+                Err(e) => {
+                    warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                    self.events.record(Event::warning(
+                        pod,
+                        None,
+                        "FailedCreatePodSandBox",
+                        format!("Failed to create pod sandbox: {e}"),
+                    ));
+                    self.read_back(pod, touched).await;
+                    return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+                }
+            }
+        } else {
+            let sandbox = rt.sandbox();
+            (
+                actions.sandbox_id.clone().unwrap_or_default(),
+                sandbox
+                    .and_then(|s| s.ips.first().cloned())
+                    .unwrap_or_default(),
+            )
+        };
+        for k in &actions.kill {
+            self.kill_container(pod, &rt, k, grace, &mut touched).await;
+        }
+        // A fresh sandbox has no containers: the old ones (other sandboxes) only count
+        // for restart counts and back-off.
+        // ConfigMaps and Secrets the environment of the containers to start refers to.
+        let refs = self.env_data(pod, &actions).await;
+        let refs = &refs;
+        let start = |index: usize, init: bool| {
+            let list = if init {
+                pod::init_containers(pod)
+            } else {
+                pod::containers(pod)
+            };
+            let c = &list[index];
+            let sandbox_id = sandbox_id.clone();
+            let sandbox_config = sandbox_config.clone();
+            let pod_ip = pod_ip.clone();
+            let rt = rt.clone();
+            async move {
+                let r = self
+                    .start_container(
+                        pod,
+                        c,
+                        init,
+                        &rt,
+                        (&sandbox_id, &sandbox_config),
+                        &pod_ip,
+                        refs,
+                    )
+                    .await;
+                (c.name.clone(), r)
+            }
+        };
+        let mut results = Vec::new();
+        if let Some(i) = actions.next_init {
+            results.push(start(i, true).await);
+        }
+        for &i in &actions.start {
+            results.push(start(i, false).await);
+        }
+        if !actions.ephemeral.is_empty() {
+            let ephemeral = pod::ephemeral_containers(pod);
+            for &i in &actions.ephemeral {
+                let c = &ephemeral[i];
+                let r = self
+                    .start_container(
+                        pod,
+                        c,
+                        false,
+                        &rt,
+                        (&sandbox_id, &sandbox_config),
+                        &pod_ip,
+                        refs,
+                    )
+                    .await;
+                results.push((c.name.clone(), r));
+            }
+        }
+        for (name, r) in results {
+            match r {
+                Ok(id) => {
+                    touched.containers.push((id, sandbox_id.clone()));
+                    self.statuses.set_waiting(&key.uid, &name, None);
+                }
+                Err(n) => {
+                    if let Some(id) = n.created {
+                        touched.containers.push((id, sandbox_id.clone()));
+                    }
+                    self.statuses.set_waiting(&key.uid, &name, Some(n.waiting));
+                    requeue = min_instant(requeue, n.retry);
+                }
+            }
+        }
+        self.read_back(pod, touched).await;
+        // Sync again when activeDeadlineSeconds runs out (the start time is known once
+        // the first status is).
+        if let Some(deadline) = self.statuses.deadline(&key.uid) {
+            let at = self
+                .clock
+                .instant_of(deadline.saturating_mul(1_000_000_000));
+            requeue = min_instant(requeue, at);
+        }
+        SyncResult {
+            outcome: WorkOutcome::Synced,
+            requeue,
+        }
+    }
+
+    /// Whether the pod has been active longer than its `activeDeadlineSeconds` (counted
+    /// from its start time, also after the deadline was lowered): if so it is marked
+    /// Failed with the kubelet's reason and message, and an event says so once.
+    fn past_deadline(&self, pod: &k8s::Pod) -> bool {
+        let uid = pod::uid(pod);
+        let Some(deadline) = self.statuses.deadline(uid) else {
+            return false;
+        };
+        if self.clock.unix_nanos() < deadline.saturating_mul(1_000_000_000) {
+            return false;
+        }
+        if self
+            .statuses
+            .evict(uid, DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE)
+        {
+            info!(pod = %PodKey::of(pod), "{DEADLINE_EXCEEDED_MESSAGE}: stopping it");
+            self.events.record(Event::normal(
+                pod,
+                None,
+                DEADLINE_EXCEEDED,
+                DEADLINE_EXCEEDED_MESSAGE.to_owned(),
+            ));
+            self.update_status(uid);
+        }
+        true
+    }
+}
+
+mod start;
+mod stop;
+
+pub use stop::ContainerOps;

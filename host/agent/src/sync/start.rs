@@ -1,0 +1,312 @@
+//! Starting what a sync asks for: the sandbox, containers (with CrashLoopBackOff, the
+//! container's configuration, the image, the postStart hook) and images per pull policy.
+
+use super::*;
+
+impl<R: CriRuntime + 'static> SyncContext<R> {
+    pub(super) async fn create_sandbox(
+        &self,
+        pod: &k8s::Pod,
+        config: &proto::PodSandboxConfig,
+    ) -> Result<(String, String, Option<Sandbox>), String> {
+        let _ = std::fs::create_dir_all(&config.log_directory);
+        if let Some(cgroups) = &self.node.pod_cgroups {
+            // The kubelet's words when its pod cgroup cannot be made.
+            cgroups.ensure(pod::uid(pod)).map_err(|e| {
+                format!(
+                    "failed to ensure that the pod: {} cgroups exist and are correctly applied: {e}",
+                    pod::uid(pod)
+                )
+            })?;
+        }
+        let handler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.clone())
+            .unwrap_or_default();
+        let id = self
+            .runtime
+            .run_pod_sandbox(config.clone(), &handler)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Read once: its IP for the containers' environment, and the sandbox for the
+        // status (the read back after the sync takes it from here).
+        let status = self
+            .runtime
+            .pod_sandbox_status(&id, false)
+            .await
+            .ok()
+            .and_then(|s| s.status);
+        let sandbox = status.as_ref().map(crate::runtime::sandbox_from_status);
+        let ip = match (&status, pod::host_network(pod)) {
+            (Some(st), false) => st
+                .network
+                .as_ref()
+                .map(|n| n.ip.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        info!(pod = %PodKey::of(pod), sandbox = %id, ip = %ip, "created pod sandbox");
+        Ok((id, ip, sandbox))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_container(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        init: bool,
+        rt: &PodRuntime,
+        (sandbox_id, sandbox_config): (&str, &proto::PodSandboxConfig),
+        pod_ip: &str,
+        refs: &criconfig::EnvData,
+    ) -> Result<String, NotStarted> {
+        let key = PodKey::of(pod);
+        let backoff_key = format!("{}/{}", key.uid, c.name);
+        let previous = rt.latest(&c.name);
+        let now = Instant::now();
+        if let Some(prev) = previous.filter(|p| p.state == State::Exited) {
+            let failed_at = self.clock.instant_of(if prev.finished_at > 0 {
+                prev.finished_at
+            } else {
+                prev.created_at
+            });
+            let mut backoff = Self::lock(&self.crash_backoff);
+            backoff.seed(
+                &backoff_key,
+                failed_at,
+                u32::try_from(prev.restart_count).unwrap_or(0),
+            );
+            if let Some(at) = backoff.retry_at(&backoff_key, failed_at, now) {
+                let delay = backoff.delay(&backoff_key).unwrap_or_default();
+                self.events.record(Event::warning(
+                    pod,
+                    Some(&c.name),
+                    "BackOff",
+                    format!(
+                        "Back-off restarting failed container {} in pod {}_{}({})",
+                        c.name, key.name, key.namespace, key.uid
+                    ),
+                ));
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "CrashLoopBackOff",
+                        format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({})",
+                            delay.as_secs(),
+                            c.name,
+                            key.name,
+                            key.namespace,
+                            key.uid
+                        ),
+                    ),
+                    retry: at,
+                    created: None,
+                });
+            }
+            backoff.next(&backoff_key, failed_at);
+        }
+        let restart_count = previous.map_or(0, |p| p.restart_count + 1);
+        self.ensure_image(pod, c).await?;
+        let retry = now + ERROR_RETRY;
+        let failed = |reason: &str, message: String| {
+            // The kubelet's event for a container it could not create: `Failed`.
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                "Failed",
+                format!("Error: {message}"),
+            ));
+            NotStarted {
+                waiting: waiting(reason, message),
+                retry,
+                created: None,
+            }
+        };
+        let config =
+            criconfig::container_config_with(pod, c, init, restart_count, pod_ip, &self.node, refs)
+                .map_err(|e| {
+                    if e.is_volume() {
+                        self.events.record(Event::warning(
+                            pod,
+                            None,
+                            "FailedMount",
+                            format!("MountVolume.SetUp failed: {e}"),
+                        ));
+                    }
+                    failed("CreateContainerConfigError", e.to_string())
+                })?;
+        let id = self
+            .runtime
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| {
+                self.metrics.start_errors.inc();
+                failed("CreateContainerError", e.message().to_owned())
+            })?;
+        self.events.record(Event::normal(
+            pod,
+            Some(&c.name),
+            "Created",
+            format!("Created container: {}", c.name),
+        ));
+        if let Err(e) = self.runtime.start_container(&id).await {
+            self.metrics.start_errors.inc();
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                "Failed",
+                format!("Error: {}", e.message()),
+            ));
+            return Err(NotStarted {
+                waiting: waiting("RunContainerError", e.message().to_owned()),
+                retry,
+                created: Some(id),
+            });
+        }
+        self.metrics.started_containers.inc();
+        info!(pod = %key, container = %c.name, id = %id, restart_count, "started container");
+        self.events.record(Event::normal(
+            pod,
+            Some(&c.name),
+            "Started",
+            format!("Started container {}", c.name),
+        ));
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())
+            && let Err(message) = self
+                .ops
+                .run_hook(pod, c, hook, &id, pod_ip, POST_START_TIMEOUT)
+                .await
+        {
+            warn!(pod = %key, container = %c.name, "PostStartHook failed: {message}");
+            self.events.record(Event::warning(
+                pod,
+                Some(&c.name),
+                "FailedPostStartHook",
+                message.clone(),
+            ));
+            let _ = self
+                .runtime
+                .stop_container(&id, pod::grace_seconds(pod))
+                .await;
+            return Err(NotStarted {
+                waiting: waiting("PostStartHookError", message),
+                retry,
+                created: Some(id),
+            });
+        }
+        Ok(id)
+    }
+
+    pub(super) async fn ensure_image(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+    ) -> Result<(), NotStarted> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let spec = ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        };
+        let now = Instant::now();
+        let present = match self.runtime.image_status(spec.clone()).await {
+            Ok(p) => p.is_some(),
+            Err(e) => {
+                return Err(NotStarted {
+                    waiting: waiting("ErrImageInspect", e.message().to_owned()),
+                    retry: now + ERROR_RETRY,
+                    created: None,
+                });
+            }
+        };
+        let event = |kind: fn(&k8s::Pod, Option<&str>, &str, String) -> Event,
+                     reason: &str,
+                     message: String| {
+            self.events
+                .record(kind(pod, Some(c.name.as_str()), reason, message));
+        };
+        match policy {
+            "Never" if !present => {
+                event(
+                    Event::warning,
+                    "ErrImageNeverPull",
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                );
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "ErrImageNeverPull",
+                        format!(
+                            "Container image \"{image}\" is not present with pull policy of Never"
+                        ),
+                    ),
+                    retry: now + ERROR_RETRY,
+                    created: None,
+                });
+            }
+            "Never" | "IfNotPresent" if present => {
+                event(
+                    Event::normal,
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                );
+                return Ok(());
+            }
+            _ => {}
+        }
+        let key = format!("{}/{image}", pod::uid(pod));
+        {
+            let backoff = Self::lock(&self.pull_backoff);
+            if let Some(at) = backoff.retry_at(&key, now, now) {
+                event(
+                    Event::normal,
+                    "BackOff",
+                    format!("Back-off pulling image \"{image}\""),
+                );
+                return Err(NotStarted {
+                    waiting: waiting(
+                        "ImagePullBackOff",
+                        format!("Back-off pulling image \"{image}\""),
+                    ),
+                    retry: at,
+                    created: None,
+                });
+            }
+        }
+        event(
+            Event::normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
+        match self.runtime.pull_image(spec, None, None).await {
+            Ok(_) => {
+                Self::lock(&self.pull_backoff).reset(&key);
+                event(
+                    Event::normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image \"{image}\" in {:.3}s",
+                        pulling.elapsed().as_secs_f64()
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                event(
+                    Event::warning,
+                    "Failed",
+                    format!("Failed to pull image \"{image}\": {}", e.message()),
+                );
+                let mut backoff = Self::lock(&self.pull_backoff);
+                backoff.next(&key, now);
+                let delay = backoff.delay(&key).unwrap_or(ERROR_RETRY);
+                Err(NotStarted {
+                    waiting: waiting("ErrImagePull", e.message().to_owned()),
+                    retry: now + delay,
+                    created: None,
+                })
+            }
+        }
+    }
+}

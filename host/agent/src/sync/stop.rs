@@ -1,0 +1,273 @@
+//! Stopping: one container (with its preStop hook and the kubelet's messages), the whole
+//! pod within its grace period, cleanup of what a stopped pod leaves, dead containers'
+//! garbage, and the container operations the prober and the hooks share.
+
+use super::*;
+
+impl<R: CriRuntime + 'static> SyncContext<R> {
+    pub(super) async fn kill_container(
+        &self,
+        pod: &k8s::Pod,
+        rt: &PodRuntime,
+        k: &Kill,
+        grace: i64,
+        touched: &mut Touched,
+    ) {
+        let sandbox = rt
+            .containers
+            .iter()
+            .find(|c| c.id == k.id)
+            .map(|c| c.sandbox_id.clone())
+            .unwrap_or_default();
+        touched.containers.push((k.id.clone(), sandbox));
+        info!(pod = %PodKey::of(pod), container = %k.name, "Killing container with a grace period: {}", k.message);
+        self.events.record(Event::normal(
+            pod,
+            Some(&k.name),
+            "Killing",
+            if k.message.is_empty() {
+                format!("Stopping container {}", k.name)
+            } else {
+                k.message.clone()
+            },
+        ));
+        let spec = pod::containers(pod).iter().find(|c| c.name == k.name);
+        let ip = rt
+            .sandbox()
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_default();
+        if let Err(e) = self.ops.stop_container(pod, spec, &k.id, &ip, grace).await {
+            warn!(pod = %PodKey::of(pod), container = %k.name, "StopContainer failed: {e}");
+        }
+    }
+
+    /// Stops every running container (in parallel, each with its preStop hook) and
+    /// every ready sandbox.
+    pub(super) async fn stop_everything(
+        &self,
+        pod: &Arc<k8s::Pod>,
+        rt: &PodRuntime,
+        grace: i64,
+        touched: &mut Touched,
+    ) -> Result<(), CriError> {
+        let ip = rt
+            .sandbox()
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_default();
+        let mut stops = JoinSet::new();
+        for c in rt.running() {
+            touched
+                .containers
+                .push((c.id.clone(), c.sandbox_id.clone()));
+            self.events.record(Event::normal(
+                pod,
+                Some(&c.name),
+                "Killing",
+                format!("Stopping container {}", c.name),
+            ));
+            let ops = self.ops.clone();
+            let pod = pod.clone();
+            let id = c.id.clone();
+            let name = c.name.clone();
+            let ip = ip.clone();
+            stops.spawn(async move {
+                let spec = pod::containers(&pod)
+                    .iter()
+                    .chain(pod::init_containers(&pod))
+                    .find(|c| c.name == name);
+                ops.stop_container(&pod, spec, &id, &ip, grace).await
+            });
+        }
+        let mut first_error = None;
+        while let Some(r) = stops.join_next().await {
+            if let Ok(Err(e)) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            touched.sandboxes.push(s.id.clone());
+            self.runtime.stop_pod_sandbox(&s.id).await?;
+        }
+        Ok(())
+    }
+
+    /// killPod: stops the pod within `grace`.
+    pub async fn terminate_pod(&self, pod: &Arc<k8s::Pod>, grace: Duration) -> SyncResult {
+        let key = PodKey::of(pod);
+        let rt = match self.refresh(&key.uid).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(pod = %key, "cannot read the pod from the runtime: {e}");
+                return SyncResult::retry(WorkOutcome::StopFailed, STOP_RETRY);
+            }
+        };
+        let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+        let result = self
+            .stop_everything(pod, &rt, grace, &mut Touched::default())
+            .await;
+        self.prober.remove_pod(&key.uid);
+        self.refresh_and_report(pod).await;
+        match result {
+            Ok(()) => {
+                info!(pod = %key, "pod stopped");
+                SyncResult::new(WorkOutcome::Stopped)
+            }
+            Err(e) => {
+                warn!(pod = %key, "stopping the pod failed: {e}");
+                SyncResult::retry(WorkOutcome::StopFailed, STOP_RETRY)
+            }
+        }
+    }
+
+    /// Removes a stopped pod's containers, sandboxes and directories.
+    pub async fn cleanup_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
+        let key = PodKey::of(pod);
+        let observed = Instant::now();
+        let result = async {
+            let rt = self.refresh(&key.uid).await?;
+            for c in &rt.containers {
+                self.runtime.remove_container(&c.id).await?;
+            }
+            for s in &rt.sandboxes {
+                self.runtime.stop_pod_sandbox(&s.id).await?;
+                self.runtime.remove_pod_sandbox(&s.id).await?;
+            }
+            Ok::<_, CriError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            warn!(pod = %key, "removing the pod failed: {e}");
+            return SyncResult::retry(WorkOutcome::CleanupFailed, STOP_RETRY);
+        }
+        let _ = std::fs::remove_dir_all(criconfig::pod_dir(pod, &self.node));
+        let _ = std::fs::remove_dir_all(criconfig::log_directory(pod, &self.node));
+        if let Some(cgroups) = &self.node.pod_cgroups {
+            for left in cgroups.remove(&key.uid) {
+                warn!(pod = %key, cgroup = %left.display(), "pod cgroup still in use; housekeeping retries");
+            }
+        }
+        self.cache.remove(&key.uid, observed);
+        Self::lock(&self.volumes_ready).remove(&key.uid);
+        Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
+        Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
+        info!(pod = %key, "pod removed from the runtime");
+        self.statuses.reclaimed(&key.uid);
+        SyncResult::new(WorkOutcome::CleanedUp)
+    }
+
+    /// Removes dead containers beyond the newest per container name and sandboxes that
+    /// are neither ready nor the newest nor in use, for pods the agent runs.
+    pub async fn collect_garbage(&self, rt: &PodRuntime) {
+        let mut seen_exited: HashSet<&str> = HashSet::new();
+        let mut used_sandboxes: Vec<&str> = Vec::new();
+        for c in &rt.containers {
+            // Containers come newest first: the first exited one of a name is kept.
+            let keep = c.state != State::Exited || seen_exited.insert(&c.name);
+            if keep {
+                used_sandboxes.push(&c.sandbox_id);
+                continue;
+            }
+            if let Err(e) = self.runtime.remove_container(&c.id).await {
+                debug!(container = %c.id, "garbage collection: {e}");
+            }
+        }
+        for (i, s) in rt.sandboxes.iter().enumerate() {
+            if i == 0 || s.ready || used_sandboxes.contains(&s.id.as_str()) {
+                continue;
+            }
+            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await {
+                debug!(sandbox = %s.id, "garbage collection: {e}");
+            }
+        }
+    }
+}
+
+/// Hooks and stops of single containers: what both a sync and the parallel stop tasks
+/// of a kill need.
+pub struct ContainerOps<R> {
+    /// The runtime.
+    pub runtime: Arc<R>,
+    /// Runs hooks (the probe handlers).
+    pub checker: Arc<dyn Checker>,
+    /// Node facts (its IP, for pods on the node's network).
+    pub node: NodeContext,
+}
+
+impl<R: CriRuntime + 'static> ContainerOps<R> {
+    /// Runs a postStart or preStop hook through the probe handler of its kind (a
+    /// `sleep` hook sleeps), bounded by `timeout`.
+    pub async fn run_hook(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        hook: &k8s::LifecycleHandler,
+        container_id: &str,
+        pod_ip: &str,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        if let Some(sleep) = &hook.sleep {
+            let secs = u64::try_from(sleep.seconds.max(0)).unwrap_or(0);
+            tokio::time::sleep(Duration::from_secs(secs).min(timeout)).await;
+            return Ok(());
+        }
+        let probe = k8s::Probe {
+            exec: hook.exec.clone(),
+            http_get: hook.http_get.clone(),
+            tcp_socket: hook.tcp_socket.clone(),
+            timeout_seconds: Some(i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX)),
+            ..Default::default()
+        };
+        let pod_ip = if pod::host_network(pod) {
+            self.node.host_ip.as_str()
+        } else {
+            pod_ip
+        };
+        let target = convert::probe_target(
+            pod,
+            c,
+            &probe,
+            ProbeKind::Liveness,
+            pod_ip,
+            &format!("{}.lifecycle", c.name),
+        )
+        .map_err(|e| e.to_string())?;
+        let kind = convert::probe_kind(&target.action);
+        let exec: Arc<dyn ContainerExec> =
+            Arc::new(CriExec::new(self.runtime.clone(), container_id));
+        match tokio::time::timeout(timeout, self.checker.check(kind, &target, Some(exec))).await {
+            Ok(Ok(Outcome::Success(_))) => Ok(()),
+            Ok(Ok(Outcome::Failure(m) | Outcome::Error(m))) => Err(m),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!("did not finish within {timeout:?}")),
+        }
+    }
+
+    /// Stops one container: its preStop hook first (within the grace period), then
+    /// StopContainer with what is left of it.
+    pub async fn stop_container(
+        &self,
+        pod: &k8s::Pod,
+        c: Option<&k8s::Container>,
+        id: &str,
+        pod_ip: &str,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let started = Instant::now();
+        let grace_d = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        if let Some(c) = c
+            && let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && !grace_d.is_zero()
+            && let Err(m) = self.run_hook(pod, c, hook, id, pod_ip, grace_d).await
+        {
+            warn!(pod = %PodKey::of(pod), container = %c.name, "PreStopHook failed: {m}");
+        }
+        let left = grace_d.saturating_sub(started.elapsed());
+        // Round up: a grace period that has not quite run out still gets its second.
+        let secs =
+            i64::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(i64::MAX);
+        self.runtime.stop_container(id, secs).await
+    }
+}
