@@ -418,11 +418,18 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         condition("ContainersReady", ready, ready_reason, ready_message, input),
         condition("PodScheduled", true, None, None, input),
     ];
-    let pod_ips: Vec<String> = match sandbox {
+    let mut pod_ips: Vec<String> = match sandbox {
         _ if host_network => vec![input.host_ip.to_owned()],
         Some(s) => s.ips.clone(),
         None => Vec::new(),
     };
+    // A stopped pod whose sandbox no longer reports an address keeps the one it had,
+    // as the kubelet's status does (its sandbox outlives it there).
+    if pod_ips.is_empty()
+        && let Some(previous) = input.previous.and_then(|p| p.pod_ips.as_ref())
+    {
+        pod_ips = previous.iter().map(|ip| ip.ip.clone()).collect();
+    }
     let host_ip = (!input.host_ip.is_empty()).then(|| input.host_ip.to_owned());
     k8s::PodStatus {
         phase: Some(phase.to_owned()),

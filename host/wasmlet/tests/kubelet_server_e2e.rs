@@ -13,7 +13,6 @@
 //! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{AsyncBufReadExt, TryStreamExt};
@@ -23,117 +22,18 @@ use serde_json::{Value, json};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmlet_apiserver_sim::ApiServerSim;
-use wasmlet_cri::proto::PodSandboxFilter;
-use wasmlet_cri::{CriClient, CriRuntime};
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/containerd.rs"]
 mod containerd;
 
-use agent::Agent;
+use cluster::{busybox, client_from, phase, remove_pods, running, wait_pod};
 use containerd::endpoint;
 
-const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
 const NODE: &str = "kubelet-server-e2e";
-const IMAGE: &str = "localhost/busybox:latest";
-
-fn start_agent(dir: &Path, endpoint: &str, kubeconfig: &Path, client_ca: &Path) -> Agent {
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "nodeName: {NODE}\nnodeIP: 127.0.0.1\ncontainerRuntimeEndpoint: {endpoint}\n\
-             healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\npodLogsDir: {logs}\n\
-             cgroupsPerQOS: false\n\
-             containerLogMaxSize: 8Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n\
-             authentication: {{x509: {{clientCAFile: {ca}}}}}\n",
-            root = dir.join("root").display(),
-            logs = dir.join("logs").display(),
-            ca = client_ca.display(),
-        ),
-    )
-    .expect("config");
-    let plugins = wasmlet_plugin_host::dev::shipped_plugin("source-file");
-    let log = dir.join("agent.log");
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
-        .env("RUST_LOG", "info,wasmlet_logs=debug")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("start wasmlet run");
-    Agent { child, log }
-}
-
-async fn client_from(kubeconfig: &Path) -> kube::Client {
-    let k = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
-fn pod(name: &str, restart: &str, container: Value) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": NODE,
-            "restartPolicy": restart,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [container],
-        },
-    })
-}
-
-fn busybox(name: &str, script: &str) -> Value {
-    json!({"name": name, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-           "command": ["sh", "-c", script]})
-}
-
-/// Waits until the double's copy of pod `name` satisfies `ok`; panics with the pod and
-/// the agent's log otherwise.
-async fn wait_pod(
-    api: &ApiServerSim,
-    agent: &Agent,
-    name: &str,
-    within: Duration,
-    ok: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let p = api.get("api/v1", "pods", "default", name);
-        if let Some(p) = &p
-            && ok(p)
-        {
-            return p.clone();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "pod {name} not as expected within {within:?}: {}\n--- agent log ---\n{}",
-                p.map(|p| p["status"].to_string()).unwrap_or_default(),
-                agent.log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn phase(p: &Value) -> &str {
-    p["status"]["phase"].as_str().unwrap_or("")
-}
-
-fn running(p: &Value) -> bool {
-    p["status"]["containerStatuses"]
-        .as_array()
-        .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| !c["state"]["running"].is_null()))
-}
 
 /// Reads from `r` until what was read contains `want` (within 20 s).
 async fn read_until(r: &mut (impl tokio::io::AsyncRead + Unpin), want: &str) -> String {
@@ -177,21 +77,6 @@ async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     }
 }
 
-/// Removes the pods this node made from containerd (other tests share it).
-async fn remove_pods(endpoint: &str) {
-    let Ok(cri) = CriClient::connect(endpoint).await else {
-        return;
-    };
-    let filter = PodSandboxFilter {
-        label_selector: [("wasmlet.io/node".to_owned(), NODE.to_owned())].into(),
-        ..Default::default()
-    };
-    for s in cri.list_pod_sandbox(Some(filter)).await.unwrap_or_default() {
-        let _ = cri.stop_pod_sandbox(&s.id).await;
-        let _ = cri.remove_pod_sandbox(&s.id).await;
-    }
-}
-
 #[path = "support/spdy.rs"]
 mod spdy;
 
@@ -202,7 +87,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         std::env::temp_dir().join(format!("wasmlet-kubelet-server-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    remove_pods(&endpoint).await;
+    remove_pods(&endpoint, NODE).await;
 
     let api = ApiServerSim::new();
     api.set_address_types(&["InternalIP", "Hostname"]);
@@ -253,7 +138,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     let secured = |name: &str, pod_context: Value, context: Value, script: &str| {
         let mut c = busybox("c", script);
         c["securityContext"] = context;
-        let mut p = pod(name, "Never", c);
+        let mut p = cluster::pod(NODE, name, "Never", c);
         p["spec"]["securityContext"] = pod_context;
         p
     };
@@ -265,7 +150,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         if let Some(u) = user {
             c["securityContext"] = json!({"runAsUser": u});
         }
-        pod(name, "Never", c)
+        cluster::pod(NODE, name, "Never", c)
     };
     let termination = [
         message(
@@ -328,9 +213,15 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     );
     attachee["stdin"] = true.into();
     for p in [
-        pod("ks-hello", "Never", busybox("hello", "echo 'Hello World'")),
-        pod("ks-env", "Never", env),
-        pod(
+        cluster::pod(
+            NODE,
+            "ks-hello",
+            "Never",
+            busybox("hello", "echo 'Hello World'"),
+        ),
+        cluster::pod(NODE, "ks-env", "Never", env),
+        cluster::pod(
+            NODE,
             "ks-web",
             "Always",
             busybox(
@@ -339,8 +230,9 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
                  echo warming >&2 && exec httpd -f -p 8080 -h /www",
             ),
         ),
-        pod("ks-attach", "Always", attachee),
-        pod(
+        cluster::pod(NODE, "ks-attach", "Always", attachee),
+        cluster::pod(
+            NODE,
             "ks-chatty",
             "Always",
             busybox(
@@ -348,7 +240,8 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
                 "i=0; while true; do echo \"line $i\"; i=$((i+1)); usleep 2000; done",
             ),
         ),
-        pod(
+        cluster::pod(
+            NODE,
             "ks-restarts",
             "Always",
             busybox("once", "echo instance; sleep 1; exit 1"),
@@ -361,7 +254,14 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         api.create("api/v1", "pods", p).expect("pod");
     }
 
-    let agent = start_agent(&dir, &endpoint, &kubeconfig, &client_ca);
+    let agent = cluster::start_agent(
+        &dir,
+        &endpoint,
+        &kubeconfig,
+        &client_ca,
+        NODE,
+        "containerLogMaxSize: 8Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+    );
     let client = client_from(&kubeconfig).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let long = Duration::from_secs(60);
@@ -833,6 +733,6 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     assert!(body.contains("ks-web"), "{body}");
 
     drop(agent);
-    remove_pods(&endpoint).await;
+    remove_pods(&endpoint, NODE).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
