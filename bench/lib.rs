@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod floor;
+
 /// How long to measure each case.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {

@@ -24,10 +24,8 @@ use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_bench::Samples;
-use wasmlet_cri::proto::{
-    ContainerConfig, ContainerFilter, ContainerMetadata, ImageSpec, PodSandboxConfig,
-    PodSandboxFilter, PodSandboxMetadata,
-};
+use wasmlet_bench::floor::{floor, remove_all, sandboxes};
+use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::source::SourcePod;
@@ -242,73 +240,6 @@ async fn relist_times<R: CriRuntime + 'static>(
     Samples::new(samples)
 }
 
-/// The bare CRI sequence for `n` pods, one task per pod: the least any agent can take.
-async fn floor(client: &CriClient, n: usize) -> (Duration, Vec<Duration>) {
-    let node = "bench-floor";
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..n {
-        let c = client.clone();
-        tasks.push(tokio::spawn(async move {
-            let labels: BTreeMap<String, String> =
-                [("wasmlet.io/node".to_string(), node.to_string())]
-                    .into_iter()
-                    .collect();
-            let sandbox = PodSandboxConfig {
-                metadata: Some(PodSandboxMetadata {
-                    name: format!("floor-{i}"),
-                    uid: format!("floor-uid-{i}-{}", std::process::id()),
-                    namespace: "bench".into(),
-                    attempt: 0,
-                }),
-                hostname: format!("floor-{i}"),
-                labels: labels.clone(),
-                ..Default::default()
-            };
-            let id = c
-                .run_pod_sandbox(sandbox.clone(), "")
-                .await
-                .expect("sandbox");
-            let config = ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: "localhost/busybox:latest".into(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "3600".into()],
-                labels,
-                ..Default::default()
-            };
-            let cid = c
-                .create_container(&id, config, sandbox)
-                .await
-                .expect("create");
-            c.start_container(&cid).await.expect("start");
-            (cid, wasmlet_cri::labels::unix_nanos())
-        }));
-    }
-    let mut returned = Vec::new();
-    for t in tasks {
-        returned.push(t.await.expect("floor task"));
-    }
-    let took = started.elapsed();
-    // How long after its process started StartContainer itself returned: the least any
-    // agent can lag behind the runtime (read after the clock stopped).
-    let mut tails = Vec::new();
-    for (cid, at) in returned {
-        let status = client.container_status(&cid, false).await.expect("status");
-        let started_at = status.status.map_or(at, |s| s.started_at);
-        tails.push(Duration::from_nanos(
-            u64::try_from((at - started_at).max(0)).unwrap_or(0),
-        ));
-    }
-    remove_all(client, node).await;
-    (took, tails)
-}
-
 async fn count_running(client: &CriClient, node: &str) -> usize {
     let filter = ContainerFilter {
         label_selector: [("wasmlet.io/node".to_string(), node.to_string())]
@@ -321,27 +252,6 @@ async fn count_running(client: &CriClient, node: &str) -> usize {
         .await
         .map(|l| l.iter().filter(|c| c.state == 1).count())
         .unwrap_or(0)
-}
-
-async fn sandboxes(client: &CriClient, node: &str) -> Vec<String> {
-    let filter = PodSandboxFilter {
-        label_selector: [("wasmlet.io/node".to_string(), node.to_string())]
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    };
-    client
-        .list_pod_sandbox(Some(filter))
-        .await
-        .map(|l| l.into_iter().map(|s| s.id).collect())
-        .unwrap_or_default()
-}
-
-async fn remove_all(client: &CriClient, node: &str) {
-    for id in sandboxes(client, node).await {
-        let _ = client.stop_pod_sandbox(&id).await;
-        let _ = client.remove_pod_sandbox(&id).await;
-    }
 }
 
 /// Pods manifests written → running, `rounds` times, each round right after a floor

@@ -7,6 +7,11 @@
 //!   Running. Fresh API server, agent and simulator each round.
 //! - The API requests one pod's life costs, from creation to the object gone after a
 //!   graceful delete, by kind of request, averaged over a batch.
+//! - With `WASMLET_CRI_ENDPOINT`: the burst on the real runtime (100 pods), each round
+//!   beside the runtime's floor measured just before, and how long after each container
+//!   started its Running status was stored.
+//! - The event writer alone: living events queued with as many of a deleted namespace
+//!   between them, against the same living events queued alone.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -17,7 +22,10 @@ use serde_json::json;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
+use wasmlet_bench::floor::{floor, remove_all};
 use wasmlet_bench::{NoProbes, Samples};
+use wasmlet_cri::proto::ContainerFilter;
+use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
 
 /// Where the agents keep pod directories: `$WASMLET_BENCH_DIR`, else /dev/shm (the
@@ -44,17 +52,30 @@ fn smoke() -> bool {
 }
 
 /// An agent joined to a fresh double.
-struct Joined {
+struct Joined<R: CriRuntime + 'static> {
     api: ApiServerSim,
     served: Served,
-    agent: Arc<Agent<Simulator>>,
+    agent: Arc<Agent<R>>,
     stop: tokio::sync::watch::Sender<bool>,
     node: String,
     events: Arc<wasmlet_cluster::events::EventStats>,
 }
 
-impl Joined {
-    async fn start(round: usize) -> Joined {
+impl Joined<Simulator> {
+    /// On a fresh in-process simulator.
+    async fn start(round: usize) -> Self {
+        Self::start_on(Arc::new(Simulator::new()), round, None, "bench-node").await
+    }
+}
+
+impl<R: CriRuntime + 'static> Joined<R> {
+    /// On `runtime`, as node `node`, with pod-level cgroups if given.
+    async fn start_on(
+        runtime: Arc<R>,
+        round: usize,
+        pod_cgroups: Option<wasmlet_agent::cgroups::PodCgroups>,
+        node: &str,
+    ) -> Self {
         // A directory of its own per run and round, removed at the end of the whole run:
         // ext4 makes directories slowly right after many were deleted, which would
         // measure the benchmark's own clean-up.
@@ -70,7 +91,7 @@ impl Joined {
         let client = wasmlet_cluster::connect::client(&kubeconfig)
             .await
             .expect("client");
-        let node = "bench-node".to_string();
+        let node = node.to_string();
         let facts = NodeFacts {
             max_pods: 1000,
             ..NodeFacts::read(Some(&node), Some("192.168.70.10"), &dir, 1000)
@@ -78,7 +99,7 @@ impl Joined {
         let (recorder, events) = wasmlet_cluster::events::ApiRecorder::new();
         let event_stats = recorder.stats();
         let agent = Arc::new(Agent::start(
-            Arc::new(Simulator::new()),
+            runtime,
             AgentOptions {
                 node: facts.clone(),
                 pod_logs_dir: dir.join("logs"),
@@ -87,7 +108,7 @@ impl Joined {
                 sync_frequency: Duration::from_secs(60),
                 relist_period: Duration::from_secs(1),
                 sources: vec!["api".into()],
-                pod_cgroups: None,
+                pod_cgroups,
                 events: Some(recorder),
                 volumes: None,
                 services: None,
@@ -171,6 +192,18 @@ impl Joined {
 /// time until all are.
 async fn burst(round: usize, n: usize) -> (Vec<Duration>, Duration) {
     let j = Joined::start(round).await;
+    let (took, all, _) = burst_on(&j, n).await;
+    j.stop().await;
+    (took, all)
+}
+
+/// `n` pods created at once on `j`'s node: each one's time from creation to a status
+/// saying Running stored, the time until all are, and when (Unix nanoseconds) each
+/// pod's Running was stored.
+async fn burst_on<R: CriRuntime + 'static>(
+    j: &Joined<R>,
+    n: usize,
+) -> (Vec<Duration>, Duration, HashMap<String, i64>) {
     let mut changes = j.api.subscribe();
     let mut created: HashMap<String, Instant> = HashMap::new();
     let begun = Instant::now();
@@ -182,27 +215,80 @@ async fn burst(round: usize, n: usize) -> (Vec<Duration>, Duration) {
             .expect("create");
     }
     let mut took = Vec::new();
-    let mut done = std::collections::HashSet::new();
+    let mut stored = HashMap::new();
     let mut all = Duration::ZERO;
-    while done.len() < n {
-        let change = tokio::time::timeout(Duration::from_secs(30), changes.recv())
+    while stored.len() < n {
+        let change = tokio::time::timeout(Duration::from_secs(120), changes.recv())
             .await
-            .expect("every pod Running within 30 s")
+            .expect("every pod Running within 120 s")
             .expect("changes");
         if change.resource != "pods"
             || change.object["status"]["phase"] != "Running"
-            || done.contains(&change.name)
+            || stored.contains_key(&change.name)
         {
             continue;
         }
         if let Some(at) = created.get(&change.name) {
             took.push(at.elapsed());
-            done.insert(change.name.clone());
+            stored.insert(change.name.clone(), wasmlet_cri::labels::unix_nanos());
             all = begun.elapsed();
         }
     }
+    (took, all, stored)
+}
+
+/// One round on containerd: the runtime's floor for `n` pods, then `n` pods bound at
+/// once to an agent on the same runtime. Returns (floor, all Running stored, each pod's
+/// creation → Running stored, each pod's container start → Running stored, and for the
+/// floor how long after each container started its StartContainer returned).
+async fn containerd_round(
+    endpoint: &str,
+    n: usize,
+    round: usize,
+) -> (
+    Duration,
+    Duration,
+    Vec<Duration>,
+    Vec<Duration>,
+    Vec<Duration>,
+) {
+    let client = CriClient::connect(endpoint).await.expect("containerd");
+    let node = "bench-cluster-containerd";
+    remove_all(&client, node).await;
+    let (floor_took, floor_tails) = floor(&client, n).await;
+    let cgroups = wasmlet_agent::cgroups::PodCgroups::detect(
+        std::path::Path::new("/sys/fs/cgroup"),
+        wasmlet_agent::cgroups::DEFAULT_PARENT,
+        None,
+    )
+    .ok();
+    let j = Joined::start_on(Arc::new(client.clone()), 300 + round, cgroups, node).await;
+    let (took, all, stored) = burst_on(&j, n).await;
+    // When each container started, on containerd's clock.
+    let filter = ContainerFilter {
+        label_selector: [("wasmlet.io/node".to_string(), node.to_string())].into(),
+        ..Default::default()
+    };
+    let mut lags = Vec::new();
+    for c in client.list_containers(Some(filter)).await.expect("list") {
+        let Ok(status) = client.container_status(&c.id, false).await else {
+            continue;
+        };
+        let Some(s) = status.status else { continue };
+        let pod = c
+            .labels
+            .get(wasmlet_agent::runtime::POD_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(at) = stored.get(&pod) {
+            lags.push(Duration::from_nanos(
+                u64::try_from((at - s.started_at).max(0)).unwrap_or(0),
+            ));
+        }
+    }
     j.stop().await;
-    (took, all)
+    remove_all(&client, node).await;
+    (floor_took, all, took, lags, floor_tails)
 }
 
 /// `n` pods in `default` and `n` in a namespace deleted right after they were made:
@@ -249,6 +335,84 @@ async fn started_events(round: usize, n: usize) -> (Vec<Duration>, u64, u64) {
     let (written, rejected) = (j.events.written(), j.events.dropped("rejected"));
     j.stop().await;
     (took, written, rejected)
+}
+
+/// The event writer alone: `n` events queued at once for pods in `live`, and — with
+/// `doomed` — as many again interleaved with them for pods in a namespace deleted just
+/// before. For each living event, the time from being queued to being stored.
+async fn queued_events(n: usize, doomed: bool) -> (HashMap<String, Duration>, u64) {
+    use wasmlet_agent::events::{Event, Kind, Recorder};
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let dir = bench_dir().join(format!("events-{doomed}"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+    let client = wasmlet_cluster::connect::client(&kubeconfig)
+        .await
+        .expect("client");
+    if doomed {
+        api.create(
+            "api/v1",
+            "configmaps",
+            json!({"metadata": {"name": "left", "namespace": "doomed"}}),
+        )
+        .expect("configmap");
+        api.delete_namespace("doomed");
+    }
+    let (recorder, queue) = wasmlet_cluster::events::ApiRecorder::new();
+    let stats = recorder.stats();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(wasmlet_cluster::events::run(
+        client,
+        "bench-node".into(),
+        queue,
+        wasmlet_cluster::ratelimit::RateLimiter::new(50.0, 100),
+        stopped,
+    ));
+    let mut changes = api.subscribe();
+    let event = |ns: &str, pod: String| Event {
+        pod: wasmlet_agent::pod::PodKey {
+            uid: format!("uid-{ns}-{pod}"),
+            namespace: ns.into(),
+            name: pod.clone(),
+        },
+        source: "api".into(),
+        field_path: Some("spec.containers{c}".into()),
+        kind: Kind::Normal,
+        reason: "Started".into(),
+        message: format!("Started container c of {pod}"),
+        time: std::time::SystemTime::now(),
+    };
+    let queued = Instant::now();
+    for i in 0..n {
+        if doomed {
+            recorder.record(event("doomed", format!("doomed-{i}")));
+        }
+        recorder.record(event("live", format!("live-{i}")));
+    }
+    let mut stored = HashMap::new();
+    while stored.len() < n {
+        let change = tokio::time::timeout(Duration::from_secs(60), changes.recv())
+            .await
+            .expect("every living event within 60 s")
+            .expect("changes");
+        if change.resource == "events" && change.namespace == "live" {
+            let pod = change.object["involvedObject"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            stored.entry(pod).or_insert_with(|| queued.elapsed());
+        }
+    }
+    let rejected = stats.dropped("rejected");
+    let _ = stop.send(true);
+    let _ = writer.await;
+    served.stop();
+    (stored, rejected)
 }
 
 /// The requests a batch of `n` pods costs from creation to gone, per pod, by kind.
@@ -314,7 +478,23 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main]
 async fn main() {
+    // `-- containerd`: the containerd part alone.
+    let only_containerd = std::env::args().any(|a| a == "containerd");
     let (n, rounds) = if smoke() { (10, 1) } else { (100, 5) };
+    if !only_containerd {
+        simulated(n, rounds).await;
+    }
+    if let Ok(endpoint) = std::env::var("WASMLET_CRI_ENDPOINT") {
+        on_containerd(&endpoint).await;
+    }
+    if !only_containerd {
+        events_and_requests().await;
+    }
+    let _ = std::fs::remove_dir_all(bench_dir());
+}
+
+/// The burst and the Started events on the simulator.
+async fn simulated(n: usize, rounds: usize) {
     println!(
         "## Cluster mode: a burst of {n} bound pods, creation → status Running stored ({rounds} rounds; pod directories in {})\n",
         base_dir().display()
@@ -360,6 +540,87 @@ async fn main() {
             ms(s.percentile(100.0)),
         );
     }
+}
+
+/// The burst on containerd beside its floor.
+async fn on_containerd(endpoint: &str) {
+    {
+        let (n, rounds) = if smoke() { (5, 1) } else { (100, 3) };
+        println!(
+            "\n## On containerd: {n} pods bound at once, creation → status Running stored, beside the runtime's floor ({rounds} rounds; {endpoint})\n"
+        );
+        println!(
+            "| round | floor (bare CRI, {n} pods) | all Running stored | / floor | creation → Running stored p50 / p99 | container started → Running stored p50 / p99 / max | floor: StartContainer returned after the start p50 / p99 |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        let (mut ratios, mut lags_all) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (floor_took, all, took, lags, tails) = containerd_round(endpoint, n, round).await;
+            let (s, l) = (Samples::new(took), Samples::new(lags.clone()));
+            let t = Samples::new(tails);
+            let ratio = all.as_secs_f64() / floor_took.as_secs_f64();
+            ratios.push(ratio);
+            lags_all.extend(lags);
+            println!(
+                "| {} | {:.2} s | {:.2} s | {ratio:.2} | {} / {} | {} / {} / {} | {} / {} |",
+                round + 1,
+                floor_took.as_secs_f64(),
+                all.as_secs_f64(),
+                ms(s.percentile(50.0)),
+                ms(s.percentile(99.0)),
+                ms(l.percentile(50.0)),
+                ms(l.percentile(99.0)),
+                ms(l.percentile(100.0)),
+                ms(t.percentile(50.0)),
+                ms(t.percentile(99.0)),
+            );
+        }
+        ratios.sort_by(f64::total_cmp);
+        let l = Samples::new(lags_all);
+        println!(
+            "\nMedian ratio {:.2}; container started → Running stored over all rounds p50 {} / p99 {}",
+            ratios[ratios.len() / 2],
+            ms(l.percentile(50.0)),
+            ms(l.percentile(99.0)),
+        );
+    }
+}
+
+/// The event writer with a deleted namespace, and the requests of a pod's life.
+async fn events_and_requests() {
+    let queued = if smoke() { 50 } else { 500 };
+    println!(
+        "\n## The event writer: {queued} events of a living namespace queued at once, alone and interleaved with {queued} of a deleted one (eventRecordQPS 50, eventBurst 100)\n"
+    );
+    println!("| queue | living events: queued → stored p50 | p99 | max | doomed events dropped |");
+    println!("|---|---|---|---|---|");
+    let (alone, _) = queued_events(queued, false).await;
+    let (mixed, dropped) = queued_events(queued, true).await;
+    for (name, took, dropped) in [
+        (format!("{queued} living"), &alone, 0),
+        (
+            format!("{queued} living + {queued} deleted"),
+            &mixed,
+            dropped,
+        ),
+    ] {
+        let s = Samples::new(took.values().copied().collect());
+        println!(
+            "| {name} | {} | {} | {} | {dropped} |",
+            ms(s.percentile(50.0)),
+            ms(s.percentile(99.0)),
+            ms(s.percentile(100.0)),
+        );
+    }
+    let delay = alone
+        .iter()
+        .filter_map(|(pod, a)| mixed.get(pod).map(|m| m.saturating_sub(*a)))
+        .max()
+        .unwrap_or_default();
+    println!(
+        "\nThe most any living event was delayed by the deleted namespace's: {}",
+        ms(delay)
+    );
 
     let batch = if smoke() { 2 } else { 20 };
     println!(
@@ -374,5 +635,4 @@ async fn main() {
         total += c;
     }
     println!("| total | {total:.2} |");
-    let _ = std::fs::remove_dir_all(bench_dir());
 }

@@ -454,6 +454,29 @@ fn validate_probe(
     Ok(())
 }
 
+/// A container's name (a DNS label, unique among all the pod's containers) and image
+/// (required), at `field`.
+fn name_and_image<'a>(
+    field: &str,
+    name: &'a str,
+    image: Option<&str>,
+    names: &mut BTreeSet<&'a str>,
+) -> Result<(), InvalidPod> {
+    if let Some(e) = dns_label_error(name) {
+        return Err(invalid(format!("{field}.name"), e));
+    }
+    if !names.insert(name) {
+        return Err(invalid(
+            format!("{field}.name"),
+            format!("Duplicate value: \"{name}\""),
+        ));
+    }
+    if image.is_none_or(|i| i.trim().is_empty()) {
+        return Err(invalid(format!("{field}.image"), "Required value"));
+    }
+    Ok(())
+}
+
 /// The checks the API server makes on a new pod that matter to a node: names, a unique
 /// name and an image for every container, valid ports, volumes that exist, one handler
 /// per probe. The first problem is returned.
@@ -508,18 +531,7 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
     for (list, containers) in lists {
         for (i, c) in containers.iter().enumerate() {
             let field = format!("spec.{list}[{i}]");
-            if let Some(e) = dns_label_error(&c.name) {
-                return Err(invalid(format!("{field}.name"), e));
-            }
-            if !names.insert(c.name.as_str()) {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    format!("Duplicate value: \"{}\"", c.name),
-                ));
-            }
-            if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
-                return Err(invalid(format!("{field}.image"), "Required value"));
-            }
+            name_and_image(&field, &c.name, c.image.as_deref(), &mut names)?;
             for (j, p) in c.ports.iter().flatten().enumerate() {
                 if !(1..=65535).contains(&p.container_port) {
                     return Err(invalid(
@@ -560,18 +572,7 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
     }
     for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let field = format!("spec.ephemeralContainers[{i}]");
-        if let Some(e) = dns_label_error(&c.name) {
-            return Err(invalid(format!("{field}.name"), e));
-        }
-        if !names.insert(c.name.as_str()) {
-            return Err(invalid(
-                format!("{field}.name"),
-                format!("Duplicate value: \"{}\"", c.name),
-            ));
-        }
-        if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
-            return Err(invalid(format!("{field}.image"), "Required value"));
-        }
+        name_and_image(&field, &c.name, c.image.as_deref(), &mut names)?;
         if c.ports.as_ref().is_some_and(|p| !p.is_empty()) {
             return Err(invalid(
                 format!("{field}.ports"),

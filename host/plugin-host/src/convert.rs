@@ -535,6 +535,12 @@ fn probe_port(
 /// commands, arguments and env values; a reference to an unknown variable stays as
 /// written.
 pub fn expand_command(arg: &str, env: &BTreeMap<&str, &str>) -> String {
+    expand_with(arg, |name| env.get(name).map(|v| (*v).to_owned()))
+}
+
+/// `$(NAME)` references in `arg` replaced by what `lookup` gives for NAME (`None`: the
+/// reference stays as written); `$$` is a literal `$`.
+pub fn expand_with(arg: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(arg.len());
     let mut rest = arg;
     while let Some(at) = rest.find('$') {
@@ -547,8 +553,8 @@ pub fn expand_command(arg: &str, env: &BTreeMap<&str, &str>) -> String {
             && let Some(end) = inner.find(')')
         {
             let name = &inner[..end];
-            match env.get(name) {
-                Some(value) => out.push_str(value),
+            match lookup(name) {
+                Some(value) => out.push_str(&value),
                 None => {
                     out.push_str("$(");
                     out.push_str(name);

@@ -21,7 +21,6 @@ use kube::api::{Api, AttachParams, LogParams, TerminalSize};
 use serde_json::{Value, json};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmlet_apiserver_sim::ApiServerSim;
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -83,25 +82,14 @@ mod spdy;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
     let Some(endpoint) = endpoint() else { return };
-    let dir =
-        std::env::temp_dir().join(format!("wasmlet-kubelet-server-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    remove_pods(&endpoint, NODE).await;
-
-    let api = ApiServerSim::new();
-    api.set_address_types(&["InternalIP", "Hostname"]);
-    let served = api
-        .serve("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("serve");
-    let kubeconfig = dir.join("kubeconfig");
-    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
-    let client_ca = dir.join("client-ca.crt");
-    std::fs::write(&client_ca, api.kubelet_client_ca_pem().expect("ca")).expect("ca");
-    // The API server's own client certificate may do anything on nodes; a user's token
-    // may read pods, another may not.
-    api.allow("group:system:masters", "*", "*");
+    let cluster::Double {
+        dir,
+        api,
+        served,
+        kubeconfig,
+        client_ca,
+    } = cluster::Double::start("wasmlet-kubelet-server-e2e", &endpoint, NODE).await;
+    // A user's token may read pods, another may not.
     api.add_token("ops-token", "ops", &[]);
     api.allow("ops", "get", "proxy");
     api.add_token("viewer-token", "viewer", &[]);

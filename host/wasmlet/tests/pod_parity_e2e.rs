@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, LogParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
-use wasmlet_apiserver_sim::ApiServerSim;
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -74,22 +73,13 @@ async fn logs(pods: &Api<Pod>, name: &str, container: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subpaths_hosts_dns_services_sysctls_ephemeral_containers_and_deadlines_on_containerd() {
     let Some(endpoint) = endpoint() else { return };
-    let dir = std::env::temp_dir().join(format!("wasmlet-pod-parity-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    remove_pods(&endpoint, NODE).await;
-
-    let api = ApiServerSim::new();
-    api.set_address_types(&["InternalIP", "Hostname"]);
-    let served = api
-        .serve("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("serve");
-    let kubeconfig = dir.join("kubeconfig");
-    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
-    let client_ca = dir.join("client-ca.crt");
-    std::fs::write(&client_ca, api.kubelet_client_ca_pem().expect("ca")).expect("ca");
-    api.allow("group:system:masters", "*", "*");
+    let cluster::Double {
+        dir,
+        api,
+        served,
+        kubeconfig,
+        client_ca,
+    } = cluster::Double::start("wasmlet-pod-parity-e2e", &endpoint, NODE).await;
     api.create(
         "api/v1",
         "services",

@@ -13,8 +13,7 @@ use crate::pod;
 /// Expands `$(VAR)` references from `env` the Kubernetes way: `$$` escapes, unknown
 /// references stay as written.
 pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
-    let env: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    wasmlet_plugin_host::convert::expand_command(text, &env)
+    wasmlet_plugin_host::convert::expand_with(text, |name| env.get(name).cloned())
 }
 
 pub(crate) fn field_ref(

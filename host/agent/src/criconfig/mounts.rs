@@ -28,32 +28,16 @@ pub fn empty_dir_path(pod: &k8s::Pod, ctx: &NodeContext, volume: &str) -> PathBu
 /// the kubelet's way: a reference to a variable that is unset or empty is an error
 /// naming every such variable (`$$` is a literal `$`).
 pub fn expand_sub_path(expr: &str, env: &BTreeMap<String, String>) -> Result<String, String> {
-    let mut out = String::with_capacity(expr.len());
     let mut missing = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(inner) = after.strip_prefix('(')
-            && let Some(end) = inner.find(')')
-        {
-            let name = &inner[..end];
-            match env.get(name).filter(|v| !v.is_empty()) {
-                Some(v) => out.push_str(v),
-                None => {
-                    missing.insert(name);
-                }
+    let out = wasmlet_plugin_host::convert::expand_with(expr, |name| {
+        match env.get(name).filter(|v| !v.is_empty()) {
+            Some(v) => Some(v.clone()),
+            None => {
+                missing.insert(name.to_owned());
+                Some(String::new())
             }
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
         }
-    }
-    out.push_str(rest);
+    });
     if missing.is_empty() {
         Ok(out)
     } else {

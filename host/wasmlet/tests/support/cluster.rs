@@ -15,6 +15,45 @@ use wasmlet_cri::{CriClient, CriRuntime};
 use super::agent::Agent;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+
+/// A test's cluster: the double serving on loopback, a kubeconfig for it and the CA a
+/// kubelet server trusts it by, in a fresh directory `name` — with the pods an earlier
+/// run of node `node` left on the shared containerd removed.
+pub struct Double {
+    pub dir: std::path::PathBuf,
+    pub api: ApiServerSim,
+    pub served: wasmlet_apiserver_sim::Served,
+    pub kubeconfig: std::path::PathBuf,
+    pub client_ca: std::path::PathBuf,
+}
+
+impl Double {
+    /// Starts it; the API server's own client certificate may do anything on nodes.
+    pub async fn start(name: &str, endpoint: &str, node: &str) -> Double {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        remove_pods(endpoint, node).await;
+        let api = ApiServerSim::new();
+        api.set_address_types(&["InternalIP", "Hostname"]);
+        let served = api
+            .serve("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("serve");
+        let kubeconfig = dir.join("kubeconfig");
+        wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+        let client_ca = dir.join("client-ca.crt");
+        std::fs::write(&client_ca, api.kubelet_client_ca_pem().expect("ca")).expect("ca");
+        api.allow("group:system:masters", "*", "*");
+        Double {
+            dir,
+            api,
+            served,
+            kubeconfig,
+            client_ca,
+        }
+    }
+}
 pub const IMAGE: &str = "localhost/busybox:latest";
 
 pub fn start_agent(
