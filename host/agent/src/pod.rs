@@ -243,6 +243,20 @@ pub fn ephemeral_containers(pod: &k8s::Pod) -> Vec<k8s::Container> {
         .collect()
 }
 
+/// The container ephemeral container `name` targets (`targetContainerName`, `kubectl
+/// debug --target`): it runs in that container's process namespace.
+pub fn ephemeral_target<'a>(pod: &'a k8s::Pod, name: &str) -> Option<&'a str> {
+    pod.spec
+        .as_ref()?
+        .ephemeral_containers
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .target_container_name
+        .as_deref()
+        .filter(|t| !t.is_empty())
+}
+
 /// Whether an image reference names the `latest` tag (explicitly or by having no tag and
 /// no digest): the kubelet then defaults the pull policy to `Always`.
 fn is_latest(image: &str) -> bool {
@@ -573,6 +587,18 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
     for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let field = format!("spec.ephemeralContainers[{i}]");
         name_and_image(&field, &c.name, c.image.as_deref(), &mut names)?;
+        if let Some(target) = c.target_container_name.as_deref().filter(|t| !t.is_empty())
+            && !spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .any(|x| x.name == target)
+        {
+            return Err(invalid(
+                format!("{field}.targetContainerName"),
+                format!("Not found: \"{target}\""),
+            ));
+        }
         if c.ports.as_ref().is_some_and(|p| !p.is_empty()) {
             return Err(invalid(
                 format!("{field}.ports"),
@@ -708,6 +734,10 @@ mod tests {
             (
                 r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i"}],"ephemeralContainers":[{"name":"d","image":"i","ports":[{"containerPort":80}]}]}}"#,
                 "spec.ephemeralContainers[0].ports",
+            ),
+            (
+                r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","image":"i"}],"ephemeralContainers":[{"name":"d","image":"i","targetContainerName":"b"}]}}"#,
+                "spec.ephemeralContainers[0].targetContainerName",
             ),
             (
                 r#"{"metadata":{"name":"w"},"spec":{"restartPolicy":"Sometimes","containers":[{"name":"a","image":"i"}]}}"#,

@@ -280,8 +280,8 @@ async fn ephemeral_containers_start_once_in_the_running_pod() {
     .await;
     assert_eq!(phase(&p), "Running");
     // A second one added later starts too; the first is not started again.
-    let second =
-        r#",{"name":"debugger2","image":"localhost/busybox:latest","command":["sleep","3600"]}"#;
+    let second = r#",{"name":"debugger2","image":"localhost/busybox:latest","command":["sleep","3600"],
+            "targetContainerName":"app"}"#;
     send(
         &agent,
         vec![pod(
@@ -306,5 +306,15 @@ async fn ephemeral_containers_start_once_in_the_running_pod() {
     assert!(first.state.is_some_and(|s| s.terminated.is_some()));
     assert_eq!(first.restart_count, 0, "never restarted");
     assert_eq!(sim.counts().1, 3, "app, debugger (exited), debugger2");
+    // `kubectl debug --target app`: in the app's process namespace.
+    let ns = sim
+        .container_config("debugger2")
+        .and_then(|c| c.linux)
+        .and_then(|l| l.security_context)
+        .and_then(|s| s.namespace_options)
+        .expect("namespace options");
+    assert_eq!(ns.pid, wasmlet_cri::proto::NamespaceMode::Target as i32);
+    let app = container(&p, "app").container_id.expect("app id");
+    assert!(app.ends_with(&ns.target_id), "{app} vs {}", ns.target_id);
     agent.shutdown().await;
 }

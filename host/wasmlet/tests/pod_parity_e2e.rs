@@ -298,6 +298,48 @@ async fn subpaths_hosts_dns_services_sysctls_ephemeral_containers_and_deadlines_
         .await
         .expect("read");
     assert_eq!(out, "from-the-debugger\n");
+    // `kubectl debug --target app`: the app's processes are the debugger's to see.
+    let targeted = json!({"spec": {"ephemeralContainers": [{"name": "targeted", "image": cluster::IMAGE,
+        "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3601"], "targetContainerName": "app"}]}});
+    pods.patch_subresource(
+        "ephemeralcontainers",
+        "pp-ephemeral",
+        &PatchParams::default(),
+        &Patch::Strategic(targeted),
+    )
+    .await
+    .expect("add the targeted ephemeral container");
+    let targeted_running = |p: &Value| {
+        p["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .is_some_and(|s| {
+                s.iter()
+                    .any(|c| c["name"] == "targeted" && !c["state"]["running"].is_null())
+            })
+    };
+    wait_pod(&api, &agent, "pp-ephemeral", long, targeted_running).await;
+    let mut exec = pods
+        .exec(
+            "pp-ephemeral",
+            ["ps", "-o", "args"],
+            &AttachParams::default().container("targeted").stderr(false),
+        )
+        .await
+        .expect("exec in the targeted container");
+    let mut ps = String::new();
+    exec.stdout()
+        .expect("stdout")
+        .read_to_string(&mut ps)
+        .await
+        .expect("read");
+    assert!(
+        ps.lines().any(|l| l.trim() == "sleep 3600"),
+        "the app's process: {ps}"
+    );
+    assert!(
+        ps.lines().any(|l| l.trim() == "sleep 3601"),
+        "its own: {ps}"
+    );
     // A name already taken is refused by the API server; the pod runs on.
     let taken =
         json!({"spec": {"ephemeralContainers": [{"name": "app", "image": cluster::IMAGE}]}});

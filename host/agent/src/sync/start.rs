@@ -136,6 +136,30 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     }
                     failed("CreateContainerConfigError", e.to_string())
                 })?;
+        let mut config = config;
+        // An ephemeral container aimed at another (`kubectl debug --target`) shares that
+        // container's process namespace.
+        if let Some(target) = pod::ephemeral_target(pod, &c.name) {
+            let Some(id) = rt
+                .latest(target)
+                .filter(|t| t.state == State::Running)
+                .map(|t| t.id.clone())
+            else {
+                return Err(failed(
+                    "CreateContainerConfigError",
+                    format!("target container \"{target}\" is not running"),
+                ));
+            };
+            if let Some(ns) = config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut())
+            {
+                ns.pid = proto::NamespaceMode::Target as i32;
+                ns.target_id = id;
+            }
+        }
         let id = self
             .runtime
             .create_container(sandbox_id, config, sandbox_config.clone())
