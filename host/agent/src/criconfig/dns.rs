@@ -42,7 +42,7 @@ pub fn node_dns(path: &Path) -> proto::DnsConfig {
 
 /// Where a pod's resolver configuration starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DnsKind {
+enum DnsKind {
     /// Nothing: only the pod's `dnsConfig` (`dnsPolicy: None`).
     None,
     /// The cluster's DNS servers and search path.
@@ -54,7 +54,7 @@ pub enum DnsKind {
 /// The kubelet's reading of `dnsPolicy`: ClusterFirst is the cluster's DNS except on the
 /// node's network (ClusterFirstWithHostNet asks for it there too), and without a
 /// `clusterDNS` the cluster's DNS is the node's resolver.
-pub fn dns_kind(pod: &k8s::Pod, ctx: &NodeContext) -> DnsKind {
+fn dns_kind(pod: &k8s::Pod, ctx: &NodeContext) -> DnsKind {
     let policy = pod
         .spec
         .as_ref()

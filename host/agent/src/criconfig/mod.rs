@@ -24,13 +24,12 @@ mod env;
 mod mounts;
 pub mod services;
 
-pub use dns::{DnsKind, dns_config, dns_kind, node_dns, parse_resolv_conf};
+pub use dns::{dns_config, node_dns, parse_resolv_conf};
 use env::environment;
 pub use env::{EnvData, expand};
 pub(crate) use env::{field_ref, resource_ref};
 pub use mounts::{
     ETC_HOSTS, empty_dir_path, expand_sub_path, hostname_and_domain, hosts_file_content,
-    hosts_file_path,
 };
 
 /// The node facts pod configurations depend on.

@@ -261,7 +261,7 @@ pub fn hosts_file_content(
 }
 
 /// Where the pod's managed hosts file is kept.
-pub fn hosts_file_path(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
+fn hosts_file_path(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
     pod_dir(pod, ctx).join("etc-hosts")
 }
 

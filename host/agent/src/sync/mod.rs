@@ -141,13 +141,17 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 }
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
-    /// Reads the ConfigMaps and Secrets the environment of the containers `actions`
-    /// starts refers to (none without a volume source: those containers then wait with
+    /// Reads the ConfigMaps and Secrets the environment of the containers `starting`
+    /// refers to (none without a volume source: those containers then wait with
     /// CreateContainerConfigError, naming what is missing), and the Services whose
     /// variables they get.
-    async fn env_data(&self, pod: &k8s::Pod, actions: &actions::PodActions) -> criconfig::EnvData {
+    async fn env_data(
+        &self,
+        pod: &k8s::Pod,
+        starting: &[(&k8s::Container, bool)],
+    ) -> criconfig::EnvData {
         let mut data = criconfig::EnvData::default();
-        if actions.next_init.is_none() && actions.start.is_empty() && actions.ephemeral.is_empty() {
+        if starting.is_empty() {
             return data;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -168,18 +172,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let Some(source) = &self.volume_source else {
             return data;
         };
-        let ephemeral = pod::ephemeral_containers(pod);
-        let containers = actions
-            .next_init
-            .map(|i| &pod::init_containers(pod)[i])
-            .into_iter()
-            .chain(actions.start.iter().map(|&i| &pod::containers(pod)[i]))
-            .chain(actions.ephemeral.iter().map(|&i| &ephemeral[i]));
-        let mut wanted: Vec<(bool, String)> =
-            containers.flat_map(criconfig::EnvData::wanted).collect();
+        let mut wanted: Vec<(bool, String)> = starting
+            .iter()
+            .flat_map(|(c, _)| criconfig::EnvData::wanted(c))
+            .collect();
         wanted.sort();
         wanted.dedup();
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         for (secret, name) in wanted {
             let got = if secret {
                 source.secret(namespace, &name).await
@@ -450,59 +448,37 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         // A fresh sandbox has no containers: the old ones (other sandboxes) only count
         // for restart counts and back-off.
-        // ConfigMaps and Secrets the environment of the containers to start refers to.
-        let refs = self.env_data(pod, &actions).await;
-        let refs = &refs;
-        let start = |index: usize, init: bool| {
-            let list = if init {
-                pod::init_containers(pod)
-            } else {
-                pod::containers(pod)
-            };
-            let c = &list[index];
-            let sandbox_id = sandbox_id.clone();
-            let sandbox_config = sandbox_config.clone();
-            let pod_ip = pod_ip.clone();
-            let rt = rt.clone();
-            async move {
-                let r = self
-                    .start_container(
-                        pod,
-                        c,
-                        init,
-                        &rt,
-                        (&sandbox_id, &sandbox_config),
-                        &pod_ip,
-                        refs,
-                    )
-                    .await;
-                (c.name.clone(), r)
-            }
-        };
+        // The containers to start, in order: the next init container, app containers,
+        // ephemeral containers (with whether each is an init container).
+        let ephemeral = pod::ephemeral_containers(pod);
+        let starting: Vec<(&k8s::Container, bool)> = actions
+            .next_init
+            .map(|i| (&pod::init_containers(pod)[i], true))
+            .into_iter()
+            .chain(
+                actions
+                    .start
+                    .iter()
+                    .map(|&i| (&pod::containers(pod)[i], false)),
+            )
+            .chain(actions.ephemeral.iter().map(|&i| (&ephemeral[i], false)))
+            .collect();
+        // ConfigMaps, Secrets and Services their environment refers to.
+        let refs = self.env_data(pod, &starting).await;
         let mut results = Vec::new();
-        if let Some(i) = actions.next_init {
-            results.push(start(i, true).await);
-        }
-        for &i in &actions.start {
-            results.push(start(i, false).await);
-        }
-        if !actions.ephemeral.is_empty() {
-            let ephemeral = pod::ephemeral_containers(pod);
-            for &i in &actions.ephemeral {
-                let c = &ephemeral[i];
-                let r = self
-                    .start_container(
-                        pod,
-                        c,
-                        false,
-                        &rt,
-                        (&sandbox_id, &sandbox_config),
-                        &pod_ip,
-                        refs,
-                    )
-                    .await;
-                results.push((c.name.clone(), r));
-            }
+        for (c, init) in starting {
+            let r = self
+                .start_container(
+                    pod,
+                    c,
+                    init,
+                    &rt,
+                    (&sandbox_id, &sandbox_config),
+                    &pod_ip,
+                    &refs,
+                )
+                .await;
+            results.push((c.name.clone(), r));
         }
         for (name, r) in results {
             match r {
