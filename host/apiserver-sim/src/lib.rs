@@ -532,6 +532,21 @@ mod tests {
             .write(&key, gone, Some("ephemeralcontainers"))
             .expect_err("removed");
         assert_eq!(err["code"], 422);
+        assert_eq!(
+            err["message"],
+            "Pod \"p\" is invalid: spec.ephemeralContainers: Forbidden: existing ephemeral containers \"debugger\" may not be removed"
+        );
+        // Changing one.
+        let mut changed = stored;
+        changed["metadata"]["resourceVersion"] = Value::Null;
+        changed["spec"]["ephemeralContainers"][0]["image"] = json!("other");
+        let err = s
+            .write(&key, changed, Some("ephemeralcontainers"))
+            .expect_err("changed");
+        assert_eq!(
+            err["message"],
+            "Pod \"p\" is invalid: spec.ephemeralContainers[0]: Forbidden: existing ephemeral containers \"debugger\" may not be changed"
+        );
     }
 
     #[test]

@@ -484,14 +484,26 @@ fn check_ephemeral(old: &Value, new: &Value, pod: &str) -> Result<(), Value> {
         .into_iter()
         .flatten()
     {
-        if !after.contains(was) {
-            return Err(invalid(
-                "spec.ephemeralContainers".into(),
-                format!(
-                    "Forbidden: existing ephemeral containers \"{}\" may not be removed or changed",
-                    was["name"].as_str().unwrap_or("")
-                ),
-            ));
+        let name = was["name"].as_str().unwrap_or("");
+        // The API server's two refusals: one gone, one changed.
+        match after.iter().position(|c| c["name"] == was["name"]) {
+            None => {
+                return Err(invalid(
+                    "spec.ephemeralContainers".into(),
+                    format!(
+                        "Forbidden: existing ephemeral containers \"{name}\" may not be removed"
+                    ),
+                ));
+            }
+            Some(i) if after[i] != *was => {
+                return Err(invalid(
+                    format!("spec.ephemeralContainers[{i}]"),
+                    format!(
+                        "Forbidden: existing ephemeral containers \"{name}\" may not be changed"
+                    ),
+                ));
+            }
+            Some(_) => {}
         }
     }
     Ok(())
