@@ -180,6 +180,7 @@ async fn serve(
             configz: serde_json::json!({}),
             tokens: reviews.clone().map(|r| r as _),
             access: reviews.map(|r| r as _),
+            stats: None,
         },
     )
     .await

@@ -111,6 +111,14 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
         }
     }
     let path = request.uri().path().to_owned();
+    if let Some(rest) = path.strip_prefix("/api/v1/nodes/")
+        && let Some((node, rest)) = rest.split_once("/proxy")
+        && !node.contains('/')
+    {
+        sim.lock().requests.push((method.to_string(), path.clone()));
+        let rest = rest.trim_start_matches('/').to_owned();
+        return node_proxy::handle_node(sim, node.to_owned(), rest, request).await;
+    }
     if let Some(Target {
         prefix,
         resource,

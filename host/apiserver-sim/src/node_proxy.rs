@@ -1,5 +1,6 @@
 //! `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`: what the API server
-//! forwards to the kubelet of the pod's node.
+//! forwards to the kubelet of the pod's node; and `nodes/NAME/proxy/PATH`, any kubelet
+//! path (`/stats/summary`, `/metrics/resource`) as the API server's node proxy.
 //!
 //! As the real one, the double finds the pod's `spec.nodeName`, dials the first of the
 //! node's addresses in the preferred order (`--kubelet-preferred-address-types`, Hostname
@@ -249,7 +250,28 @@ fn route(
             )),
         },
     };
-    let Some(node) = store.objects.get(&key("nodes", "", node_name)) else {
+    let (host, port) = node_address(store, node_name, address_types)?;
+    Ok(Routed {
+        host,
+        port,
+        container,
+    })
+}
+
+/// The address and kubelet port the API server dials for node `node_name`: the first
+/// address of the preferred types, `daemonEndpoints.kubeletEndpoint.Port` (10250).
+fn node_address(
+    store: &Store,
+    node_name: &str,
+    address_types: &[String],
+) -> Result<(String, u16), Response<Body>> {
+    let key = (
+        "api/v1".to_owned(),
+        "nodes".to_owned(),
+        String::new(),
+        node_name.to_owned(),
+    );
+    let Some(node) = store.objects.get(&key) else {
         return Err(reply(
             404,
             "NotFound",
@@ -278,11 +300,49 @@ fn route(
         .as_u64()
         .and_then(|p| u16::try_from(p).ok())
         .unwrap_or(10250);
-    Ok(Routed {
-        host,
-        port,
-        container,
-    })
+    Ok((host, port))
+}
+
+/// Serves `nodes/NAME/proxy/PATH`: any method, forwarded to the node's kubelet at
+/// `/PATH` with the query as given (`kubectl get --raw
+/// /api/v1/nodes/NAME/proxy/stats/summary`).
+pub(crate) async fn handle_node(
+    sim: ApiServerSim,
+    node: String,
+    rest: String,
+    request: Request<Body>,
+) -> Response<Body> {
+    let types = sim.address_types();
+    let routed = {
+        let store = sim.lock();
+        node_address(&store, &node, &types)
+    };
+    let (host, port) = match routed {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let target = match request.uri().query() {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    };
+    let tls = match sim.kubelet_client() {
+        Ok(c) => c.tls.clone(),
+        Err(e) => {
+            return reply(
+                500,
+                "InternalError",
+                format!("kubelet client certificate: {e}"),
+            );
+        }
+    };
+    match forward(request, &host, port, &target, tls).await {
+        Ok(r) => r,
+        Err(e) => reply(
+            503,
+            "ServiceUnavailable",
+            format!("error trying to reach service: dial tcp {host}:{port}: {e}"),
+        ),
+    }
 }
 
 /// Serves `pods/NAME/{log,exec,attach,portforward}`.

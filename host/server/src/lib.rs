@@ -12,6 +12,8 @@
 //!   server (SPDY or WebSocket alike: the bytes after the upgrade are not read).
 //! - [`review`] — TokenReview and SubjectAccessReview through kube.
 //! - [`cache`] — the TTL cache both reviews answer from.
+//! - [`stats`] — `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor` from the
+//!   node's latest usage sample.
 //!
 //! The seam into the agent is [`Parts`]: the running agent, its metrics as text, and the
 //! configuration `/configz` shows.
@@ -24,6 +26,7 @@ pub mod nodelogs;
 pub mod proxy;
 pub mod review;
 pub mod routes;
+pub mod stats;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -82,6 +85,9 @@ pub struct Parts<R> {
     pub tokens: Option<Arc<dyn TokenReviewer>>,
     /// SubjectAccessReview (cluster mode).
     pub access: Option<Arc<dyn AccessReviewer>>,
+    /// The node's usage samples; `None`: `/stats/summary` and the usage metrics answer
+    /// 404.
+    pub stats: Option<Arc<wasmlet_stats::Stats>>,
 }
 
 /// The server could not start.
@@ -204,6 +210,7 @@ pub async fn start<R: CriRuntime + 'static>(
         configz: parts.configz,
         open: open.clone(),
         node_log_dir: settings.node_log_dir.clone(),
+        stats: parts.stats,
     });
     let router =
         routes::router(shared).layer(axum::middleware::from_fn_with_state(guard_state, guard));

@@ -36,6 +36,9 @@ pub struct Shared<R> {
     pub open: OpenStreams,
     /// What `/logs/` serves (`/var/log`).
     pub node_log_dir: std::path::PathBuf,
+    /// The node's usage samples (`/stats/summary`, `/metrics/resource`,
+    /// `/metrics/cadvisor`); `None`: not collected.
+    pub stats: Option<Arc<wasmlet_stats::Stats>>,
 }
 
 /// A plain-text error answer.
@@ -72,6 +75,9 @@ pub fn router<R: CriRuntime + 'static>(shared: Arc<Shared<R>>) -> Router {
         .route("/runningpods/", get(running_pods::<R>))
         .route("/metrics", get(metrics::<R>))
         .route("/metrics/probes", get(probe_metrics::<R>))
+        .route("/metrics/resource", get(crate::stats::resource::<R>))
+        .route("/metrics/cadvisor", get(crate::stats::cadvisor::<R>))
+        .route("/stats/summary", get(crate::stats::summary::<R>))
         .route("/configz", get(configz::<R>))
         .route(
             "/logs",

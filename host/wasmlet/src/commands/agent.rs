@@ -249,6 +249,10 @@ async fn run_agent(
     }
     loaded.engine.metrics().register(&mut registry);
     let registry = Arc::new(registry);
+    // Usage of the node and its pods, sampled every housekeeping period: the kubelet
+    // server's /stats/summary and usage metrics read it.
+    let (stats, _sampler) =
+        wasmlet_stats::agent::sample(&agent, &config.root_dir, wasmlet_stats::DEFAULT_PERIOD);
     http::start(
         http::Endpoints {
             agent: agent.clone(),
@@ -263,7 +267,8 @@ async fn run_agent(
     // one, for several agents on one machine).
     let kubelet_port = match &config.server {
         Some(server) => {
-            let served = start_server(&config, server, &agent, &registry, cluster.as_ref()).await?;
+            let served =
+                start_server(&config, server, &agent, &registry, &stats, cluster.as_ref()).await?;
             i32::from(served.addr.port())
         }
         None => KUBELET_PORT,
@@ -326,6 +331,7 @@ async fn start_server(
     server: &crate::config::ServerConfig,
     agent: &Arc<Agent<CriClient>>,
     registry: &Arc<Registry>,
+    stats: &Arc<wasmlet_stats::Stats>,
     cluster: Option<&kube::Client>,
 ) -> Result<wasmlet_server::Served> {
     use wasmlet_server::authz::Mode;
@@ -380,6 +386,7 @@ async fn start_server(
                 .clone()
                 .map(|r| r as Arc<dyn wasmlet_server::authn::TokenReviewer>),
             access: reviews.map(|r| r as Arc<dyn wasmlet_server::authz::AccessReviewer>),
+            stats: Some(stats.clone()),
         },
     )
     .await?;

@@ -1,0 +1,296 @@
+//! Reading a cgroup's CPU, memory and process counters, cgroup v1 and v2 alike, the
+//! way cAdvisor computes what the kubelet reports:
+//!
+//! | value | cgroup v1 | cgroup v2 |
+//! |---|---|---|
+//! | CPU, cumulative ns | `cpuacct/…/cpuacct.usage` | `cpu.stat` `usage_usec` × 1000 |
+//! | memory usage | `memory/…/memory.usage_in_bytes` | `memory.current` |
+//! | working set | usage − `total_inactive_file` | usage − `inactive_file` |
+//! | RSS | `total_rss` | `anon` |
+//! | page faults | `total_pgfault`, `total_pgmajfault` | `pgfault`, `pgmajfault` |
+//! | limit | `memory.limit_in_bytes` (≥ 2⁶² is none) | `memory.max` (`max` is none) |
+//! | processes | `pids/…/pids.current` | `pids.current` |
+//!
+//! A cgroup that vanishes between two reads (its pod just removed) is a `NotFound`
+//! error for the caller to leave out, never a panic.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The cgroup filesystem of the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups {
+    root: PathBuf,
+    v2: bool,
+}
+
+/// Memory counters of one cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// All memory charged to the cgroup, page cache included.
+    pub usage: u64,
+    /// Usage less inactive file pages: what the kubelet evicts on.
+    pub working_set: u64,
+    /// Anonymous memory and swap cache.
+    pub rss: u64,
+    /// Minor page faults, cumulative.
+    pub page_faults: u64,
+    /// Major page faults, cumulative.
+    pub major_page_faults: u64,
+    /// The cgroup's limit; `None` when unlimited.
+    pub limit: Option<u64>,
+}
+
+/// Values of v1 limit files at or above this are "no limit" (the kernel prints
+/// `PAGE_COUNTER_MAX` rounded to pages: 9223372036854771712 on 4 KiB pages).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+impl Cgroups {
+    /// The cgroup filesystem mounted at `root` (`/sys/fs/cgroup`), or `None` when there
+    /// is none there: v2 when `cgroup.controllers` is at the root, v1 when a `memory`
+    /// hierarchy is.
+    pub fn detect(root: &Path) -> Option<Self> {
+        if root.join("cgroup.controllers").is_file() {
+            Some(Cgroups::at(root, true))
+        } else if root.join("memory").is_dir() {
+            Some(Cgroups::at(root, false))
+        } else {
+            None
+        }
+    }
+
+    /// A cgroup filesystem laid out as v1 or v2 at `root` (tests build one in a
+    /// temporary directory).
+    pub fn at(root: &Path, v2: bool) -> Self {
+        Cgroups {
+            root: root.to_path_buf(),
+            v2,
+        }
+    }
+
+    /// Whether this is the unified hierarchy.
+    pub fn v2(&self) -> bool {
+        self.v2
+    }
+
+    fn dir(&self, controller: &str, cgroup: &str) -> PathBuf {
+        let rel = cgroup.trim_start_matches('/');
+        if self.v2 {
+            self.root.join(rel)
+        } else {
+            self.root.join(controller).join(rel)
+        }
+    }
+
+    /// Whether `cgroup` (e.g. `/wasmlet/pod<uid>`) exists in the memory hierarchy.
+    pub fn exists(&self, cgroup: &str) -> bool {
+        self.dir("memory", cgroup).is_dir()
+    }
+
+    /// Cumulative CPU time of `cgroup`, in nanoseconds.
+    pub fn cpu_ns(&self, cgroup: &str) -> io::Result<u64> {
+        if self.v2 {
+            let text = read(&self.dir("cpu", cgroup).join("cpu.stat"))?;
+            let usec = field(&text, "usage_usec").ok_or_else(|| missing("usage_usec"))?;
+            Ok(usec.saturating_mul(1000))
+        } else {
+            number(&self.dir("cpuacct", cgroup).join("cpuacct.usage"))
+        }
+    }
+
+    /// Memory counters of `cgroup`.
+    pub fn memory(&self, cgroup: &str) -> io::Result<Memory> {
+        let dir = self.dir("memory", cgroup);
+        if self.v2 {
+            let usage = number(&dir.join("memory.current"))?;
+            let stat = read(&dir.join("memory.stat"))?;
+            Ok(Memory {
+                usage,
+                working_set: usage.saturating_sub(field(&stat, "inactive_file").unwrap_or(0)),
+                rss: field(&stat, "anon").unwrap_or(0),
+                page_faults: field(&stat, "pgfault").unwrap_or(0),
+                major_page_faults: field(&stat, "pgmajfault").unwrap_or(0),
+                limit: limit(&dir.join("memory.max")),
+            })
+        } else {
+            let usage = number(&dir.join("memory.usage_in_bytes"))?;
+            let stat = read(&dir.join("memory.stat"))?;
+            Ok(Memory {
+                usage,
+                working_set: usage.saturating_sub(field(&stat, "total_inactive_file").unwrap_or(0)),
+                rss: field(&stat, "total_rss").unwrap_or(0),
+                page_faults: field(&stat, "total_pgfault").unwrap_or(0),
+                major_page_faults: field(&stat, "total_pgmajfault").unwrap_or(0),
+                limit: limit(&dir.join("memory.limit_in_bytes")),
+            })
+        }
+    }
+
+    /// How many processes (tasks) `cgroup` holds, from the pids controller.
+    pub fn processes(&self, cgroup: &str) -> io::Result<u64> {
+        number(&self.dir("pids", cgroup).join("pids.current"))
+    }
+
+    /// One process in `cgroup` or any cgroup below it (to read the network of the
+    /// namespace it runs in), or `None` when it holds none.
+    pub fn any_process(&self, cgroup: &str) -> Option<u32> {
+        first_pid(&self.dir("memory", cgroup), 3)
+    }
+}
+
+/// The first pid in `dir`'s `cgroup.procs`, else in its children's, `depth` levels down.
+fn first_pid(dir: &Path, depth: u32) -> Option<u32> {
+    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs"))
+        && let Some(pid) = text.lines().find_map(|l| l.trim().parse().ok())
+    {
+        return Some(pid);
+    }
+    if depth == 0 {
+        return None;
+    }
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .find_map(|e| first_pid(&e.path(), depth - 1))
+}
+
+fn read(path: &Path) -> io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+fn number(path: &Path) -> io::Result<u64> {
+    let text = read(path)?;
+    text.trim().parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not a number: {:?}", path.display(), text.trim()),
+        )
+    })
+}
+
+fn limit(path: &Path) -> Option<u64> {
+    let text = read(path).ok()?;
+    let v: u64 = text.trim().parse().ok()?;
+    (v < V1_UNLIMITED).then_some(v)
+}
+
+fn missing(key: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in cpu.stat"))
+}
+
+/// The value of `key` in a flat-keyed file (`key value` per line: memory.stat,
+/// cpu.stat).
+pub fn field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::tempdir;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn v1_working_set_is_usage_less_inactive_file() {
+        let dir = tempdir();
+        let root = dir.path();
+        write(
+            &root.join("memory/wasmlet/podu1/memory.usage_in_bytes"),
+            "10485760\n",
+        );
+        write(
+            &root.join("memory/wasmlet/podu1/memory.stat"),
+            "cache 1\nrss 2\ninactive_file 5\ntotal_cache 4194304\ntotal_rss 6291456\n\
+             total_inactive_file 3145728\ntotal_pgfault 1200\ntotal_pgmajfault 3\n",
+        );
+        write(
+            &root.join("memory/wasmlet/podu1/memory.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        write(
+            &root.join("cpuacct/wasmlet/podu1/cpuacct.usage"),
+            "123456789\n",
+        );
+        write(&root.join("pids/wasmlet/podu1/pids.current"), "4\n");
+        write(&root.join("memory/wasmlet/podu1/c1/cgroup.procs"), "4242\n");
+        write(&root.join("memory/wasmlet/podu1/cgroup.procs"), "");
+        let cg = Cgroups::detect(root).expect("v1");
+        assert!(!cg.v2());
+        let m = cg.memory("/wasmlet/podu1").expect("memory");
+        assert_eq!(
+            m,
+            Memory {
+                usage: 10_485_760,
+                working_set: 10_485_760 - 3_145_728,
+                rss: 6_291_456,
+                page_faults: 1200,
+                major_page_faults: 3,
+                limit: None,
+            }
+        );
+        assert_eq!(cg.cpu_ns("/wasmlet/podu1").expect("cpu"), 123_456_789);
+        assert_eq!(cg.processes("/wasmlet/podu1").expect("pids"), 4);
+        assert_eq!(cg.any_process("/wasmlet/podu1"), Some(4242));
+        assert!(cg.exists("/wasmlet/podu1"));
+        write(
+            &root.join("memory/wasmlet/podu1/memory.limit_in_bytes"),
+            "67108864\n",
+        );
+        assert_eq!(
+            cg.memory("/wasmlet/podu1").expect("memory").limit,
+            Some(64 << 20)
+        );
+    }
+
+    #[test]
+    fn v2_reads_the_unified_files() {
+        let dir = tempdir();
+        let root = dir.path();
+        write(&root.join("cgroup.controllers"), "cpu memory pids\n");
+        write(&root.join("wasmlet/podu1/memory.current"), "8388608\n");
+        write(
+            &root.join("wasmlet/podu1/memory.stat"),
+            "anon 4194304\nfile 4194304\ninactive_file 1048576\npgfault 77\npgmajfault 1\n",
+        );
+        write(&root.join("wasmlet/podu1/memory.max"), "max\n");
+        write(
+            &root.join("wasmlet/podu1/cpu.stat"),
+            "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
+        );
+        let cg = Cgroups::detect(root).expect("v2");
+        assert!(cg.v2());
+        let m = cg.memory("wasmlet/podu1").expect("memory");
+        assert_eq!(m.working_set, 8_388_608 - 1_048_576);
+        assert_eq!(m.rss, 4_194_304);
+        assert_eq!((m.page_faults, m.major_page_faults), (77, 1));
+        assert_eq!(m.limit, None);
+        assert_eq!(cg.cpu_ns("wasmlet/podu1").expect("cpu"), 2_500_000);
+    }
+
+    #[test]
+    fn a_vanished_cgroup_is_not_found_and_never_negative() {
+        let dir = tempdir();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("memory")).expect("mkdir");
+        let cg = Cgroups::detect(root).expect("v1");
+        let e = cg.memory("/wasmlet/gone").expect_err("gone");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(cg.any_process("/wasmlet/gone"), None);
+        // Inactive file above usage (racy reads) clamps to 0.
+        write(&root.join("memory/x/memory.usage_in_bytes"), "100\n");
+        write(
+            &root.join("memory/x/memory.stat"),
+            "total_inactive_file 200\n",
+        );
+        assert_eq!(cg.memory("x").expect("memory").working_set, 0);
+        assert!(Cgroups::detect(&root.join("nothing")).is_none());
+    }
+}

@@ -1,0 +1,564 @@
+//! One stats sample of the node and its pods ([`Collector::collect`]): CPU and memory
+//! from the cgroups (the pod cgroups wasmlet makes, the containers' below them; the
+//! runtime's `ListContainerStats` for what has no cgroup here), writable layers and the
+//! image filesystem from the CRI, logs and emptyDirs from the disk, CPU rates from the
+//! previous sample.
+//!
+//! Whatever cannot be read is left out of the sample — a cgroup gone with its pod, a
+//! filesystem that cannot be stat'ed, a CRI call the runtime does not implement — and
+//! said once in the log ([`Complaints`]), never a failed sample.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use wasmlet_cri::proto;
+use wasmlet_cri::{CriRuntime, ErrorKind};
+
+use crate::cgroup::Memory;
+use crate::node::{self, DEFAULT_INTERFACE, Fs, Interface, NodeFiles};
+use crate::summary::{
+    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
+    PodReference, PodStats, ProcessStats, RlimitStats, RuntimeStats, Summary, VolumeStats,
+};
+
+/// A pod as the collector measures it.
+#[derive(Debug, Clone, Default)]
+pub struct PodInfo {
+    /// UID.
+    pub uid: String,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// When its sandbox was made (Unix ns).
+    pub start_time: i64,
+    /// Its running containers.
+    pub containers: Vec<ContainerRef>,
+    /// Its log directory (`<podLogsDir>/<ns>_<name>_<uid>`).
+    pub log_dir: PathBuf,
+    /// Its emptyDir volumes on disk: name and directory.
+    pub empty_dirs: Vec<(String, PathBuf)>,
+    /// Its pod cgroup (`/wasmlet/pod<uid>`), when wasmlet made one.
+    pub cgroup: Option<String>,
+}
+
+/// A running container of a pod.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerRef {
+    /// The runtime's id.
+    pub id: String,
+    /// Its name in the pod.
+    pub name: String,
+    /// When it started (Unix ns).
+    pub started_at: i64,
+    /// The image it runs, as the spec names it.
+    pub image: String,
+}
+
+/// One sample: the kubelet's Summary, when it was taken, and what the Summary has no
+/// field for (runtime ids, images, cgroups) that `/metrics/cadvisor` labels with.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// When the sample was taken (Unix ns).
+    pub at: i64,
+    /// The Summary.
+    pub summary: Summary,
+    /// Per pod UID: its cgroup and its containers' ids and images by name.
+    pub pods: HashMap<String, PodMeta>,
+}
+
+/// What labels a pod's metrics besides its name.
+#[derive(Debug, Clone, Default)]
+pub struct PodMeta {
+    /// The pod cgroup, when it has one.
+    pub cgroup: Option<String>,
+    /// Container name → (runtime id, image).
+    pub containers: HashMap<String, (String, String)>,
+}
+
+/// What the collector measures: the node's pods.
+pub trait PodLister: Send + Sync {
+    /// The pods with a sandbox on the node now.
+    fn pods(&self) -> Vec<PodInfo>;
+}
+
+/// Where the node is measured.
+#[derive(Debug, Clone)]
+pub struct CollectorSettings {
+    /// The node's name.
+    pub node_name: String,
+    /// The kubelet's root directory: its filesystem is `nodefs`.
+    pub root_dir: PathBuf,
+    /// `/proc` and the cgroup filesystem.
+    pub files: NodeFiles,
+}
+
+/// Items left out of a sample, each said in the log the first time only.
+#[derive(Debug, Default)]
+pub struct Complaints(HashSet<String>);
+
+impl Complaints {
+    /// Logs `what` unless it was said before; returns whether it was new.
+    pub fn once(&mut self, what: &str, why: &dyn std::fmt::Display) -> bool {
+        if self.0.contains(what) {
+            return false;
+        }
+        tracing::warn!("stats: {what} left out of the summary: {why}");
+        self.0.insert(what.to_owned());
+        true
+    }
+}
+
+/// Takes samples; keeps the previous CPU readings for rates.
+pub struct Collector<R> {
+    runtime: Arc<R>,
+    pods: Arc<dyn PodLister>,
+    settings: CollectorSettings,
+    start_time: String,
+    previous: HashMap<String, (u64, i64)>,
+    complaints: Complaints,
+}
+
+impl<R: CriRuntime> Collector<R> {
+    /// A collector of the pods `pods` lists, on `runtime`.
+    pub fn new(runtime: Arc<R>, pods: Arc<dyn PodLister>, settings: CollectorSettings) -> Self {
+        Collector {
+            runtime,
+            pods,
+            settings,
+            start_time: rfc3339(now_ns()),
+            previous: HashMap::new(),
+            complaints: Complaints::default(),
+        }
+    }
+
+    /// One sample of the node and every pod.
+    pub async fn collect(&mut self) -> Sample {
+        let pods = self.pods.pods();
+        let cri_stats = self.container_stats().await;
+        let image_fs = self.image_fs().await;
+        let now = now_ns();
+        let time = rfc3339(now);
+        let mut seen = HashSet::new();
+        let node = self.node(now, &time, image_fs);
+        let nodefs = node.fs.clone();
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in &pods {
+            out.push(self.pod(pod, now, &time, &cri_stats, nodefs.as_ref(), &mut seen));
+        }
+        self.previous.retain(|k, _| seen.contains(k) || k == "node");
+        let meta = pods
+            .iter()
+            .map(|p| {
+                let containers = p
+                    .containers
+                    .iter()
+                    .map(|c| (c.name.clone(), (c.id.clone(), c.image.clone())))
+                    .collect();
+                (
+                    p.uid.clone(),
+                    PodMeta {
+                        cgroup: p.cgroup.clone(),
+                        containers,
+                    },
+                )
+            })
+            .collect();
+        Sample {
+            at: now,
+            summary: Summary { node, pods: out },
+            pods: meta,
+        }
+    }
+
+    async fn container_stats(&mut self) -> HashMap<String, proto::ContainerStats> {
+        match self.runtime.list_container_stats(None).await {
+            Ok(list) => list
+                .into_iter()
+                .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
+                .collect(),
+            Err(e) => {
+                let what = if e.kind() == ErrorKind::Unimplemented {
+                    "containers' writable layers (the runtime has no ListContainerStats)"
+                } else {
+                    "containers' writable layers (ListContainerStats failed)"
+                };
+                self.complaints.once(what, &e);
+                HashMap::new()
+            }
+        }
+    }
+
+    async fn image_fs(&mut self) -> Option<FsStats> {
+        let info = match self.runtime.image_fs_info().await {
+            Ok(i) => i,
+            Err(e) => {
+                self.complaints
+                    .once("the image filesystem (ImageFsInfo failed)", &e);
+                return None;
+            }
+        };
+        let usage = info.image_filesystems.first()?;
+        let mountpoint = usage.fs_id.as_ref().map(|f| f.mountpoint.clone())?;
+        let time = rfc3339(usage.timestamp.max(now_ns()));
+        let mut fs = FsStats {
+            time,
+            used_bytes: usage.used_bytes.as_ref().map(|v| v.value),
+            inodes_used: usage.inodes_used.as_ref().map(|v| v.value),
+            ..FsStats::default()
+        };
+        match node::filesystem(std::path::Path::new(&mountpoint)) {
+            Ok(f) => {
+                fs.capacity_bytes = Some(f.capacity);
+                fs.available_bytes = Some(f.available);
+                fs.inodes = Some(f.inodes);
+                fs.inodes_free = Some(f.inodes_free);
+            }
+            Err(e) => {
+                self.complaints
+                    .once(&format!("the image filesystem's size ({mountpoint})"), &e);
+            }
+        }
+        Some(fs)
+    }
+
+    fn node(&mut self, now: i64, time: &str, image_fs: Option<FsStats>) -> NodeStats {
+        let files = self.settings.files.clone();
+        let cpu = match files.cpu_ns() {
+            Ok(ns) => Some(self.cpu("node".to_owned(), ns, now, time)),
+            Err(e) => {
+                self.complaints.once("the node's CPU", &e);
+                None
+            }
+        };
+        let memory = match (files.memory(), files.memory_capacity()) {
+            (Ok(m), Ok(total)) => Some(memory(&m, Some(total), time)),
+            (Err(e), _) | (_, Err(e)) => {
+                self.complaints.once("the node's memory", &e);
+                None
+            }
+        };
+        let network = match files.network(None) {
+            Ok(ifs) => Some(network(&ifs, time)),
+            Err(e) => {
+                self.complaints.once("the node's network", &e);
+                None
+            }
+        };
+        let fs = match node::filesystem(&self.settings.root_dir) {
+            Ok(f) => Some(fs_stats(&f, time)),
+            Err(e) => {
+                let what = format!("the root filesystem ({})", self.settings.root_dir.display());
+                self.complaints.once(&what, &e);
+                None
+            }
+        };
+        let rlimit = match files.processes() {
+            Ok((max, cur)) => Some(RlimitStats {
+                time: time.to_owned(),
+                maxpid: i64::try_from(max).ok(),
+                curproc: i64::try_from(cur).ok(),
+            }),
+            Err(e) => {
+                self.complaints.once("the node's processes", &e);
+                None
+            }
+        };
+        NodeStats {
+            node_name: self.settings.node_name.clone(),
+            system_containers: Vec::new(),
+            start_time: self.start_time.clone(),
+            cpu,
+            memory,
+            network,
+            fs,
+            runtime: image_fs.map(|f| RuntimeStats { image_fs: Some(f) }),
+            rlimit,
+        }
+    }
+
+    fn pod(
+        &mut self,
+        pod: &PodInfo,
+        now: i64,
+        time: &str,
+        cri: &HashMap<String, proto::ContainerStats>,
+        nodefs: Option<&FsStats>,
+        seen: &mut HashSet<String>,
+    ) -> PodStats {
+        let cgroups = self.settings.files.cgroups.clone();
+        let pod_cgroup = pod
+            .cgroup
+            .as_deref()
+            .filter(|c| cgroups.as_ref().is_some_and(|cg| cg.exists(c)));
+        let mut containers = Vec::with_capacity(pod.containers.len());
+        let mut ephemeral_used = 0u64;
+        let mut ephemeral_inodes = 0u64;
+        for c in &pod.containers {
+            let own = pod_cgroup.map(|p| format!("{p}/{}", c.id));
+            let from_cri = cri.get(&c.id);
+            let mut stats = ContainerStats {
+                name: c.name.clone(),
+                start_time: rfc3339(c.started_at),
+                ..ContainerStats::default()
+            };
+            match (&cgroups, own.as_deref()) {
+                (Some(cg), Some(own)) if cg.exists(own) => {
+                    if let Ok(ns) = cg.cpu_ns(own) {
+                        seen.insert(c.id.clone());
+                        stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
+                    }
+                    stats.memory = cg.memory(own).ok().map(|m| memory(&m, m.limit, time));
+                }
+                _ => {
+                    if let Some(s) = from_cri {
+                        if let Some(ns) = s
+                            .cpu
+                            .as_ref()
+                            .and_then(|c| c.usage_core_nano_seconds.as_ref())
+                        {
+                            seen.insert(c.id.clone());
+                            stats.cpu = Some(self.cpu(c.id.clone(), ns.value, now, time));
+                        }
+                        stats.memory = s.memory.as_ref().map(|m| cri_memory(m, time));
+                    }
+                }
+            }
+            if let Some(layer) = from_cri.and_then(|s| s.writable_layer.as_ref()) {
+                let used = layer.used_bytes.as_ref().map(|v| v.value);
+                let inodes = layer.inodes_used.as_ref().map(|v| v.value);
+                ephemeral_used += used.unwrap_or(0);
+                ephemeral_inodes += inodes.unwrap_or(0);
+                stats.rootfs = Some(FsStats {
+                    used_bytes: used,
+                    inodes_used: inodes,
+                    ..on_nodefs(nodefs, time)
+                });
+            }
+            let logs = pod.log_dir.join(&c.name);
+            if let Ok((bytes, inodes)) = node::disk_usage(&logs) {
+                ephemeral_used += bytes;
+                ephemeral_inodes += inodes;
+                stats.logs = Some(FsStats {
+                    used_bytes: Some(bytes),
+                    inodes_used: Some(inodes),
+                    ..on_nodefs(nodefs, time)
+                });
+            }
+            containers.push(stats);
+        }
+        let mut volumes = Vec::new();
+        for (name, dir) in &pod.empty_dirs {
+            if let Ok((bytes, inodes)) = node::disk_usage(dir) {
+                ephemeral_used += bytes;
+                ephemeral_inodes += inodes;
+                volumes.push(VolumeStats {
+                    fs: FsStats {
+                        used_bytes: Some(bytes),
+                        inodes_used: Some(inodes),
+                        ..on_nodefs(nodefs, time)
+                    },
+                    name: name.clone(),
+                });
+            }
+        }
+        let key = format!("pod/{}", pod.uid);
+        let (cpu, mem, processes) = match (&cgroups, pod_cgroup) {
+            (Some(cg), Some(pc)) => {
+                let cpu = cg.cpu_ns(pc).ok().map(|ns| {
+                    seen.insert(key.clone());
+                    self.cpu(key.clone(), ns, now, time)
+                });
+                let mem = cg.memory(pc).ok().map(|m| memory(&m, m.limit, time));
+                (cpu, mem, cg.processes(pc).ok())
+            }
+            _ => {
+                // No pod cgroup: the pod is the sum of its containers.
+                let cpu = sum(containers.iter().map(|c| c.cpu.as_ref()), |c| {
+                    c.usage_core_nano_seconds
+                })
+                .map(|ns| {
+                    seen.insert(key.clone());
+                    self.cpu(key.clone(), ns, now, time)
+                });
+                let ws = sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
+                    m.working_set_bytes
+                });
+                let mem = ws.map(|ws| MemoryStats {
+                    time: time.to_owned(),
+                    working_set_bytes: Some(ws),
+                    usage_bytes: sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
+                        m.usage_bytes
+                    }),
+                    rss_bytes: sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
+                        m.rss_bytes
+                    }),
+                    ..MemoryStats::default()
+                });
+                (cpu, mem, None)
+            }
+        };
+        let network = pod_cgroup
+            .zip(cgroups.as_ref())
+            .and_then(|(pc, cg)| cg.any_process(pc))
+            .and_then(|pid| self.settings.files.network(Some(pid)).ok())
+            .map(|ifs| network(&ifs, time));
+        PodStats {
+            pod_ref: PodReference {
+                name: pod.name.clone(),
+                namespace: pod.namespace.clone(),
+                uid: pod.uid.clone(),
+            },
+            start_time: rfc3339(pod.start_time),
+            containers,
+            cpu,
+            memory: mem,
+            network,
+            volume_stats: volumes,
+            ephemeral_storage: Some(FsStats {
+                used_bytes: Some(ephemeral_used),
+                inodes_used: Some(ephemeral_inodes),
+                ..on_nodefs(nodefs, time)
+            }),
+            process_stats: processes.map(|n| ProcessStats {
+                process_count: Some(n),
+            }),
+        }
+    }
+
+    /// CPU stats for `key` with the rate since its previous reading.
+    fn cpu(&mut self, key: String, ns: u64, now: i64, time: &str) -> CpuStats {
+        let rate = self
+            .previous
+            .insert(key, (ns, now))
+            .and_then(|(prev_ns, prev_t)| nano_cores(prev_ns, prev_t, ns, now));
+        CpuStats {
+            time: time.to_owned(),
+            usage_nano_cores: rate,
+            usage_core_nano_seconds: Some(ns),
+        }
+    }
+}
+
+/// CPU use between two readings, in billionths of a core: `None` when time did not
+/// advance or the counter went back (a new cgroup under the same name).
+pub fn nano_cores(prev_ns: u64, prev_t: i64, ns: u64, t: i64) -> Option<u64> {
+    let dt = u64::try_from(t.checked_sub(prev_t)?)
+        .ok()
+        .filter(|d| *d > 0)?;
+    let used = ns.checked_sub(prev_ns)?;
+    Some(((u128::from(used) * 1_000_000_000) / u128::from(dt)) as u64)
+}
+
+fn sum<'a, T: 'a>(
+    items: impl Iterator<Item = Option<&'a T>>,
+    get: impl Fn(&T) -> Option<u64>,
+) -> Option<u64> {
+    let mut total = None;
+    for v in items.flatten().filter_map(get) {
+        total = Some(total.unwrap_or(0) + v);
+    }
+    total
+}
+
+/// Memory stats; `available` is the limit (the machine's for the node) less the
+/// working set.
+fn memory(m: &Memory, limit: Option<u64>, time: &str) -> MemoryStats {
+    MemoryStats {
+        time: time.to_owned(),
+        available_bytes: limit.map(|l| l.saturating_sub(m.working_set)),
+        usage_bytes: Some(m.usage),
+        working_set_bytes: Some(m.working_set),
+        rss_bytes: Some(m.rss),
+        page_faults: Some(m.page_faults),
+        major_page_faults: Some(m.major_page_faults),
+    }
+}
+
+fn cri_memory(m: &proto::MemoryUsage, time: &str) -> MemoryStats {
+    let v = |x: &Option<proto::UInt64Value>| x.as_ref().map(|v| v.value);
+    MemoryStats {
+        time: time.to_owned(),
+        available_bytes: v(&m.available_bytes),
+        usage_bytes: v(&m.usage_bytes),
+        working_set_bytes: v(&m.working_set_bytes),
+        rss_bytes: v(&m.rss_bytes),
+        page_faults: v(&m.page_faults),
+        major_page_faults: v(&m.major_page_faults),
+    }
+}
+
+fn network(ifs: &[Interface], time: &str) -> NetworkStats {
+    let stats = |i: &Interface| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: Some(i.rx_bytes),
+        rx_errors: Some(i.rx_errors),
+        tx_bytes: Some(i.tx_bytes),
+        tx_errors: Some(i.tx_errors),
+    };
+    NetworkStats {
+        time: time.to_owned(),
+        default: ifs
+            .iter()
+            .find(|i| i.name == DEFAULT_INTERFACE)
+            .map(stats)
+            .unwrap_or_default(),
+        interfaces: ifs.iter().map(stats).collect(),
+    }
+}
+
+fn fs_stats(f: &Fs, time: &str) -> FsStats {
+    FsStats {
+        time: time.to_owned(),
+        available_bytes: Some(f.available),
+        capacity_bytes: Some(f.capacity),
+        used_bytes: Some(f.used),
+        inodes_free: Some(f.inodes_free),
+        inodes: Some(f.inodes),
+        inodes_used: Some(f.inodes.saturating_sub(f.inodes_free)),
+    }
+}
+
+/// An item on the node's root filesystem: its size and free space are the
+/// filesystem's, its use its own.
+fn on_nodefs(nodefs: Option<&FsStats>, time: &str) -> FsStats {
+    FsStats {
+        time: time.to_owned(),
+        available_bytes: nodefs.and_then(|f| f.available_bytes),
+        capacity_bytes: nodefs.and_then(|f| f.capacity_bytes),
+        inodes_free: nodefs.and_then(|f| f.inodes_free),
+        inodes: nodefs.and_then(|f| f.inodes),
+        ..FsStats::default()
+    }
+}
+
+/// Now, in Unix nanoseconds.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Unix nanoseconds as the API's RFC 3339 (whole seconds); the epoch for 0.
+pub fn rfc3339(ns: i64) -> String {
+    wasmlet_agent::time::rfc3339(ns.max(0) / 1_000_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_come_from_two_readings() {
+        // 0.5 s of CPU over 2 s: a quarter core.
+        assert_eq!(
+            nano_cores(1_000_000_000, 0, 1_500_000_000, 2_000_000_000),
+            Some(250_000_000)
+        );
+        assert_eq!(nano_cores(10, 5, 20, 5), None);
+        assert_eq!(nano_cores(10, 5, 5, 10), None);
+        assert_eq!(nano_cores(10, 10, 20, 5), None);
+    }
+}

@@ -1,0 +1,121 @@
+//! `wasmlet-stats`: what the node has left, measured and acted on.
+//!
+//! - [`cgroup`] and [`node`] read the counters: cgroup v1 and v2 CPU, memory and
+//!   processes; the node's memory, CPU, filesystems, processes and network.
+//! - [`collect`] takes one sample of the node and its pods ([`Collector`]) into the
+//!   kubelet's stats [`Summary`](summary::Summary) ([`summary`]), from the cgroups and
+//!   the CRI; [`agent`] is the seam that lists the agent's pods for it.
+//! - [`metrics`] renders a sample as `/metrics/resource` and `/metrics/cadvisor`.
+//!
+//! [`Stats`] holds the latest sample; [`Stats::spawn`] samples on the housekeeping
+//! period (the kubelet's is 10 s), and everything that reads usage — the kubelet
+//! server's endpoints, the eviction manager — reads that one sample.
+
+pub mod agent;
+pub mod cgroup;
+pub mod collect;
+pub mod metrics;
+pub mod node;
+pub mod summary;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use wasmlet_cri::CriRuntime;
+
+pub use collect::{
+    Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, PodMeta, Sample,
+};
+pub use summary::Summary;
+
+/// The kubelet's housekeeping period: how often usage is sampled.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
+
+/// The latest sample, and a way to wait for the next.
+#[derive(Debug)]
+pub struct Stats {
+    latest: watch::Sender<Option<Arc<Sample>>>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+impl Stats {
+    /// No sample yet.
+    pub fn new() -> Self {
+        Stats {
+            latest: watch::Sender::new(None),
+        }
+    }
+
+    /// The latest sample, if one was taken.
+    pub fn latest(&self) -> Option<Arc<Sample>> {
+        self.latest.borrow().clone()
+    }
+
+    /// Stores a sample (the sampler does; tests and fake providers may).
+    pub fn publish(&self, sample: Sample) {
+        self.latest.send_replace(Some(Arc::new(sample)));
+    }
+
+    /// A receiver that sees every new sample.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<Sample>>> {
+        self.latest.subscribe()
+    }
+
+    /// Samples with `collector` now and every `period` until the task is aborted.
+    pub fn spawn<R: CriRuntime + 'static>(
+        self: &Arc<Self>,
+        mut collector: Collector<R>,
+        period: Duration,
+    ) -> JoinHandle<()> {
+        let stats = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let sample = collector.collect().await;
+                stats.publish(sample);
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::{Path, PathBuf};
+
+    /// A temporary directory removed when dropped.
+    pub(crate) struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub(crate) fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub(crate) fn tempdir() -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "wasmlet-stats-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("tempdir");
+        TempDir(p)
+    }
+}
