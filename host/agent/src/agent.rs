@@ -274,6 +274,28 @@ impl<R: CriRuntime + 'static> Agent<R> {
             .object(readiness.is_ok(), &message, &self.ctx.clock.now_rfc3339())
     }
 
+    /// Ends pod `uid` because the node is short of a resource (the eviction manager):
+    /// phase Failed with `reason` and `message`, a Warning event saying so, its
+    /// containers stopped with `grace`; the pod stays until it is deleted. False if the
+    /// pod is unknown or has ended already.
+    pub fn evict(&self, uid: &str, reason: &str, message: &str, grace: Duration) -> bool {
+        let statuses = &self.ctx.statuses;
+        if !statuses.evict_with(uid, reason, message, Some(grace)) {
+            return false;
+        }
+        if let Some(e) = statuses.get(uid) {
+            self.ctx.events.record(crate::events::Event::warning(
+                &e.pod,
+                None,
+                reason,
+                message.to_owned(),
+            ));
+        }
+        self.ctx.update_status(uid);
+        self.workers.resync(uid);
+        true
+    }
+
     /// Stops the agent's loops; pods keep running.
     pub async fn shutdown(&self) {
         let _ = self.shutdown.send(true);

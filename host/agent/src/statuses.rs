@@ -43,6 +43,9 @@ pub struct PodEntry {
     pub first_synced: bool,
     /// The node ended it (reason, message): its phase is Failed.
     pub evicted: Option<(String, String)>,
+    /// The grace its containers get when the node ended it for pressure (`None`: the
+    /// pod's own).
+    pub eviction_grace: Option<std::time::Duration>,
     seq: u64,
 }
 
@@ -150,6 +153,7 @@ impl StatusManager {
                         reclaimed: false,
                         first_synced: false,
                         evicted: None,
+                        eviction_grace: None,
                         seq: *seq,
                     },
                 );
@@ -175,13 +179,39 @@ impl StatusManager {
     /// Records that the node ends the pod (activeDeadlineSeconds): from now on its phase
     /// is Failed with `reason` and `message`. False if it was so already.
     pub fn evict(&self, uid: &str, reason: &str, message: &str) -> bool {
+        self.evict_with(uid, reason, message, None)
+    }
+
+    /// [`StatusManager::evict`] with the grace the pod's containers get (node-pressure
+    /// eviction); `None` keeps the pod's own. False if the pod is unknown, ended by the
+    /// node already, or finished.
+    pub fn evict_with(
+        &self,
+        uid: &str,
+        reason: &str,
+        message: &str,
+        grace: Option<std::time::Duration>,
+    ) -> bool {
         match self.write().1.get_mut(uid) {
-            Some(e) if e.evicted.is_none() => {
+            Some(e)
+                if e.evicted.is_none()
+                    && !e.reclaimed
+                    && !e.rejected
+                    && !matches!(e.status.phase.as_deref(), Some("Succeeded" | "Failed")) =>
+            {
                 e.evicted = Some((reason.to_owned(), message.to_owned()));
+                e.eviction_grace = grace;
                 true
             }
             _ => false,
         }
+    }
+
+    /// Whether the node ended the pod, and the grace its containers get then.
+    pub fn eviction(&self, uid: &str) -> Option<Option<std::time::Duration>> {
+        let guard = self.read();
+        let e = guard.1.get(uid)?;
+        e.evicted.as_ref().map(|_| e.eviction_grace)
     }
 
     /// When the pod's `activeDeadlineSeconds` runs out, as Unix seconds: counted from its

@@ -384,7 +384,11 @@ impl Simulator {
         let info = if verbose {
             BTreeMap::from([(
                 "config".to_string(),
-                format!("{{\"runtime\":\"{RUNTIME_NAME}\"}}"),
+                // As containerd's CRI plugin: its configuration, the sandbox image in it.
+                format!(
+                    "{{\"runtime\":\"{RUNTIME_NAME}\",\"sandboxImage\":\"{}\"}}",
+                    crate::image::PAUSE_IMAGE
+                ),
             )])
         } else {
             BTreeMap::new()

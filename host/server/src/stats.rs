@@ -13,7 +13,6 @@ use wasmlet_cri::CriRuntime;
 
 use crate::routes::{Shared, error, pairs};
 
-
 /// The Prometheus text format's content type.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 

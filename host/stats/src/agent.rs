@@ -106,3 +106,100 @@ pub fn sample<R: CriRuntime + 'static>(
     let task = stats.spawn(collector, period);
     (stats, task)
 }
+
+/// The agent as eviction acts on it: its pods' priorities and requests, evictions
+/// through [`Agent::evict`], and unused images removed through the runtime.
+pub struct AgentNode<R> {
+    /// The agent.
+    pub agent: Arc<Agent<R>>,
+    /// Image garbage collection (node-level reclaim for disk signals).
+    pub images: Arc<tokio::sync::Mutex<crate::imagegc::ImageGc>>,
+}
+
+/// Whether the kubelet would never evict `pod`: static, mirror, or at
+/// system-critical priority.
+pub fn critical(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    wasmlet_agent::pod::is_static(pod)
+        || mirror
+        || priority >= crate::eviction::rank::SYSTEM_CRITICAL_PRIORITY
+}
+
+/// `pod` as eviction ranks it.
+pub fn pod_facts(pod: &k8s_openapi::api::core::v1::Pod) -> crate::eviction::PodFacts {
+    use crate::eviction::rank::Requests;
+    let spec = pod.spec.as_ref();
+    let request = |c: &k8s_openapi::api::core::v1::Container, name: &str| {
+        let q = c.resources.as_ref()?.requests.as_ref()?.get(name)?;
+        let v = wasmlet_plugin_host::convert::parse_quantity(&q.0, 0).ok()?;
+        Some((v, q.0.clone()))
+    };
+    let containers = spec
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| Requests {
+                    name: c.name.clone(),
+                    memory: request(c, "memory"),
+                    ephemeral_storage: request(c, "ephemeral-storage"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    crate::eviction::PodFacts {
+        uid: wasmlet_agent::pod::uid(pod).to_owned(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        priority: spec.and_then(|s| s.priority).unwrap_or(0),
+        critical: critical(pod),
+        best_effort: wasmlet_agent::status::qos_class(pod) == "BestEffort",
+        grace: std::time::Duration::from_secs(
+            u64::try_from(wasmlet_agent::pod::grace_seconds(pod)).unwrap_or(0),
+        ),
+        containers,
+    }
+}
+
+impl<R: CriRuntime + 'static> crate::eviction::run::Node for AgentNode<R> {
+    fn pods(&self) -> Vec<crate::eviction::PodFacts> {
+        self.agent
+            .ctx
+            .statuses
+            .pods()
+            .iter()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Succeeded" | "Failed"))
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+            .map(pod_facts)
+            .collect()
+    }
+
+    fn evict(&self, e: &crate::eviction::Eviction) -> bool {
+        self.agent
+            .evict(&e.uid, crate::eviction::REASON, &e.message, e.grace)
+    }
+
+    fn reclaim(
+        &self,
+        _signal: crate::eviction::Signal,
+    ) -> crate::eviction::run::BoxFuture<'_, String> {
+        Box::pin(async move {
+            let runtime = self.agent.ctx.runtime.clone();
+            let mut gc = self.images.lock().await;
+            match gc.delete_unused(runtime.as_ref()).await {
+                Ok(r) => format!(
+                    "{} unused images removed, {} bytes freed",
+                    r.removed, r.freed
+                ),
+                Err(e) => format!("unused images not removed: {e}"),
+            }
+        })
+    }
+}

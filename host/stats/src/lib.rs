@@ -6,6 +6,10 @@
 //!   kubelet's stats [`Summary`](summary::Summary) ([`summary`]), from the cgroups and
 //!   the CRI; [`agent`] is the seam that lists the agent's pods for it.
 //! - [`metrics`] renders a sample as `/metrics/resource` and `/metrics/cadvisor`.
+//! - [`eviction`] is the kubelet's eviction manager: thresholds, pressure conditions,
+//!   ranking, one eviction per period; [`eviction::run`] the housekeeping loop that
+//!   samples and acts.
+//! - [`imagegc`] removes unused images when the image filesystem fills.
 //!
 //! [`Stats`] holds the latest sample; [`Stats::spawn`] samples on the housekeeping
 //! period (the kubelet's is 10 s), and everything that reads usage — the kubelet
@@ -14,6 +18,8 @@
 pub mod agent;
 pub mod cgroup;
 pub mod collect;
+pub mod eviction;
+pub mod imagegc;
 pub mod metrics;
 pub mod node;
 pub mod summary;

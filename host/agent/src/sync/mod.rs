@@ -366,6 +366,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
             });
         }
+        // Evicted for node pressure: stopped with the eviction's grace.
+        if let Some(eviction_grace) = self.statuses.eviction(&key.uid) {
+            return SyncResult::new(WorkOutcome::Evicted {
+                grace: eviction_grace
+                    .unwrap_or_else(|| Duration::from_secs(u64::try_from(grace).unwrap_or(0))),
+            });
+        }
         let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
         if actions.pod_finished() {
             for k in &actions.kill {
