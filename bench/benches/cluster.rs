@@ -126,6 +126,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
                 not_ready: agent.readiness().err(),
                 runtime_version: "sim://1".into(),
                 port: 10250,
+                pressure: Default::default(),
             }
         };
         wasmlet_cluster::start(

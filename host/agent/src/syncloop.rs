@@ -72,7 +72,14 @@ pub struct Admission {
     pub chain: Arc<AdmissionChain>,
     /// The node, as the plugins see it.
     pub node: Arc<wasmlet_plugin_host::Node>,
+    /// The node's own check before the chain (the eviction manager's: no new pods
+    /// under disk pressure, no BestEffort ones under memory pressure): `Some((reason,
+    /// message))` rejects.
+    pub node_check: Option<NodeCheck>,
 }
+
+/// A host-side admission check: `Some((reason, message))` rejects the pod.
+pub type NodeCheck = Arc<dyn Fn(&k8s::Pod) -> Option<(String, String)> + Send + Sync>;
 
 /// What woke the loop.
 enum Wake {
@@ -242,6 +249,11 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
         self.ctx.statuses.set_pod(pod.clone());
         let uid = pod::uid(&pod).to_owned();
         if let Some(admission) = &self.admission {
+            if let Some((reason, message)) = admission.node_check.as_ref().and_then(|c| c(&pod)) {
+                warn!(pod = %PodKey::of(&pod), %reason, "Pod was rejected: {message}");
+                self.reject(&pod, &reason, &message);
+                return;
+            }
             let converted = match convert::pod(&pod, source) {
                 Ok(p) => p,
                 Err(e) => {

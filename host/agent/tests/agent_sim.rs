@@ -374,6 +374,7 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         Some(wasmlet_agent::syncloop::Admission {
             chain,
             node: Arc::new(node),
+            node_check: None,
         }),
         None,
     );

@@ -51,6 +51,19 @@ pub struct NodeState {
     pub runtime_version: String,
     /// The port the agent serves its API on (daemonEndpoints.kubeletEndpoint.Port).
     pub port: i32,
+    /// The eviction manager's pressure conditions that are true.
+    pub pressure: Pressure,
+}
+
+/// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pressure {
+    /// MemoryPressure.
+    pub memory: bool,
+    /// DiskPressure.
+    pub disk: bool,
+    /// PIDPressure.
+    pub pid: bool,
 }
 
 /// `containerRuntimeVersion` as the kubelet writes it: `<name>://<version>`, the version
@@ -152,27 +165,53 @@ pub fn status(
         ),
         Some(why) => condition("Ready", false, "KubeletNotReady", why),
     };
-    status.conditions = Some(vec![
+    let p = state.pressure;
+    let memory = if p.memory {
+        condition(
+            "MemoryPressure",
+            false,
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available",
+        )
+    } else {
         condition(
             "MemoryPressure",
             true,
             "KubeletHasSufficientMemory",
             "kubelet has sufficient memory available",
-        ),
+        )
+    };
+    let disk = if p.disk {
+        condition(
+            "DiskPressure",
+            false,
+            "KubeletHasDiskPressure",
+            "kubelet has disk pressure",
+        )
+    } else {
         condition(
             "DiskPressure",
             true,
             "KubeletHasNoDiskPressure",
             "kubelet has no disk pressure",
-        ),
+        )
+    };
+    let pid = if p.pid {
+        condition(
+            "PIDPressure",
+            false,
+            "KubeletHasInsufficientPID",
+            "kubelet has insufficient PID available",
+        )
+    } else {
         condition(
             "PIDPressure",
             true,
             "KubeletHasSufficientPID",
             "kubelet has sufficient PID available",
-        ),
-        ready,
-    ]);
+        )
+    };
+    status.conditions = Some(vec![memory, disk, pid, ready]);
     status.node_info = Some(info.clone());
     status.daemon_endpoints = Some(k8s::NodeDaemonEndpoints {
         kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),
@@ -416,6 +455,7 @@ mod tests {
             not_ready: None,
             runtime_version: "containerd://1.7.24".into(),
             port: 10250,
+            pressure: Pressure::default(),
         };
         let info = node_info(&state.runtime_version);
         assert_eq!(info.container_runtime_version, "containerd://1.7.24");
@@ -506,6 +546,43 @@ mod tests {
         assert!(needs_report(
             &failing,
             Some((&later, Duration::from_secs(10))),
+            REPORT_FREQUENCY
+        ));
+
+        // The eviction manager sees memory pressure: the condition turns, in the
+        // kubelet's words, and a report is due.
+        let pressed = NodeState {
+            pressure: Pressure {
+                memory: true,
+                ..Pressure::default()
+            },
+            ..down
+        };
+        let short = status(
+            &facts(),
+            &pressed,
+            &info,
+            "2026-11-22T10:00:30Z",
+            Some(&failing),
+        );
+        let memory = condition(&short, "MemoryPressure");
+        assert_eq!(
+            (
+                memory.status.as_str(),
+                memory.reason.as_deref(),
+                memory.message.as_deref()
+            ),
+            (
+                "True",
+                Some("KubeletHasInsufficientMemory"),
+                Some("kubelet has insufficient memory available")
+            )
+        );
+        assert_eq!(memory.last_transition_time, time("2026-11-22T10:00:30Z"));
+        assert_eq!(condition(&short, "DiskPressure").status, "False");
+        assert!(needs_report(
+            &short,
+            Some((&failing, Duration::from_secs(10))),
             REPORT_FREQUENCY
         ));
     }

@@ -46,6 +46,7 @@ fn ready_status(f: &NodeFacts, now: &str) -> k8s::NodeStatus {
         not_ready: None,
         runtime_version: "containerd://1.7.24".into(),
         port: 10250,
+        pressure: Default::default(),
     };
     node::status(
         f,

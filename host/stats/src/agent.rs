@@ -202,4 +202,79 @@ impl<R: CriRuntime + 'static> crate::eviction::run::Node for AgentNode<R> {
             }
         })
     }
+
+    fn collect_images<'a>(
+        &'a self,
+        image_fs: Option<&'a crate::summary::FsStats>,
+    ) -> crate::eviction::run::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let runtime = self.agent.ctx.runtime.clone();
+            let mut gc = self.images.lock().await;
+            let (capacity, available) = image_fs
+                .and_then(|f| Some((f.capacity_bytes?, f.available_bytes?)))
+                .unwrap_or((0, 0));
+            if let Err(e) = gc
+                .collect(
+                    runtime.as_ref(),
+                    capacity,
+                    available,
+                    tokio::time::Instant::now(),
+                )
+                .await
+            {
+                tracing::warn!("image garbage collection failed: {e}");
+            }
+        })
+    }
+}
+
+/// Node resources for `agent`: usage sampled every `period` into the returned
+/// [`crate::Stats`], eviction on each sample with `eviction`, image garbage collection
+/// with `images`; the pressure the node reports set in `pressure`.
+pub fn housekeeping<R: CriRuntime + 'static>(
+    agent: &Arc<Agent<R>>,
+    root_dir: &std::path::Path,
+    period: std::time::Duration,
+    eviction: crate::eviction::Config,
+    images: crate::imagegc::Policy,
+    pressure: Arc<crate::eviction::run::PressureState>,
+) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
+    let collector = crate::Collector::new(
+        agent.ctx.runtime.clone(),
+        Arc::new(AgentPods(agent.clone())),
+        crate::CollectorSettings {
+            node_name: agent.node.name.clone(),
+            root_dir: root_dir.to_path_buf(),
+            files: crate::node::NodeFiles::default(),
+        },
+    );
+    let stats = Arc::new(crate::Stats::new());
+    let gc = Arc::new(tokio::sync::Mutex::new(crate::imagegc::ImageGc::new(
+        images,
+    )));
+    let node = Arc::new(AgentNode {
+        agent: agent.clone(),
+        images: gc.clone(),
+    });
+    let runtime = agent.ctx.runtime.clone();
+    let housekeeping = crate::eviction::run::Housekeeping {
+        sampler: Box::new(collector),
+        stats: stats.clone(),
+        manager: crate::eviction::Manager::new(eviction),
+        node,
+        pressure: pressure.clone(),
+        period,
+    };
+    let task = tokio::spawn(async move {
+        if let Some(image) = gc
+            .lock()
+            .await
+            .protect_sandbox_image(runtime.as_ref())
+            .await
+        {
+            tracing::debug!(%image, "image garbage collection keeps the runtime's sandbox image");
+        }
+        housekeeping.spawn().await.ok();
+    });
+    (stats, task)
 }

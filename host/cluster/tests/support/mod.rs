@@ -118,6 +118,7 @@ impl Node {
                 not_ready: agent.readiness().err(),
                 runtime_version: "sim://1".into(),
                 port: 10250,
+                pressure: Default::default(),
             }
         };
         wasmlet_cluster::start(

@@ -202,3 +202,51 @@ impl Manager {
 
 #[cfg(test)]
 mod tests;
+
+/// The eviction manager's admission check, the kubelet's: under disk or PID pressure
+/// no new pod is admitted, under memory pressure no BestEffort pod that does not
+/// tolerate the `node.kubernetes.io/memory-pressure` taint; critical pods always are.
+/// `Some((reason, message))` rejects: reason `Evicted`, message `The node had
+/// condition: [MemoryPressure]. `.
+pub fn admit(
+    pressure: &std::collections::BTreeSet<Pressure>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Option<(String, String)> {
+    if pressure.is_empty() || crate::agent::critical(pod) {
+        return None;
+    }
+    let only_memory = pressure.iter().all(|p| *p == Pressure::Memory);
+    if only_memory {
+        let best_effort = wasmlet_agent::status::qos_class(pod) == "BestEffort";
+        let tolerates = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    let key_ok = match t.key.as_deref() {
+                        None | Some("") => t.operator.as_deref() == Some("Exists"),
+                        Some(k) => k == "node.kubernetes.io/memory-pressure",
+                    };
+                    let effect_ok =
+                        matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+                    key_ok && effect_ok
+                })
+            });
+        if !best_effort || tolerates {
+            return None;
+        }
+    }
+    let names: Vec<&str> = pressure
+        .iter()
+        .map(|p| match p {
+            Pressure::Memory => "MemoryPressure",
+            Pressure::Disk => "DiskPressure",
+            Pressure::Pid => "PIDPressure",
+        })
+        .collect();
+    Some((
+        REASON.to_owned(),
+        format!("The node had condition: [{}]. ", names.join(" ")),
+    ))
+}

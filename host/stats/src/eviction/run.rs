@@ -12,7 +12,20 @@ use tokio::task::JoinHandle;
 use wasmlet_cri::CriRuntime;
 
 use super::{Decision, Eviction, Manager, PodFacts, Pressure, Signal};
-use crate::{Collector, Stats};
+use crate::summary::FsStats;
+use crate::{Collector, Sample, Stats};
+
+/// Where samples come from: the [`Collector`], or a script in tests.
+pub trait Sampler: Send {
+    /// One sample now.
+    fn sample(&mut self) -> BoxFuture<'_, Sample>;
+}
+
+impl<R: CriRuntime + 'static> Sampler for Collector<R> {
+    fn sample(&mut self) -> BoxFuture<'_, Sample> {
+        Box::pin(self.collect())
+    }
+}
 
 /// A boxed future (the [`Node`] trait is used as a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -27,6 +40,9 @@ pub trait Node: Send + Sync {
     /// Frees disk at node level for `signal` (unused images); returns a line for the
     /// log saying what was freed.
     fn reclaim(&self, signal: Signal) -> BoxFuture<'_, String>;
+    /// Image garbage collection on the image filesystem as sampled (every period: it
+    /// records which images are used, and collects above the high mark).
+    fn collect_images<'a>(&'a self, image_fs: Option<&'a FsStats>) -> BoxFuture<'a, ()>;
 }
 
 /// The node's pressure conditions as eviction last decided them.
@@ -69,9 +85,9 @@ impl PressureState {
 }
 
 /// Everything the loop works with.
-pub struct Housekeeping<R> {
+pub struct Housekeeping {
     /// Takes the samples.
-    pub collector: Collector<R>,
+    pub sampler: Box<dyn Sampler>,
     /// Where samples are published.
     pub stats: Arc<Stats>,
     /// The eviction manager.
@@ -84,11 +100,18 @@ pub struct Housekeeping<R> {
     pub period: Duration,
 }
 
-impl<R: CriRuntime + 'static> Housekeeping<R> {
+impl Housekeeping {
     /// One round: sample, decide, act. Returns the decision acted on.
     pub async fn round(&mut self) -> Decision {
-        let sample = self.collector.collect().await;
+        let sample = self.sampler.sample().await;
         self.stats.publish(sample.clone());
+        let image_fs = sample
+            .summary
+            .node
+            .runtime
+            .as_ref()
+            .and_then(|r| r.image_fs.as_ref());
+        self.node.collect_images(image_fs).await;
         let now = tokio::time::Instant::now();
         let mut decision = self
             .manager
@@ -101,7 +124,7 @@ impl<R: CriRuntime + 'static> Housekeeping<R> {
             let freed = self.node.reclaim(signal).await;
             tracing::info!(signal = %signal, "Eviction manager: node-level reclaim: {freed}");
             self.manager.reclaimed(signal);
-            let sample = self.collector.collect().await;
+            let sample = self.sampler.sample().await;
             self.stats.publish(sample.clone());
             decision = self
                 .manager

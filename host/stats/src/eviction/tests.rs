@@ -258,3 +258,49 @@ async fn pid_pressure_ranks_by_processes() {
         "The node was low on resource: pids. Threshold quantity: 1000, available: 500. "
     );
 }
+
+#[test]
+fn admission_under_pressure_is_the_kubelets() {
+    let pod = |json: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json).expect("pod")
+    };
+    let best_effort = pod(serde_json::json!({
+        "metadata": {"name": "be", "uid": "1", "annotations": {"kubernetes.io/config.source": "api"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }));
+    let burstable = pod(serde_json::json!({
+        "metadata": {"name": "b", "uid": "2", "annotations": {"kubernetes.io/config.source": "api"}},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"memory": "64Mi"}}}]},
+    }));
+    let tolerant = pod(serde_json::json!({
+        "metadata": {"name": "t", "uid": "3", "annotations": {"kubernetes.io/config.source": "api"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}],
+                 "tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]},
+    }));
+    let static_pod = pod(serde_json::json!({
+        "metadata": {"name": "s", "uid": "4", "annotations": {"kubernetes.io/config.source": "file"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }));
+    let none = std::collections::BTreeSet::new();
+    assert_eq!(admit(&none, &best_effort), None);
+    let memory: std::collections::BTreeSet<Pressure> = [Pressure::Memory].into();
+    assert_eq!(
+        admit(&memory, &best_effort),
+        Some((
+            "Evicted".to_owned(),
+            "The node had condition: [MemoryPressure]. ".to_owned()
+        ))
+    );
+    assert_eq!(admit(&memory, &burstable), None);
+    assert_eq!(admit(&memory, &tolerant), None);
+    assert_eq!(
+        admit(&memory, &static_pod),
+        None,
+        "critical pods are admitted"
+    );
+    let disk: std::collections::BTreeSet<Pressure> = [Pressure::Memory, Pressure::Disk].into();
+    assert_eq!(
+        admit(&disk, &burstable).map(|r| r.1),
+        Some("The node had condition: [MemoryPressure DiskPressure]. ".to_owned())
+    );
+}

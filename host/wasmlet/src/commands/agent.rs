@@ -186,9 +186,17 @@ async fn run_agent(
     };
     let node = convert::node(&facts.object(true, "", &wasmlet_agent::time::now_rfc3339()))
         .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
+    // The eviction manager's pressure: the node's conditions and its own admission
+    // check (no BestEffort pods under memory pressure, none under disk pressure).
+    let pressure = Arc::new(wasmlet_stats::eviction::run::PressureState::default());
+    let node_check: wasmlet_agent::syncloop::NodeCheck = {
+        let pressure = pressure.clone();
+        Arc::new(move |pod| wasmlet_stats::eviction::admit(&pressure.current(), pod))
+    };
     let admission = Admission {
         chain: loaded.chain.clone(),
         node: Arc::new(node),
+        node_check: Some(node_check),
     };
     let node_facts = facts.clone();
     let negotiated = &runtime.negotiated().version;
@@ -249,10 +257,17 @@ async fn run_agent(
     }
     loaded.engine.metrics().register(&mut registry);
     let registry = Arc::new(registry);
-    // Usage of the node and its pods, sampled every housekeeping period: the kubelet
-    // server's /stats/summary and usage metrics read it.
-    let (stats, _sampler) =
-        wasmlet_stats::agent::sample(&agent, &config.root_dir, wasmlet_stats::DEFAULT_PERIOD);
+    // Usage of the node and its pods, sampled every housekeeping period (the kubelet
+    // server's /stats/summary and usage metrics read it); eviction and image garbage
+    // collection act on each sample.
+    let (stats, _housekeeping) = wasmlet_stats::agent::housekeeping(
+        &agent,
+        &config.root_dir,
+        config.resources.period,
+        config.resources.eviction.clone(),
+        config.resources.images,
+        pressure.clone(),
+    );
     http::start(
         http::Endpoints {
             agent: agent.clone(),
@@ -294,10 +309,19 @@ async fn run_agent(
         let version = runtime_version.clone();
         let state = {
             let agent = agent.clone();
+            let pressure = pressure.clone();
             move || NodeState {
                 not_ready: agent.readiness().err(),
                 runtime_version: version.clone(),
                 port: kubelet_port,
+                pressure: {
+                    use wasmlet_stats::eviction::Pressure as P;
+                    wasmlet_cluster::node::Pressure {
+                        memory: pressure.has(P::Memory),
+                        disk: pressure.has(P::Disk),
+                        pid: pressure.has(P::Pid),
+                    }
+                },
             }
         };
         let ready = agent.clone();

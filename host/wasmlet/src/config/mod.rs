@@ -42,6 +42,16 @@
 //! containerLogMaxFiles: 5               # files kept per container, the live one included
 //! containerLogMaxWorkers: 1             # containers rotated at once
 //! containerLogMonitorInterval: 10s      # how often logs are looked at (3s or more)
+//! evictionHard: {memory.available: 100Mi, nodefs.available: 10%}   # given: replaces all defaults
+//! evictionSoft: {memory.available: 500Mi}
+//! evictionSoftGracePeriod: {memory.available: 1m30s}
+//! evictionMinimumReclaim: {memory.available: 50Mi}
+//! evictionPressureTransitionPeriod: 5m  # a pressure condition holds this long after its signal
+//! evictionMaxPodGracePeriod: 0          # soft evictions: most grace a pod gets (0: its own)
+//! imageGCHighThresholdPercent: 85       # unused images removed above this image-disk use…
+//! imageGCLowThresholdPercent: 80        # …down to this
+//! imageMinimumGCAge: 2m
+//! housekeepingInterval: 10s             # usage sampled, eviction decided (the kubelet's flag)
 //! plugins: { ... }                      # see wasmlet_plugin_host::config
 //! ```
 //!
@@ -65,8 +75,10 @@ use wasmlet_plugin_host::convert::{parse_duration, parse_quantity};
 
 mod configz;
 mod logs;
+mod resources;
 mod server;
 
+pub use resources::Resources;
 pub use server::ServerConfig;
 
 /// KubeletConfiguration fields wasmlet reads but does not act on: a warning each.
@@ -77,15 +89,9 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "enableControllerAttachDetach",
     "enableDebuggingHandlers",
     "enforceNodeAllocatable",
-    "evictionHard",
-    "evictionPressureTransitionPeriod",
-    "evictionSoft",
     "failSwapOn",
     "featureGates",
     "hairpinMode",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "imageMinimumGCAge",
     "imageServiceEndpoint",
     "localStorageCapacityIsolation",
     "logging",
@@ -170,6 +176,19 @@ struct File {
     container_log_max_files: Option<i64>,
     container_log_max_workers: Option<i64>,
     container_log_monitor_interval: Option<String>,
+    eviction_hard: Option<BTreeMap<String, String>>,
+    eviction_soft: Option<BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_max_pod_grace_period: Option<i64>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+    housekeeping_interval: Option<String>,
     plugins: Option<PluginsConfig>,
 }
 
@@ -227,6 +246,8 @@ pub struct Config {
     /// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
     /// `containerLogMonitorInterval`.
     pub log_rotation: wasmlet_logs::Rotation,
+    /// Eviction, image garbage collection and how often usage is sampled.
+    pub resources: Resources,
     /// `plugins` (`None`: the shipped plugins).
     pub plugins: Option<PluginsConfig>,
 }
@@ -420,6 +441,7 @@ impl Config {
             timing: Timing::default(),
             limits: Limits::default(),
             log_rotation: wasmlet_logs::Rotation::default(),
+            resources: Resources::default(),
             plugins: None,
         }
     }
@@ -634,6 +656,19 @@ impl Config {
             monitor_interval: file.container_log_monitor_interval,
         })
         .map_err(with_file)?;
+        let resources = resources::resources(resources::ResourceFields {
+            eviction_hard: file.eviction_hard,
+            eviction_soft: file.eviction_soft,
+            eviction_soft_grace_period: file.eviction_soft_grace_period,
+            eviction_minimum_reclaim: file.eviction_minimum_reclaim,
+            eviction_pressure_transition_period: file.eviction_pressure_transition_period,
+            eviction_max_pod_grace_period: file.eviction_max_pod_grace_period,
+            image_gc_high_threshold_percent: file.image_gc_high_threshold_percent,
+            image_gc_low_threshold_percent: file.image_gc_low_threshold_percent,
+            image_minimum_gc_age: file.image_minimum_gc_age,
+            housekeeping_interval: file.housekeeping_interval,
+        })
+        .map_err(with_file)?;
         let cluster_dns = cluster_dns(file.cluster_dns, file.cluster_domain).map_err(with_file)?;
         let allowed_unsafe_sysctls =
             unsafe_sysctls(file.allowed_unsafe_sysctls.unwrap_or_default()).map_err(with_file)?;
@@ -691,6 +726,7 @@ impl Config {
                 event_burst,
             },
             log_rotation,
+            resources,
             plugins: file.plugins,
         })
     }

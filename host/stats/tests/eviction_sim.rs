@@ -1,0 +1,296 @@
+//! Eviction end to end on the simulator: an agent running two API pods, the eviction
+//! manager fed a scripted memory climb (a fake sampler), acting through the agent.
+//! Exactly one pod — the BestEffort one using the most memory — is evicted, with the
+//! status, event and node condition a user sees; new BestEffort pods are refused while
+//! the pressure lasts; the condition clears after the transition period.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::events::MemoryRecorder;
+use wasmlet_agent::node::NodeFacts;
+use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_cri_sim::Simulator;
+use wasmlet_plugin_host::source::SourcePod;
+use wasmlet_stats::eviction::run::{BoxFuture, Housekeeping, PressureState, Sampler};
+use wasmlet_stats::eviction::{self, Pressure};
+use wasmlet_stats::summary::{
+    ContainerStats, MemoryStats, NodeStats, PodReference, PodStats, Summary,
+};
+use wasmlet_stats::{Sample, Stats};
+
+const MI: u64 = 1 << 20;
+
+/// Node memory left (MiB) and each pod's working set (UID, MiB).
+type Memory = (u64, Vec<(&'static str, u64)>);
+
+/// What the next sample will say.
+#[derive(Clone, Default)]
+struct Script(Arc<std::sync::Mutex<Memory>>);
+
+impl Script {
+    fn set(&self, available_mi: u64, pods: Vec<(&'static str, u64)>) {
+        *self.0.lock().expect("script") = (available_mi, pods);
+    }
+}
+
+impl Sampler for Script {
+    fn sample(&mut self) -> BoxFuture<'_, Sample> {
+        let (available, pods) = self.0.lock().expect("script").clone();
+        Box::pin(async move {
+            let memory = |ws: u64| MemoryStats {
+                working_set_bytes: Some(ws * MI),
+                ..Default::default()
+            };
+            Sample {
+                at: 0,
+                summary: Summary {
+                    node: NodeStats {
+                        node_name: "node-evict".into(),
+                        memory: Some(MemoryStats {
+                            available_bytes: Some(available * MI),
+                            working_set_bytes: Some(8192 * MI - available * MI),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    pods: pods
+                        .into_iter()
+                        .map(|(uid, ws)| PodStats {
+                            pod_ref: PodReference {
+                                name: uid.into(),
+                                namespace: "default".into(),
+                                uid: uid.into(),
+                            },
+                            containers: vec![ContainerStats {
+                                name: "app".into(),
+                                memory: Some(memory(ws)),
+                                ..Default::default()
+                            }],
+                            memory: Some(memory(ws)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                },
+                pods: Default::default(),
+            }
+        })
+    }
+}
+
+struct NoProbes;
+
+impl wasmlet_agent::prober::Checker for NoProbes {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a wasmlet_plugin_host::probe::Target,
+        _: Option<Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
+    ) -> std::pin::Pin<
+        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
+    > {
+        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
+    }
+}
+
+fn api_pod(uid: &str, resources: serde_json::Value) -> SourcePod {
+    SourcePod {
+        origin: format!("{uid}.json"),
+        pod: serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "app", "image": "localhost/busybox:latest",
+                                "command": ["sleep", "3600"], "resources": resources}],
+            },
+        }))
+        .expect("pod"),
+    }
+}
+
+fn phase(agent: &Agent<Simulator>, uid: &str) -> (String, String, String) {
+    let e = agent.ctx.statuses.get(uid).expect("pod known");
+    (
+        e.status.phase.clone().unwrap_or_default(),
+        e.status.reason.clone().unwrap_or_default(),
+        e.status.message.clone().unwrap_or_default(),
+    )
+}
+
+async fn wait(what: &str, ok: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_climb_evicts_exactly_the_right_pod() {
+    let root = std::env::temp_dir().join(format!("wasmlet-evict-sim-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let sim = Arc::new(Simulator::new());
+    let events = Arc::new(MemoryRecorder::default());
+    let pressure = Arc::new(PressureState::default());
+    let check: wasmlet_agent::syncloop::NodeCheck = {
+        let pressure = pressure.clone();
+        Arc::new(move |pod: &k8s::Pod| eviction::admit(&pressure.current(), pod))
+    };
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
+    let facts = NodeFacts {
+        name: "node-evict".into(),
+        hostname: "node-evict".into(),
+        ip: "192.168.50.10".into(),
+        cpus: 4,
+        memory_bytes: 8 << 30,
+        ephemeral_storage_bytes: 100 << 30,
+        max_pods: 110,
+        labels: Default::default(),
+        reserved: Default::default(),
+    };
+    let node = wasmlet_plugin_host::convert::node(&facts.object(true, "", "2026-11-23T10:00:00Z"))
+        .expect("node");
+    let agent = Arc::new(Agent::start(
+        sim.clone(),
+        AgentOptions {
+            node: facts,
+            pod_logs_dir: root.join("logs"),
+            root_dir: root.clone(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            sync_frequency: Duration::from_secs(60),
+            relist_period: Duration::from_millis(200),
+            sources: vec!["api".into()],
+            pod_cgroups: None,
+            events: Some(events.clone()),
+            volumes: None,
+            services: None,
+            cluster_dns: Default::default(),
+        },
+        Arc::new(NoProbes),
+        Some(wasmlet_agent::syncloop::Admission {
+            chain,
+            node: Arc::new(node),
+            node_check: Some(check),
+        }),
+        None,
+    ));
+    let send = |pods: Vec<SourcePod>| {
+        let tx = agent.sources();
+        async move {
+            tx.send(SourceSet {
+                source: "api".into(),
+                pods,
+                unchanged: Vec::new(),
+                problems: Vec::new(),
+            })
+            .await
+            .expect("loop runs");
+        }
+    };
+    let hog = api_pod("hog", serde_json::json!({}));
+    let calm = api_pod("calm", serde_json::json!({"requests": {"memory": "1Gi"}}));
+    send(vec![hog.clone(), calm.clone()]).await;
+    wait("both running", || {
+        ["hog", "calm"].iter().all(|u| {
+            agent
+                .ctx
+                .statuses
+                .get(u)
+                .is_some_and(|e| e.status.phase.as_deref() == Some("Running"))
+        })
+    })
+    .await;
+
+    let script = Script::default();
+    let gc = Arc::new(tokio::sync::Mutex::new(
+        wasmlet_stats::imagegc::ImageGc::new(Default::default()),
+    ));
+    let mut hk = Housekeeping {
+        sampler: Box::new(script.clone()),
+        stats: Arc::new(Stats::new()),
+        manager: eviction::Manager::new(eviction::Config {
+            transition: Duration::from_secs(2),
+            ..eviction::Config::default()
+        }),
+        node: Arc::new(wasmlet_stats::agent::AgentNode {
+            agent: agent.clone(),
+            images: gc,
+        }),
+        pressure: pressure.clone(),
+        period: Duration::from_secs(10),
+    };
+
+    // Plenty left: nothing happens.
+    script.set(3000, vec![("hog", 200), ("calm", 100)]);
+    let d = hk.round().await;
+    assert!(d.pressure.is_empty() && d.evict.is_none());
+
+    // The hog climbs past memory.available<100Mi.
+    script.set(60, vec![("hog", 7000), ("calm", 300)]);
+    let d = hk.round().await;
+    assert_eq!(d.evict.as_ref().map(|e| e.uid.as_str()), Some("hog"));
+    assert!(pressure.has(Pressure::Memory));
+    let (p, reason, message) = phase(&agent, "hog");
+    assert_eq!((p.as_str(), reason.as_str()), ("Failed", "Evicted"));
+    assert_eq!(
+        message,
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi. \
+         Container app was using 7000Mi, request is 0, has larger consumption of memory. "
+    );
+    let evicted: Vec<_> = events
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "Evicted")
+        .collect();
+    assert_eq!(evicted.len(), 1, "one Evicted event");
+    assert_eq!(evicted[0].pod.name, "hog");
+    assert_eq!(evicted[0].kind, wasmlet_agent::events::Kind::Warning);
+    // Its containers are stopped (grace 0 for a hard threshold); calm keeps running.
+    wait("hog's container stopped", || {
+        agent
+            .ctx
+            .cache
+            .get("hog")
+            .is_some_and(|rt| rt.running().next().is_none())
+    })
+    .await;
+    assert_eq!(phase(&agent, "calm").0, "Running");
+
+    // Memory is back: no second eviction, but the condition holds, and a new BestEffort
+    // pod is refused with the kubelet's reason.
+    script.set(4000, vec![("calm", 300)]);
+    let d = hk.round().await;
+    assert!(d.evict.is_none());
+    assert!(pressure.has(Pressure::Memory));
+    send(vec![hog, calm, api_pod("late", serde_json::json!({}))]).await;
+    wait("late refused", || {
+        agent
+            .ctx
+            .statuses
+            .get("late")
+            .is_some_and(|e| e.status.phase.as_deref() == Some("Failed"))
+    })
+    .await;
+    let (_, reason, message) = phase(&agent, "late");
+    assert_eq!(reason, "Evicted");
+    assert_eq!(
+        message,
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+
+    // After the transition period: the condition clears.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let d = hk.round().await;
+    assert!(d.pressure.is_empty());
+    assert!(!pressure.has(Pressure::Memory));
+    assert_eq!(phase(&agent, "calm").0, "Running");
+    assert_eq!(phase(&agent, "hog").1, "Evicted", "kept until deleted");
+
+    agent.shutdown().await;
+    let _ = std::fs::remove_dir_all(&root);
+}

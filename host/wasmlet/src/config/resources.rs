@@ -1,0 +1,201 @@
+//! Node resources' part of the configuration: eviction (`evictionHard`,
+//! `evictionSoft`, `evictionSoftGracePeriod`, `evictionMinimumReclaim`,
+//! `evictionPressureTransitionPeriod`, `evictionMaxPodGracePeriod`), image garbage
+//! collection (`imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
+//! `imageMinimumGCAge`) and how often usage is sampled (`housekeepingInterval`,
+//! wasmlet's field for the kubelet's `--housekeeping-interval`), checked as the kubelet
+//! checks them; errors name the field.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use wasmlet_plugin_host::convert::parse_duration;
+use wasmlet_stats::eviction;
+use wasmlet_stats::imagegc;
+
+/// The fields as written.
+#[derive(Debug, Default)]
+pub(super) struct ResourceFields {
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub eviction_pressure_transition_period: Option<String>,
+    pub eviction_max_pod_grace_period: Option<i64>,
+    pub image_gc_high_threshold_percent: Option<i64>,
+    pub image_gc_low_threshold_percent: Option<i64>,
+    pub image_minimum_gc_age: Option<String>,
+    pub housekeeping_interval: Option<String>,
+}
+
+/// Node resources as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resources {
+    /// How often usage is sampled and eviction decides (10 s).
+    pub period: Duration,
+    /// Eviction.
+    pub eviction: eviction::Config,
+    /// Image garbage collection.
+    pub images: imagegc::Policy,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            period: wasmlet_stats::DEFAULT_PERIOD,
+            eviction: eviction::Config::default(),
+            images: imagegc::Policy::default(),
+        }
+    }
+}
+
+fn duration(
+    field: &str,
+    text: Option<&str>,
+    default: Duration,
+    allow_zero: bool,
+) -> Result<Duration> {
+    let Some(t) = text else {
+        return Ok(default);
+    };
+    let d = parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+    if d.is_zero() && !allow_zero {
+        bail!("{field}: must be more than 0");
+    }
+    Ok(d)
+}
+
+fn percent(field: &str, v: Option<i64>, default: u8) -> Result<u8> {
+    match v {
+        None => Ok(default),
+        Some(n) if (0..=100).contains(&n) => Ok(u8::try_from(n).unwrap_or(100)),
+        Some(n) => bail!("{field}: {n} must be between 0 and 100"),
+    }
+}
+
+/// The resources the fields ask for.
+pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
+    let d = Resources::default();
+    let thresholds = eviction::thresholds::parse(
+        f.eviction_hard.as_ref(),
+        f.eviction_soft.as_ref(),
+        f.eviction_soft_grace_period.as_ref(),
+        f.eviction_minimum_reclaim.as_ref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let transition = duration(
+        "evictionPressureTransitionPeriod",
+        f.eviction_pressure_transition_period.as_deref(),
+        d.eviction.transition,
+        true,
+    )?;
+    let max_pod_grace = match f.eviction_max_pod_grace_period {
+        None => Duration::ZERO,
+        Some(n) if n >= 0 => Duration::from_secs(n.unsigned_abs()),
+        Some(n) => bail!("evictionMaxPodGracePeriod: {n} must be 0 or more"),
+    };
+    let images = imagegc::Policy {
+        high_percent: percent(
+            "imageGCHighThresholdPercent",
+            f.image_gc_high_threshold_percent,
+            d.images.high_percent,
+        )?,
+        low_percent: percent(
+            "imageGCLowThresholdPercent",
+            f.image_gc_low_threshold_percent,
+            d.images.low_percent,
+        )?,
+        min_age: duration(
+            "imageMinimumGCAge",
+            f.image_minimum_gc_age.as_deref(),
+            d.images.min_age,
+            true,
+        )?,
+    };
+    images.check().map_err(|e| anyhow::anyhow!(e))?;
+    let period = duration(
+        "housekeepingInterval",
+        f.housekeeping_interval.as_deref(),
+        d.period,
+        false,
+    )?;
+    Ok(Resources {
+        period,
+        eviction: eviction::Config {
+            thresholds,
+            transition,
+            max_pod_grace,
+        },
+        images,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let r = resources(ResourceFields::default()).expect("defaults");
+        assert_eq!(r, Resources::default());
+        assert_eq!(r.eviction.thresholds.len(), 4);
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let e = resources(ResourceFields {
+            eviction_hard: map(&[("memory.available", "abc")]),
+            ..Default::default()
+        })
+        .expect_err("abc");
+        assert!(
+            e.to_string().starts_with("evictionHard.memory.available:"),
+            "{e}"
+        );
+        let e = resources(ResourceFields {
+            image_gc_high_threshold_percent: Some(120),
+            ..Default::default()
+        })
+        .expect_err("120");
+        assert!(
+            e.to_string().starts_with("imageGCHighThresholdPercent"),
+            "{e}"
+        );
+        let e = resources(ResourceFields {
+            image_gc_low_threshold_percent: Some(90),
+            ..Default::default()
+        })
+        .expect_err("low above high");
+        assert!(
+            e.to_string().starts_with("imageGCLowThresholdPercent"),
+            "{e}"
+        );
+        let e = resources(ResourceFields {
+            housekeeping_interval: Some("0s".into()),
+            ..Default::default()
+        })
+        .expect_err("zero");
+        assert!(e.to_string().starts_with("housekeepingInterval"), "{e}");
+        let r = resources(ResourceFields {
+            eviction_soft: map(&[("memory.available", "1Gi")]),
+            eviction_soft_grace_period: map(&[("memory.available", "1m")]),
+            eviction_pressure_transition_period: Some("30s".into()),
+            eviction_max_pod_grace_period: Some(20),
+            ..Default::default()
+        })
+        .expect("soft");
+        assert_eq!(r.eviction.transition, Duration::from_secs(30));
+        assert_eq!(r.eviction.max_pod_grace, Duration::from_secs(20));
+        assert_eq!(r.eviction.thresholds.len(), 5, "defaults plus the soft one");
+    }
+}
