@@ -70,11 +70,17 @@ pub fn start_agent(
         format!(
             "nodeName: {node}\nnodeIP: 127.0.0.1\ncontainerRuntimeEndpoint: {endpoint}\n\
              healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\npodLogsDir: {logs}\n\
-             cgroupsPerQOS: false\n{extra}\
+             {cgroups}{extra}\
              authentication: {{x509: {{clientCAFile: {ca}}}}}\n",
             root = dir.join("root").display(),
             logs = dir.join("logs").display(),
             ca = client_ca.display(),
+            // Pod cgroups off unless the test asks for them.
+            cgroups = if extra.contains("cgroupsPerQOS") {
+                ""
+            } else {
+                "cgroupsPerQOS: false\n"
+            },
         ),
     )
     .expect("config");
