@@ -100,6 +100,23 @@ impl Cgroups {
 
     /// Memory counters of `cgroup`.
     pub fn memory(&self, cgroup: &str) -> io::Result<Memory> {
+        let mut m = self.memory_usage(cgroup)?;
+        m.limit = self.memory_limit(cgroup);
+        Ok(m)
+    }
+
+    /// `cgroup`'s memory limit (`None`: unlimited or unreadable).
+    pub fn memory_limit(&self, cgroup: &str) -> Option<u64> {
+        let dir = self.dir("memory", cgroup);
+        if self.v2 {
+            limit(&dir.join("memory.max"))
+        } else {
+            limit(&dir.join("memory.limit_in_bytes"))
+        }
+    }
+
+    /// Memory counters of `cgroup` without its limit (one file fewer to read).
+    pub fn memory_usage(&self, cgroup: &str) -> io::Result<Memory> {
         let dir = self.dir("memory", cgroup);
         if self.v2 {
             let usage = number(&dir.join("memory.current"))?;
@@ -110,7 +127,7 @@ impl Cgroups {
                 rss: field(&stat, "anon").unwrap_or(0),
                 page_faults: field(&stat, "pgfault").unwrap_or(0),
                 major_page_faults: field(&stat, "pgmajfault").unwrap_or(0),
-                limit: limit(&dir.join("memory.max")),
+                limit: None,
             })
         } else {
             let usage = number(&dir.join("memory.usage_in_bytes"))?;
@@ -121,7 +138,7 @@ impl Cgroups {
                 rss: field(&stat, "total_rss").unwrap_or(0),
                 page_faults: field(&stat, "total_pgfault").unwrap_or(0),
                 major_page_faults: field(&stat, "total_pgmajfault").unwrap_or(0),
-                limit: limit(&dir.join("memory.limit_in_bytes")),
+                limit: None,
             })
         }
     }

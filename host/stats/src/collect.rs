@@ -110,7 +110,11 @@ impl Complaints {
     }
 }
 
-/// Takes samples; keeps the previous CPU readings for rates.
+/// How long what changes slowly is reused: memory limits, a pod's process (for its
+/// network), and disk use of logs and emptyDirs (the kubelet's volumeStatsAggPeriod).
+pub const SLOW_PERIOD_NS: i64 = 60_000_000_000;
+
+/// Takes samples; keeps the previous CPU readings for rates, and what changes slowly.
 pub struct Collector<R> {
     runtime: Arc<R>,
     pods: Arc<dyn PodLister>,
@@ -118,6 +122,12 @@ pub struct Collector<R> {
     start_time: String,
     previous: HashMap<String, (u64, i64)>,
     complaints: Complaints,
+    /// Memory limit per cgroup, and when it was read.
+    limits: HashMap<String, (Option<u64>, i64)>,
+    /// Disk use (bytes, inodes) per directory, and when it was measured.
+    disk: HashMap<PathBuf, ((u64, u64), i64)>,
+    /// A process in each pod (UID), to read its network namespace's counters from.
+    pids: HashMap<String, u32>,
 }
 
 impl<R: CriRuntime> Collector<R> {
@@ -130,7 +140,67 @@ impl<R: CriRuntime> Collector<R> {
             start_time: rfc3339(now_ns()),
             previous: HashMap::new(),
             complaints: Complaints::default(),
+            limits: HashMap::new(),
+            disk: HashMap::new(),
+            pids: HashMap::new(),
         }
+    }
+
+    /// `cgroup`'s memory limit, read once a minute.
+    fn limit(&mut self, cg: &crate::cgroup::Cgroups, cgroup: &str, now: i64) -> Option<u64> {
+        match self.limits.get(cgroup) {
+            Some((l, at)) if now - at < SLOW_PERIOD_NS => *l,
+            _ => {
+                let l = cg.memory_limit(cgroup);
+                self.limits.insert(cgroup.to_owned(), (l, now));
+                l
+            }
+        }
+    }
+
+    /// Memory of `cgroup`, its limit from the cache.
+    fn cgroup_memory(
+        &mut self,
+        cg: &crate::cgroup::Cgroups,
+        cgroup: &str,
+        now: i64,
+        time: &str,
+    ) -> Option<MemoryStats> {
+        let m = cg.memory_usage(cgroup).ok()?;
+        let limit = self.limit(cg, cgroup, now);
+        Some(memory(&m, limit, time))
+    }
+
+    /// Disk use under `dir`, measured once a minute.
+    fn disk_usage(&mut self, dir: &std::path::Path, now: i64) -> Option<(u64, u64)> {
+        match self.disk.get(dir) {
+            Some((u, at)) if now - at < SLOW_PERIOD_NS => Some(*u),
+            _ => {
+                let u = node::disk_usage(dir).ok()?;
+                self.disk.insert(dir.to_path_buf(), (u, now));
+                Some(u)
+            }
+        }
+    }
+
+    /// The network of the pod's namespace, through a process of the pod (kept while
+    /// it lives).
+    fn pod_network(
+        &mut self,
+        uid: &str,
+        cg: &crate::cgroup::Cgroups,
+        cgroup: &str,
+        time: &str,
+    ) -> Option<NetworkStats> {
+        if let Some(pid) = self.pids.get(uid)
+            && let Ok(ifs) = self.settings.files.network(Some(*pid))
+        {
+            return Some(network(&ifs, time));
+        }
+        let pid = cg.any_process(cgroup)?;
+        let ifs = self.settings.files.network(Some(pid)).ok()?;
+        self.pids.insert(uid.to_owned(), pid);
+        Some(network(&ifs, time))
     }
 
     /// One sample of the node and every pod.
@@ -148,6 +218,10 @@ impl<R: CriRuntime> Collector<R> {
             out.push(self.pod(pod, now, &time, &cri_stats, nodefs.as_ref(), &mut seen));
         }
         self.previous.retain(|k, _| seen.contains(k) || k == "node");
+        let live: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+        self.pids.retain(|uid, _| live.contains(uid.as_str()));
+        self.limits.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
+        self.disk.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
         let meta = pods
             .iter()
             .map(|p| {
@@ -288,10 +362,12 @@ impl<R: CriRuntime> Collector<R> {
         seen: &mut HashSet<String>,
     ) -> PodStats {
         let cgroups = self.settings.files.cgroups.clone();
-        let pod_cgroup = pod
-            .cgroup
-            .as_deref()
-            .filter(|c| cgroups.as_ref().is_some_and(|cg| cg.exists(c)));
+        // The pod cgroup's CPU counter, read first: it also says whether it exists.
+        let pod_cpu = match (&cgroups, pod.cgroup.as_deref()) {
+            (Some(cg), Some(pc)) => cg.cpu_ns(pc).ok(),
+            _ => None,
+        };
+        let pod_cgroup = pod.cgroup.as_deref().filter(|_| pod_cpu.is_some());
         let mut containers = Vec::with_capacity(pod.containers.len());
         let mut ephemeral_used = 0u64;
         let mut ephemeral_inodes = 0u64;
@@ -303,13 +379,15 @@ impl<R: CriRuntime> Collector<R> {
                 start_time: rfc3339(c.started_at),
                 ..ContainerStats::default()
             };
-            match (&cgroups, own.as_deref()) {
-                (Some(cg), Some(own)) if cg.exists(own) => {
-                    if let Ok(ns) = cg.cpu_ns(own) {
-                        seen.insert(c.id.clone());
-                        stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
-                    }
-                    stats.memory = cg.memory(own).ok().map(|m| memory(&m, m.limit, time));
+            let own_cpu = match (&cgroups, own.as_deref()) {
+                (Some(cg), Some(own)) => cg.cpu_ns(own).ok(),
+                _ => None,
+            };
+            match (&cgroups, own.as_deref(), own_cpu) {
+                (Some(cg), Some(own), Some(ns)) => {
+                    seen.insert(c.id.clone());
+                    stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
+                    stats.memory = self.cgroup_memory(cg, own, now, time);
                 }
                 _ => {
                     if let Some(s) = from_cri {
@@ -337,7 +415,7 @@ impl<R: CriRuntime> Collector<R> {
                 });
             }
             let logs = pod.log_dir.join(&c.name);
-            if let Ok((bytes, inodes)) = node::disk_usage(&logs) {
+            if let Some((bytes, inodes)) = self.disk_usage(&logs, now) {
                 ephemeral_used += bytes;
                 ephemeral_inodes += inodes;
                 stats.logs = Some(FsStats {
@@ -350,7 +428,7 @@ impl<R: CriRuntime> Collector<R> {
         }
         let mut volumes = Vec::new();
         for (name, dir) in &pod.empty_dirs {
-            if let Ok((bytes, inodes)) = node::disk_usage(dir) {
+            if let Some((bytes, inodes)) = self.disk_usage(dir, now) {
                 ephemeral_used += bytes;
                 ephemeral_inodes += inodes;
                 volumes.push(VolumeStats {
@@ -366,11 +444,11 @@ impl<R: CriRuntime> Collector<R> {
         let key = format!("pod/{}", pod.uid);
         let (cpu, mem, processes) = match (&cgroups, pod_cgroup) {
             (Some(cg), Some(pc)) => {
-                let cpu = cg.cpu_ns(pc).ok().map(|ns| {
+                let cpu = pod_cpu.map(|ns| {
                     seen.insert(key.clone());
                     self.cpu(key.clone(), ns, now, time)
                 });
-                let mem = cg.memory(pc).ok().map(|m| memory(&m, m.limit, time));
+                let mem = self.cgroup_memory(cg, pc, now, time);
                 (cpu, mem, cg.processes(pc).ok())
             }
             _ => {
@@ -399,11 +477,10 @@ impl<R: CriRuntime> Collector<R> {
                 (cpu, mem, None)
             }
         };
-        let network = pod_cgroup
-            .zip(cgroups.as_ref())
-            .and_then(|(pc, cg)| cg.any_process(pc))
-            .and_then(|pid| self.settings.files.network(Some(pid)).ok())
-            .map(|ifs| network(&ifs, time));
+        let network = match (&cgroups, pod_cgroup) {
+            (Some(cg), Some(pc)) => self.pod_network(&pod.uid, cg, pc, time),
+            _ => None,
+        };
         PodStats {
             pod_ref: PodReference {
                 name: pod.name.clone(),

@@ -89,7 +89,10 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
     let api = &double.api;
 
     // A neighbour within its requests, which eviction ranks last.
-    let mut idle = busybox("idle", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 3600");
+    let mut idle = busybox(
+        "idle",
+        "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 3600",
+    );
     idle["resources"] = serde_json::json!({"requests": {"memory": "64Mi"}});
     api.create("api/v1", "pods", cluster::pod(NODE, "idle", "Never", idle))
         .expect("idle");
@@ -108,13 +111,27 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
         if rated {
             break s;
         }
-        assert!(Instant::now() < deadline, "no sample of the pod: {s}\n{}", agent.log());
+        assert!(
+            Instant::now() < deadline,
+            "no sample of the pod: {s}\n{}",
+            agent.log()
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert_eq!(summary["node"]["nodeName"], NODE);
-    assert!(summary["node"]["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0);
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
     assert!(summary["node"]["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0);
-    assert!(summary["node"]["runtime"]["imageFs"]["usedBytes"].as_u64().unwrap_or(0) > 0);
+    assert!(
+        summary["node"]["runtime"]["imageFs"]["usedBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
     let p = summary["pods"]
         .as_array()
         .expect("pods")
@@ -125,19 +142,36 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
     // Memory agrees with the pod cgroup's files (an idle pod: within 2 MiB).
     let usage = cgroup_number("memory", &cgroup, "memory.usage_in_bytes");
     let ws = usage.saturating_sub(memory_stat(&cgroup, "total_inactive_file"));
-    let reported = p["memory"]["workingSetBytes"].as_u64().expect("pod working set");
-    assert!(reported > 0 && reported.abs_diff(ws) < 2 * MI, "summary {reported}, cgroup {ws}");
+    let reported = p["memory"]["workingSetBytes"]
+        .as_u64()
+        .expect("pod working set");
+    assert!(
+        reported > 0 && reported.abs_diff(ws) < 2 * MI,
+        "summary {reported}, cgroup {ws}"
+    );
     // CPU: the counter read then is at most what the cgroup says now, and it ran.
     let cpu = p["cpu"]["usageCoreNanoSeconds"].as_u64().expect("pod cpu");
     let now_cpu = cgroup_number("cpuacct", &cgroup, "cpuacct.usage");
     assert!(cpu > 0 && cpu <= now_cpu, "summary {cpu}, cgroup {now_cpu}");
     let c = &p["containers"][0];
     assert_eq!(c["name"], "idle");
-    assert!(c["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "{c}");
-    assert!(c["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0, "{c}");
-    assert!(c["rootfs"]["usedBytes"].is_u64(), "writable layer from the CRI: {c}");
+    assert!(
+        c["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0,
+        "{c}"
+    );
+    assert!(
+        c["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{c}"
+    );
+    assert!(
+        c["rootfs"]["usedBytes"].is_u64(),
+        "writable layer from the CRI: {c}"
+    );
     assert!(c["logs"]["usedBytes"].is_u64(), "{c}");
-    assert!(p["process_stats"]["process_count"].as_u64().unwrap_or(0) >= 1, "{p}");
+    assert!(
+        p["process_stats"]["process_count"].as_u64().unwrap_or(0) >= 1,
+        "{p}"
+    );
 
     let metrics = get(&client, "/metrics/resource").await;
     let line = metrics
@@ -146,7 +180,12 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
             l.starts_with("container_memory_working_set_bytes{container=\"idle\",namespace=\"default\",pod=\"idle\"}")
         })
         .unwrap_or_else(|| panic!("no idle line: {metrics}"));
-    let value: f64 = line.split(' ').nth(1).expect("value").parse().expect("float");
+    let value: f64 = line
+        .split(' ')
+        .nth(1)
+        .expect("value")
+        .parse()
+        .expect("float");
     assert!(value > 0.0, "{line}");
     assert!(metrics.contains("resource_scrape_error 0"), "{metrics}");
 
@@ -184,7 +223,11 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
         if found {
             break;
         }
-        assert!(Instant::now() < deadline, "no Evicted event: {:?}", list.items);
+        assert!(
+            Instant::now() < deadline,
+            "no Evicted event: {:?}",
+            list.items
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The node said so.
