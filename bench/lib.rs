@@ -116,6 +116,20 @@ where
     Samples::new(samples)
 }
 
+/// CPU time (user + system) of this process, from `/proc/self/stat` (10 ms ticks).
+pub fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
 /// Formats a duration compactly (µs below 10 ms).
 pub fn fmt(d: Duration) -> String {
     if d < Duration::from_millis(10) {

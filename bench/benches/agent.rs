@@ -23,8 +23,8 @@ use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
 use wasmlet_agent::syncloop::SourceSet;
-use wasmlet_bench::Samples;
 use wasmlet_bench::floor::{floor, remove_all, sandboxes};
+use wasmlet_bench::{Samples, cpu_time};
 use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
@@ -72,20 +72,6 @@ fn running(agent: &Agent<impl CriRuntime + 'static>) -> usize {
         .iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .count()
-}
-
-/// CPU time (user + system) of this process.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    Duration::from_millis(ticks * 10)
 }
 
 fn rss_mb() -> f64 {

@@ -12,9 +12,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use wasmlet_bench::{Budget, header, row, time_async};
+use wasmlet_bench::{Budget, cpu_time, header, row, time_async};
 use wasmlet_cri_sim::Simulator;
 use wasmlet_stats::cgroup::Cgroups;
 use wasmlet_stats::node::NodeFiles;
@@ -28,20 +28,6 @@ impl PodLister for Pods {
     fn pods(&self) -> Vec<PodInfo> {
         self.0.clone()
     }
-}
-
-/// CPU time (user + system) of this process.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    Duration::from_millis(ticks * 10)
 }
 
 /// The cgroup tree: real cgroups where possible. Returns the filesystem, whether it

@@ -303,6 +303,17 @@ fn node_address(
     Ok((host, port))
 }
 
+/// The double's client TLS configuration toward kubelets, or the 500 to answer.
+fn kubelet_tls(sim: &ApiServerSim) -> Result<Arc<rustls::ClientConfig>, Response<Body>> {
+    sim.kubelet_client().map(|c| c.tls.clone()).map_err(|e| {
+        reply(
+            500,
+            "InternalError",
+            format!("kubelet client certificate: {e}"),
+        )
+    })
+}
+
 /// Serves `nodes/NAME/proxy/PATH`: any method, forwarded to the node's kubelet at
 /// `/PATH` with the query as given (`kubectl get --raw
 /// /api/v1/nodes/NAME/proxy/stats/summary`).
@@ -325,15 +336,9 @@ pub(crate) async fn handle_node(
         Some(q) => format!("/{rest}?{q}"),
         None => format!("/{rest}"),
     };
-    let tls = match sim.kubelet_client() {
-        Ok(c) => c.tls.clone(),
-        Err(e) => {
-            return reply(
-                500,
-                "InternalError",
-                format!("kubelet client certificate: {e}"),
-            );
-        }
+    let tls = match kubelet_tls(&sim) {
+        Ok(t) => t,
+        Err(r) => return r,
     };
     match forward(request, &host, port, &target, tls).await {
         Ok(r) => r,
@@ -451,15 +456,9 @@ pub(crate) async fn handle(
     } else {
         format!("{path}?{}", kubelet_query.join("&"))
     };
-    let tls = match sim.kubelet_client() {
-        Ok(c) => c.tls.clone(),
-        Err(e) => {
-            return reply(
-                500,
-                "InternalError",
-                format!("kubelet client certificate: {e}"),
-            );
-        }
+    let tls = match kubelet_tls(&sim) {
+        Ok(t) => t,
+        Err(r) => return r,
     };
     match forward(request, &routed.host, routed.port, &target, tls).await {
         // A log the kubelet refuses comes back as a Status carrying the kubelet's words

@@ -86,14 +86,12 @@ impl<R: CriRuntime + 'static> PodLister for AgentPods<R> {
     }
 }
 
-/// Samples `agent`'s node and pods every `period` (the first sample at once), with
-/// `root_dir`'s filesystem as `nodefs`. Returns the samples and the sampling task.
-pub fn sample<R: CriRuntime + 'static>(
+/// The collector of `agent`'s node and pods, `root_dir`'s filesystem as `nodefs`.
+pub fn collector<R: CriRuntime + 'static>(
     agent: &Arc<Agent<R>>,
     root_dir: &std::path::Path,
-    period: std::time::Duration,
-) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
-    let collector = crate::Collector::new(
+) -> crate::Collector<R> {
+    crate::Collector::new(
         agent.ctx.runtime.clone(),
         Arc::new(AgentPods(agent.clone())),
         crate::CollectorSettings {
@@ -101,9 +99,18 @@ pub fn sample<R: CriRuntime + 'static>(
             root_dir: root_dir.to_path_buf(),
             files: crate::node::NodeFiles::default(),
         },
-    );
+    )
+}
+
+/// Samples `agent`'s node and pods every `period` (the first sample at once), without
+/// eviction. Returns the samples and the sampling task.
+pub fn sample<R: CriRuntime + 'static>(
+    agent: &Arc<Agent<R>>,
+    root_dir: &std::path::Path,
+    period: std::time::Duration,
+) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
     let stats = Arc::new(crate::Stats::new());
-    let task = stats.spawn(collector, period);
+    let task = stats.spawn(collector(agent, root_dir), period);
     (stats, task)
 }
 
@@ -239,15 +246,7 @@ pub fn housekeeping<R: CriRuntime + 'static>(
     images: crate::imagegc::Policy,
     pressure: Arc<crate::eviction::run::PressureState>,
 ) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
-    let collector = crate::Collector::new(
-        agent.ctx.runtime.clone(),
-        Arc::new(AgentPods(agent.clone())),
-        crate::CollectorSettings {
-            node_name: agent.node.name.clone(),
-            root_dir: root_dir.to_path_buf(),
-            files: crate::node::NodeFiles::default(),
-        },
-    );
+    let collector = collector(agent, root_dir);
     let stats = Arc::new(crate::Stats::new());
     let gc = Arc::new(tokio::sync::Mutex::new(crate::imagegc::ImageGc::new(
         images,

@@ -69,75 +69,42 @@ pub fn resource(sample: Option<&Sample>) -> String {
     };
     let pods = &s.pods;
 
-    header(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-    );
-    for p in pods {
-        for c in &p.containers {
-            if let Some(ns) = c.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds) {
-                let labels = [
-                    ("container", c.name.as_str()),
-                    ("pod", &p.pod_ref.name),
-                    ("namespace", &p.pod_ref.namespace),
-                ];
-                line(
-                    &mut out,
-                    "container_cpu_usage_seconds_total",
-                    &labels,
-                    seconds(ns),
-                    ms,
-                );
-            }
-        }
-    }
-    header(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the container in bytes",
-    );
-    for p in pods {
-        for c in &p.containers {
-            if let Some(ws) = c.memory.as_ref().and_then(|m| m.working_set_bytes) {
-                let labels = [
-                    ("container", c.name.as_str()),
-                    ("pod", &p.pod_ref.name),
-                    ("namespace", &p.pod_ref.namespace),
-                ];
-                line(
-                    &mut out,
-                    "container_memory_working_set_bytes",
-                    &labels,
-                    ws as f64,
-                    ms,
-                );
-            }
-        }
-    }
-    header(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "[STABLE] Start time of the container since unix epoch in seconds",
-    );
-    for p in pods {
-        for c in &p.containers {
-            if let Some(start) = start_seconds(&c.start_time) {
-                let labels = [
-                    ("container", c.name.as_str()),
-                    ("pod", &p.pod_ref.name),
-                    ("namespace", &p.pod_ref.namespace),
-                ];
-                line(
-                    &mut out,
-                    "container_start_time_seconds",
-                    &labels,
-                    start,
-                    None,
-                );
+    type Get = fn(&crate::summary::ContainerStats) -> Option<f64>;
+    let families: [(&str, &str, &str, Get, bool); 3] = [
+        (
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+            |c| c.cpu.as_ref()?.usage_core_nano_seconds.map(seconds),
+            true,
+        ),
+        (
+            "container_memory_working_set_bytes",
+            "gauge",
+            "[STABLE] Current working set of the container in bytes",
+            |c| c.memory.as_ref()?.working_set_bytes.map(|v| v as f64),
+            true,
+        ),
+        (
+            "container_start_time_seconds",
+            "gauge",
+            "[STABLE] Start time of the container since unix epoch in seconds",
+            |c| start_seconds(&c.start_time),
+            false,
+        ),
+    ];
+    for (name, kind, help, get, stamped) in families {
+        header(&mut out, name, kind, help);
+        for p in pods {
+            for c in &p.containers {
+                if let Some(v) = get(c) {
+                    let labels = [
+                        ("container", c.name.as_str()),
+                        ("pod", &p.pod_ref.name),
+                        ("namespace", &p.pod_ref.namespace),
+                    ];
+                    line(&mut out, name, &labels, v, if stamped { ms } else { None });
+                }
             }
         }
     }

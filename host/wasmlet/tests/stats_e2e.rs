@@ -75,7 +75,8 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
     let extra = format!(
         "cgroupsPerQOS: true\ncgroupRoot: /{NODE}\nhousekeepingInterval: 1s\n\
          evictionHard: {{memory.available: {threshold_mi}Mi}}\n\
-         evictionPressureTransitionPeriod: 1m\nnodeStatusUpdateFrequency: 2s\n"
+         evictionPressureTransitionPeriod: 1m\nnodeStatusUpdateFrequency: 2s\n\
+         imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 100\n"
     );
     let agent = cluster::start_agent(
         &double.dir,

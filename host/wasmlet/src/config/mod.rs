@@ -441,7 +441,7 @@ impl Config {
             timing: Timing::default(),
             limits: Limits::default(),
             log_rotation: wasmlet_logs::Rotation::default(),
-            resources: Resources::default(),
+            resources: Resources::development(),
             plugins: None,
         }
     }

@@ -14,6 +14,31 @@ use wasmlet_plugin_host::convert::parse_duration;
 use wasmlet_stats::eviction;
 use wasmlet_stats::imagegc;
 
+impl Resources {
+    /// A development node's (`wasmlet up`): eviction on memory only, no image garbage
+    /// collection — as kind configures its nodes. A laptop's or a CI machine's disk is
+    /// often fuller than the kubelet's disk thresholds allow (this project's machines'
+    /// is 87 % used), and the node's images come from local imports no registry can give
+    /// back once collected.
+    pub fn development() -> Self {
+        let hard =
+            std::collections::BTreeMap::from([("memory.available".to_owned(), "100Mi".to_owned())]);
+        Resources {
+            eviction: eviction::Config {
+                thresholds: eviction::thresholds::parse(Some(&hard), None, None, None)
+                    .unwrap_or_default(),
+                ..eviction::Config::default()
+            },
+            images: imagegc::Policy {
+                high_percent: 100,
+                low_percent: 100,
+                ..imagegc::Policy::default()
+            },
+            ..Resources::default()
+        }
+    }
+}
+
 /// The fields as written.
 #[derive(Debug, Default)]
 pub(super) struct ResourceFields {
@@ -149,6 +174,10 @@ mod tests {
         let r = resources(ResourceFields::default()).expect("defaults");
         assert_eq!(r, Resources::default());
         assert_eq!(r.eviction.thresholds.len(), 4);
+        let dev = Resources::development();
+        assert_eq!(dev.eviction.thresholds.len(), 1, "memory only");
+        assert_eq!(dev.images.high_percent, 100, "no image GC");
+        assert!(dev.images.check().is_ok());
     }
 
     #[test]

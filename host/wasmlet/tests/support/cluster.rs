@@ -70,11 +70,19 @@ pub fn start_agent(
         format!(
             "nodeName: {node}\nnodeIP: 127.0.0.1\ncontainerRuntimeEndpoint: {endpoint}\n\
              healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\npodLogsDir: {logs}\n\
-             {cgroups}{extra}\
+             {cgroups}{resources}{extra}\
              authentication: {{x509: {{clientCAFile: {ca}}}}}\n",
             root = dir.join("root").display(),
             logs = dir.join("logs").display(),
             ca = client_ca.display(),
+            // This machine's disk is fuller than the kubelet's disk thresholds allow, and
+            // the shared containerd's images cannot be pulled again: eviction on memory
+            // only and no image GC, unless the test sets its own.
+            resources = if extra.contains("evictionHard") {
+                ""
+            } else {
+                "evictionHard: {memory.available: 100Mi}\nimageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 100\n"
+            },
             // Pod cgroups off unless the test asks for them.
             cgroups = if extra.contains("cgroupsPerQOS") {
                 ""
