@@ -16,13 +16,26 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// The cgroup filesystem of the node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+use crate::files::OpenFiles;
+
+/// The cgroup filesystem of the node; the counters it reads stay open between samples
+/// ([`OpenFiles`], shared by clones).
+#[derive(Debug, Clone)]
 pub struct Cgroups {
     root: PathBuf,
     v2: bool,
+    files: Arc<OpenFiles>,
 }
+
+impl PartialEq for Cgroups {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root && self.v2 == other.v2
+    }
+}
+
+impl Eq for Cgroups {}
 
 /// Memory counters of one cgroup.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,7 +78,18 @@ impl Cgroups {
         Cgroups {
             root: root.to_path_buf(),
             v2,
+            files: Arc::default(),
         }
+    }
+
+    /// Closes the counters not read since the previous sweep (the collector calls it
+    /// after each sample).
+    pub fn sweep(&self) {
+        self.files.sweep();
+    }
+
+    fn number(&self, path: &Path) -> io::Result<u64> {
+        parse_number(path, &self.files.read(path)?)
     }
 
     /// Whether this is the unified hierarchy.
@@ -90,11 +114,11 @@ impl Cgroups {
     /// Cumulative CPU time of `cgroup`, in nanoseconds.
     pub fn cpu_ns(&self, cgroup: &str) -> io::Result<u64> {
         if self.v2 {
-            let text = read(&self.dir("cpu", cgroup).join("cpu.stat"))?;
+            let text = self.files.read(&self.dir("cpu", cgroup).join("cpu.stat"))?;
             let usec = field(&text, "usage_usec").ok_or_else(|| missing("usage_usec"))?;
             Ok(usec.saturating_mul(1000))
         } else {
-            number(&self.dir("cpuacct", cgroup).join("cpuacct.usage"))
+            self.number(&self.dir("cpuacct", cgroup).join("cpuacct.usage"))
         }
     }
 
@@ -119,25 +143,36 @@ impl Cgroups {
     pub fn memory_usage(&self, cgroup: &str) -> io::Result<Memory> {
         let dir = self.dir("memory", cgroup);
         if self.v2 {
-            let usage = number(&dir.join("memory.current"))?;
-            let stat = read(&dir.join("memory.stat"))?;
+            let usage = self.number(&dir.join("memory.current"))?;
+            let stat = self.files.read(&dir.join("memory.stat"))?;
+            let [inactive, anon, faults, major] =
+                fields(&stat, ["inactive_file", "anon", "pgfault", "pgmajfault"]);
             Ok(Memory {
                 usage,
-                working_set: usage.saturating_sub(field(&stat, "inactive_file").unwrap_or(0)),
-                rss: field(&stat, "anon").unwrap_or(0),
-                page_faults: field(&stat, "pgfault").unwrap_or(0),
-                major_page_faults: field(&stat, "pgmajfault").unwrap_or(0),
+                working_set: usage.saturating_sub(inactive),
+                rss: anon,
+                page_faults: faults,
+                major_page_faults: major,
                 limit: None,
             })
         } else {
-            let usage = number(&dir.join("memory.usage_in_bytes"))?;
-            let stat = read(&dir.join("memory.stat"))?;
+            let usage = self.number(&dir.join("memory.usage_in_bytes"))?;
+            let stat = self.files.read(&dir.join("memory.stat"))?;
+            let [inactive, rss, faults, major] = fields(
+                &stat,
+                [
+                    "total_inactive_file",
+                    "total_rss",
+                    "total_pgfault",
+                    "total_pgmajfault",
+                ],
+            );
             Ok(Memory {
                 usage,
-                working_set: usage.saturating_sub(field(&stat, "total_inactive_file").unwrap_or(0)),
-                rss: field(&stat, "total_rss").unwrap_or(0),
-                page_faults: field(&stat, "total_pgfault").unwrap_or(0),
-                major_page_faults: field(&stat, "total_pgmajfault").unwrap_or(0),
+                working_set: usage.saturating_sub(inactive),
+                rss,
+                page_faults: faults,
+                major_page_faults: major,
                 limit: None,
             })
         }
@@ -145,7 +180,7 @@ impl Cgroups {
 
     /// How many processes (tasks) `cgroup` holds, from the pids controller.
     pub fn processes(&self, cgroup: &str) -> io::Result<u64> {
-        number(&self.dir("pids", cgroup).join("pids.current"))
+        self.number(&self.dir("pids", cgroup).join("pids.current"))
     }
 
     /// One process in `cgroup` or any cgroup below it (to read the network of the
@@ -176,8 +211,7 @@ fn read(path: &Path) -> io::Result<String> {
     std::fs::read_to_string(path)
 }
 
-fn number(path: &Path) -> io::Result<u64> {
-    let text = read(path)?;
+fn parse_number(path: &Path, text: &str) -> io::Result<u64> {
     text.trim().parse().map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -194,6 +228,25 @@ fn limit(path: &Path) -> Option<u64> {
 
 fn missing(key: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in cpu.stat"))
+}
+
+/// The values of `keys` in a flat-keyed file, in one pass (0 for a key not there).
+pub fn fields<const N: usize>(text: &str, keys: [&str; N]) -> [u64; N] {
+    let mut out = [0; N];
+    let mut found = 0;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|key| *key == k) {
+            out[i] = v.trim().parse().unwrap_or(0);
+            found += 1;
+            if found == N {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The value of `key` in a flat-keyed file (`key value` per line: memory.stat,

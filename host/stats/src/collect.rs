@@ -126,8 +126,9 @@ pub struct Collector<R> {
     limits: HashMap<String, (Option<u64>, i64)>,
     /// Disk use (bytes, inodes) per directory, and when it was measured.
     disk: HashMap<PathBuf, ((u64, u64), i64)>,
-    /// A process in each pod (UID), to read its network namespace's counters from.
-    pids: HashMap<String, u32>,
+    /// A process in each pod (UID), to read its network namespace's counters from, and
+    /// when a pod without one was last looked at.
+    pids: HashMap<String, (Option<u32>, i64)>,
 }
 
 impl<R: CriRuntime> Collector<R> {
@@ -190,16 +191,22 @@ impl<R: CriRuntime> Collector<R> {
         uid: &str,
         cg: &crate::cgroup::Cgroups,
         cgroup: &str,
+        now: i64,
         time: &str,
     ) -> Option<NetworkStats> {
-        if let Some(pid) = self.pids.get(uid)
-            && let Ok(ifs) = self.settings.files.network(Some(*pid))
-        {
-            return Some(network(&ifs, time));
+        match self.pids.get(uid) {
+            Some((Some(pid), _)) => {
+                if let Ok(ifs) = self.settings.files.network(Some(*pid)) {
+                    return Some(network(&ifs, time));
+                }
+            }
+            // No process a moment ago: looked for again once a minute.
+            Some((None, at)) if now - at < SLOW_PERIOD_NS => return None,
+            _ => {}
         }
-        let pid = cg.any_process(cgroup)?;
-        let ifs = self.settings.files.network(Some(pid)).ok()?;
-        self.pids.insert(uid.to_owned(), pid);
+        let pid = cg.any_process(cgroup);
+        self.pids.insert(uid.to_owned(), (pid, now));
+        let ifs = self.settings.files.network(Some(pid?)).ok()?;
         Some(network(&ifs, time))
     }
 
@@ -222,6 +229,11 @@ impl<R: CriRuntime> Collector<R> {
         self.pids.retain(|uid, _| live.contains(uid.as_str()));
         self.limits.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
         self.disk.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
+        // Counters of pods and containers gone are closed.
+        if let Some(cg) = &self.settings.files.cgroups {
+            cg.sweep();
+        }
+        self.settings.files.open.sweep();
         let meta = pods
             .iter()
             .map(|p| {
@@ -478,7 +490,7 @@ impl<R: CriRuntime> Collector<R> {
             }
         };
         let network = match (&cgroups, pod_cgroup) {
-            (Some(cg), Some(pc)) => self.pod_network(&pod.uid, cg, pc, time),
+            (Some(cg), Some(pc)) => self.pod_network(&pod.uid, cg, pc, now, time),
             _ => None,
         };
         PodStats {

@@ -19,6 +19,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod collect;
 pub mod eviction;
+pub mod files;
 pub mod imagegc;
 pub mod metrics;
 pub mod node;

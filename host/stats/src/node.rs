@@ -15,6 +15,8 @@ pub struct NodeFiles {
     pub proc: PathBuf,
     /// The cgroup filesystem, when there is one.
     pub cgroups: Option<Cgroups>,
+    /// The `/proc` files read every sample, kept open.
+    pub open: std::sync::Arc<crate::files::OpenFiles>,
 }
 
 impl Default for NodeFiles {
@@ -22,6 +24,7 @@ impl Default for NodeFiles {
         NodeFiles {
             proc: PathBuf::from("/proc"),
             cgroups: Cgroups::detect(Path::new("/sys/fs/cgroup")),
+            open: Default::default(),
         }
     }
 }
@@ -73,7 +76,7 @@ impl NodeFiles {
         if let Some(cg) = self.cgroups.as_ref().filter(|c| !c.v2()) {
             return cg.memory("/");
         }
-        let text = std::fs::read_to_string(self.proc.join("meminfo"))?;
+        let text = self.open.read(&self.proc.join("meminfo"))?;
         let get = |k: &str| meminfo(&text, k).ok_or_else(|| bad("meminfo", k));
         let usage = get("MemTotal")?.saturating_sub(get("MemFree")?);
         let inactive_file = meminfo(&text, "Inactive(file)").unwrap_or(0);
@@ -96,7 +99,7 @@ impl NodeFiles {
         {
             return Ok(ns);
         }
-        let text = std::fs::read_to_string(self.proc.join("stat"))?;
+        let text = self.open.read(&self.proc.join("stat"))?;
         proc_stat_busy_ns(&text).ok_or_else(|| bad("stat", "cpu"))
     }
 
@@ -115,7 +118,7 @@ impl NodeFiles {
             Some(p) => self.proc.join(p.to_string()).join("net/dev"),
             None => self.proc.join("self/net/dev"),
         };
-        Ok(net_dev(&std::fs::read_to_string(path)?))
+        Ok(net_dev(&self.open.read(&path)?))
     }
 }
 
@@ -299,6 +302,7 @@ mod tests {
         let files = NodeFiles {
             proc,
             cgroups: None,
+            open: Default::default(),
         };
         let m = files.memory().expect("memory");
         assert_eq!(m.usage, 800 * 1024);
