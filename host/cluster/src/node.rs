@@ -165,53 +165,54 @@ pub fn status(
         ),
         Some(why) => condition("Ready", false, "KubeletNotReady", why),
     };
+    // Each pressure condition, in the kubelet's words when it is on and when it is off.
     let p = state.pressure;
-    let memory = if p.memory {
-        condition(
+    let pressures = [
+        (
             "MemoryPressure",
-            false,
-            "KubeletHasInsufficientMemory",
-            "kubelet has insufficient memory available",
-        )
-    } else {
-        condition(
-            "MemoryPressure",
-            true,
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available",
-        )
-    };
-    let disk = if p.disk {
-        condition(
+            p.memory,
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+        ),
+        (
             "DiskPressure",
-            false,
-            "KubeletHasDiskPressure",
-            "kubelet has disk pressure",
-        )
-    } else {
-        condition(
-            "DiskPressure",
-            true,
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure",
-        )
-    };
-    let pid = if p.pid {
-        condition(
+            p.disk,
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ),
+        (
             "PIDPressure",
-            false,
-            "KubeletHasInsufficientPID",
-            "kubelet has insufficient PID available",
+            p.pid,
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+        ),
+    ];
+    let mut conditions: Vec<k8s::NodeCondition> = pressures
+        .into_iter()
+        .map(
+            |(kind, on, (reason_on, message_on), (reason_off, message_off))| {
+                if on {
+                    condition(kind, false, reason_on, message_on)
+                } else {
+                    condition(kind, true, reason_off, message_off)
+                }
+            },
         )
-    } else {
-        condition(
-            "PIDPressure",
-            true,
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available",
-        )
-    };
-    status.conditions = Some(vec![memory, disk, pid, ready]);
+        .collect();
+    conditions.push(ready);
+    status.conditions = Some(conditions);
     status.node_info = Some(info.clone());
     status.daemon_endpoints = Some(k8s::NodeDaemonEndpoints {
         kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),

@@ -48,36 +48,30 @@ impl<R: CriRuntime + 'static> PodLister for AgentPods<R> {
                     };
                     containers.sort_by_key(|c| position(&c.name));
                 }
+                // emptyDirs on disk (a Memory medium counts as memory, not storage).
                 let empty_dirs = spec
-                    .as_ref()
-                    .and_then(|p| p.spec.as_ref())
-                    .and_then(|s| s.volumes.as_ref())
-                    .map(|vs| {
-                        vs.iter()
+                    .iter()
+                    .flat_map(|pod| {
+                        let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+                        volumes
                             .filter(|v| {
                                 v.empty_dir
                                     .as_ref()
                                     .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
                             })
-                            .filter_map(|v| {
-                                let pod = spec.as_ref()?;
-                                Some((
-                                    v.name.clone(),
-                                    criconfig::empty_dir_path(pod, node, &v.name),
-                                ))
+                            .map(|v| {
+                                let dir = criconfig::empty_dir_path(pod, node, &v.name);
+                                (v.name.clone(), dir)
                             })
-                            .collect()
                     })
-                    .unwrap_or_default();
+                    .collect();
                 Some(PodInfo {
                     uid: rt.uid.clone(),
                     name: rt.name.clone(),
                     namespace: rt.namespace.clone(),
                     start_time: sandbox.created_at,
                     containers,
-                    log_dir: node
-                        .pod_logs_dir
-                        .join(format!("{}_{}_{}", rt.namespace, rt.name, rt.uid)),
+                    log_dir: criconfig::pod_log_directory(node, &rt.namespace, &rt.name, &rt.uid),
                     empty_dirs,
                     cgroup: node.pod_cgroups.as_ref().map(|c| c.cgroup_parent(&rt.uid)),
                 })
@@ -130,7 +124,7 @@ pub fn critical(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+        .is_some_and(|a| a.contains_key(wasmlet_agent::pod::CONFIG_MIRROR_ANNOTATION));
     let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     wasmlet_agent::pod::is_static(pod)
         || mirror
@@ -164,7 +158,6 @@ pub fn pod_facts(pod: &k8s_openapi::api::core::v1::Pod) -> crate::eviction::PodF
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
         critical: critical(pod),
-        best_effort: wasmlet_agent::status::qos_class(pod) == "BestEffort",
         grace: std::time::Duration::from_secs(
             u64::try_from(wasmlet_agent::pod::grace_seconds(pod)).unwrap_or(0),
         ),
@@ -261,7 +254,7 @@ pub fn housekeeping<R: CriRuntime + 'static>(
         stats: stats.clone(),
         manager: crate::eviction::Manager::new(eviction),
         node,
-        pressure: pressure.clone(),
+        pressure,
         period,
     };
     let task = tokio::spawn(async move {
@@ -273,7 +266,7 @@ pub fn housekeeping<R: CriRuntime + 'static>(
         {
             tracing::debug!(%image, "image garbage collection keeps the runtime's sandbox image");
         }
-        housekeeping.spawn().await.ok();
+        housekeeping.run().await;
     });
     (stats, task)
 }

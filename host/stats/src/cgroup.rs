@@ -50,8 +50,6 @@ pub struct Memory {
     pub page_faults: u64,
     /// Major page faults, cumulative.
     pub major_page_faults: u64,
-    /// The cgroup's limit; `None` when unlimited.
-    pub limit: Option<u64>,
 }
 
 /// Values of v1 limit files at or above this are "no limit" (the kernel prints
@@ -106,11 +104,6 @@ impl Cgroups {
         }
     }
 
-    /// Whether `cgroup` (e.g. `/wasmlet/pod<uid>`) exists in the memory hierarchy.
-    pub fn exists(&self, cgroup: &str) -> bool {
-        self.dir("memory", cgroup).is_dir()
-    }
-
     /// Cumulative CPU time of `cgroup`, in nanoseconds.
     pub fn cpu_ns(&self, cgroup: &str) -> io::Result<u64> {
         if self.v2 {
@@ -120,13 +113,6 @@ impl Cgroups {
         } else {
             self.number(&self.dir("cpuacct", cgroup).join("cpuacct.usage"))
         }
-    }
-
-    /// Memory counters of `cgroup`.
-    pub fn memory(&self, cgroup: &str) -> io::Result<Memory> {
-        let mut m = self.memory_usage(cgroup)?;
-        m.limit = self.memory_limit(cgroup);
-        Ok(m)
     }
 
     /// `cgroup`'s memory limit (`None`: unlimited or unreadable).
@@ -139,8 +125,9 @@ impl Cgroups {
         }
     }
 
-    /// Memory counters of `cgroup` without its limit (one file fewer to read).
-    pub fn memory_usage(&self, cgroup: &str) -> io::Result<Memory> {
+    /// Memory counters of `cgroup` (its limit is [`Cgroups::memory_limit`]: it changes
+    /// seldom, and is read seldom).
+    pub fn memory(&self, cgroup: &str) -> io::Result<Memory> {
         let dir = self.dir("memory", cgroup);
         if self.v2 {
             let usage = self.number(&dir.join("memory.current"))?;
@@ -153,7 +140,6 @@ impl Cgroups {
                 rss: anon,
                 page_faults: faults,
                 major_page_faults: major,
-                limit: None,
             })
         } else {
             let usage = self.number(&dir.join("memory.usage_in_bytes"))?;
@@ -173,7 +159,6 @@ impl Cgroups {
                 rss,
                 page_faults: faults,
                 major_page_faults: major,
-                limit: None,
             })
         }
     }
@@ -303,21 +288,21 @@ mod tests {
                 rss: 6_291_456,
                 page_faults: 1200,
                 major_page_faults: 3,
-                limit: None,
             }
         );
         assert_eq!(cg.cpu_ns("/wasmlet/podu1").expect("cpu"), 123_456_789);
         assert_eq!(cg.processes("/wasmlet/podu1").expect("pids"), 4);
         assert_eq!(cg.any_process("/wasmlet/podu1"), Some(4242));
-        assert!(cg.exists("/wasmlet/podu1"));
+        assert_eq!(
+            cg.memory_limit("/wasmlet/podu1"),
+            None,
+            "2^63 rounded: no limit"
+        );
         write(
             &root.join("memory/wasmlet/podu1/memory.limit_in_bytes"),
             "67108864\n",
         );
-        assert_eq!(
-            cg.memory("/wasmlet/podu1").expect("memory").limit,
-            Some(64 << 20)
-        );
+        assert_eq!(cg.memory_limit("/wasmlet/podu1"), Some(64 << 20));
     }
 
     #[test]
@@ -341,7 +326,7 @@ mod tests {
         assert_eq!(m.working_set, 8_388_608 - 1_048_576);
         assert_eq!(m.rss, 4_194_304);
         assert_eq!((m.page_faults, m.major_page_faults), (77, 1));
-        assert_eq!(m.limit, None);
+        assert_eq!(cg.memory_limit("wasmlet/podu1"), None);
         assert_eq!(cg.cpu_ns("wasmlet/podu1").expect("cpu"), 2_500_000);
     }
 

@@ -167,7 +167,7 @@ impl<R: CriRuntime> Collector<R> {
         now: i64,
         time: &str,
     ) -> Option<MemoryStats> {
-        let m = cg.memory_usage(cgroup).ok()?;
+        let m = cg.memory(cgroup).ok()?;
         let limit = self.limit(cg, cgroup, now);
         Some(memory(&m, limit, time))
     }
@@ -217,14 +217,14 @@ impl<R: CriRuntime> Collector<R> {
         let image_fs = self.image_fs().await;
         let now = now_ns();
         let time = rfc3339(now);
-        let mut seen = HashSet::new();
         let node = self.node(now, &time, image_fs);
         let nodefs = node.fs.clone();
         let mut out = Vec::with_capacity(pods.len());
         for pod in &pods {
-            out.push(self.pod(pod, now, &time, &cri_stats, nodefs.as_ref(), &mut seen));
+            out.push(self.pod(pod, now, &time, &cri_stats, nodefs.as_ref()));
         }
-        self.previous.retain(|k, _| seen.contains(k) || k == "node");
+        // CPU readings not taken in this sample belong to what is gone.
+        self.previous.retain(|_, (_, at)| *at == now);
         let live: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         self.pids.retain(|uid, _| live.contains(uid.as_str()));
         self.limits.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
@@ -287,7 +287,12 @@ impl<R: CriRuntime> Collector<R> {
         };
         let usage = info.image_filesystems.first()?;
         let mountpoint = usage.fs_id.as_ref().map(|f| f.mountpoint.clone())?;
-        let time = rfc3339(usage.timestamp.max(now_ns()));
+        // When the runtime measured it (now, if it does not say).
+        let time = rfc3339(if usage.timestamp > 0 {
+            usage.timestamp
+        } else {
+            now_ns()
+        });
         let mut fs = FsStats {
             time,
             used_bytes: usage.used_bytes.as_ref().map(|v| v.value),
@@ -371,7 +376,6 @@ impl<R: CriRuntime> Collector<R> {
         time: &str,
         cri: &HashMap<String, proto::ContainerStats>,
         nodefs: Option<&FsStats>,
-        seen: &mut HashSet<String>,
     ) -> PodStats {
         let cgroups = self.settings.files.cgroups.clone();
         // The pod cgroup's CPU counter, read first: it also says whether it exists.
@@ -397,7 +401,6 @@ impl<R: CriRuntime> Collector<R> {
             };
             match (&cgroups, own.as_deref(), own_cpu) {
                 (Some(cg), Some(own), Some(ns)) => {
-                    seen.insert(c.id.clone());
                     stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
                     stats.memory = self.cgroup_memory(cg, own, now, time);
                 }
@@ -408,7 +411,6 @@ impl<R: CriRuntime> Collector<R> {
                             .as_ref()
                             .and_then(|c| c.usage_core_nano_seconds.as_ref())
                         {
-                            seen.insert(c.id.clone());
                             stats.cpu = Some(self.cpu(c.id.clone(), ns.value, now, time));
                         }
                         stats.memory = s.memory.as_ref().map(|m| cri_memory(m, time));
@@ -456,10 +458,7 @@ impl<R: CriRuntime> Collector<R> {
         let key = format!("pod/{}", pod.uid);
         let (cpu, mem, processes) = match (&cgroups, pod_cgroup) {
             (Some(cg), Some(pc)) => {
-                let cpu = pod_cpu.map(|ns| {
-                    seen.insert(key.clone());
-                    self.cpu(key.clone(), ns, now, time)
-                });
+                let cpu = pod_cpu.map(|ns| self.cpu(key.clone(), ns, now, time));
                 let mem = self.cgroup_memory(cg, pc, now, time);
                 (cpu, mem, cg.processes(pc).ok())
             }
@@ -468,10 +467,7 @@ impl<R: CriRuntime> Collector<R> {
                 let cpu = sum(containers.iter().map(|c| c.cpu.as_ref()), |c| {
                     c.usage_core_nano_seconds
                 })
-                .map(|ns| {
-                    seen.insert(key.clone());
-                    self.cpu(key.clone(), ns, now, time)
-                });
+                .map(|ns| self.cpu(key.clone(), ns, now, time));
                 let ws = sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
                     m.working_set_bytes
                 });

@@ -102,11 +102,6 @@ impl ImageGc {
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> Policy {
-        self.policy
-    }
-
     /// Also never removes `image` (a reference or an id): the runtime's sandbox image.
     pub fn protect(&mut self, image: &str) {
         self.protected.insert(image.to_owned());

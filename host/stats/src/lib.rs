@@ -28,7 +28,6 @@ pub mod summary;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wasmlet_cri::CriRuntime;
 
@@ -40,10 +39,10 @@ pub use summary::Summary;
 /// The kubelet's housekeeping period: how often usage is sampled.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
 
-/// The latest sample, and a way to wait for the next.
+/// The latest sample.
 #[derive(Debug)]
 pub struct Stats {
-    latest: watch::Sender<Option<Arc<Sample>>>,
+    latest: std::sync::RwLock<Option<Arc<Sample>>>,
 }
 
 impl Default for Stats {
@@ -56,23 +55,24 @@ impl Stats {
     /// No sample yet.
     pub fn new() -> Self {
         Stats {
-            latest: watch::Sender::new(None),
+            latest: std::sync::RwLock::new(None),
         }
     }
 
     /// The latest sample, if one was taken.
     pub fn latest(&self) -> Option<Arc<Sample>> {
-        self.latest.borrow().clone()
+        self.latest
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
-    /// Stores a sample (the sampler does; tests and fake providers may).
-    pub fn publish(&self, sample: Sample) {
-        self.latest.send_replace(Some(Arc::new(sample)));
-    }
-
-    /// A receiver that sees every new sample.
-    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<Sample>>> {
-        self.latest.subscribe()
+    /// Stores a sample (the sampler does; tests and fake providers may) and returns it
+    /// as stored.
+    pub fn publish(&self, sample: Sample) -> Arc<Sample> {
+        let sample = Arc::new(sample);
+        *self.latest.write().unwrap_or_else(|p| p.into_inner()) = Some(sample.clone());
+        sample
     }
 
     /// Samples with `collector` now and every `period` until the task is aborted.

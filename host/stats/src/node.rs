@@ -87,7 +87,6 @@ impl NodeFiles {
             rss: meminfo(&text, "AnonPages").unwrap_or(0),
             page_faults: field(&vm, "pgfault").unwrap_or(0),
             major_page_faults: field(&vm, "pgmajfault").unwrap_or(0),
-            limit: None,
         })
     }
 

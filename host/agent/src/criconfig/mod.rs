@@ -115,12 +115,18 @@ const READONLY_PATHS: [&str; 5] = [
 /// The pod's log directory.
 pub fn log_directory(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
     let m = &pod.metadata;
-    ctx.pod_logs_dir.join(format!(
-        "{}_{}_{}",
+    pod_log_directory(
+        ctx,
         m.namespace.as_deref().unwrap_or("default"),
         m.name.as_deref().unwrap_or(""),
-        pod::uid(pod)
-    ))
+        pod::uid(pod),
+    )
+}
+
+/// The log directory of the pod `namespace/name` with `uid`:
+/// `<podLogsDir>/<namespace>_<name>_<uid>`.
+pub fn pod_log_directory(ctx: &NodeContext, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    ctx.pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
 }
 
 /// The directory holding the pod's volumes and files.

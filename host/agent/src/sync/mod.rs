@@ -361,12 +361,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let rt = self.cached(&key.uid).await;
         let mut touched = Touched::default();
         let grace = pod::grace_seconds(pod);
-        if self.past_deadline(pod) {
-            return SyncResult::new(WorkOutcome::Evicted {
-                grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
-            });
-        }
-        // Evicted for node pressure: stopped with the eviction's grace.
+        self.check_deadline(pod);
+        // Ended by the node (activeDeadlineSeconds, or eviction for node pressure):
+        // stopped with the eviction's grace, else the pod's own.
         if let Some(eviction_grace) = self.statuses.eviction(&key.uid) {
             return SyncResult::new(WorkOutcome::Evicted {
                 grace: eviction_grace
@@ -517,16 +514,16 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
     }
 
-    /// Whether the pod has been active longer than its `activeDeadlineSeconds` (counted
-    /// from its start time, also after the deadline was lowered): if so it is marked
-    /// Failed with the kubelet's reason and message, and an event says so once.
-    fn past_deadline(&self, pod: &k8s::Pod) -> bool {
+    /// Marks the pod Failed with the kubelet's reason and message, and says so in an
+    /// event once, when it has been active longer than its `activeDeadlineSeconds`
+    /// (counted from its start time, also after the deadline was lowered).
+    fn check_deadline(&self, pod: &k8s::Pod) {
         let uid = pod::uid(pod);
         let Some(deadline) = self.statuses.deadline(uid) else {
-            return false;
+            return;
         };
         if self.clock.unix_nanos() < deadline.saturating_mul(1_000_000_000) {
-            return false;
+            return;
         }
         if self
             .statuses
@@ -541,7 +538,6 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             ));
             self.update_status(uid);
         }
-        true
     }
 }
 

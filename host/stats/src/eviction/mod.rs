@@ -84,8 +84,6 @@ pub struct Decision {
     pub reclaim: Option<Signal>,
     /// The pod to evict.
     pub evict: Option<Eviction>,
-    /// Every signal read, for the log and metrics.
-    pub observed: BTreeMap<Signal, Observed>,
 }
 
 /// The eviction manager's state between periods.
@@ -109,11 +107,6 @@ impl Manager {
             last_pressure: BTreeMap::new(),
             reclaimed: BTreeSet::new(),
         }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// Marks node-level reclaim for `signal` as done (the caller ran it and took a new
@@ -167,7 +160,6 @@ impl Manager {
             pressure,
             reclaim: None,
             evict: None,
-            observed: observed.clone(),
         };
         let Some(t) = due.first() else {
             return decision;

@@ -28,8 +28,6 @@ pub struct PodFacts {
     pub priority: i32,
     /// Never evicted: a static or mirror pod, or priority ≥ 2000000000.
     pub critical: bool,
-    /// No requests or limits anywhere (QoS BestEffort).
-    pub best_effort: bool,
     /// `terminationGracePeriodSeconds`.
     pub grace: Duration,
     /// Each container's requests.

@@ -77,11 +77,6 @@ impl PressureState {
             }
         })
     }
-
-    /// A receiver that sees every change.
-    pub fn subscribe(&self) -> watch::Receiver<BTreeSet<Pressure>> {
-        self.0.subscribe()
-    }
 }
 
 /// Everything the loop works with.
@@ -103,8 +98,7 @@ pub struct Housekeeping {
 impl Housekeeping {
     /// One round: sample, decide, act. Returns the decision acted on.
     pub async fn round(&mut self) -> Decision {
-        let sample = self.sampler.sample().await;
-        self.stats.publish(sample.clone());
+        let sample = self.stats.publish(self.sampler.sample().await);
         let image_fs = sample
             .summary
             .node
@@ -124,8 +118,7 @@ impl Housekeeping {
             let freed = self.node.reclaim(signal).await;
             tracing::info!(signal = %signal, "Eviction manager: node-level reclaim: {freed}");
             self.manager.reclaimed(signal);
-            let sample = self.sampler.sample().await;
-            self.stats.publish(sample.clone());
+            let sample = self.stats.publish(self.sampler.sample().await);
             decision = self
                 .manager
                 .synchronize(now, &sample.summary, &self.node.pods());
@@ -153,15 +146,18 @@ impl Housekeeping {
         decision
     }
 
-    /// Runs a round every period until the task is aborted.
-    pub fn spawn(mut self) -> JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                self.round().await;
-            }
-        })
+    /// Runs a round every period, the first at once, for ever.
+    pub async fn run(mut self) {
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.round().await;
+        }
+    }
+
+    /// [`Housekeeping::run`] as a task of its own.
+    pub fn spawn(self) -> JoinHandle<()> {
+        tokio::spawn(self.run())
     }
 }

@@ -19,7 +19,6 @@ fn pod(uid: &str, priority: i32, request_mi: Option<u64>) -> PodFacts {
         namespace: "default".into(),
         priority,
         critical: false,
-        best_effort: request_mi.is_none(),
         grace: Duration::from_secs(30),
         containers: vec![Requests {
             name: "app".into(),

@@ -75,20 +75,12 @@ impl Default for Resources {
     }
 }
 
-fn duration(
-    field: &str,
-    text: Option<&str>,
-    default: Duration,
-    allow_zero: bool,
-) -> Result<Duration> {
-    let Some(t) = text else {
-        return Ok(default);
-    };
-    let d = parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
-    if d.is_zero() && !allow_zero {
-        bail!("{field}: must be more than 0");
+/// A duration that may be 0 (the configuration's own [`super::duration`] refuses 0).
+fn duration_or_zero(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
+    match text {
+        None => Ok(default),
+        Some(t) => parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}")),
     }
-    Ok(d)
 }
 
 fn percent(field: &str, v: Option<i64>, default: u8) -> Result<u8> {
@@ -109,11 +101,10 @@ pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
         f.eviction_minimum_reclaim.as_ref(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let transition = duration(
+    let transition = duration_or_zero(
         "evictionPressureTransitionPeriod",
         f.eviction_pressure_transition_period.as_deref(),
         d.eviction.transition,
-        true,
     )?;
     let max_pod_grace = match f.eviction_max_pod_grace_period {
         None => Duration::ZERO,
@@ -131,19 +122,17 @@ pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
             f.image_gc_low_threshold_percent,
             d.images.low_percent,
         )?,
-        min_age: duration(
+        min_age: duration_or_zero(
             "imageMinimumGCAge",
             f.image_minimum_gc_age.as_deref(),
             d.images.min_age,
-            true,
         )?,
     };
     images.check().map_err(|e| anyhow::anyhow!(e))?;
-    let period = duration(
+    let period = super::duration(
         "housekeepingInterval",
         f.housekeeping_interval.as_deref(),
         d.period,
-        false,
     )?;
     Ok(Resources {
         period,
