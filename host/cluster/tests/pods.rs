@@ -166,6 +166,23 @@ async fn containers_get_the_service_variables_from_one_watch() {
                 "spec": {"ports": [{"port": 8765, "protocol": "TCP", "targetPort": 8080}]}}),
         )
         .expect("service");
+    // The node's watch has seen the Service before the pods come (a Service made a
+    // moment before a pod may otherwise reach the node after it, as with the kubelet).
+    let services = n.agent.ctx.services.clone().expect("a Service source");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !services
+        .services("default")
+        .await
+        .unwrap_or_default()
+        .iter()
+        .any(|s| s.metadata.name.as_deref() == Some("fooservice"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fooservice never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let pod = |name: &str, links: bool| -> k8s::Pod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default"},
