@@ -25,6 +25,9 @@ use serde_json::Value;
 use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 
+#[path = "support/agent.rs"]
+#[allow(dead_code)]
+mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
 use containerd::endpoint;
@@ -76,9 +79,10 @@ impl Harness {
                  nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
                  staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
                  readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n\
-                 podPidsLimit: 64\nport: 0\nauthorization: {{mode: AlwaysAllow}}\n",
+                 podPidsLimit: 64\nport: 0\nauthorization: {{mode: AlwaysAllow}}\n{}",
                 manifests.display(),
-                dir.join("root").display()
+                dir.join("root").display(),
+                agent::TEST_RESOURCES,
             ),
         )
         .expect("config");

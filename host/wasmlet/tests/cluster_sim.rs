@@ -44,9 +44,10 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
              healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
              fileCheckFrequency: 1s\nnodeLabels: {{pool: hollow}}\n\
              registerWithTaints: [{{key: hollow, value: 'yes', effect: NoSchedule}}]\n\
-             kubeReserved: {{cpu: 500m}}\n",
+             kubeReserved: {{cpu: 500m}}\n{}",
             manifests.display(),
-            dir.join("root").display()
+            dir.join("root").display(),
+            agent::TEST_RESOURCES,
         ),
     )
     .expect("config");

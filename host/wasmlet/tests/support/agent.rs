@@ -3,6 +3,14 @@
 use std::path::PathBuf;
 use std::process::Child;
 
+/// The node-resource settings of a test agent. The machines the suite runs on may have
+/// fuller disks than the kubelet's default disk thresholds allow (a CI machine had less
+/// than 10% free: DiskPressure, every API pod refused), and the shared containerd's
+/// images cannot be pulled again: eviction on memory only and no image GC, as
+/// `wasmlet up` configures a development node.
+pub const TEST_RESOURCES: &str = "evictionHard: {memory.available: 100Mi}\n\
+     imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 100\n";
+
 /// The agent process and where its stderr goes.
 pub struct Agent {
     pub child: Child,

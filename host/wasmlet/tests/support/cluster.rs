@@ -75,13 +75,11 @@ pub fn start_agent(
             root = dir.join("root").display(),
             logs = dir.join("logs").display(),
             ca = client_ca.display(),
-            // This machine's disk is fuller than the kubelet's disk thresholds allow, and
-            // the shared containerd's images cannot be pulled again: eviction on memory
-            // only and no image GC, unless the test sets its own.
+            // Unless the test sets its own thresholds.
             resources = if extra.contains("evictionHard") {
                 ""
             } else {
-                "evictionHard: {memory.available: 100Mi}\nimageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 100\n"
+                super::agent::TEST_RESOURCES
             },
             // Pod cgroups off unless the test asks for them.
             cgroups = if extra.contains("cgroupsPerQOS") {
