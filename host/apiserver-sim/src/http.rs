@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::store::{Event, Store, kind_of, merge, now_rfc3339, selects, status};
-use crate::{ApiServerSim, node_proxy};
+use crate::{ApiServerSim, apply, crd, node_proxy};
 
 /// The parts of a request path.
 pub(crate) struct Target {
@@ -170,6 +170,17 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             format!("the server could not find the requested resource ({path})"),
         ));
     };
+    if !crd::built_in(&t.prefix)
+        && !store
+            .crds
+            .contains_key(&(t.prefix.clone(), t.resource.clone()))
+    {
+        return error(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+        ));
+    }
     let json_body = || -> Result<Value, Value> {
         if body.is_empty() {
             return Ok(Value::Object(Map::new()));
@@ -207,7 +218,8 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             reply(
                 StatusCode::OK,
                 &json!({
-                    "kind": format!("{}List", kind_of(&t.resource)),
+                    "kind": format!("{}List", store.crds.get(&(t.prefix.clone(), t.resource.clone()))
+                        .map_or_else(|| kind_of(&t.resource), |c| c.kind.clone())),
                     "apiVersion": api_version,
                     "metadata": {"resourceVersion": store.rv.to_string()},
                     "items": items,
@@ -263,6 +275,60 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             },
             Err(e) => error(e),
         },
+        (Method::PATCH, Some(name)) if content_type.starts_with("application/apply-patch") => {
+            let applied: Value = match serde_yaml_ng::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => {
+                    return error(status(
+                        400,
+                        "BadRequest",
+                        format!("the apply body is neither JSON nor YAML: {e}"),
+                    ));
+                }
+            };
+            let manager = query_param(&query, "fieldManager").unwrap_or_default();
+            let force = query_param(&query, "force").as_deref() == Some("true");
+            let maps = store
+                .crds
+                .get(&(t.prefix.clone(), t.resource.clone()))
+                .map(|c| c.list_maps.clone())
+                .unwrap_or_default();
+            let Some(current) = store.objects.get(&key(name)).cloned() else {
+                if t.sub.is_some() {
+                    return error(status(
+                        404,
+                        "NotFound",
+                        format!("{} \"{name}\" not found", t.resource),
+                    ));
+                }
+                // Apply creates what is not there.
+                let mut object = match apply::apply(
+                    &json!({"metadata": {}}),
+                    &applied,
+                    &manager,
+                    force,
+                    None,
+                    &maps,
+                ) {
+                    Ok(o) => o,
+                    Err(e) => return error(e),
+                };
+                object["apiVersion"] = applied["apiVersion"].clone();
+                object["kind"] = applied["kind"].clone();
+                object["metadata"]["name"] = json!(name);
+                return match store.create(&t.prefix, &t.resource, &t.ns, object) {
+                    Ok(o) => reply(StatusCode::CREATED, &o),
+                    Err(e) => error(e),
+                };
+            };
+            match apply::apply(&current, &applied, &manager, force, t.sub.as_deref(), &maps) {
+                Ok(object) => match store.put(&key(name), &current, object) {
+                    Ok(o) => reply(StatusCode::OK, &o),
+                    Err(e) => error(e),
+                },
+                Err(e) => error(e),
+            }
+        }
         (Method::PATCH, Some(name)) => {
             if content_type.starts_with("application/json-patch") {
                 return error(status(

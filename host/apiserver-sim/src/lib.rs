@@ -35,12 +35,21 @@
 //!   upgrades included; TokenReview and SubjectAccessReview answered from rules a test
 //!   sets ([`ApiServerSim::add_token`], [`ApiServerSim::allow`]).
 //!
+//! - custom resources ([`crd`]): a CustomResourceDefinition created makes its resource
+//!   servable (404 before, as for any group the server lacks), with its `status`
+//!   subresource and `metadata.generation`; deleting it deletes its objects.
+//! - server-side apply ([`apply`]): `PATCH` with `application/apply-patch+yaml`, each
+//!   manager's fields in `metadata.managedFields`, conflicts unless `force`, keyed lists
+//!   (`x-kubernetes-list-type: map`) merged item by item.
+//!
 //! Errors are `Status` objects with the API server's reasons and codes.
 //!
 //! Here: [`ApiServerSim`], what tests call. `store` keeps the objects and the rules of
 //! each verb; `http` parses paths and answers requests (watches included); `node_proxy`
 //! is the way to the kubelets and the reviews.
 
+mod apply;
+mod crd;
 mod http;
 mod node_proxy;
 mod store;

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::Key;
+use crate::crd::{self, Crd};
 
 /// One change, as watches see it.
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub(crate) struct Store {
     /// The last Service cluster IP handed out (within 10.96.0.0/12, as the default
     /// `--service-cluster-ip-range`).
     pub(crate) service_ips: u32,
+    /// Custom resources served, by (prefix, plural), from the CustomResourceDefinitions
+    /// stored.
+    pub(crate) crds: BTreeMap<(String, String), Crd>,
 }
 
 impl Default for Store {
@@ -51,6 +55,7 @@ impl Default for Store {
             requests: Vec::new(),
             deleted_namespaces: Default::default(),
             service_ips: 0,
+            crds: BTreeMap::new(),
         }
     }
 }
@@ -75,7 +80,7 @@ pub(crate) fn kind_of(resource: &str) -> String {
     }
 }
 
-pub(crate) fn has_status(resource: &str) -> bool {
+fn built_in_status(resource: &str) -> bool {
     matches!(resource, "pods" | "nodes" | "namespaces")
 }
 
@@ -238,6 +243,14 @@ impl Store {
         if resource == "services" {
             self.allocate_cluster_ip(&mut object)?;
         }
+        let custom = self.crds.contains_key(&(key.0.clone(), key.1.clone()));
+        if prefix == crd::PREFIX && resource == crd::RESOURCE {
+            object["metadata"]["name"] = json!(name);
+            for (served, definition) in crd::versions(&object)? {
+                self.crds.insert(served, definition);
+            }
+            object = crd::established(object);
+        }
         let rv = self.next_rv();
         let meta = object
             .as_object_mut()
@@ -254,6 +267,9 @@ impl Store {
             );
             m.insert("resourceVersion".into(), json!(rv));
             m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+            if custom {
+                m.insert("generation".into(), json!(1));
+            }
         }
         self.objects.insert(key.clone(), object.clone());
         self.emit("ADDED", &key, &object);
@@ -331,7 +347,7 @@ impl Store {
                 ),
             ));
         }
-        let mut stored = if sub == Some("status") {
+        let stored = if sub == Some("status") {
             let mut s = old.clone();
             s["status"] = new["status"].clone();
             s
@@ -342,7 +358,7 @@ impl Store {
             s
         } else {
             let mut s = new;
-            if has_status(&key.1) {
+            if self.has_status(key) {
                 s["status"] = old["status"].clone();
             }
             // Ephemeral containers change only through their subresource.
@@ -363,6 +379,8 @@ impl Store {
                 "deletionTimestamp",
                 "namespace",
                 "name",
+                "generation",
+                "managedFields",
             ] {
                 if !old["metadata"][field].is_null() {
                     s["metadata"][field] = old["metadata"][field].clone();
@@ -370,13 +388,34 @@ impl Store {
             }
             s
         };
-        if stored == old {
-            return Ok(old);
+        self.put(key, &old, stored)
+    }
+
+    /// Stores `new` over `old` (a change only when they differ): the next
+    /// resourceVersion, a custom resource's generation counted up when more than its
+    /// metadata or status changed, a MODIFIED event.
+    pub(crate) fn put(&mut self, key: &Key, old: &Value, mut new: Value) -> Result<Value, Value> {
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        if new == *old {
+            return Ok(new);
         }
-        stored["metadata"]["resourceVersion"] = json!(self.next_rv());
-        self.objects.insert(key.clone(), stored.clone());
-        self.emit("MODIFIED", key, &stored);
-        Ok(stored)
+        if let Some(generation) = old["metadata"]["generation"].as_i64()
+            && crd::generation_changed(old, &new)
+        {
+            new["metadata"]["generation"] = json!(generation + 1);
+        }
+        new["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.objects.insert(key.clone(), new.clone());
+        self.emit("MODIFIED", key, &new);
+        Ok(new)
+    }
+
+    /// Whether the object at `key` has a status only its `status` subresource changes.
+    pub(crate) fn has_status(&self, key: &Key) -> bool {
+        match self.crds.get(&(key.0.clone(), key.1.clone())) {
+            Some(definition) => definition.status,
+            None => built_in_status(&key.1),
+        }
     }
 
     pub(crate) fn delete(&mut self, key: &Key, options: &Value) -> Result<Value, Value> {
@@ -433,6 +472,27 @@ impl Store {
         let mut gone = old.clone();
         gone["metadata"]["resourceVersion"] = json!(self.next_rv());
         self.emit("DELETED", key, &gone);
+        if key.0 == crd::PREFIX && key.1 == crd::RESOURCE {
+            // Its custom resources go with it.
+            let served: Vec<(String, String)> = self
+                .crds
+                .iter()
+                .filter(|(_, c)| c.definition == key.3)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for (prefix, plural) in served {
+                self.crds.remove(&(prefix.clone(), plural.clone()));
+                let objects: Vec<Key> = self
+                    .objects
+                    .keys()
+                    .filter(|k| k.0 == prefix && k.1 == plural)
+                    .cloned()
+                    .collect();
+                for k in objects {
+                    let _ = self.delete(&k, &json!({}));
+                }
+            }
+        }
         Ok(old)
     }
 }
