@@ -162,7 +162,13 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
         );
     }
     let mut store = sim.lock();
-    store.requests.push((method.to_string(), path.clone()));
+    // Writes that name a field manager are recorded with it (who wrote is what a test
+    // of server-side apply counts).
+    let recorded = match query_param(&query, "fieldManager") {
+        Some(m) => format!("{path}?fieldManager={m}"),
+        None => path.clone(),
+    };
+    store.requests.push((method.to_string(), recorded));
     let Some(t) = parse(&path) else {
         return error(status(
             404,

@@ -63,6 +63,8 @@ pub struct AdmissionChain {
     /// The configured order: links named here come first, in this order; the others
     /// follow by name.
     order: std::sync::Mutex<Vec<String>>,
+    /// The cluster's links (WasmletPlugins), after all of the node's, in this order.
+    cluster_order: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for AdmissionChain {
@@ -83,6 +85,7 @@ impl AdmissionChain {
             engine,
             links: ArcSwap::from_pointee(Vec::new()),
             order: std::sync::Mutex::new(Vec::new()),
+            cluster_order: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -103,9 +106,24 @@ impl AdmissionChain {
             .rcu(|links| self.sorted(links.iter().cloned().collect()));
     }
 
+    /// Sets the order of the cluster's links, which follow all of the node's.
+    pub fn set_cluster_order(&self, order: Vec<String>) {
+        *self.cluster_order.lock().unwrap_or_else(|e| e.into_inner()) = order;
+        self.links
+            .rcu(|links| self.sorted(links.iter().cloned().collect()));
+    }
+
     fn sorted(&self, mut links: Vec<Arc<Link>>) -> Vec<Arc<Link>> {
         let order = self.order();
-        let rank = |name: &str| order.iter().position(|n| n == name).unwrap_or(usize::MAX);
+        let cluster = self.cluster_order.lock().unwrap_or_else(|e| e.into_inner());
+        // The node's configured links, then its directory's by name, then the cluster's.
+        let rank = |name: &str| match order.iter().position(|n| n == name) {
+            Some(i) => (0, i),
+            None => cluster
+                .iter()
+                .position(|n| n == name)
+                .map_or((1, 0), |i| (2, i)),
+        };
         links.sort_by(|a, b| (rank(&a.name), &a.name).cmp(&(rank(&b.name), &b.name)));
         links
     }

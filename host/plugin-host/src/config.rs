@@ -261,7 +261,16 @@ fn duration(
 impl ProbeConfig {
     /// The handler this entry describes; `index` is its place in the list, for errors.
     pub fn spec(&self, probes_dir: &Path, index: usize) -> Result<ProbeSpec, ConfigError> {
-        let field = |f: &str| format!("plugins.probes[{index}].{f}");
+        self.spec_at(probes_dir, &|f| format!("plugins.probes[{index}].{f}"))
+    }
+
+    /// The handler this entry describes, its values named by `field` in errors (a
+    /// WasmletPlugin's come from its spec).
+    pub fn spec_at(
+        &self,
+        probes_dir: &Path,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<ProbeSpec, ConfigError> {
         let limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
         if self.kinds.is_empty() {
             return Err(ConfigError {
@@ -306,7 +315,15 @@ impl ProbeConfig {
 impl SourceConfig {
     /// The source this entry describes; `index` is its place in the list, for errors.
     pub fn spec(&self, sources_dir: &Path, index: usize) -> Result<SourceSpec, ConfigError> {
-        let field = |f: &str| format!("plugins.sources[{index}].{f}");
+        self.spec_at(sources_dir, &|f| format!("plugins.sources[{index}].{f}"))
+    }
+
+    /// The source this entry describes, its values named by `field` in errors.
+    pub fn spec_at(
+        &self,
+        sources_dir: &Path,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<SourceSpec, ConfigError> {
         let mut limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
         limits.instances = InstanceMode::PerCall;
         limits.deadline = duration(
@@ -356,7 +373,17 @@ impl SourceConfig {
 impl AdmissionConfig {
     /// The link this entry describes; `index` is its place in the list, for errors.
     pub fn link_spec(&self, admission_dir: &Path, index: usize) -> Result<LinkSpec, ConfigError> {
-        let field = |f: &str| format!("plugins.admission[{index}].{f}");
+        self.link_spec_at(admission_dir, &|f| {
+            format!("plugins.admission[{index}].{f}")
+        })
+    }
+
+    /// The link this entry describes, its values named by `field` in errors.
+    pub fn link_spec_at(
+        &self,
+        admission_dir: &Path,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<LinkSpec, ConfigError> {
         let mut limits = common(&self.name, self.memory_limit.as_deref(), &field)?;
         limits.instances = match self.instances {
             InstancesConfig::Reused => InstanceMode::Reused,

@@ -51,6 +51,9 @@ async fn start_set<T: Plugin, S: Send + Sync + 'static>(
 pub struct ProbeHandlers {
     set: Arc<PluginSet<ProbeHandler>>,
     by_kind: BTreeMap<String, String>,
+    /// Handlers the cluster gives this node (WasmletPlugins), by probe kind: only for
+    /// kinds the node's own configuration leaves to no handler.
+    cluster: arc_swap::ArcSwap<BTreeMap<String, Arc<ProbeHandler>>>,
     directory: PluginDirectory,
 }
 
@@ -100,6 +103,7 @@ impl ProbeHandlers {
         Ok(Self {
             set,
             by_kind,
+            cluster: Default::default(),
             directory,
         })
     }
@@ -107,10 +111,14 @@ impl ProbeHandlers {
     /// The handler that checks `kind` probes (`httpGet`, `exec`, a custom kind), or why
     /// there is none.
     pub fn for_kind(&self, kind: &str) -> Result<Arc<ProbeHandler>, String> {
-        let name = self
-            .by_kind
-            .get(kind)
-            .ok_or_else(|| format!("no probe handler is configured for {kind} probes"))?;
+        let Some(name) = self.by_kind.get(kind) else {
+            return self
+                .cluster
+                .load()
+                .get(kind)
+                .cloned()
+                .ok_or_else(|| format!("no probe handler is configured for {kind} probes"));
+        };
         self.set
             .get(name)
             .ok_or_else(|| format!("probe handler {name} (for {kind} probes) is not loaded"))
@@ -121,13 +129,59 @@ impl ProbeHandlers {
         self.directory.rescan();
     }
 
-    /// Every handler loaded now, by name.
+    /// The node's own handler for `kind` probes, if its configuration names one.
+    pub fn configured_for(&self, kind: &str) -> Option<&str> {
+        self.by_kind.get(kind).map(String::as_str)
+    }
+
+    /// Makes `handler` check `kinds` probes for the cluster, in one step (checks in
+    /// flight finish on the handler they started with), and drops the cluster handler
+    /// called the same from every other kind. The caller keeps to kinds the node's
+    /// configuration leaves free ([`Self::configured_for`]).
+    pub fn set_cluster(&self, handler: Arc<ProbeHandler>, kinds: &[String]) {
+        self.cluster.rcu(|current| {
+            let mut next: BTreeMap<String, Arc<ProbeHandler>> = current
+                .iter()
+                .filter(|(_, h)| h.name() != handler.name())
+                .map(|(k, h)| (k.clone(), h.clone()))
+                .collect();
+            for kind in kinds {
+                next.insert(kind.clone(), handler.clone());
+            }
+            next
+        });
+    }
+
+    /// Removes the cluster handler `name` from every kind it checks.
+    pub fn remove_cluster(&self, name: &str) {
+        self.cluster.rcu(|current| {
+            current
+                .iter()
+                .filter(|(_, h)| h.name() != name)
+                .map(|(k, h)| (k.clone(), h.clone()))
+                .collect::<BTreeMap<_, _>>()
+        });
+    }
+
+    /// The cluster handler checking `kind` probes, if any.
+    pub fn cluster_for(&self, kind: &str) -> Option<Arc<ProbeHandler>> {
+        self.cluster.load().get(kind).cloned()
+    }
+
+    /// Every handler loaded now, by name: the node's, then the cluster's.
     pub fn loaded(&self) -> Vec<Arc<ProbeHandler>> {
-        self.set
+        let mut out: Vec<Arc<ProbeHandler>> = self
+            .set
             .names()
             .iter()
             .filter_map(|n| self.set.get(n))
-            .collect()
+            .collect();
+        for h in self.cluster.load().values() {
+            if !out.iter().any(|o| Arc::ptr_eq(o, h)) {
+                out.push(h.clone());
+            }
+        }
+        out
     }
 }
 

@@ -109,6 +109,18 @@ impl NetworkGrant {
             },
         }
     }
+
+    /// Whether everything `other` allows, this allows too: `pod` covers `pod`; a range
+    /// covers the ranges inside it. For granting what a cluster plugin asks for.
+    pub fn covers(&self, other: &NetworkGrant) -> bool {
+        match (self, other) {
+            (Self::Pod, Self::Pod) => true,
+            (Self::Cidr(_, bits), Self::Cidr(ip, other_bits)) => {
+                other_bits >= bits && self.contains(*ip, None)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What a handler may use besides computing. Nothing by default.
@@ -295,6 +307,19 @@ mod tests {
         assert!(g[2].contains(pod, None));
         assert!(g[3].contains("fd12::1".parse().expect("ip"), None));
         assert!(!g[3].contains(pod, None));
+        let covers = |a: &str, b: &str| {
+            let (a, b): (NetworkGrant, NetworkGrant) =
+                (a.parse().expect("a"), b.parse().expect("b"));
+            a.covers(&b)
+        };
+        assert!(covers("pod", "pod"));
+        assert!(covers("10.0.0.0/8", "10.88.0.0/16"));
+        assert!(covers("10.0.0.0/8", "10.1.2.3"));
+        assert!(
+            !covers("10.88.0.0/16", "10.0.0.0/8"),
+            "a wider range is more"
+        );
+        assert!(!covers("10.0.0.0/8", "pod") && !covers("pod", "10.1.2.3"));
         for bad in ["", "10.0.0.0/33", "example.com", "1.2.3.4/x"] {
             assert!(bad.parse::<NetworkGrant>().is_err(), "{bad}");
         }

@@ -193,6 +193,37 @@ async fn run_agent(
         let pressure = pressure.clone();
         Arc::new(move |pod| wasmlet_stats::eviction::admit(&pressure.current(), pod))
     };
+    let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
+    // Cluster mode: the cluster's WasmletPlugins that select this node join its own
+    // plugins; what it served before a restart serves again before any pod is admitted.
+    if let Some(client) = &cluster
+        && config.cluster_plugins.enabled
+    {
+        let labels = facts
+            .object(true, "", &wasmlet_agent::time::now_rfc3339())
+            .metadata
+            .labels
+            .unwrap_or_default();
+        wasmlet_fleet::start(
+            client.clone(),
+            &facts.name,
+            labels,
+            &config.cluster_plugins,
+            &config.root_dir.join("plugins/cluster"),
+            wasmlet_fleet::Targets {
+                chain: loaded.chain.clone(),
+                probes: loaded.probes.clone(),
+            },
+            cluster_stopped.clone(),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "cluster plugins: {}",
+                config.root_dir.join("plugins/cluster").display()
+            )
+        })?;
+    }
     let admission = Admission {
         chain: loaded.chain.clone(),
         node: Arc::new(node),
@@ -303,7 +334,6 @@ async fn run_agent(
     if let Some(dir) = own_containerd {
         tokio::spawn(supervise_containerd(agent.clone(), dir));
     }
-    let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
     if let Some(client) = cluster {
         info!(node = %node_facts.name, "cluster mode: registering the node; pods bound to it come from the API server");
         let version = runtime_version.clone();

@@ -9,6 +9,8 @@
 //!     | --custom KEY=VALUE… [--pod-ip IP]) [--allow-network pod|CIDR…] [--timeout-ms N]
 //! wasmlet plugin source SOURCE.wasm [--dir DIR] [--allow-url URL…] [--config KEY=VALUE…] \
 //!     [--output names|yaml|json] [--timeout-ms N]
+//! wasmlet plugin push FILE.wasm oci://REGISTRY/REPO:TAG [--insecure] [--username U]
+//!     (password from $WASMLET_REGISTRY_PASSWORD)
 //! ```
 //!
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
@@ -51,6 +53,28 @@ pub enum PluginCommand {
     /// Poll a pod source once and list the pods it wants (and the manifests it
     /// skipped).
     Source(SourceArgs),
+    /// Publish a component to an OCI registry (one `application/wasm` layer, config
+    /// `application/vnd.wasm.config.v0+json`) for WasmletPlugins to name; prints the
+    /// digest they pin.
+    Push(PushArgs),
+}
+
+/// Arguments of `wasmlet plugin push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The component file.
+    pub file: PathBuf,
+    /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+    pub reference: String,
+    /// Plain HTTP (a registry on loopback without TLS).
+    #[arg(long)]
+    pub insecure: bool,
+    /// The registry user (its password from `WASMLET_REGISTRY_PASSWORD`).
+    #[arg(long)]
+    pub username: Option<String>,
+    /// The registry password.
+    #[arg(long, env = "WASMLET_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
 /// How `wasmlet plugin source` prints the pods.
@@ -179,7 +203,52 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
         PluginCommand::Admit(a) => admit(a).await,
         PluginCommand::Probe(a) => probe(a).await,
         PluginCommand::Source(a) => source(a).await,
+        PluginCommand::Push(a) => push(a).await,
     }
+}
+
+async fn push(args: PushArgs) -> Result<ExitCode> {
+    let engine = PluginEngine::new()?;
+    let inspection = engine
+        .inspect(&args.file)
+        .with_context(|| format!("{}", args.file.display()))?;
+    let Some(world) = inspection.world else {
+        bail!(
+            "{}: not a wasmlet plugin (it exports none of the plugin worlds); `wasmlet plugin inspect` shows what it is",
+            args.file.display()
+        );
+    };
+    let component =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let credentials = match (&args.username, &args.password) {
+        (Some(u), Some(p)) => Some((u.clone(), p.clone())),
+        (Some(_), None) => bail!("--username: give the password in WASMLET_REGISTRY_PASSWORD"),
+        _ => None,
+    };
+    let pushed = wasmlet_fleet::publish::push(
+        &component,
+        &args.reference,
+        args.insecure,
+        credentials,
+        Some(&format!("wasmlet:plugin/{world}@0.1.0")),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!(e))?;
+    println!("pushed:   {}", pushed.manifest_url);
+    println!("world:    wasmlet:plugin/{world}@0.1.0");
+    println!("digest:   {}", pushed.digest);
+    println!("# in a WasmletPlugin:");
+    println!("#   digest: {}", pushed.digest);
+    println!(
+        "#   source: {{oci: {{reference: {}{}}}}}",
+        args.reference,
+        if args.insecure {
+            ", insecure: true"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn source(args: SourceArgs) -> Result<ExitCode> {

@@ -53,6 +53,10 @@
 //! imageMinimumGCAge: 2m
 //! housekeepingInterval: 10s             # usage sampled, eviction decided (the kubelet's flag)
 //! plugins: { ... }                      # see wasmlet_plugin_host::config
+//! clusterPlugins:                       # WasmletPlugins, in cluster mode (see wasmlet_fleet)
+//!   enabled: true
+//!   namespace: wasmlet-system           # pull secrets and ConfigMaps are read here
+//!   grants: {network: [pod], exec: false}   # what they may be given; nothing by default
 //! ```
 //!
 //! KubeletConfiguration fields wasmlet does not implement are warned about by name and
@@ -190,6 +194,7 @@ struct File {
     image_minimum_gc_age: Option<String>,
     housekeeping_interval: Option<String>,
     plugins: Option<PluginsConfig>,
+    cluster_plugins: Option<wasmlet_fleet::FleetConfig>,
 }
 
 /// The agent's configuration, validated, defaults filled in.
@@ -250,6 +255,9 @@ pub struct Config {
     pub resources: Resources,
     /// `plugins` (`None`: the shipped plugins).
     pub plugins: Option<PluginsConfig>,
+    /// `clusterPlugins`: WasmletPlugins followed in cluster mode, and what they may be
+    /// given.
+    pub cluster_plugins: wasmlet_fleet::FleetConfig,
 }
 
 /// The kubelet's default runtime endpoint.
@@ -443,6 +451,7 @@ impl Config {
             log_rotation: wasmlet_logs::Rotation::default(),
             resources: Resources::development(),
             plugins: None,
+            cluster_plugins: wasmlet_fleet::FleetConfig::default(),
         }
     }
 
@@ -656,6 +665,10 @@ impl Config {
             monitor_interval: file.container_log_monitor_interval,
         })
         .map_err(with_file)?;
+        let cluster_plugins = file.cluster_plugins.unwrap_or_default();
+        cluster_plugins
+            .validate()
+            .map_err(|e| with_file(anyhow::anyhow!("clusterPlugins.{e}")))?;
         let resources = resources::resources(resources::ResourceFields {
             eviction_hard: file.eviction_hard,
             eviction_soft: file.eviction_soft,
@@ -728,6 +741,7 @@ impl Config {
             log_rotation,
             resources,
             plugins: file.plugins,
+            cluster_plugins,
         })
     }
 }

@@ -1,0 +1,261 @@
+//! Components fetched for WasmletPlugins: from an OCI registry (the layout the
+//! WebAssembly ecosystem uses: one `application/wasm` layer, config
+//! `application/vnd.wasm.config.v0+json`) with a pull secret's credentials, or from a
+//! ConfigMap's `binaryData`; checked against the object's sha256 and kept on the node by
+//! digest, so a restart — or an API server or registry that is gone — serves them from
+//! disk.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1 as k8s;
+use kube::Api;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client as OciClient, Reference};
+use sha2::{Digest, Sha256};
+
+use crate::object::{Desired, Source};
+
+/// The layer media type of a WebAssembly component artifact.
+pub const WASM_LAYER: &str = "application/wasm";
+/// Its config media type.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// The layer media type of older wasm artifacts, also accepted.
+const WASM_LAYER_V1: &str = "application/vnd.wasm.content.layer.v1+wasm";
+
+/// How long one fetch may take before it counts as failed (the old version serves
+/// meanwhile; nothing waits for it).
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The sha256 of `bytes`, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Fetches and keeps components.
+pub struct Fetcher {
+    client: kube::Client,
+    /// Where pull secrets and ConfigMaps are read.
+    namespace: String,
+    /// Components by digest: `<dir>/<sha256>.wasm`.
+    dir: PathBuf,
+    oci: OciClient,
+    insecure: OciClient,
+}
+
+/// The process's rustls crypto provider, once: the OCI client's TLS takes it.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl Fetcher {
+    /// A fetcher keeping components in `dir`, reading pull secrets and ConfigMaps from
+    /// `namespace`.
+    pub fn new(client: kube::Client, namespace: &str, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        install_crypto_provider();
+        let config = |protocol| ClientConfig {
+            protocol,
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(30)),
+            platform_resolver: None,
+            ..Default::default()
+        };
+        Ok(Self {
+            client,
+            namespace: namespace.to_owned(),
+            dir: dir.to_owned(),
+            oci: OciClient::new(config(ClientProtocol::Https)),
+            insecure: OciClient::new(config(ClientProtocol::Http)),
+        })
+    }
+
+    /// Where components are kept.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the component with `sha256` is kept.
+    pub fn path(dir: &Path, sha256: &str) -> PathBuf {
+        dir.join(format!("{sha256}.wasm"))
+    }
+
+    /// The component `desired` names, on disk and checked: from the node's store when it
+    /// is there, else fetched. The error says what went wrong, naming the source.
+    pub async fn fetch(&self, desired: &Desired) -> Result<PathBuf, String> {
+        let path = Self::path(&self.dir, &desired.sha256);
+        if let Ok(bytes) = tokio::fs::read(&path).await
+            && sha256_hex(&bytes) == desired.sha256
+        {
+            return Ok(path);
+        }
+        let bytes = tokio::time::timeout(FETCH_TIMEOUT, self.download(&desired.source))
+            .await
+            .map_err(|_| {
+                format!(
+                    "{}: no answer within {}s",
+                    describe(&desired.source, &self.namespace),
+                    FETCH_TIMEOUT.as_secs()
+                )
+            })??;
+        let got = sha256_hex(&bytes);
+        if got != desired.sha256 {
+            return Err(format!(
+                "digest mismatch: {} is sha256:{got}, the object pins sha256:{}",
+                describe(&desired.source, &self.namespace),
+                desired.sha256
+            ));
+        }
+        // Written whole, then renamed: a reader never sees half a component.
+        let partial = self.dir.join(format!(".{}.partial", desired.sha256));
+        tokio::fs::write(&partial, &bytes)
+            .await
+            .and(tokio::fs::rename(&partial, &path).await)
+            .map_err(|e| format!("keeping the component in {}: {e}", self.dir.display()))?;
+        Ok(path)
+    }
+
+    async fn download(&self, source: &Source) -> Result<Vec<u8>, String> {
+        let what = describe(source, &self.namespace);
+        match source {
+            Source::ConfigMap { name, key } => {
+                let api: Api<k8s::ConfigMap> =
+                    Api::namespaced(self.client.clone(), &self.namespace);
+                let cm = api
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| format!("{what}: {e}"))?
+                    .ok_or_else(|| format!("{what}: the ConfigMap does not exist"))?;
+                if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
+                    return Ok(b.0.clone());
+                }
+                if cm.data.as_ref().is_some_and(|d| d.contains_key(key)) {
+                    return Err(format!(
+                        "{what}: the key is in data, not binaryData (a component is binary: kubectl create configmap --from-file puts it in binaryData)"
+                    ));
+                }
+                Err(format!(
+                    "{what}: the ConfigMap has no binaryData key {key:?}"
+                ))
+            }
+            Source::Oci {
+                reference,
+                pull_secret,
+                insecure,
+            } => {
+                let parsed: Reference = reference
+                    .parse()
+                    .map_err(|e| format!("{what}: not an OCI reference: {e}"))?;
+                let auth = match pull_secret {
+                    Some(secret) => self.auth(secret, parsed.resolve_registry()).await?,
+                    None => RegistryAuth::Anonymous,
+                };
+                let client = if *insecure { &self.insecure } else { &self.oci };
+                let image = client
+                    .pull(&parsed, &auth, vec![WASM_LAYER, WASM_LAYER_V1])
+                    .await
+                    .map_err(|e| format!("{what}: {e}"))?;
+                let mut layers = image.layers.into_iter();
+                match (layers.next(), layers.next()) {
+                    (Some(layer), None) => Ok(layer.data.to_vec()),
+                    _ => Err(format!(
+                        "{what}: a component artifact has exactly one {WASM_LAYER} layer"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The credentials for `registry` in pull secret `name`.
+    async fn auth(&self, name: &str, registry: &str) -> Result<RegistryAuth, String> {
+        let what = format!("pull secret {}/{name}", self.namespace);
+        let api: Api<k8s::Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?
+            .ok_or_else(|| format!("{what}: the Secret does not exist"))?;
+        let config = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(".dockerconfigjson"))
+            .ok_or_else(|| {
+                format!("{what}: no .dockerconfigjson (a kubernetes.io/dockerconfigjson Secret)")
+            })?;
+        docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+/// The credentials for `registry` in a `.dockerconfigjson`: `username`/`password`, or
+/// `auth` (base64 of `user:password`).
+pub fn docker_auth(config: &[u8], registry: &str) -> Result<RegistryAuth, String> {
+    let config: serde_json::Value = serde_json::from_slice(config)
+        .map_err(|e| format!(".dockerconfigjson is not JSON: {e}"))?;
+    let auths = config["auths"].as_object().cloned().unwrap_or_default();
+    let entry = auths
+        .iter()
+        .find(|(k, _)| {
+            let host = k
+                .trim_start_matches("https://")
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            host == registry
+        })
+        .map(|(_, v)| v)
+        .ok_or_else(|| format!("no credentials for {registry}"))?;
+    if let (Some(user), Some(password)) = (entry["username"].as_str(), entry["password"].as_str()) {
+        return Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
+    }
+    let auth = entry["auth"].as_str().ok_or_else(|| {
+        format!("the entry for {registry} has neither username/password nor auth")
+    })?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(auth)
+        .map_err(|_| format!("the auth of {registry} is not base64"))?;
+    let text =
+        String::from_utf8(decoded).map_err(|_| format!("the auth of {registry} is not text"))?;
+    let (user, password) = text
+        .split_once(':')
+        .ok_or_else(|| format!("the auth of {registry} is not user:password"))?;
+    Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
+}
+
+/// The source, for messages: `oci://REF` or `ConfigMap NS/NAME key KEY`.
+pub fn describe(source: &Source, namespace: &str) -> String {
+    match source {
+        Source::Oci { reference, .. } => format!("oci://{reference}"),
+        Source::ConfigMap { name, key } => format!("ConfigMap {namespace}/{name} key {key}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_secrets_give_basic_credentials_for_their_registry() {
+        let config = br#"{"auths": {"127.0.0.1:5000": {"auth": "YWxpY2U6czNjcmV0"}, "https://reg.example/v1/": {"username": "bob", "password": "pw"}}}"#;
+        let basic = |r: Result<RegistryAuth, String>| match r {
+            Ok(RegistryAuth::Basic(u, p)) => Ok((u, p)),
+            Ok(RegistryAuth::Anonymous | RegistryAuth::Bearer(_)) => Err("not basic".to_owned()),
+            Err(e) => Err(e),
+        };
+        let pair = |u: &str, p: &str| Ok((u.to_owned(), p.to_owned()));
+        assert_eq!(
+            basic(docker_auth(config, "127.0.0.1:5000")),
+            pair("alice", "s3cret")
+        );
+        assert_eq!(basic(docker_auth(config, "reg.example")), pair("bob", "pw"));
+        assert_eq!(
+            basic(docker_auth(config, "other:5000")),
+            Err("no credentials for other:5000".into())
+        );
+    }
+}

@@ -1,0 +1,629 @@
+//! One node's side of cluster plugins: a watch of every WasmletPlugin and of its own
+//! Node (its labels select it), and for each object what the node does about it —
+//! nothing, load (fetch, verify, compile, swap in), keep the old version serving while
+//! a new one is refused, or unload — and the entry it reports.
+//!
+//! Loads run concurrently but are polled by this task alone, so a load overtaken by a
+//! newer version or a deletion is dropped before it can swap anything in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{AbortHandle, Abortable, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
+use k8s_openapi::api::core::v1 as k8s;
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+use wasmlet_plugin_host::Plugin;
+use wasmlet_plugin_host::chain::AdmissionChain;
+use wasmlet_plugin_host::kinds::ProbeHandlers;
+
+use crate::fetch::Fetcher;
+use crate::object::{self, Desired, Kind};
+use crate::plan::{Plan, plan};
+use crate::status::{self, Entry, State, Write, Writer};
+use crate::{FleetConfig, Grants};
+
+/// First wait before a failed load is tried again; doubled up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// The file listing what the node serves, for starting without the API server.
+const STATE_FILE: &str = "serving.json";
+
+/// Where cluster plugins go on the node.
+#[derive(Clone)]
+pub struct Targets {
+    /// The admission chain (cluster links follow the node's own).
+    pub chain: Arc<AdmissionChain>,
+    /// The probe handlers (cluster handlers take kinds the node leaves free).
+    pub probes: Arc<ProbeHandlers>,
+}
+
+/// A load the node has started.
+struct Loading {
+    desired: Desired,
+    token: u64,
+    abort: AbortHandle,
+}
+
+/// A version the node could not load, and when it tries again.
+struct Failed {
+    desired: Desired,
+    message: String,
+    retry_at: Instant,
+    attempt: u32,
+}
+
+type LoadResult = (String, u64, Result<String, String>);
+
+struct Controller {
+    node: String,
+    grants: Grants,
+    targets: Targets,
+    fetcher: Arc<Fetcher>,
+    store: PathBuf,
+    writer: Option<Writer>,
+    /// The objects as last seen, by name.
+    objects: BTreeMap<String, Value>,
+    /// The first list of objects is complete.
+    listed: bool,
+    labels: BTreeMap<String, String>,
+    serving: BTreeMap<String, Desired>,
+    loading: BTreeMap<String, Loading>,
+    failed: BTreeMap<String, Failed>,
+    /// The entry last asked for per plugin (`None`: removed).
+    reported: BTreeMap<String, Option<Entry>>,
+    /// The summary last asked for per plugin.
+    summaries: BTreeMap<String, Value>,
+    loads: FuturesUnordered<BoxFuture<'static, Option<LoadResult>>>,
+    next_token: u64,
+}
+
+/// Starts following the cluster's WasmletPlugins for `node` (labelled `labels` until
+/// its Node says otherwise), keeping components under `dir`. What the node served
+/// before a restart is loaded from its store before this returns, so it serves even
+/// when the API server does not answer.
+pub async fn start(
+    client: kube::Client,
+    node: &str,
+    labels: BTreeMap<String, String>,
+    config: &FleetConfig,
+    dir: &Path,
+    targets: Targets,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let fetcher = Arc::new(Fetcher::new(
+        client.clone(),
+        &config.namespace,
+        &dir.join("components"),
+    )?);
+    let mut c = Controller {
+        node: node.to_owned(),
+        grants: config.grants.clone(),
+        targets,
+        fetcher,
+        store: dir.join(STATE_FILE),
+        writer: Some(Writer::start(client.clone(), node.to_owned())),
+        objects: BTreeMap::new(),
+        listed: false,
+        labels,
+        serving: BTreeMap::new(),
+        loading: BTreeMap::new(),
+        failed: BTreeMap::new(),
+        reported: BTreeMap::new(),
+        summaries: BTreeMap::new(),
+        loads: FuturesUnordered::new(),
+        next_token: 0,
+    };
+    c.restore().await;
+    Ok(tokio::spawn(c.run(client, shutdown)))
+}
+
+impl Controller {
+    /// Loads what the node served before it stopped, from its store.
+    async fn restore(&mut self) {
+        let Ok(text) = std::fs::read(&self.store) else {
+            return;
+        };
+        let saved: Vec<Desired> = match serde_json::from_slice(&text) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(file = %self.store.display(), error = %e, "the list of cluster plugins this node served is not readable; starting without them");
+                return;
+            }
+        };
+        for d in saved {
+            let path = Fetcher::path(self.fetcher.dir(), &d.sha256);
+            if !path.is_file() {
+                warn!(plugin = %d.name, file = %path.display(), "a cluster plugin this node served is no longer in its store; it waits for the API server");
+                continue;
+            }
+            let result = match plan(&d, &path, &self.grants, &self.targets.probes) {
+                Ok(p) => {
+                    self.set_cluster_order(Some(&d));
+                    load(self.fetcher.clone(), self.targets.clone(), d.clone(), p).await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(digest) => {
+                    info!(plugin = %d.name, digest, "serving a cluster plugin from the node's store until the API server says otherwise");
+                    self.serving.insert(d.name.clone(), d);
+                }
+                Err(e) => {
+                    warn!(plugin = %d.name, error = %e, "a cluster plugin this node served does not load from its store")
+                }
+            }
+        }
+        self.set_cluster_order(None);
+    }
+
+    async fn run(mut self, client: kube::Client, mut shutdown: watch::Receiver<bool>) {
+        let plugins: Api<DynamicObject> = Api::all_with(client.clone(), &object::api_resource());
+        let mut objects = watcher::watcher(plugins, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let nodes: Api<k8s::Node> = Api::all(client);
+        let mut node = watcher::watcher(
+            nodes,
+            watcher::Config::default().fields(&format!("metadata.name={}", self.node)),
+        )
+        .default_backoff()
+        .boxed();
+        let mut failing = false;
+        loop {
+            let retry = self.failed.values().map(|f| f.retry_at).min();
+            tokio::select! {
+                event = objects.next() => match event {
+                    Some(Ok(event)) => {
+                        if failing {
+                            info!("watching WasmletPlugins again");
+                            failing = false;
+                        }
+                        if self.apply(event) {
+                            self.reconcile();
+                        }
+                    }
+                    Some(Err(e)) => {
+                        if !failing {
+                            failing = true;
+                            let hint = if e.to_string().contains("404") {
+                                " (is the WasmletPlugin CRD installed? kubectl apply -f deploy/wasmletplugin-crd.yaml)"
+                            } else {
+                                ""
+                            };
+                            warn!(error = %e, "listing or watching WasmletPlugins failed{hint}; the node keeps serving the cluster plugins it has and retries");
+                        }
+                    }
+                    None => return,
+                },
+                event = node.next() => {
+                    if let Some(Ok(Event::Apply(n) | Event::InitApply(n))) = event {
+                        let labels = n.metadata.labels.unwrap_or_default();
+                        if labels != self.labels {
+                            self.labels = labels;
+                            self.reconcile();
+                        }
+                    }
+                },
+                Some(done) = self.loads.next(), if !self.loads.is_empty() => {
+                    if let Some((name, token, result)) = done {
+                        self.finished(&name, token, result);
+                        self.reconcile();
+                    }
+                },
+                () = sleep_until(retry) => self.reconcile(),
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Takes a watch event into the objects; whether to reconcile.
+    fn apply(&mut self, event: Event<DynamicObject>) -> bool {
+        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+        match event {
+            Event::Init => {
+                self.objects.clear();
+                self.listed = false;
+                false
+            }
+            Event::InitApply(o) => {
+                let v = value(&o);
+                self.objects.insert(name_of(&v), v);
+                false
+            }
+            Event::InitDone => {
+                self.listed = true;
+                true
+            }
+            Event::Apply(o) => {
+                let v = value(&o);
+                self.objects.insert(name_of(&v), v);
+                self.listed
+            }
+            Event::Delete(o) => {
+                self.objects.remove(&name_of(&value(&o)));
+                self.listed
+            }
+        }
+    }
+
+    /// Brings every plugin in line with its object.
+    fn reconcile(&mut self) {
+        if !self.listed {
+            return;
+        }
+        let names: BTreeSet<String> = self
+            .objects
+            .keys()
+            .chain(self.serving.keys())
+            .chain(self.loading.keys())
+            .chain(self.failed.keys())
+            .cloned()
+            .collect();
+        for name in names {
+            self.reconcile_one(&name);
+        }
+        self.summarize();
+    }
+
+    fn reconcile_one(&mut self, name: &str) {
+        let Some(obj) = self.objects.get(name).cloned() else {
+            // Deleted: unloaded; its status went with it.
+            self.unload(name);
+            self.reported.remove(name);
+            self.summaries.remove(name);
+            return;
+        };
+        let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+        if !self.reported.contains_key(name) {
+            let mine = status::entries(&obj)
+                .into_iter()
+                .find(|e| e.node_name == self.node);
+            self.reported.insert(name.to_owned(), mine);
+        }
+        let selected = object::selector(&obj).map(|s| s.matches(&self.labels));
+        let wanted = match selected {
+            Ok(false) => {
+                self.unload(name);
+                self.report(name, None);
+                return;
+            }
+            Ok(true) => object::desired(&obj),
+            Err(e) => Err(e),
+        };
+        let serving_digest = self
+            .serving
+            .get(name)
+            .map(|d| format!("sha256:{}", d.sha256));
+        let desired = match wanted {
+            Ok(d) => d,
+            Err(message) => {
+                // A version the node cannot run: the old one, if any, keeps serving.
+                self.cancel(name);
+                self.report(
+                    name,
+                    Some((generation, serving_digest, State::Failed, message)),
+                );
+                return;
+            }
+        };
+        if let Some(s) = self.serving.get(name)
+            && s.same_plugin(&desired)
+        {
+            self.cancel(name);
+            self.failed.remove(name);
+            self.report(
+                name,
+                Some((generation, serving_digest, State::Loaded, String::new())),
+            );
+            return;
+        }
+        if let Some(l) = self.loading.get(name)
+            && l.desired.same_plugin(&desired)
+        {
+            let message = format!("loading sha256:{}", desired.sha256);
+            self.report(
+                name,
+                Some((generation, serving_digest, State::Pending, message)),
+            );
+            return;
+        }
+        if let Some(f) = self.failed.get(name)
+            && f.desired.same_plugin(&desired)
+            && f.retry_at > Instant::now()
+        {
+            let message = f.message.clone();
+            self.report(
+                name,
+                Some((generation, serving_digest, State::Failed, message)),
+            );
+            return;
+        }
+        let path = Fetcher::path(self.fetcher.dir(), &desired.sha256);
+        match plan(&desired, &path, &self.grants, &self.targets.probes) {
+            Err(message) => {
+                self.cancel(name);
+                self.report(
+                    name,
+                    Some((generation, serving_digest, State::Failed, message)),
+                );
+            }
+            Ok(_) if self.foreign(name) => {
+                let message = format!(
+                    "this node has an admission plugin of its own called {name}; a WasmletPlugin cannot replace it"
+                );
+                self.report(
+                    name,
+                    Some((generation, serving_digest, State::Failed, message)),
+                );
+            }
+            Ok(p) => {
+                self.cancel(name);
+                self.set_cluster_order(Some(&desired));
+                let token = self.next_token;
+                self.next_token += 1;
+                let (abort, registration) = AbortHandle::new_pair();
+                let future = load(
+                    self.fetcher.clone(),
+                    self.targets.clone(),
+                    desired.clone(),
+                    p,
+                );
+                let owned = name.to_owned();
+                self.loads.push(Box::pin(async move {
+                    Abortable::new(future, registration)
+                        .await
+                        .ok()
+                        .map(|r| (owned, token, r))
+                }));
+                let message = format!("loading sha256:{}", desired.sha256);
+                self.loading.insert(
+                    name.to_owned(),
+                    Loading {
+                        desired,
+                        token,
+                        abort,
+                    },
+                );
+                self.report(
+                    name,
+                    Some((generation, serving_digest, State::Pending, message)),
+                );
+            }
+        }
+    }
+
+    /// Whether `name` is a link of the node's own chain.
+    fn foreign(&self, name: &str) -> bool {
+        !self.serving.contains_key(name)
+            && !self.loading.contains_key(name)
+            && self.targets.chain.names().iter().any(|n| n == name)
+    }
+
+    /// A load ended.
+    fn finished(&mut self, name: &str, token: u64, result: Result<String, String>) {
+        if self.loading.get(name).is_none_or(|l| l.token != token) {
+            return;
+        }
+        let Some(loading) = self.loading.remove(name) else {
+            return;
+        };
+        let d = loading.desired;
+        match result {
+            Ok(digest) => {
+                info!(
+                    plugin = name,
+                    digest,
+                    generation = d.generation,
+                    "cluster plugin serving"
+                );
+                if let Some(old) = self.serving.get(name)
+                    && old.kind != d.kind
+                {
+                    self.unload_kind(name, old.kind);
+                }
+                self.failed.remove(name);
+                self.serving.insert(name.to_owned(), d);
+                self.persist();
+            }
+            Err(message) => {
+                let attempt = self
+                    .failed
+                    .get(name)
+                    .filter(|f| f.desired.same_plugin(&d))
+                    .map_or(1, |f| f.attempt + 1);
+                let wait = (FIRST_RETRY * 2u32.saturating_pow(attempt.min(8) - 1)).min(MAX_RETRY);
+                warn!(plugin = name, error = %message, retry_in = ?wait, "cluster plugin refused; the version serving before, if any, keeps serving");
+                self.failed.insert(
+                    name.to_owned(),
+                    Failed {
+                        desired: d,
+                        message,
+                        retry_at: Instant::now() + wait,
+                        attempt,
+                    },
+                );
+            }
+        }
+        self.set_cluster_order(None);
+    }
+
+    /// Stops a load in progress.
+    fn cancel(&mut self, name: &str) {
+        if let Some(l) = self.loading.remove(name) {
+            l.abort.abort();
+        }
+    }
+
+    /// Takes plugin `name` off the node.
+    fn unload(&mut self, name: &str) {
+        self.cancel(name);
+        self.failed.remove(name);
+        if let Some(d) = self.serving.remove(name) {
+            self.unload_kind(name, d.kind);
+            info!(plugin = name, "cluster plugin unloaded");
+            self.persist();
+            self.set_cluster_order(None);
+        }
+    }
+
+    fn unload_kind(&self, name: &str, kind: Kind) {
+        match kind {
+            Kind::Admission => {
+                self.targets.chain.remove(name);
+            }
+            Kind::ProbeHandler => self.targets.probes.remove_cluster(name),
+            Kind::PodSource => {}
+        }
+    }
+
+    /// Orders the cluster's admission links by `spec.admission.order`, then name;
+    /// `adding` is about to join.
+    fn set_cluster_order(&self, adding: Option<&Desired>) {
+        let mut links: Vec<(i64, &str)> = self
+            .serving
+            .values()
+            .chain(self.loading.values().map(|l| &l.desired))
+            .chain(adding)
+            .filter(|d| d.kind == Kind::Admission)
+            .map(|d| {
+                (
+                    d.spec["admission"]["order"].as_i64().unwrap_or(0),
+                    d.name.as_str(),
+                )
+            })
+            .collect();
+        links.sort();
+        links.dedup_by(|a, b| a.1 == b.1);
+        self.targets
+            .chain
+            .set_cluster_order(links.into_iter().map(|(_, n)| n.to_owned()).collect());
+    }
+
+    /// Asks for the node's entry of `name` to be `want` (generation, serving digest,
+    /// state, message), unless it already says that.
+    fn report(&mut self, name: &str, want: Option<(i64, Option<String>, State, String)>) {
+        let previous = self.reported.get(name).cloned().flatten();
+        let entry = want.map(|(generation, digest, state, message)| Entry {
+            node_name: self.node.clone(),
+            observed_generation: generation,
+            digest,
+            state,
+            message,
+            last_transition_time: match &previous {
+                Some(p) if p.state == state => p.last_transition_time.clone(),
+                _ => now_rfc3339(),
+            },
+        });
+        let same = match (&previous, &entry) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same(b),
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        if let Some(w) = &self.writer {
+            w.send(Write::Entry(name.to_owned(), entry.clone()));
+        }
+        self.reported.insert(name.to_owned(), entry);
+    }
+
+    /// Writes the summaries this node is the writer of.
+    fn summarize(&mut self) {
+        for (name, obj) in &self.objects {
+            let entries = status::entries(obj);
+            if status::summary_writer(&entries) != Some(self.node.as_str()) {
+                continue;
+            }
+            let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+            let summary = status::summary(generation, &entries);
+            if obj["status"]["summary"] == summary || self.summaries.get(name) == Some(&summary) {
+                continue;
+            }
+            if let Some(w) = &self.writer {
+                w.send(Write::Summary(name.clone(), summary.clone()));
+            }
+            self.summaries.insert(name.clone(), summary);
+        }
+    }
+
+    /// Records what the node serves, for a start without the API server.
+    fn persist(&self) {
+        let serving: Vec<&Desired> = self.serving.values().collect();
+        let write = serde_json::to_vec_pretty(&serving)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                let partial = self.store.with_extension("partial");
+                std::fs::write(&partial, bytes)?;
+                std::fs::rename(&partial, &self.store)
+            });
+        if let Err(e) = write {
+            warn!(file = %self.store.display(), error = %e, "recording the node's cluster plugins failed; a restart without the API server would not serve them");
+        }
+    }
+}
+
+/// Fetches the component `desired` names and swaps it in as `plan` says; the serving
+/// digest, or why it was refused (the old version keeps serving).
+async fn load(
+    fetcher: Arc<Fetcher>,
+    targets: Targets,
+    desired: Desired,
+    plan: Plan,
+) -> Result<String, String> {
+    fetcher.fetch(&desired).await?;
+    match plan {
+        Plan::Admission(link, _) => targets
+            .chain
+            .install(&desired.name, link)
+            .await
+            .map(|p| format!("sha256:{}", p.digest()))
+            .map_err(|e| e.to_string()),
+        Plan::Probe(spec) => {
+            let engine = targets.chain.engine().clone();
+            let name = desired.name.clone();
+            let kinds = spec.kinds.clone();
+            let handler = tokio::task::spawn_blocking(move || {
+                engine.load_probe(&name, &spec.path, spec.config, spec.limits, spec.grants)
+            })
+            .await
+            .map_err(|e| format!("loading stopped: {e}"))?
+            .map_err(|e| e.to_string())?;
+            let digest = format!("sha256:{}", handler.digest());
+            targets.probes.set_cluster(Arc::new(handler), &kinds);
+            Ok(digest)
+        }
+    }
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Now, as the API's timestamps are written.
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,280 @@
+//! What a node makes of a WasmletPlugin it is selected by: the admission link or probe
+//! handler its spec describes, or why the node refuses it — a setting that is not
+//! valid, a capability the node's `clusterPlugins.grants` does not give, a probe kind
+//! the node's own configuration already checks. Decided before anything is fetched.
+
+use std::path::Path;
+
+use serde_json::Value;
+use wasmlet_plugin_host::chain::LinkSpec;
+use wasmlet_plugin_host::config::{
+    AdmissionConfig, ConfigError, FailurePolicyConfig, InstancesConfig, ProbeConfig, ProbeSpec,
+};
+use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::probe::NetworkGrant;
+
+use crate::Grants;
+use crate::object::{Desired, Kind};
+
+/// What the node will load.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// A link of the admission chain, at `order` among the cluster's links.
+    Admission(LinkSpec, i64),
+    /// A probe handler.
+    Probe(ProbeSpec),
+}
+
+/// Names the spec field a plugin-host setting comes from.
+fn field(kind: &str) -> impl Fn(&str) -> String {
+    let kind = kind.to_owned();
+    move |f: &str| match f {
+        "name" => "metadata.name".to_owned(),
+        "memoryLimit" => "spec.memoryLimit".to_owned(),
+        "config" => "spec.config".to_owned(),
+        f if f.starts_with("network") => format!("spec.capabilities.{f}"),
+        "exec" => "spec.capabilities.exec".to_owned(),
+        f => format!("spec.{kind}.{f}"),
+    }
+}
+
+fn text(error: ConfigError) -> String {
+    error.to_string()
+}
+
+fn strings(value: &Value, field: &str) -> Result<Vec<String>, String> {
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("{field}[{i}]: not a string"))
+            })
+            .collect(),
+        _ => Err(format!("{field}: not a list")),
+    }
+}
+
+/// What `desired` asks the node to load from the component at `path`, or why not.
+pub fn plan(
+    desired: &Desired,
+    path: &Path,
+    grants: &Grants,
+    probes: &ProbeHandlers,
+) -> Result<Plan, String> {
+    let spec = &desired.spec;
+    let caps = &spec["capabilities"];
+    let network = strings(&caps["network"], "spec.capabilities.network")?;
+    let exec = caps["exec"].as_bool().unwrap_or(false);
+    let directory = caps["directory"].as_str().filter(|d| !d.is_empty());
+    let urls = strings(&caps["urls"], "spec.capabilities.urls")?;
+    let config = desired.config()?;
+    let memory_limit = desired.text(&["memoryLimit"]);
+    match desired.kind {
+        Kind::Admission => {
+            if !network.is_empty() || exec || directory.is_some() || !urls.is_empty() {
+                return Err("spec.capabilities: admission plugins are given none (they decide from the pod and node they are handed)".into());
+            }
+            let failure_policy = match desired.text(&["admission", "failurePolicy"]).as_deref() {
+                None | Some("Fail") => FailurePolicyConfig::Fail,
+                Some("Ignore") => FailurePolicyConfig::Ignore,
+                Some(other) => {
+                    return Err(format!(
+                        "spec.admission.failurePolicy: {other:?} is neither Fail nor Ignore"
+                    ));
+                }
+            };
+            let instances = match desired.text(&["admission", "instances"]).as_deref() {
+                None | Some("Reused") => InstancesConfig::Reused,
+                Some("PerCall") => InstancesConfig::PerCall,
+                Some(other) => {
+                    return Err(format!(
+                        "spec.admission.instances: {other:?} is neither Reused nor PerCall"
+                    ));
+                }
+            };
+            let order = match &spec["admission"]["order"] {
+                Value::Null => 0,
+                v => v
+                    .as_i64()
+                    .ok_or("spec.admission.order: not an integer")?,
+            };
+            let entry = AdmissionConfig {
+                name: desired.name.clone(),
+                file: Some(path.to_owned()),
+                failure_policy,
+                timeout: desired.text(&["admission", "timeout"]),
+                memory_limit,
+                instances,
+                config,
+            };
+            let link = entry
+                .link_spec_at(Path::new("/"), &field("admission"))
+                .map_err(text)?;
+            Ok(Plan::Admission(link, order))
+        }
+        Kind::ProbeHandler => {
+            if directory.is_some() || !urls.is_empty() {
+                return Err("spec.capabilities: a probe handler may be given network and exec, not a directory or URLs".into());
+            }
+            let kinds = strings(&spec["probeHandler"]["kinds"], "spec.probeHandler.kinds")?;
+            for kind in &kinds {
+                if let Some(own) = probes.configured_for(kind) {
+                    return Err(format!(
+                        "spec.probeHandler.kinds: this node checks {kind} probes with its own handler {own}"
+                    ));
+                }
+                if let Some(other) = probes.cluster_for(kind)
+                    && wasmlet_plugin_host::Plugin::name(&*other) != desired.name
+                {
+                    return Err(format!(
+                        "spec.probeHandler.kinds: {kind} probes are already checked by WasmletPlugin {}",
+                        wasmlet_plugin_host::Plugin::name(&*other)
+                    ));
+                }
+            }
+            let granted: Vec<NetworkGrant> = grants
+                .network
+                .iter()
+                .filter_map(|g| g.parse().ok())
+                .collect();
+            for (i, asked) in network.iter().enumerate() {
+                let parsed: NetworkGrant = asked
+                    .parse()
+                    .map_err(|e| format!("spec.capabilities.network[{i}]: {e}"))?;
+                if !granted.iter().any(|g| g.covers(&parsed)) {
+                    return Err(format!(
+                        "spec.capabilities.network[{i}]: {asked} is not granted by this node (clusterPlugins.grants.network)"
+                    ));
+                }
+            }
+            if exec && !grants.exec {
+                return Err(
+                    "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)"
+                        .into(),
+                );
+            }
+            let entry = ProbeConfig {
+                name: desired.name.clone(),
+                file: Some(path.to_owned()),
+                kinds,
+                network,
+                exec,
+                memory_limit,
+                config,
+            };
+            let spec = entry
+                .spec_at(Path::new("/"), &field("probeHandler"))
+                .map_err(text)?;
+            Ok(Plan::Probe(spec))
+        }
+        Kind::PodSource => Err(
+            "spec.kind: this node does not take pod-source plugins from the cluster yet; configure them in its plugins.sources"
+                .into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::desired;
+    use serde_json::json;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    async fn probes() -> ProbeHandlers {
+        let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+        let config: wasmlet_plugin_host::config::PluginsConfig = serde_json::from_value(json!({
+            "probes": [{"name": "probe-exec", "file": "/nowhere/probe_exec.wasm", "kinds": ["exec"]}]
+        }))
+        .expect("config");
+        ProbeHandlers::start(&engine, &config, false)
+            .await
+            .expect("probes")
+    }
+
+    fn object(spec: Value) -> Desired {
+        let mut spec = spec;
+        spec["digest"] = DIGEST.into();
+        spec["source"] = json!({"configMap": {"name": "p", "key": "p.wasm"}});
+        desired(&json!({"metadata": {"name": "policy", "generation": 1}, "spec": spec}))
+            .expect("desired")
+    }
+
+    #[tokio::test]
+    async fn admission_settings_become_a_link() {
+        let probes = probes().await;
+        let d = object(json!({"kind": "admission", "memoryLimit": "8Mi",
+            "admission": {"order": 5, "failurePolicy": "Ignore", "timeout": "250ms", "instances": "PerCall"},
+            "config": {"a": "b"}}));
+        let Ok(Plan::Admission(link, order)) =
+            plan(&d, Path::new("/store/x.wasm"), &Grants::default(), &probes)
+        else {
+            panic!("an admission link");
+        };
+        assert_eq!(order, 5);
+        assert_eq!(link.path, Path::new("/store/x.wasm"));
+        assert_eq!(link.limits.memory_bytes, 8 << 20);
+        assert_eq!(link.limits.deadline, std::time::Duration::from_millis(250));
+        assert_eq!(link.config.get("a").map(String::as_str), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn what_the_node_does_not_grant_is_refused_by_field() {
+        let probes = probes().await;
+        let grants = Grants {
+            network: vec!["pod".into(), "10.0.0.0/8".into()],
+            ..Grants::default()
+        };
+        let path = Path::new("/store/x.wasm");
+        let cases = [
+            (
+                json!({"kind": "admission", "capabilities": {"network": ["pod"]}}),
+                "spec.capabilities: admission plugins are given none (they decide from the pod and node they are handed)",
+            ),
+            (
+                json!({"kind": "admission", "admission": {"timeout": "soon"}}),
+                "spec.admission.timeout: ",
+            ),
+            (
+                json!({"kind": "admission", "memoryLimit": "1Gi"}),
+                "spec.memoryLimit: 1Gi is more than the largest allowed, 256Mi",
+            ),
+            (
+                json!({"kind": "probe-handler", "probeHandler": {"kinds": ["exec"]}}),
+                "spec.probeHandler.kinds: this node checks exec probes with its own handler probe-exec",
+            ),
+            (
+                json!({"kind": "probe-handler", "probeHandler": {"kinds": ["redis"]},
+                    "capabilities": {"network": ["pod", "0.0.0.0/0"]}}),
+                "spec.capabilities.network[1]: 0.0.0.0/0 is not granted by this node (clusterPlugins.grants.network)",
+            ),
+            (
+                json!({"kind": "probe-handler", "probeHandler": {"kinds": ["redis"]},
+                    "capabilities": {"exec": true}}),
+                "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)",
+            ),
+            (
+                json!({"kind": "probe-handler", "probeHandler": {"kinds": []}}),
+                "spec.probeHandler.kinds: name at least one probe kind",
+            ),
+        ];
+        for (spec, want) in cases {
+            let got = plan(&object(spec.clone()), path, &grants, &probes).expect_err("refused");
+            assert!(got.starts_with(want), "{spec}: {got}");
+        }
+        let ok = object(
+            json!({"kind": "probe-handler", "probeHandler": {"kinds": ["redis"]},
+                               "capabilities": {"network": ["pod", "10.88.0.0/16"]}}),
+        );
+        let Ok(Plan::Probe(spec)) = plan(&ok, path, &grants, &probes) else {
+            panic!("a probe handler");
+        };
+        assert_eq!(spec.kinds, ["redis"]);
+        assert_eq!(spec.grants.network.len(), 2);
+    }
+}

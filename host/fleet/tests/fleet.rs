@@ -1,0 +1,248 @@
+//! Cluster plugins on three nodes sharing the API server double: each node a controller
+//! with an admission chain and probe handlers of its own, as the agent runs it. A
+//! WasmletPlugin applied swaps on every selected node, the status says so node by node,
+//! a broken version is refused everywhere while the old one keeps deciding, a
+//! nodeSelector limits the rollout, delete unloads everywhere, and a node restarted
+//! without the API server serves what it had. Components come from a ConfigMap here and
+//! from a real registry in `registry.rs`.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{Cluster, DENY_ALL, RESTRICTED, Verdict, digest_of};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
+    let c = Cluster::start("swap", &["node-a", "node-b", "node-c"]).await;
+    c.config_map(
+        "policies",
+        &[("restricted.wasm", RESTRICTED), ("deny.wasm", DENY_ALL)],
+    )
+    .await;
+    // v1: restricted-pods (a plain pod is admitted).
+    c.apply(json!({
+        "metadata": {"name": "policy"},
+        "spec": {"kind": "admission", "digest": digest_of(RESTRICTED),
+                 "source": {"configMap": {"name": "policies", "key": "restricted.wasm"}}},
+    }))
+    .await;
+    c.wait_status(
+        "policy",
+        1,
+        &[
+            ("node-a", "Loaded"),
+            ("node-b", "Loaded"),
+            ("node-c", "Loaded"),
+        ],
+    )
+    .await;
+    for n in &c.nodes {
+        assert_eq!(n.decide().await, Verdict::Admitted, "{}", n.name);
+    }
+    let status = c.object("policy")["status"].clone();
+    let digest = status["nodes"][0]["digest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(digest, digest_of(RESTRICTED));
+    c.wait_summary(
+        "policy",
+        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "failed": 0, "pending": 0}),
+    )
+    .await;
+
+    // v2: deny-all, on every node, while decisions keep coming.
+    let deciding = c.decide_continuously();
+    c.apply(json!({
+        "metadata": {"name": "policy"},
+        "spec": {"kind": "admission", "digest": digest_of(DENY_ALL),
+                 "source": {"configMap": {"name": "policies", "key": "deny.wasm"}}},
+    }))
+    .await;
+    c.wait_status(
+        "policy",
+        2,
+        &[
+            ("node-a", "Loaded"),
+            ("node-b", "Loaded"),
+            ("node-c", "Loaded"),
+        ],
+    )
+    .await;
+    for n in &c.nodes {
+        assert_eq!(
+            n.decide().await,
+            Verdict::Rejected("DeniedByPolicy".into()),
+            "{}",
+            n.name
+        );
+    }
+    let counts = deciding.stop().await;
+    assert!(counts.decided > 0, "decisions were made during the swap");
+    assert_eq!(
+        counts.failed, 0,
+        "no decision failed during the swap: {counts:?}"
+    );
+
+    // One status write per node for the rollout (the summary aside).
+    let writes = c.status_writes("policy", "wasmlet-node/");
+    assert_eq!(writes, 6, "one entry write per node and version");
+
+    // A broken version: the digest pins a component the ConfigMap does not hold (and
+    // the nodes never had: what they keep is found by digest). Every node refuses it
+    // and says why; deny-all keeps deciding.
+    c.apply(json!({
+        "metadata": {"name": "policy"},
+        "spec": {"kind": "admission", "digest": digest_of("probe_exec"),
+                 "source": {"configMap": {"name": "policies", "key": "deny.wasm"}}},
+    }))
+    .await;
+    c.wait_status(
+        "policy",
+        3,
+        &[
+            ("node-a", "Failed"),
+            ("node-b", "Failed"),
+            ("node-c", "Failed"),
+        ],
+    )
+    .await;
+    let object = c.object("policy");
+    for entry in object["status"]["nodes"].as_array().expect("nodes") {
+        let message = entry["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(
+                "digest mismatch: ConfigMap wasmlet-system/policies key deny.wasm is sha256:"
+            ),
+            "{message}"
+        );
+        assert_eq!(
+            entry["digest"],
+            digest_of(DENY_ALL),
+            "the old version serves"
+        );
+    }
+    for n in &c.nodes {
+        assert_eq!(n.decide().await, Verdict::Rejected("DeniedByPolicy".into()));
+    }
+
+    // Deleted: unloaded everywhere.
+    c.delete("policy").await;
+    for n in &c.nodes {
+        n.wait(|n| n.chain.names().is_empty(), "the chain is empty")
+            .await;
+        assert_eq!(n.decide().await, Verdict::Admitted);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_selector_limits_the_rollout_and_labels_move_it() {
+    let c = Cluster::start("canary", &["node-a", "node-b", "node-c"]).await;
+    c.config_map("policies", &[("deny.wasm", DENY_ALL)]).await;
+    c.label("node-a", "wasmlet.dev/canary", "true").await;
+    c.apply(json!({
+        "metadata": {"name": "canary-deny"},
+        "spec": {"kind": "admission", "digest": digest_of(DENY_ALL),
+                 "source": {"configMap": {"name": "policies", "key": "deny.wasm"}},
+                 "nodeSelector": {"matchLabels": {"wasmlet.dev/canary": "true"}}},
+    }))
+    .await;
+    c.wait_status("canary-deny", 1, &[("node-a", "Loaded")])
+        .await;
+    assert!(matches!(c.nodes[0].decide().await, Verdict::Rejected(_)));
+    for n in &c.nodes[1..] {
+        assert_eq!(
+            n.decide().await,
+            Verdict::Admitted,
+            "{} is not a canary",
+            n.name
+        );
+    }
+    // node-b joins the canaries (`kubectl label node`); node-a leaves them.
+    c.label("node-b", "wasmlet.dev/canary", "true").await;
+    c.wait_status(
+        "canary-deny",
+        1,
+        &[("node-a", "Loaded"), ("node-b", "Loaded")],
+    )
+    .await;
+    c.unlabel("node-a", "wasmlet.dev/canary").await;
+    c.wait_status("canary-deny", 1, &[("node-b", "Loaded")])
+        .await;
+    c.nodes[0]
+        .wait(|n| n.chain.names().is_empty(), "node-a unloads it")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_node_cannot_run_is_a_failed_entry_naming_the_cause() {
+    let c = Cluster::start("refused", &["node-a"]).await;
+    let probe = "probe_exec";
+    c.config_map(
+        "policies",
+        &[("probe.wasm", probe), ("deny.wasm", DENY_ALL)],
+    )
+    .await;
+    let cases = [
+        // A component for another world.
+        (
+            json!({"kind": "admission", "digest": digest_of(probe),
+                "source": {"configMap": {"name": "policies", "key": "probe.wasm"}}}),
+            "admission-policy",
+        ),
+        // An unknown kind.
+        (
+            json!({"kind": "scheduler", "digest": digest_of(DENY_ALL),
+                "source": {"configMap": {"name": "policies", "key": "deny.wasm"}}}),
+            "spec.kind: unknown plugin kind \"scheduler\"",
+        ),
+        // A capability the node does not grant.
+        (
+            json!({"kind": "probe-handler", "digest": digest_of(probe),
+                "probeHandler": {"kinds": ["custom-exec"]}, "capabilities": {"exec": true},
+                "source": {"configMap": {"name": "policies", "key": "probe.wasm"}}}),
+            "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)",
+        ),
+        // A ConfigMap that is not there.
+        (
+            json!({"kind": "admission", "digest": digest_of(DENY_ALL),
+                "source": {"configMap": {"name": "missing", "key": "deny.wasm"}}}),
+            "ConfigMap wasmlet-system/missing key deny.wasm: the ConfigMap does not exist",
+        ),
+    ];
+    for (i, (spec, want)) in cases.into_iter().enumerate() {
+        let name = format!("refused-{i}");
+        c.apply(json!({"metadata": {"name": name}, "spec": spec}))
+            .await;
+        c.wait_status(&name, 1, &[("node-a", "Failed")]).await;
+        let message = c.object(&name)["status"]["nodes"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(want), "{name}: {message}");
+    }
+    assert!(c.nodes[0].chain.names().is_empty(), "nothing loaded");
+    assert_eq!(c.nodes[0].decide().await, Verdict::Admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_without_the_api_server_serves_what_it_had() {
+    let mut c = Cluster::start("restart", &["node-a"]).await;
+    c.config_map("policies", &[("deny.wasm", DENY_ALL)]).await;
+    c.apply(json!({
+        "metadata": {"name": "policy"},
+        "spec": {"kind": "admission", "digest": digest_of(DENY_ALL),
+                 "source": {"configMap": {"name": "policies", "key": "deny.wasm"}}},
+    }))
+    .await;
+    c.wait_status("policy", 1, &[("node-a", "Loaded")]).await;
+    // The API server goes away; the node restarts.
+    c.stop_api_server();
+    let restarted = c.restart_node(0).await;
+    assert_eq!(restarted.chain.names(), ["policy"]);
+    assert!(matches!(restarted.decide().await, Verdict::Rejected(_)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(restarted.chain.names(), ["policy"], "still serving");
+}

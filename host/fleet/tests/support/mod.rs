@@ -1,0 +1,444 @@
+//! Nodes following WasmletPlugins on the API server double, as the agent runs them: a
+//! controller per node with its own admission chain and probe handlers (one compiled-
+//! component cache shared, as nodes on one machine would), and what a test asks of
+//! them — decisions, status entries, labels.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1 as k8s;
+use serde_json::{Value, json};
+use wasmlet_apiserver_sim::{ApiServerSim, Served};
+use wasmlet_fleet::{FleetConfig, Targets};
+use wasmlet_plugin_host::chain::AdmissionChain;
+use wasmlet_plugin_host::config::PluginsConfig;
+use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::{Admission, NodeLoad, NodeUsage, PluginEngine, convert};
+
+/// The shipped policy that admits plain pods.
+pub const RESTRICTED: &str = "restricted_pods";
+/// The fixture that refuses every pod (`DeniedByPolicy`).
+pub const DENY_ALL: &str = "fixture_deny_all";
+
+const CRDS: &str = "apis/apiextensions.k8s.io/v1";
+const PLUGINS: &str = "apis/wasmlet.dev/v1alpha1";
+/// How long a test waits for the nodes.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A shipped plugin's component, built on first use.
+pub fn plugin(name: &str) -> PathBuf {
+    wasmlet_plugin_host::dev::shipped_plugin(name)
+}
+
+/// The bytes of shipped plugin `name`.
+pub fn bytes(name: &str) -> Vec<u8> {
+    std::fs::read(plugin(name)).expect("component")
+}
+
+/// `sha256:…` of shipped plugin `name`.
+pub fn digest_of(name: &str) -> String {
+    format!("sha256:{}", wasmlet_fleet::fetch::sha256_hex(&bytes(name)))
+}
+
+/// What a node decided about the test pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Admitted,
+    /// With the reason.
+    Rejected(String),
+}
+
+/// One node.
+pub struct Node {
+    pub name: String,
+    pub chain: Arc<AdmissionChain>,
+    pub probes: Arc<ProbeHandlers>,
+    pub dir: PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Node {
+    /// The node's chain on pod `default/web` (plain, not privileged).
+    pub async fn decide(&self) -> Verdict {
+        decide(&self.chain, &self.name).await
+    }
+
+    /// Waits until `ready` holds for the node.
+    pub async fn wait(&self, ready: impl Fn(&Node) -> bool, what: &str) {
+        let start = Instant::now();
+        while !ready(self) {
+            assert!(
+                start.elapsed() < WAIT,
+                "{}: {what}: not within {WAIT:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn decide(chain: &AdmissionChain, node: &str) -> Verdict {
+    let pod: k8s::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    }))
+    .expect("pod");
+    let node: k8s::Node =
+        serde_json::from_value(json!({"metadata": {"name": node}})).expect("node");
+    let load = NodeLoad {
+        usage: NodeUsage {
+            requested: wasmlet_plugin_host::resources::empty(),
+            pod_count: 0,
+        },
+        host_ports: Arc::from(Vec::new()),
+    };
+    let admission = Admission::new(
+        convert::pod(&pod, "api").expect("pod"),
+        convert::node(&node).expect("node"),
+        load,
+        || "{}".to_owned(),
+    );
+    match chain.admit(&admission).await.0 {
+        wasmlet_plugin_host::Verdict::Admit => Verdict::Admitted,
+        wasmlet_plugin_host::Verdict::Reject(r) => Verdict::Rejected(r.reason),
+    }
+}
+
+/// The double, and nodes following it.
+pub struct Cluster {
+    pub api: ApiServerSim,
+    served: Option<Served>,
+    pub client: kube::Client,
+    pub nodes: Vec<Node>,
+    pub dir: PathBuf,
+    pub config: FleetConfig,
+    cache: PathBuf,
+}
+
+/// A client of the double at `url`.
+pub async fn client(dir: &Path, url: &str) -> kube::Client {
+    let path = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&path, url).expect("kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+impl Cluster {
+    /// The double with the CRD and namespace installed, and nodes `names` following it.
+    pub async fn start(test: &str, names: &[&str]) -> Cluster {
+        Self::start_with(test, names, FleetConfig::default()).await
+    }
+
+    /// As [`Self::start`], the nodes configured with `config`.
+    pub async fn start_with(test: &str, names: &[&str], config: FleetConfig) -> Cluster {
+        // RUST_LOG=wasmlet_fleet=debug shows what the nodes do.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = std::env::temp_dir().join(format!("wasmlet-fleet-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let api = ApiServerSim::new();
+        let served = api
+            .serve("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("serve");
+        let client = client(&dir, &served.url()).await;
+        let crd: Value = serde_yaml_ng::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/wasmletplugin-crd.yaml"),
+            )
+            .expect("crd file"),
+        )
+        .expect("crd yaml");
+        api.create(CRDS, "customresourcedefinitions", crd)
+            .expect("crd");
+        api.create(
+            "api/v1",
+            "namespaces",
+            json!({"metadata": {"name": "wasmlet-system"}}),
+        )
+        .expect("namespace");
+        let mut c = Cluster {
+            api,
+            served: Some(served),
+            client,
+            nodes: Vec::new(),
+            cache: dir.join("compiled"),
+            dir,
+            config,
+        };
+        for name in names {
+            c.api
+                .create(
+                    "api/v1",
+                    "nodes",
+                    json!({"metadata": {"name": name,
+                    "labels": {"kubernetes.io/hostname": name}}}),
+                )
+                .expect("node");
+            let node = c.start_node(name).await;
+            c.nodes.push(node);
+        }
+        c
+    }
+
+    async fn start_node(&self, name: &str) -> Node {
+        let engine = PluginEngine::with_cache(&self.cache).expect("engine");
+        let chain = Arc::new(AdmissionChain::new(engine.clone()));
+        let probes = Arc::new(
+            ProbeHandlers::start(&engine, &PluginsConfig::default(), false)
+                .await
+                .expect("probes"),
+        );
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let dir = self.dir.join(name);
+        let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
+        wasmlet_fleet::start(
+            self.client.clone(),
+            name,
+            labels,
+            &self.config,
+            &dir,
+            Targets {
+                chain: chain.clone(),
+                probes: probes.clone(),
+            },
+            stopped,
+        )
+        .await
+        .expect("start");
+        Node {
+            name: name.to_owned(),
+            chain,
+            probes,
+            dir,
+            stop,
+        }
+    }
+
+    /// Stops node `i` and starts it again (same directory).
+    pub async fn restart_node(&mut self, i: usize) -> &Node {
+        let name = self.nodes[i].name.clone();
+        let _ = self.nodes[i].stop.send(true);
+        self.nodes[i] = self.start_node(&name).await;
+        &self.nodes[i]
+    }
+
+    /// The API server goes away (connections refused from now on).
+    pub fn stop_api_server(&mut self) {
+        if let Some(s) = self.served.take() {
+            s.stop();
+        }
+    }
+
+    /// ConfigMap `name` in wasmlet-system with these (key, shipped plugin) components.
+    pub async fn config_map(&self, name: &str, keys: &[(&str, &str)]) {
+        let data: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|(k, p)| {
+                (
+                    (*k).to_owned(),
+                    base64::engine::general_purpose::STANDARD
+                        .encode(bytes(p))
+                        .into(),
+                )
+            })
+            .collect();
+        self.api
+            .create(
+                "api/v1",
+                "configmaps",
+                json!({"metadata": {"name": name, "namespace": "wasmlet-system"}, "binaryData": data}),
+            )
+            .expect("configmap");
+    }
+
+    /// Creates or updates WasmletPlugin `object` (its spec replaced), as `kubectl apply`.
+    pub async fn apply(&self, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned();
+        let mut body = json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin"});
+        body["metadata"] = object["metadata"].clone();
+        body["spec"] = object["spec"].clone();
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(self.client.clone(), &wasmlet_fleet::object::api_resource());
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("kubectl").force(),
+            &kube::api::Patch::Apply(&body),
+        )
+        .await
+        .expect("apply");
+    }
+
+    /// Deletes WasmletPlugin `name`.
+    pub async fn delete(&self, name: &str) {
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(self.client.clone(), &wasmlet_fleet::object::api_resource());
+        api.delete(name, &Default::default()).await.expect("delete");
+    }
+
+    /// WasmletPlugin `name` as stored.
+    pub fn object(&self, name: &str) -> Value {
+        self.api
+            .get(PLUGINS, "wasmletplugins", "", name)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Sets label `key=value` on node `node` (`kubectl label node`).
+    pub async fn label(&self, node: &str, key: &str, value: &str) {
+        self.patch_node(node, json!({"metadata": {"labels": {key: value}}}))
+            .await;
+    }
+
+    /// Removes label `key` from node `node`.
+    pub async fn unlabel(&self, node: &str, key: &str) {
+        self.patch_node(node, json!({"metadata": {"labels": {key: null}}}))
+            .await;
+    }
+
+    async fn patch_node(&self, node: &str, patch: Value) {
+        let api: kube::Api<k8s::Node> = kube::Api::all(self.client.clone());
+        api.patch(node, &Default::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .expect("node patch");
+    }
+
+    /// Waits until the object's `status.nodes` are exactly `want` (node, state) at
+    /// `generation`.
+    pub async fn wait_status(&self, name: &str, generation: i64, want: &[(&str, &str)]) {
+        let start = Instant::now();
+        loop {
+            let object = self.object(name);
+            let got: Vec<(String, String, i64)> = object["status"]["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    (
+                        e["nodeName"].as_str().unwrap_or_default().to_owned(),
+                        e["state"].as_str().unwrap_or_default().to_owned(),
+                        e["observedGeneration"].as_i64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            let matches = got.len() == want.len()
+                && want.iter().all(|(n, s)| {
+                    got.iter()
+                        .any(|(gn, gs, gg)| gn == n && gs == s && *gg == generation)
+                });
+            if matches && object["metadata"]["generation"] == generation {
+                return;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "{name}: status.nodes {got:?}, not {want:?} at generation {generation} within {WAIT:?}: {}",
+                object["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the object's `status.summary` is `want`.
+    pub async fn wait_summary(&self, name: &str, want: Value) {
+        let start = Instant::now();
+        while self.object(name)["status"]["summary"] != want {
+            assert!(
+                start.elapsed() < WAIT,
+                "{name}: summary {}, not {want}",
+                self.object(name)["status"]["summary"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// How many status writes of plugin `name` came from managers starting `manager`.
+    pub fn status_writes(&self, name: &str, manager: &str) -> usize {
+        let path = format!("/{PLUGINS}/wasmletplugins/{name}/status?fieldManager={manager}");
+        self.api
+            .requests()
+            .iter()
+            .filter(|(m, p)| m == "PATCH" && p.starts_with(&path))
+            .count()
+    }
+
+    /// Decides on every node, over and over, until stopped.
+    pub fn decide_continuously(&self) -> Deciding {
+        let stop = Arc::new(AtomicBool::new(false));
+        let decided = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let chains: Vec<(String, Arc<AdmissionChain>)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.chain.clone()))
+            .collect();
+        let task = {
+            let (stop, decided, failed) = (stop.clone(), decided.clone(), failed.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    for (name, chain) in &chains {
+                        match decide(chain, name).await {
+                            Verdict::Rejected(r) if r != "DeniedByPolicy" => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                        decided.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        Deciding {
+            stop,
+            decided,
+            failed,
+            task,
+        }
+    }
+}
+
+/// Decisions made in the background.
+pub struct Deciding {
+    stop: Arc<AtomicBool>,
+    decided: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What [`Deciding`] counted.
+#[derive(Debug)]
+pub struct Counts {
+    pub decided: u64,
+    /// Decisions that were neither an admission nor a policy's rejection.
+    pub failed: u64,
+}
+
+impl Deciding {
+    pub async fn stop(self) -> Counts {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        Counts {
+            decided: self.decided.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+}
