@@ -1,7 +1,7 @@
 //! wasmlet's task runner: the commands the README and CI use, in one place.
 //!
 //! ```text
-//! cargo xtask test                 # everything CI runs (as root): containerd up, the
+//! cargo xtask test                 # everything CI runs (as root): containerd and a registry up, the
 //!                                  # wasm32-wasip2 target, fmt and clippy (host and
 //!                                  # plugins), all tests incl. the contract suite against
 //!                                  # real containerd, containerd down + leak check
@@ -129,16 +129,33 @@ fn test(extra: &[String]) -> Result {
     let endpoint = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     eprintln!("containerd serves CRI on {endpoint}");
 
-    let result = test_with_containerd(&endpoint, extra);
+    step("registry: install if needed and start (scripts/registry.sh up)");
+    let out = Command::new(repo().join("scripts/registry.sh"))
+        .arg("up")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run scripts/registry.sh: {e}"))?;
+    if !out.status.success() {
+        return Err("scripts/registry.sh up failed (see above)".into());
+    }
+    let registry = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    eprintln!(
+        "the registry serves on {}",
+        registry.split_whitespace().next().unwrap_or_default()
+    );
 
+    let result = test_with_containerd(&endpoint, &registry, extra);
+
+    step("registry: stop (scripts/registry.sh down)");
+    let registry_down = run(Command::new(repo().join("scripts/registry.sh")).arg("down"));
     step("containerd: remove every pod and stop (scripts/containerd.sh down)");
-    let down = run(&mut containerd("down"));
+    let down = run(&mut containerd("down")).and(registry_down);
     let leaks = check_no_leaks();
     eprintln!("\nxtask test: finished in {:.0?}", started.elapsed());
     result.and(down).and(leaks)
 }
 
-fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
+fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Result {
     step("toolchain: the wasm32-wasip2 target plugins are built for");
     run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     let plugins = repo().join("plugins");
@@ -192,7 +209,9 @@ fn test_with_containerd(endpoint: &str, extra: &[String]) -> Result {
         .args(["test", "--workspace", "--locked"])
         .args(extra)
         .env("WASMLET_CRI_ENDPOINT", endpoint)
-        .env("WASMLET_REQUIRE_CONTAINERD", "1"))?;
+        .env("WASMLET_REQUIRE_CONTAINERD", "1")
+        .env("WASMLET_TEST_REGISTRY", registry)
+        .env("WASMLET_REQUIRE_REGISTRY", "1"))?;
     independent_client(endpoint)?;
     step("benchmarks compile and run once (smoke)");
     run(cargo().args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"]))?;

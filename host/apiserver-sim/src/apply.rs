@@ -195,6 +195,10 @@ fn prune(value: &mut Value, gone: &Fields, keep: Option<&Fields>) {
         if let Some(field) = elem.strip_prefix("f:") {
             if let Some(v) = value.get_mut(field) {
                 prune(v, sub, kept);
+                // A map the manager set whose fields all went goes with them.
+                if kept.is_none() && v.as_object().is_some_and(|o| o.is_empty()) {
+                    drop_child(value, elem);
+                }
             }
         } else if let Some(items) = value.as_array_mut()
             && let Ok(key) =
@@ -519,6 +523,30 @@ mod tests {
             object["status"]["nodes"],
             json!([{"nodeName": "a", "state": "Loaded"}])
         );
+    }
+
+    #[test]
+    fn a_map_whose_fields_were_all_dropped_goes_too() {
+        let current = json!({"metadata": {"name": "p"}, "spec": {"kind": "admission"}});
+        let first = apply(
+            &current,
+            &json!({"spec": {"kind": "admission", "source": {"configMap": {"name": "c", "key": "k"}}}}),
+            "kubectl",
+            false,
+            None,
+            &[],
+        )
+        .expect("first");
+        let second = apply(
+            &first,
+            &json!({"spec": {"kind": "admission", "source": {"oci": {"reference": "r"}}}}),
+            "kubectl",
+            false,
+            None,
+            &[],
+        )
+        .expect("second");
+        assert_eq!(second["spec"]["source"], json!({"oci": {"reference": "r"}}));
     }
 
     #[test]

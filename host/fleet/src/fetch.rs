@@ -44,8 +44,6 @@ pub struct Fetcher {
     namespace: String,
     /// Components by digest: `<dir>/<sha256>.wasm`.
     dir: PathBuf,
-    oci: OciClient,
-    insecure: OciClient,
 }
 
 /// The process's rustls crypto provider, once: the OCI client's TLS takes it.
@@ -59,19 +57,10 @@ impl Fetcher {
     pub fn new(client: kube::Client, namespace: &str, dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         install_crypto_provider();
-        let config = |protocol| ClientConfig {
-            protocol,
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(30)),
-            platform_resolver: None,
-            ..Default::default()
-        };
         Ok(Self {
             client,
             namespace: namespace.to_owned(),
             dir: dir.to_owned(),
-            oci: OciClient::new(config(ClientProtocol::Https)),
-            insecure: OciClient::new(config(ClientProtocol::Http)),
         })
     }
 
@@ -155,7 +144,20 @@ impl Fetcher {
                     Some(secret) => self.auth(secret, parsed.resolve_registry()).await?,
                     None => RegistryAuth::Anonymous,
                 };
-                let client = if *insecure { &self.insecure } else { &self.oci };
+                // A client per pull: an OCI client keeps the first credentials it is
+                // given for a registry, and one plugin's pull secret must never serve
+                // another's pull. (A pull happens once per digest.)
+                let client = OciClient::new(ClientConfig {
+                    protocol: if *insecure {
+                        ClientProtocol::Http
+                    } else {
+                        ClientProtocol::Https
+                    },
+                    connect_timeout: Some(Duration::from_secs(10)),
+                    read_timeout: Some(Duration::from_secs(30)),
+                    platform_resolver: None,
+                    ..Default::default()
+                });
                 let image = client
                     .pull(&parsed, &auth, vec![WASM_LAYER, WASM_LAYER_V1])
                     .await

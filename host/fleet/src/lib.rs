@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub mod dev;
 pub mod fetch;
 pub mod node;
 pub mod object;

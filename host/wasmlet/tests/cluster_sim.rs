@@ -242,3 +242,223 @@ fn an_unusable_kubeconfig_stops_the_start_naming_the_file() {
     let log = agent.log();
     assert!(log.contains(&bad.display().to_string()), "{log}");
 }
+
+/// `wasmlet plugin push`: the digest it prints.
+fn push_cli(file: &Path, reference: &str, user: &str, password: &str) -> String {
+    let out = Command::new(BIN)
+        .args(["plugin", "push"])
+        .arg(file)
+        .arg(reference)
+        .args(["--insecure", "--username", user])
+        .env("WASMLET_REGISTRY_PASSWORD", password)
+        .output()
+        .expect("wasmlet plugin push");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "push: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("digest:"))
+        .map(|d| d.trim().to_owned())
+        .expect("a digest line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_nodes() {
+    let Some((registry, user, password)) = wasmlet_fleet::dev::registry() else {
+        return;
+    };
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let top = tempdir("fleet");
+    let config = kubeconfig(&top, &served.url());
+    let crd: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/wasmletplugin-crd.yaml"),
+        )
+        .expect("crd"),
+    )
+    .expect("crd yaml");
+    api.create(
+        "apis/apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        crd,
+    )
+    .expect("crd");
+    api.create(
+        "api/v1",
+        "namespaces",
+        serde_json::json!({"metadata": {"name": "wasmlet-system"}}),
+    )
+    .expect("namespace");
+    let mut runtimes = Vec::new();
+    let mut agents = Vec::new();
+    for i in 1..=3 {
+        let dir = top.join(format!("node-{i}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+            .await
+            .expect("simulator");
+        agents.push(start(
+            &dir,
+            &format!("fleet-{i}"),
+            &runtime.endpoint(),
+            &config,
+        ));
+        runtimes.push(runtime);
+    }
+    let log = |agents: &[Agent]| {
+        agents
+            .iter()
+            .map(Agent::log)
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let wait = |what: &str, agents: &[Agent], ok: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{what}: not within 20 s\n{}",
+                log(agents)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // Published once with the CLI, pulled by the nodes with a pull secret.
+    let reference = format!(
+        "oci://{registry}/wasmlet-e2e/deny-all-{}:v1",
+        std::process::id()
+    );
+    let deny_all = wasmlet_plugin_host::dev::shipped_plugin("fixture-deny-all");
+    let digest = push_cli(&deny_all, &reference, &user, &password);
+    let b64 = |text: String| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    let dockerconfig = serde_json::json!({"auths": {registry.as_str(): {"auth": b64(format!("{user}:{password}"))}}});
+    api.create(
+        "api/v1",
+        "secrets",
+        serde_json::json!({
+            "metadata": {"name": "registry", "namespace": "wasmlet-system"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": b64(dockerconfig.to_string())},
+        }),
+    )
+    .expect("secret");
+
+    // The canary first: only fleet-1.
+    let plugin = |selector: Value| {
+        serde_json::json!({
+            "apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
+            "metadata": {"name": "deny-all"},
+            "spec": {"kind": "admission", "digest": digest,
+                     "source": {"oci": {"reference": reference, "pullSecret": "registry", "insecure": true}},
+                     "nodeSelector": selector}
+        })
+    };
+    let prefix = "apis/wasmlet.dev/v1alpha1";
+    api.create(
+        prefix,
+        "wasmletplugins",
+        plugin(serde_json::json!({"matchLabels": {"kubernetes.io/hostname": "fleet-1"}})),
+    )
+    .expect("plugin");
+    let entries = || {
+        api.get(prefix, "wasmletplugins", "", "deny-all")
+            .map(|o| o["status"]["nodes"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let loaded_on = |nodes: &[&str]| {
+        let e = entries();
+        let list = e.as_array().cloned().unwrap_or_default();
+        list.len() == nodes.len()
+            && list.iter().all(|n| {
+                n["state"] == "Loaded"
+                    && nodes.contains(&n["nodeName"].as_str().unwrap_or_default())
+            })
+    };
+    wait("the canary loads the policy", &agents, &|| {
+        loaded_on(&["fleet-1"])
+    });
+    assert_eq!(entries()[0]["digest"], digest.as_str());
+
+    let pod = |name: &str, node: &str| {
+        api.create("api/v1", "pods", serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+        }))
+        .expect("pod");
+    };
+    let phase = |name: &str| {
+        api.get("api/v1", "pods", "default", name)
+            .map(|p| (p["status"]["phase"].clone(), p["status"]["reason"].clone()))
+            .unwrap_or((Value::Null, Value::Null))
+    };
+    pod("on-canary", "fleet-1");
+    pod("on-other", "fleet-2");
+    wait("the canary refuses its pod", &agents, &|| {
+        phase("on-canary") == (Value::from("Failed"), Value::from("DeniedByPolicy"))
+    });
+    wait("the other node runs its pod", &agents, &|| {
+        phase("on-other").0 == "Running"
+    });
+
+    // Then every node: the selector goes (kubectl apply of the object without it).
+    let mut all = api
+        .get(prefix, "wasmletplugins", "", "deny-all")
+        .expect("plugin");
+    all["spec"]["nodeSelector"] = Value::Null;
+    let client = kube_client(&top, &served.url()).await;
+    let plugins: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(client, &wasmlet_fleet::object::api_resource());
+    plugins
+        .patch(
+            "deny-all",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"nodeSelector": null}})),
+        )
+        .await
+        .expect("patch");
+    wait("every node loads the policy", &agents, &|| {
+        loaded_on(&["fleet-1", "fleet-2", "fleet-3"])
+    });
+    pod("on-third", "fleet-3");
+    wait("fleet-3 refuses its pod", &agents, &|| {
+        phase("on-third") == (Value::from("Failed"), Value::from("DeniedByPolicy"))
+    });
+
+    // Deleted: unloaded everywhere; pods are admitted again.
+    plugins
+        .delete("deny-all", &Default::default())
+        .await
+        .expect("delete");
+    pod("after", "fleet-3");
+    wait("fleet-3 runs a pod again", &agents, &|| {
+        phase("after").0 == "Running"
+    });
+    drop(agents);
+    for r in runtimes {
+        r.stop().await;
+    }
+    served.stop();
+}
+
+/// A client of the double.
+async fn kube_client(dir: &Path, url: &str) -> kube::Client {
+    let path = kubeconfig(dir, url);
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
