@@ -159,10 +159,41 @@ import_images() {
     done
 }
 
+# The IPv4 network CIDR $1 as "first last" integers.
+cidr_range() {
+    local ip=${1%/*} bits=${1#*/} a b c d
+    [ "$bits" = "$1" ] && bits=32
+    IFS=. read -r a b c d <<<"$ip"
+    local n=$(( (a << 24) | (b << 16) | (c << 8) | d ))
+    local size=$(( 1 << (32 - bits) ))
+    local first=$(( n & ~(size - 1) & 0xffffffff ))
+    echo "$first $(( first + size - 1 ))"
+}
+
+# Stops when another interface already routes part of the pod CIDR (podman's default
+# network uses 10.88.0.0/16): pods would get addresses nothing can reach, and liveness
+# probes would kill them in a loop with "No route to host".
+check_pod_cidr() {
+    local first last route dest dev r_first r_last
+    read -r first last <<<"$(cidr_range "$POD_CIDR")"
+    while read -r route; do
+        dest=${route%% *}
+        [ "$dest" = default ] && continue
+        dev=$(sed -n 's/.* dev \([^ ]*\).*/\1/p' <<<"$route")
+        [ "$dev" = "$BRIDGE" ] && continue
+        case "$dest" in *[!0-9./]*) continue ;; esac
+        read -r r_first r_last <<<"$(cidr_range "$dest")"
+        if [ "$r_first" -le "$last" ] && [ "$first" -le "$r_last" ]; then
+            die "the pod network $POD_CIDR overlaps $dest, already routed through $dev ($route): pods on $BRIDGE would be unreachable. Remove that network, or give wasmlet another range and bridge: WASMLET_POD_CIDR=10.89.0.0/16 WASMLET_CNI_BRIDGE=wasmlet1"
+        fi
+    done < <(ip -4 -o route show table main 2>/dev/null)
+}
+
 up() {
     need_root
     mkdir -p "$STATE"
     install_packages
+    check_pod_cidr
     if running && cri_ready; then
         import_images
         echo "unix://$SOCK"

@@ -184,6 +184,56 @@ fn admit_refuses_what_is_not_a_pod_and_defaults_the_pod_count() {
 }
 
 #[test]
+fn admit_judges_a_static_pod_by_its_own_config_source_annotation() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-cli-static-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (pod, node) = (dir.join("pod.yaml"), dir.join("node.yaml"));
+    // A static pod's manifest (its source annotated, as the agent annotates it) on a
+    // node with a NoExecute taint it does not tolerate: the kubelet skips NoExecute
+    // taints for static pods.
+    std::fs::write(
+        &pod,
+        "kind: Pod\nmetadata: {name: s, namespace: kube-system, annotations: {kubernetes.io/config.source: file}}\nspec: {containers: [{name: c}]}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        &node,
+        "kind: Node\nmetadata: {name: n}\nspec: {taints: [{key: drain, effect: NoExecute}]}\nstatus: {capacity: {pods: '10'}}\n",
+    )
+    .expect("write");
+    let taints = shipped_plugin("taint-toleration");
+    let admit = |extra: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "admit",
+            path(&taints),
+            "--pod",
+            path(&pod),
+            "--node",
+            path(&node),
+        ];
+        args.extend_from_slice(extra);
+        wasmlet(&args)
+    };
+    let out = admit(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "judged as static without --source: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // --source still decides when given.
+    let out = admit(&["--source", "api"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn probe_runs_a_handler_with_only_the_network_granted() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let addr = listener.local_addr().expect("addr").to_string();

@@ -182,9 +182,11 @@ pub struct AdmitArgs {
     /// A configuration value for every policy (repeatable).
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
     pub config: Vec<(String, String)>,
-    /// The source the pod comes from: `api`, or a static-pod source (`file`, `http`).
-    #[arg(long, default_value = "api")]
-    pub source: String,
+    /// The source the pods come from: `api`, or a static-pod source (`file`, `http`).
+    /// Default: each pod's own `kubernetes.io/config.source` annotation, as the agent
+    /// decides, else `api`.
+    #[arg(long)]
+    pub source: Option<String>,
     /// Deadline of one decision, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub timeout_ms: u64,
@@ -350,7 +352,7 @@ fn objects(path: &Path) -> Result<Vec<serde_json::Value>> {
 }
 
 /// The pods of a manifest file: (the pod, its JSON), errors naming file and field.
-fn pods(path: &Path, source: &str) -> Result<Vec<(Pod, Arc<String>)>> {
+fn pods(path: &Path, source: Option<&str>) -> Result<Vec<(Pod, Arc<String>)>> {
     objects(path)?
         .into_iter()
         .enumerate()
@@ -362,6 +364,13 @@ fn pods(path: &Path, source: &str) -> Result<Vec<(Pod, Arc<String>)>> {
             }
             let json = Arc::new(value.to_string());
             let p: k8s::Pod = serde_json::from_value(value).with_context(at)?;
+            let annotated = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kubernetes.io/config.source"))
+                .map(String::as_str);
+            let source = source.or(annotated).unwrap_or("api");
             let pod = convert::pod(&p, source).with_context(at)?;
             Ok((pod, json))
         })
@@ -381,7 +390,7 @@ fn active_pods(dir: &Path) -> Result<Vec<Pod>> {
     files.sort();
     let mut out = Vec::new();
     for file in files {
-        match pods(&file, "api") {
+        match pods(&file, None) {
             Ok(list) => out.extend(list.into_iter().map(|(p, _)| p)),
             Err(e) => eprintln!("wasmlet: skipping {e:#}"),
         }
@@ -405,7 +414,7 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
         Some(dir) => active_pods(dir)?,
         None => Vec::new(),
     };
-    let candidates = pods(&args.pod, &args.source)?;
+    let candidates = pods(&args.pod, args.source.as_deref())?;
     if candidates.is_empty() {
         bail!("{}: no pod in it", args.pod.display());
     }

@@ -25,15 +25,59 @@ impl PodSource for FileSource {
         names.sort();
         let mut out = Manifests::default();
         for name in names {
-            match std::fs::read(format!("{dir}/{name}")) {
-                Ok(bytes) => match String::from_utf8(bytes) {
-                    Ok(text) => out.extend(parse_manifests(&name, &text)),
-                    Err(_) => out.problem(name, "not UTF-8 text"),
-                },
-                Err(e) => out.problem(name, e.to_string()),
+            match read(&format!("{dir}/{name}")) {
+                Read::Text(text) => out.extend(parse_manifests(&name, &text)),
+                // Deleted between the listing and the read: its pods are gone, as they
+                // would be had the listing come a moment later.
+                Read::Gone => {}
+                Read::Problem(message) => out.problem(name, message),
             }
         }
         Ok(out.into())
+    }
+}
+
+/// What reading one manifest file gave.
+#[derive(Debug, PartialEq)]
+enum Read {
+    Text(String),
+    /// The file is no longer there.
+    Gone,
+    Problem(String),
+}
+
+fn read(path: &str) -> Read {
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Read::Text(text),
+            Err(_) => Read::Problem("not UTF-8 text".into()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Gone,
+        Err(e) => Read::Problem(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_deleted_after_the_listing_is_gone_not_a_problem() {
+        let dir = std::env::temp_dir().join(format!("source-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("a.yaml");
+        std::fs::write(&file, "kind: Pod\n").expect("write");
+        let path = file.to_string_lossy().into_owned();
+        assert_eq!(read(&path), Read::Text("kind: Pod\n".into()));
+        std::fs::write(&file, [0xff, 0xfe]).expect("write");
+        assert_eq!(read(&path), Read::Problem("not UTF-8 text".into()));
+        std::fs::remove_file(&file).expect("remove");
+        assert_eq!(read(&path), Read::Gone);
+        assert!(
+            matches!(read(&dir.to_string_lossy()), Read::Problem(_)),
+            "a directory"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
