@@ -214,7 +214,9 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .env("WASMLET_REQUIRE_REGISTRY", "1"))?;
     independent_client(endpoint)?;
     step("benchmarks compile and run once (smoke)");
-    run(cargo().args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"]))?;
+    run(cargo()
+        .args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"])
+        .env("WASMLET_TEST_REGISTRY", registry))?;
     Ok(())
 }
 

@@ -13,7 +13,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use serde_json::{Value, json};
 use support::{Cluster, DENY_ALL, RESTRICTED, Verdict, bytes, digest_of};
 
@@ -37,20 +36,6 @@ async fn push(addr: &str, user: &str, password: &str, repo: &str, plugin: &str) 
         "the pin is the component's sha256"
     );
     reference
-}
-
-fn pull_secret(c: &Cluster, addr: &str, user: &str, password: &str) {
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    let config = json!({"auths": {addr: {"auth": auth}}}).to_string();
-    c.api
-        .create(
-            "api/v1",
-            "secrets",
-            json!({"metadata": {"name": "registry", "namespace": "wasmlet-system"},
-                   "type": "kubernetes.io/dockerconfigjson",
-                   "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(config)}}),
-        )
-        .expect("secret");
 }
 
 fn oci(reference: &str, plugin: &str, secret: Option<&str>) -> Value {
@@ -94,7 +79,7 @@ async fn plugins_pushed_to_a_registry_roll_out_to_every_node() {
         COUNTER,
     )
     .await;
-    pull_secret(&c, &addr, &user, &password);
+    support::pull_secret(&c, &addr, &user, &password);
     let all = |state| [("node-a", state), ("node-b", state), ("node-c", state)];
 
     c.apply(

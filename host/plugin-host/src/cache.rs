@@ -11,6 +11,7 @@
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -68,7 +69,24 @@ impl ComponentCache {
         digest: &str,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let path = self.entry_path(digest);
-        let refused = match std::fs::read(&path) {
+        // One compilation per entry at a time in this process: a second load of the
+        // same component (another plugin using it, another hollow node) waits for the
+        // first and then finds its entry.
+        let flight = in_flight(&path);
+        let _compiling = flight.lock().unwrap_or_else(|e| e.into_inner());
+        let result = self.load_entry(engine, wasm, &path);
+        drop(_compiling);
+        landed(&path, flight);
+        result
+    }
+
+    fn load_entry(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        path: &Path,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        let refused = match std::fs::read(path) {
             Ok(bytes) => match verified(&bytes) {
                 Some(artifact) => match deserialize(engine, artifact) {
                     Ok(component) => return Ok((component, CacheOutcome::Hit)),
@@ -81,7 +99,7 @@ impl ComponentCache {
         };
         let artifact = engine.precompile_component(wasm)?;
         let component = deserialize(engine, &artifact)?;
-        if let Err(e) = write_entry(&path, &artifact) {
+        if let Err(e) = write_entry(path, &artifact) {
             tracing::warn!(path = %path.display(), error = %e, "cannot store a compiled component; continuing without");
         }
         match refused {
@@ -91,6 +109,29 @@ impl ComponentCache {
             }
             None => Ok((component, CacheOutcome::Miss)),
         }
+    }
+}
+
+type Flights = std::collections::HashMap<PathBuf, Arc<Mutex<()>>>;
+
+/// Entries being loaded in this process, each with the lock its loads take turns on.
+static IN_FLIGHT: LazyLock<Mutex<Flights>> = LazyLock::new(Default::default);
+
+fn in_flight(path: &Path) -> Arc<Mutex<()>> {
+    IN_FLIGHT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(path.to_owned())
+        .or_default()
+        .clone()
+}
+
+/// Forgets the lock of `path` when no other load holds it.
+fn landed(path: &Path, flight: Arc<Mutex<()>>) {
+    let mut flights = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
+    // Ours and the map's: nobody else is waiting.
+    if Arc::strong_count(&flight) == 2 {
+        flights.remove(path);
     }
 }
 

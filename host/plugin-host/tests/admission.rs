@@ -248,6 +248,44 @@ async fn bad_guests(instances: InstanceMode) {
     assert!(matches!(again, PluginError::Deadline { .. }));
 }
 
+#[test]
+fn concurrent_loads_of_one_component_compile_it_once() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-plugin-flight-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = plugin("taint-toleration");
+    // Four nodes in one process, each its own engine on one cache directory.
+    let outcomes: Vec<CacheOutcome> = std::thread::scope(|s| {
+        let loads: Vec<_> = (0..4)
+            .map(|i| {
+                let (dir, path) = (&dir, &path);
+                s.spawn(move || {
+                    PluginEngine::with_cache(dir)
+                        .expect("engine")
+                        .load_admission(&format!("n{i}"), path, BTreeMap::new(), Limits::default())
+                        .expect("load")
+                        .load_outcome()
+                        .clone()
+                })
+            })
+            .collect();
+        loads
+            .into_iter()
+            .map(|l| l.join().expect("thread"))
+            .collect()
+    });
+    let compiled = outcomes
+        .iter()
+        .filter(|o| **o == CacheOutcome::Miss)
+        .count();
+    assert_eq!(compiled, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, CacheOutcome::Miss | CacheOutcome::Hit))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn compiled_components_are_cached_and_bad_entries_replaced() {
     let dir = std::env::temp_dir().join(format!("wasmlet-plugin-cache-{}", std::process::id()));

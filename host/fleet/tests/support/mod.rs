@@ -1,7 +1,7 @@
 //! Nodes following WasmletPlugins on the API server double, as the agent runs them: a
-//! controller per node with its own admission chain and probe handlers (one compiled-
-//! component cache shared, as nodes on one machine would), and what a test asks of
-//! them — decisions, status entries, labels.
+//! controller per node with its own admission chain and probe handlers (one wasmtime
+//! engine and compiled-component cache shared, as hollow nodes in one process would),
+//! and what a test or benchmark asks of them — decisions, status entries, labels.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -123,7 +123,7 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub dir: PathBuf,
     pub config: FleetConfig,
-    cache: PathBuf,
+    engine: PluginEngine,
 }
 
 /// A client of the double at `url`.
@@ -161,7 +161,11 @@ impl Cluster {
         let client = client(&dir, &served.url()).await;
         let crd: Value = serde_yaml_ng::from_str(
             &std::fs::read_to_string(
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/wasmletplugin-crd.yaml"),
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .ancestors()
+                    .map(|d| d.join("deploy/wasmletplugin-crd.yaml"))
+                    .find(|f| f.is_file())
+                    .expect("deploy/wasmletplugin-crd.yaml above this crate"),
             )
             .expect("crd file"),
         )
@@ -179,7 +183,7 @@ impl Cluster {
             served: Some(served),
             client,
             nodes: Vec::new(),
-            cache: dir.join("compiled"),
+            engine: PluginEngine::with_cache(&dir.join("compiled")).expect("engine"),
             dir,
             config,
         };
@@ -199,10 +203,9 @@ impl Cluster {
     }
 
     async fn start_node(&self, name: &str) -> Node {
-        let engine = PluginEngine::with_cache(&self.cache).expect("engine");
-        let chain = Arc::new(AdmissionChain::new(engine.clone()));
+        let chain = Arc::new(AdmissionChain::new(self.engine.clone()));
         let probes = Arc::new(
-            ProbeHandlers::start(&engine, &PluginsConfig::default(), false)
+            ProbeHandlers::start(&self.engine, &PluginsConfig::default(), false)
                 .await
                 .expect("probes"),
         );
@@ -249,14 +252,18 @@ impl Cluster {
 
     /// ConfigMap `name` in wasmlet-system with these (key, shipped plugin) components.
     pub async fn config_map(&self, name: &str, keys: &[(&str, &str)]) {
+        let keys: Vec<(&str, Vec<u8>)> = keys.iter().map(|(k, p)| (*k, bytes(p))).collect();
+        self.config_map_bytes(name, &keys).await;
+    }
+
+    /// ConfigMap `name` in wasmlet-system with these (key, component bytes).
+    pub async fn config_map_bytes(&self, name: &str, keys: &[(&str, Vec<u8>)]) {
         let data: serde_json::Map<String, Value> = keys
             .iter()
-            .map(|(k, p)| {
+            .map(|(k, b)| {
                 (
                     (*k).to_owned(),
-                    base64::engine::general_purpose::STANDARD
-                        .encode(bytes(p))
-                        .into(),
+                    base64::engine::general_purpose::STANDARD.encode(b).into(),
                 )
             })
             .collect();
@@ -441,4 +448,19 @@ impl Deciding {
             failed: self.failed.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Secret `registry` in wasmlet-system: the credentials for `addr`.
+pub fn pull_secret(c: &Cluster, addr: &str, user: &str, password: &str) {
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let config = json!({"auths": {addr: {"auth": auth}}}).to_string();
+    c.api
+        .create(
+            "api/v1",
+            "secrets",
+            json!({"metadata": {"name": "registry", "namespace": "wasmlet-system"},
+                   "type": "kubernetes.io/dockerconfigjson",
+                   "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(config)}}),
+        )
+        .expect("secret");
 }

@@ -1,0 +1,185 @@
+//! Cluster plugins: from `kubectl apply` of a WasmletPlugin (the object's update reaching
+//! the watches) to the new version deciding on every node, for 3 and 100 nodes following
+//! the API server double in this process; decisions made on every node throughout (none
+//! may fail); status writes per rollout. Each round publishes a new digest (the component
+//! with a custom section naming the round), so every round fetches, verifies, compiles
+//! and swaps: from the test registry when there is one (`WASMLET_TEST_REGISTRY`, or
+//! `scripts/registry.sh up`), pushed before the clock starts ("cached by the registry"),
+//! else from a ConfigMap. The nodes share one wasmtime engine and compiled-component cache,
+//! as hollow nodes in one process do: one of them compiles, the others load the result.
+
+#[path = "../../host/fleet/tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::Cluster;
+use wasmlet_bench::fmt;
+use wasmlet_plugin_host::Plugin;
+
+fn smoke() -> bool {
+    std::env::args().any(|a| a == "--smoke")
+}
+
+/// `wasm` with a custom section holding `tag`: the same component, another digest.
+fn variant(wasm: &[u8], tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"wasmlet-bench";
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name);
+    content.extend_from_slice(tag.as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
+}
+
+struct Round {
+    /// Apply → the last node serving.
+    all: Duration,
+    /// Apply → each node serving.
+    nodes: Vec<Duration>,
+    failed: u64,
+    decided: u64,
+    writes: usize,
+}
+
+async fn round(c: &Cluster, i: usize, registry: Option<&(String, String, String)>) -> Round {
+    let base = support::bytes(if i.is_multiple_of(2) {
+        support::DENY_ALL
+    } else {
+        support::RESTRICTED
+    });
+    let wasm = variant(&base, &format!("round {i} of {}", std::process::id()));
+    let sha = wasmlet_fleet::fetch::sha256_hex(&wasm);
+    let source = match registry {
+        Some((addr, user, password)) => {
+            let reference = format!(
+                "oci://{addr}/wasmlet-bench/policy:r{i}-{}",
+                std::process::id()
+            );
+            wasmlet_fleet::publish::push(
+                &wasm,
+                &reference,
+                true,
+                Some((user.clone(), password.clone())),
+                None,
+            )
+            .await
+            .expect("push");
+            json!({"oci": {"reference": reference, "pullSecret": "registry", "insecure": true}})
+        }
+        None => {
+            let name = format!("round-{i}");
+            c.config_map_bytes(&name, &[("policy.wasm", wasm.clone())])
+                .await;
+            json!({"configMap": {"name": name, "key": "policy.wasm"}})
+        }
+    };
+    let writes_before = c.status_writes("policy", "wasmlet-node/");
+    let deciding = c.decide_continuously();
+    let start = Instant::now();
+    c.apply(json!({"metadata": {"name": "policy"},
+                   "spec": {"kind": "admission", "digest": format!("sha256:{sha}"), "source": source}}))
+        .await;
+    let mut serving: Vec<Option<Duration>> = vec![None; c.nodes.len()];
+    while serving.iter().any(Option::is_none) {
+        for (n, at) in c.nodes.iter().zip(serving.iter_mut()) {
+            if at.is_none() && n.chain.current("policy").is_some_and(|p| p.digest() == sha) {
+                *at = Some(start.elapsed());
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "round {i}: not every node serves within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let counts = deciding.stop().await;
+    // Every node's entry written; a little longer to see any write beyond one per node.
+    let waited = Instant::now();
+    while c.status_writes("policy", "wasmlet-node/") < writes_before + c.nodes.len()
+        && waited.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let nodes: Vec<Duration> = serving.into_iter().flatten().collect();
+    Round {
+        all: nodes.iter().copied().max().unwrap_or_default(),
+        nodes,
+        failed: counts.failed,
+        decided: counts.decided,
+        writes: c.status_writes("policy", "wasmlet-node/") - writes_before,
+    }
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p / 100.0).round() as usize;
+    v.get(i).copied().unwrap_or_default()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let registry = wasmlet_fleet::dev::registry();
+    let (sizes, rounds): (&[usize], usize) = if smoke() { (&[3], 2) } else { (&[3, 100], 6) };
+    println!(
+        "\n### apply → new version deciding on every node ({}; {rounds} rounds, a new digest each)\n",
+        if registry.is_some() {
+            "OCI registry, htpasswd, pull secret"
+        } else {
+            "ConfigMap"
+        }
+    );
+    println!(
+        "| nodes | apply → all serving p50 | max | apply → a node serving p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for &n in sizes {
+        let names: Vec<String> = (0..n).map(|i| format!("node-{i:03}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let c = Cluster::start(&format!("bench-{n}"), &names).await;
+        if let Some((addr, user, password)) = &registry {
+            support::pull_secret(&c, addr, user, password);
+        }
+        let mut all = Vec::new();
+        let mut per_node = Vec::new();
+        let (mut failed, mut decided) = (0, 0);
+        let mut writes = Vec::new();
+        for i in 0..rounds {
+            let r = round(&c, i, registry.as_ref()).await;
+            all.push(r.all);
+            per_node.extend(r.nodes);
+            failed += r.failed;
+            decided += r.decided;
+            writes.push(r.writes);
+        }
+        println!(
+            "| {n} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+            fmt(pct(all.clone(), 50.0)),
+            fmt(pct(all, 100.0)),
+            fmt(pct(per_node.clone(), 50.0)),
+            fmt(pct(per_node, 99.0)),
+            writes
+                .iter()
+                .map(|w| format!("{:.2}", *w as f64 / n as f64))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        assert_eq!(failed, 0, "a decision failed during a rollout");
+    }
+}
