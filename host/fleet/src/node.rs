@@ -21,7 +21,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use wasmlet_plugin_host::Plugin;
 use wasmlet_plugin_host::chain::AdmissionChain;
 use wasmlet_plugin_host::kinds::ProbeHandlers;
@@ -37,6 +37,11 @@ const FIRST_RETRY: Duration = Duration::from_secs(5);
 const MAX_RETRY: Duration = Duration::from_secs(300);
 /// The file listing what the node serves, for starting without the API server.
 const STATE_FILE: &str = "serving.json";
+/// The first pause after listing or watching WasmletPlugins failed, doubled per failure.
+const WATCH_RETRY_FIRST: Duration = Duration::from_millis(800);
+/// The longest pause between attempts to list WasmletPlugins (a CRD installed later is
+/// found within this).
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Where cluster plugins go on the node.
 #[derive(Clone)]
@@ -168,9 +173,10 @@ impl Controller {
 
     async fn run(mut self, client: kube::Client, mut shutdown: watch::Receiver<bool>) {
         let plugins: Api<DynamicObject> = Api::all_with(client.clone(), &object::api_resource());
-        let mut objects = watcher::watcher(plugins, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        // The watcher's own back-off starts over at every `Init`, which it sends before
+        // each list attempt: with the CRD missing it would retry (and fail) every second
+        // for good. The pause between attempts grows until a list or watch delivers.
+        let mut objects = watcher::watcher(plugins, watcher::Config::default()).boxed();
         let nodes: Api<k8s::Node> = Api::all(client);
         let mut node = watcher::watcher(
             nodes,
@@ -179,14 +185,19 @@ impl Controller {
         .default_backoff()
         .boxed();
         let mut failing = false;
+        let mut pause: Option<Instant> = None;
+        let mut delay = WATCH_RETRY_FIRST;
         loop {
             let retry = self.failed.values().map(|f| f.retry_at).min();
             tokio::select! {
-                event = objects.next() => match event {
+                event = objects.next(), if pause.is_none() => match event {
                     Some(Ok(event)) => {
-                        if failing {
-                            info!("watching WasmletPlugins again");
-                            failing = false;
+                        if !matches!(event, Event::Init) {
+                            delay = WATCH_RETRY_FIRST;
+                            if failing {
+                                info!("watching WasmletPlugins again");
+                                failing = false;
+                            }
                         }
                         if self.apply(event) {
                             self.reconcile();
@@ -201,10 +212,15 @@ impl Controller {
                                 ""
                             };
                             warn!(error = %e, "listing or watching WasmletPlugins failed{hint}; the node keeps serving the cluster plugins it has and retries");
+                        } else {
+                            debug!(error = %e, retry_in = ?delay, "listing or watching WasmletPlugins failed again");
                         }
+                        pause = Some(Instant::now() + delay);
+                        delay = (delay * 2).min(WATCH_RETRY_MAX);
                     }
                     None => return,
                 },
+                () = sleep_until(pause), if pause.is_some() => pause = None,
                 event = node.next() => {
                     if let Some(Ok(Event::Apply(n) | Event::InitApply(n))) = event {
                         let labels = n.metadata.labels.unwrap_or_default();

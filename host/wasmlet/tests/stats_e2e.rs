@@ -4,7 +4,7 @@
 //! proxy as `kubectl get --raw /api/v1/nodes/NODE/proxy/...` does:
 //! - `/stats/summary` and `/metrics/resource` of a running busybox pod show CPU and
 //!   memory that agree with its cgroup files;
-//! - a pod that allocates 300 MB crosses `memory.available` and is evicted (Failed,
+//! - a pod that allocates 800 MB crosses `memory.available` and is evicted (Failed,
 //!   `Evicted`, the kubelet's message, an `Evicted` event), the node reports
 //!   MemoryPressure, and its neighbour keeps running.
 //!
@@ -66,12 +66,13 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
         return;
     }
     let double = cluster::Double::start("wasmlet-stats-e2e", &endpoint, NODE).await;
-    // memory.available as the agent computes it, now: the hog's 300 MB take the node
-    // below a threshold 150 MiB under it; nothing else on the machine should.
+    // memory.available as the agent computes it, now: the hog's 800 MB take the node
+    // below a threshold 400 MiB under it. The rest of the machine may move by some
+    // 360 MiB either way (a CI machine's page cache does) without changing the outcome.
     let files = wasmlet_stats::node::NodeFiles::default();
     let total = files.memory_capacity().expect("MemTotal");
     let available = total - files.memory().expect("memory").working_set;
-    let threshold_mi = (available - 150 * MI) / MI;
+    let threshold_mi = (available - 400 * MI) / MI;
     let extra = format!(
         "cgroupsPerQOS: true\ncgroupRoot: /{NODE}\nhousekeepingInterval: 1s\n\
          evictionHard: {{memory.available: {threshold_mi}Mi}}\n\
@@ -190,17 +191,33 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
     assert!(value > 0.0, "{line}");
     assert!(metrics.contains("resource_scrape_error 0"), "{metrics}");
 
-    // The hog: 300 MB held by the shell, below the threshold.
+    // The hog: 800 MB held by the shell, below the threshold.
     let hog = busybox(
         "hog",
-        "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo held; sleep 3600",
+        "x=$(head -c 800000000 /dev/zero | tr '\\0' a); echo held; sleep 3600",
     );
     api.create("api/v1", "pods", cluster::pod(NODE, "hog", "Never", hog))
         .expect("hog");
-    let evicted = wait_pod(api, &agent, "hog", Duration::from_secs(90), |p| {
-        phase(p) == "Failed"
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let evicted = loop {
+        let p = api.get("api/v1", "pods", "default", "hog");
+        if let Some(p) = p.as_ref().filter(|p| phase(p) == "Failed") {
+            break p.clone();
+        }
+        if Instant::now() > deadline {
+            // What the node saw, to tell a machine whose free memory moved by more than
+            // the margins from an agent that did not act.
+            let s: Value =
+                serde_json::from_str(&get(&client, "/stats/summary").await).unwrap_or_default();
+            panic!(
+                "hog not evicted within 90 s (threshold {threshold_mi}Mi, node memory now {}): {}\n--- agent log ---\n{}",
+                s["node"]["memory"],
+                p.map(|p| p["status"].to_string()).unwrap_or_default(),
+                agent.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(evicted["status"]["reason"], "Evicted", "{evicted}");
     let message = evicted["status"]["message"].as_str().unwrap_or_default();
     assert!(
