@@ -136,7 +136,16 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let registry = wasmlet_fleet::dev::registry();
-    let (sizes, rounds): (&[usize], usize) = if smoke() { (&[3], 2) } else { (&[3, 100], 6) };
+    // `--nodes N` measures one fleet size (for profiling one of them).
+    let only: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--nodes")
+        .nth(1)
+        .and_then(|n| n.parse().ok());
+    let (sizes, rounds): (Vec<usize>, usize) = match only {
+        Some(n) => (vec![n], 6),
+        None if smoke() => (vec![3], 2),
+        None => (vec![3, 100], 6),
+    };
     println!(
         "\n### apply → new version deciding on every node ({}; {rounds} rounds, a new digest each)\n",
         if registry.is_some() {
@@ -146,10 +155,10 @@ async fn main() {
         }
     );
     println!(
-        "| nodes | apply → all serving p50 | max | apply → a node serving p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
+        "| nodes | apply → all serving p50 | max | apply → a node serving: first p50 | p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for &n in sizes {
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for n in sizes {
         let names: Vec<String> = (0..n).map(|i| format!("node-{i:03}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let c = Cluster::start(&format!("bench-{n}"), &names).await;
@@ -157,21 +166,24 @@ async fn main() {
             support::pull_secret(&c, addr, user, password);
         }
         let mut all = Vec::new();
+        let mut first = Vec::new();
         let mut per_node = Vec::new();
         let (mut failed, mut decided) = (0, 0);
         let mut writes = Vec::new();
         for i in 0..rounds {
             let r = round(&c, i, registry.as_ref()).await;
             all.push(r.all);
+            first.push(r.nodes.iter().copied().min().unwrap_or_default());
             per_node.extend(r.nodes);
             failed += r.failed;
             decided += r.decided;
             writes.push(r.writes);
         }
         println!(
-            "| {n} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+            "| {n} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
             fmt(pct(all.clone(), 50.0)),
             fmt(pct(all, 100.0)),
+            fmt(pct(first, 50.0)),
             fmt(pct(per_node.clone(), 50.0)),
             fmt(pct(per_node, 99.0)),
             writes

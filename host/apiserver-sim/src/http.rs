@@ -397,21 +397,21 @@ pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
     let timeout = query_param(query, "timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(1800);
-    let ours = {
+    let ours_object = {
         let (prefix, resource, ns) = (t.prefix.clone(), t.resource.clone(), t.ns.clone());
         let selector = selector.clone();
-        move |e: &Event| {
-            e.key.0 == prefix
-                && e.key.1 == resource
-                && (ns.is_empty() || e.key.2 == ns)
-                && selects(&e.object, &selector)
+        move |key: &crate::Key, object: &Value| {
+            key.0 == prefix
+                && key.1 == resource
+                && (ns.is_empty() || key.2 == ns)
+                && selects(object, &selector)
         }
     };
-    let line = |kind: &str, object: &Value| {
-        let mut text = json!({"type": kind, "object": object}).to_string();
-        text.push('\n');
-        Bytes::from(text)
+    let ours = {
+        let ours_object = ours_object.clone();
+        move |e: &Event| ours_object(&e.key, &e.object)
     };
+    let line = crate::store::watch_line;
     let mut first: Vec<Bytes> = Vec::new();
     let after = store.rv;
     match from.parse::<u64>() {
@@ -431,18 +431,12 @@ pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
                     .into_response();
             }
             for e in store.events.iter().filter(|e| e.rv > rv && ours(e)) {
-                first.push(line(e.kind, &e.object));
+                first.push(e.line());
             }
         }
         _ => {
             for (key, object) in &store.objects {
-                let e = Event {
-                    rv: 0,
-                    kind: "ADDED",
-                    key: key.clone(),
-                    object: object.clone(),
-                };
-                if ours(&e) {
+                if ours_object(key, object) {
                     first.push(line("ADDED", object));
                 }
             }
@@ -465,7 +459,7 @@ pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
                 _ = epoch.changed() => return,
                 got = live.recv() => match got {
                     Ok(e) if e.rv > after && ours(&e) => {
-                        if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                        if tx.send(Ok(e.line())).await.is_err() {
                             return;
                         }
                     }

@@ -9,13 +9,44 @@ use serde_json::{Value, json};
 use crate::Key;
 use crate::crd::{self, Crd};
 
-/// One change, as watches see it.
-#[derive(Debug, Clone)]
+/// One change, as watches see it; shared by every watch it reaches, and encoded for the
+/// wire once however many watches send it (the API server's watch cache does the same).
+#[derive(Debug)]
 pub(crate) struct Event {
     pub(crate) rv: u64,
     pub(crate) kind: &'static str,
     pub(crate) key: Key,
     pub(crate) object: Value,
+    line: std::sync::OnceLock<axum::body::Bytes>,
+}
+
+impl Event {
+    pub(crate) fn new(rv: u64, kind: &'static str, key: Key, object: Value) -> Event {
+        Event {
+            rv,
+            kind,
+            key,
+            object,
+            line: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The watch stream's line for this change: `{"type": ..., "object": ...}` and a
+    /// newline.
+    pub(crate) fn line(&self) -> axum::body::Bytes {
+        self.line
+            .get_or_init(|| watch_line(self.kind, &self.object))
+            .clone()
+    }
+}
+
+/// One line of a watch stream, `type` before `object` as the API server writes it (a
+/// client reading the type first can decode the object straight into its type).
+pub(crate) fn watch_line(kind: &str, object: &Value) -> axum::body::Bytes {
+    let mut text = format!("{{\"type\":{},\"object\":", Value::from(kind));
+    text.push_str(&object.to_string());
+    text.push_str("}\n");
+    axum::body::Bytes::from(text)
 }
 
 pub(crate) struct Store {
@@ -24,10 +55,10 @@ pub(crate) struct Store {
     pub(crate) objects: BTreeMap<Key, Value>,
     /// Changes kept for watches that resume from a resourceVersion; those older than
     /// `oldest` are compacted away (a watch from before it gets 410 Gone).
-    pub(crate) events: std::collections::VecDeque<Event>,
+    pub(crate) events: std::collections::VecDeque<std::sync::Arc<Event>>,
     pub(crate) oldest: u64,
     /// Live changes for open watches.
-    pub(crate) changes: tokio::sync::broadcast::Sender<Event>,
+    pub(crate) changes: tokio::sync::broadcast::Sender<std::sync::Arc<Event>>,
     /// Bumped to end every open watch (as when the API server drops connections).
     pub(crate) epoch: tokio::sync::watch::Sender<u64>,
     /// Requests served, by method and path (no query), for tests counting calls.
@@ -165,12 +196,7 @@ impl Store {
 
     /// Records a change at the current resourceVersion for watches.
     pub(crate) fn emit(&mut self, kind: &'static str, key: &Key, object: &Value) {
-        let event = Event {
-            rv: self.rv,
-            kind,
-            key: key.clone(),
-            object: object.clone(),
-        };
+        let event = std::sync::Arc::new(Event::new(self.rv, kind, key.clone(), object.clone()));
         if self.events.len() >= EVENT_LOG
             && let Some(dropped) = self.events.pop_front()
         {
@@ -567,4 +593,21 @@ fn check_ephemeral(old: &Value, new: &Value, pod: &str) -> Result<(), Value> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_line_names_its_type_before_the_object_and_is_encoded_once() {
+        let key: Key = ("api/v1".into(), "pods".into(), "ns".into(), "p".into());
+        let e = Event::new(3, "MODIFIED", key, json!({"metadata": {"name": "p"}}));
+        let line = e.line();
+        assert_eq!(
+            &line[..],
+            b"{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"p\"}}}\n"
+        );
+        assert_eq!(e.line().as_ptr(), line.as_ptr(), "the encoding is shared");
+    }
 }

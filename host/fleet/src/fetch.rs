@@ -5,6 +5,7 @@
 //! digest, so a restart — or an API server or registry that is gone — serves them from
 //! disk.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,6 +29,9 @@ const WASM_LAYER_V1: &str = "application/vnd.wasm.content.layer.v1+wasm";
 /// How long one fetch may take before it counts as failed (the old version serves
 /// meanwhile; nothing waits for it).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest component layer a node downloads.
+pub const MAX_COMPONENT_BYTES: i64 = 256 << 20;
 
 /// The sha256 of `bytes`, hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -144,31 +148,37 @@ impl Fetcher {
                     Some(secret) => self.auth(secret, parsed.resolve_registry()).await?,
                     None => RegistryAuth::Anonymous,
                 };
-                // A client per pull: an OCI client keeps the first credentials it is
-                // given for a registry, and one plugin's pull secret must never serve
-                // another's pull. (A pull happens once per digest.)
-                let client = OciClient::new(ClientConfig {
-                    protocol: if *insecure {
-                        ClientProtocol::Http
-                    } else {
-                        ClientProtocol::Https
-                    },
-                    connect_timeout: Some(Duration::from_secs(10)),
-                    read_timeout: Some(Duration::from_secs(30)),
-                    platform_resolver: None,
-                    ..Default::default()
-                });
-                let image = client
-                    .pull(&parsed, &auth, vec![WASM_LAYER, WASM_LAYER_V1])
+                let client = oci_client(*insecure, parsed.resolve_registry(), &auth);
+                // The manifest, then the one layer: the artifact's config blob says
+                // nothing a node uses, so it is not fetched.
+                let (manifest, _) = client
+                    .pull_image_manifest(&parsed, &auth)
                     .await
                     .map_err(|e| format!("{what}: {e}"))?;
-                let mut layers = image.layers.into_iter();
-                match (layers.next(), layers.next()) {
-                    (Some(layer), None) => Ok(layer.data.to_vec()),
-                    _ => Err(format!(
-                        "{what}: a component artifact has exactly one {WASM_LAYER} layer"
-                    )),
+                let layer = match manifest.layers.as_slice() {
+                    [layer] if [WASM_LAYER, WASM_LAYER_V1].contains(&layer.media_type.as_str()) => {
+                        layer
+                    }
+                    layers => {
+                        let types: Vec<&str> =
+                            layers.iter().map(|l| l.media_type.as_str()).collect();
+                        return Err(format!(
+                            "{what}: a component artifact has exactly one {WASM_LAYER} layer; this one has {types:?}"
+                        ));
+                    }
+                };
+                if layer.size > MAX_COMPONENT_BYTES {
+                    return Err(format!(
+                        "{what}: the component layer is {} bytes, more than a node takes ({MAX_COMPONENT_BYTES})",
+                        layer.size
+                    ));
                 }
+                let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+                client
+                    .pull_blob(&parsed, layer, &mut bytes)
+                    .await
+                    .map_err(|e| format!("{what}: {e}"))?;
+                Ok(bytes)
             }
         }
     }
@@ -191,6 +201,43 @@ impl Fetcher {
             })?;
         docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))
     }
+}
+
+/// An OCI client for pulls from `registry` with `auth`: one per protocol, registry and
+/// credentials in the process. An OCI client keeps the first credentials it is given
+/// for a registry, so one plugin's pull secret must never serve another's pull; a
+/// client per pull would read the machine's root certificates every time (hollow nodes
+/// in one process share them).
+fn oci_client(insecure: bool, registry: &str, auth: &RegistryAuth) -> OciClient {
+    static CLIENTS: std::sync::LazyLock<std::sync::Mutex<HashMap<String, OciClient>>> =
+        std::sync::LazyLock::new(Default::default);
+    let who = match auth {
+        RegistryAuth::Anonymous => String::new(),
+        RegistryAuth::Basic(user, password) => {
+            sha256_hex(format!("basic\0{user}\0{password}").as_bytes())
+        }
+        RegistryAuth::Bearer(token) => sha256_hex(format!("bearer\0{token}").as_bytes()),
+    };
+    let key = format!("{insecure} {registry} {who}");
+    let mut clients = CLIENTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    clients
+        .entry(key)
+        .or_insert_with(|| {
+            OciClient::new(ClientConfig {
+                protocol: if insecure {
+                    ClientProtocol::Http
+                } else {
+                    ClientProtocol::Https
+                },
+                connect_timeout: Some(Duration::from_secs(10)),
+                read_timeout: Some(Duration::from_secs(30)),
+                platform_resolver: None,
+                ..Default::default()
+            })
+        })
+        .clone()
 }
 
 /// The credentials for `registry` in a `.dockerconfigjson`: `username`/`password`, or

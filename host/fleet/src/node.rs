@@ -15,7 +15,6 @@ use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
-use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
@@ -77,7 +76,7 @@ struct Controller {
     store: PathBuf,
     writer: Option<Writer>,
     /// The objects as last seen, by name.
-    objects: BTreeMap<String, Value>,
+    objects: BTreeMap<String, Arc<Seen>>,
     /// The first list of objects is complete.
     listed: bool,
     labels: BTreeMap<String, String>,
@@ -172,7 +171,7 @@ impl Controller {
     }
 
     async fn run(mut self, client: kube::Client, mut shutdown: watch::Receiver<bool>) {
-        let plugins: Api<DynamicObject> = Api::all_with(client.clone(), &object::api_resource());
+        let plugins: Api<object::Watched> = Api::all(client.clone());
         // The watcher's own back-off starts over at every `Init`, which it sends before
         // each list attempt: with the CRD missing it would retry (and fail) every second
         // for good. The pause between attempts grows until a list or watch delivers.
@@ -199,9 +198,8 @@ impl Controller {
                                 failing = false;
                             }
                         }
-                        if self.apply(event) {
-                            self.reconcile();
-                        }
+                        let changed = self.apply(event);
+                        self.changed(changed);
                     }
                     Some(Err(e)) => {
                         if !failing {
@@ -242,33 +240,60 @@ impl Controller {
         }
     }
 
-    /// Takes a watch event into the objects; whether to reconcile.
-    fn apply(&mut self, event: Event<DynamicObject>) -> bool {
-        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+    /// Takes a watch event into the objects; what to bring in line with them.
+    fn apply(&mut self, event: Event<object::Watched>) -> Changed {
         match event {
             Event::Init => {
                 self.objects.clear();
                 self.listed = false;
-                false
+                Changed::Nothing
             }
             Event::InitApply(o) => {
-                let v = value(&o);
-                self.objects.insert(name_of(&v), v);
-                false
+                let (name, seen) = Seen::from(o);
+                self.objects.insert(name, Arc::new(seen));
+                Changed::Nothing
             }
             Event::InitDone => {
                 self.listed = true;
-                true
+                Changed::All
             }
             Event::Apply(o) => {
-                let v = value(&o);
-                self.objects.insert(name_of(&v), v);
-                self.listed
+                let (name, seen) = Seen::from(o);
+                let status_only = self
+                    .objects
+                    .get(&name)
+                    .is_some_and(|old| old.object == seen.object);
+                self.objects.insert(name.clone(), Arc::new(seen));
+                match (self.listed, status_only) {
+                    (false, _) => Changed::Nothing,
+                    // Other nodes' entries: of interest to the summary's writer only
+                    // (this node's own entry is read once, then kept by the node).
+                    (true, true) => Changed::Status(name),
+                    (true, false) => Changed::One(name),
+                }
             }
             Event::Delete(o) => {
-                self.objects.remove(&name_of(&value(&o)));
-                self.listed
+                let (name, _) = Seen::from(o);
+                self.objects.remove(&name);
+                if self.listed {
+                    Changed::One(name)
+                } else {
+                    Changed::Nothing
+                }
             }
+        }
+    }
+
+    /// Brings the node in line with what `changed`.
+    fn changed(&mut self, changed: Changed) {
+        match changed {
+            Changed::Nothing => {}
+            Changed::All => self.reconcile(),
+            Changed::One(name) => {
+                self.reconcile_one(&name);
+                self.summarize_one(&name);
+            }
+            Changed::Status(name) => self.summarize_one(&name),
         }
     }
 
@@ -292,28 +317,29 @@ impl Controller {
     }
 
     fn reconcile_one(&mut self, name: &str) {
-        let Some(obj) = self.objects.get(name).cloned() else {
+        let Some(seen) = self.objects.get(name).cloned() else {
             // Deleted: unloaded; its status went with it.
             self.unload(name);
             self.reported.remove(name);
             self.summaries.remove(name);
             return;
         };
+        let obj = &seen.object;
         let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
         if !self.reported.contains_key(name) {
-            let mine = status::entries(&obj)
+            let mine = status::entries(&seen.status())
                 .into_iter()
                 .find(|e| e.node_name == self.node);
             self.reported.insert(name.to_owned(), mine);
         }
-        let selected = object::selector(&obj).map(|s| s.matches(&self.labels));
+        let selected = object::selector(obj).map(|s| s.matches(&self.labels));
         let wanted = match selected {
             Ok(false) => {
                 self.unload(name);
                 self.report(name, None);
                 return;
             }
-            Ok(true) => object::desired(&obj),
+            Ok(true) => object::desired(obj),
             Err(e) => Err(e),
         };
         let serving_digest = self
@@ -556,21 +582,31 @@ impl Controller {
 
     /// Writes the summaries this node is the writer of.
     fn summarize(&mut self) {
-        for (name, obj) in &self.objects {
-            let entries = status::entries(obj);
-            if status::summary_writer(&entries) != Some(self.node.as_str()) {
-                continue;
-            }
-            let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-            let summary = status::summary(generation, &entries);
-            if obj["status"]["summary"] == summary || self.summaries.get(name) == Some(&summary) {
-                continue;
-            }
-            if let Some(w) = &self.writer {
-                w.send(Write::Summary(name.clone(), summary.clone()));
-            }
-            self.summaries.insert(name.clone(), summary);
+        let names: Vec<String> = self.objects.keys().cloned().collect();
+        for name in names {
+            self.summarize_one(&name);
         }
+    }
+
+    /// Writes the summary of `name` if this node is its writer.
+    fn summarize_one(&mut self, name: &str) {
+        let Some(obj) = self.objects.get(name) else {
+            return;
+        };
+        if obj.summary_writer().as_deref() != Some(self.node.as_str()) {
+            return;
+        }
+        let status = obj.status();
+        let entries = status::entries(&status);
+        let generation = obj.object["metadata"]["generation"].as_i64().unwrap_or(0);
+        let summary = status::summary(generation, &entries);
+        if status["summary"] == summary || self.summaries.get(name) == Some(&summary) {
+            return;
+        }
+        if let Some(w) = &self.writer {
+            w.send(Write::Summary(name.to_owned(), summary.clone()));
+        }
+        self.summaries.insert(name.to_owned(), summary);
     }
 
     /// Records what the node serves, for a start without the API server.
@@ -622,11 +658,54 @@ async fn load(
     }
 }
 
-fn name_of(object: &Value) -> String {
-    object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+/// What a watch event asks the node to look at again.
+enum Changed {
+    Nothing,
+    All,
+    /// One object's spec (or the object itself).
+    One(String),
+    /// One object's status only.
+    Status(String),
+}
+
+/// An object as the controller keeps it.
+#[derive(Debug)]
+struct Seen {
+    /// Of the metadata its name and generation; its spec.
+    object: Value,
+    /// Its status, as the API server sent it.
+    status: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl Seen {
+    /// The object and its name.
+    fn from(watched: object::Watched) -> (String, Seen) {
+        let name = watched.metadata.name.unwrap_or_default();
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("name".into(), Value::String(name.clone()));
+        metadata.insert("generation".into(), watched.metadata.generation.into());
+        let mut object = serde_json::Map::new();
+        object.insert("metadata".into(), Value::Object(metadata));
+        object.insert("spec".into(), watched.spec);
+        let seen = Seen {
+            object: Value::Object(object),
+            status: watched.status,
+        };
+        (name, seen)
+    }
+
+    /// The status, read in full.
+    fn status(&self) -> Value {
+        self.status
+            .as_ref()
+            .and_then(|s| serde_json::from_str(s.get()).ok())
+            .unwrap_or_default()
+    }
+
+    /// The node that writes the summary.
+    fn summary_writer(&self) -> Option<String> {
+        status::summary_writer(self.status.as_ref()?.get())
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -642,4 +721,54 @@ fn now_rfc3339() -> String {
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(generation: i64, spec: Value, status: Value) -> object::Watched {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "wasmlet.dev/v1alpha1",
+            "kind": "WasmletPlugin",
+            "metadata": {
+                "name": "policy", "generation": generation, "resourceVersion": "7",
+                "uid": "u1", "labels": {"team": "a"},
+                "managedFields": [{"manager": "wasmlet-node/n1", "operation": "Apply",
+                                   "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": spec,
+            "status": status,
+        }))
+        .expect("a WasmletPlugin")
+    }
+
+    #[test]
+    fn an_object_is_kept_without_its_managed_fields_and_its_status_unread() {
+        let spec = serde_json::json!({"kind": "admission", "digest": "sha256:ab"});
+        let status = serde_json::json!({"nodes": [
+            {"nodeName": "n2", "state": "Loaded", "observedGeneration": 1},
+            {"nodeName": "n1", "state": "Pending", "observedGeneration": 1},
+        ]});
+        let w = watched(1, spec.clone(), status.clone());
+        assert_eq!(w.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(w.metadata.uid.as_deref(), Some("u1"));
+        assert!(w.metadata.managed_fields.is_none());
+        let (name, seen) = Seen::from(w);
+        assert_eq!(name, "policy");
+        assert_eq!(
+            seen.object,
+            serde_json::json!({"metadata": {"name": "policy", "generation": 1}, "spec": spec})
+        );
+        assert_eq!(seen.status(), status);
+        assert_eq!(seen.summary_writer().as_deref(), Some("n1"));
+
+        // Another node's entry changes nothing the node compares; a new generation does.
+        let (_, later) = Seen::from(watched(1, spec.clone(), serde_json::json!({"nodes": []})));
+        assert_eq!(later.object, seen.object);
+        assert_eq!(later.summary_writer(), None);
+        let (_, next) = Seen::from(watched(2, spec, Value::Null));
+        assert_ne!(next.object, seen.object);
+        assert_eq!(next.status(), Value::Null);
+    }
 }

@@ -6,7 +6,10 @@
 //! an object a newer CRD allows (an unknown plugin kind, a new field) is one Failed
 //! entry on this node, never a watch that stops for every plugin.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use kube::api::{ApiResource, GroupVersionKind};
 use serde::{Deserialize, Serialize};
@@ -24,6 +27,71 @@ pub const PLURAL: &str = "wasmletplugins";
 /// The resource, for `kube::Api<DynamicObject>`.
 pub fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
+}
+
+/// A WasmletPlugin as a node's watch reads it: the spec and status as JSON, of the
+/// metadata only what the node and the watch use. The managed fields — an entry per
+/// node once every node has written its status — are skipped unread, and so is the
+/// rest of the metadata.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Watched {
+    /// Name, generation, uid and resourceVersion.
+    #[serde(deserialize_with = "light_meta")]
+    pub metadata: ObjectMeta,
+    /// `spec`, as sent.
+    #[serde(default)]
+    pub spec: Value,
+    /// `status`, as sent: read in full only by the node that writes the summary.
+    #[serde(default)]
+    pub status: Option<Box<serde_json::value::RawValue>>,
+}
+
+fn light_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Light {
+        name: Option<String>,
+        generation: Option<i64>,
+        resource_version: Option<String>,
+        uid: Option<String>,
+    }
+    let l = Light::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: l.name,
+        generation: l.generation,
+        resource_version: l.resource_version,
+        uid: l.uid,
+        ..ObjectMeta::default()
+    })
+}
+
+impl kube::Resource for Watched {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 /// The kinds of plugin a node runs.

@@ -74,9 +74,9 @@ impl Entry {
     }
 }
 
-/// The entries of `object`'s `status.nodes`.
-pub fn entries(object: &Value) -> Vec<Entry> {
-    object["status"]["nodes"]
+/// The entries of an object's `status.nodes`, from its `status`.
+pub fn entries(status: &Value) -> Vec<Entry> {
+    status["nodes"]
         .as_array()
         .into_iter()
         .flatten()
@@ -103,9 +103,27 @@ pub fn summary(generation: i64, entries: &[Entry]) -> Value {
 }
 
 /// The node that writes an object's summary: the first by name among those with an
-/// entry (every node computes the same answer from the same object).
-pub fn summary_writer(entries: &[Entry]) -> Option<&str> {
-    entries.iter().map(|e| e.node_name.as_str()).min()
+/// entry (every node computes the same answer from the same object). Read from the
+/// status's JSON text without the rest of each entry: every node asks at every status
+/// change, and only one reads the entries in full.
+pub fn summary_writer(status: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Names {
+        #[serde(default)]
+        nodes: Vec<Name>,
+    }
+    #[derive(Deserialize)]
+    struct Name {
+        #[serde(rename = "nodeName", default)]
+        node_name: String,
+    }
+    let names: Names = serde_json::from_str(status).ok()?;
+    names
+        .nodes
+        .into_iter()
+        .map(|n| n.node_name)
+        .filter(|n| !n.is_empty())
+        .min()
 }
 
 /// A write the node asks for.
@@ -271,8 +289,10 @@ mod tests {
             summary(2, &entries),
             json!({"observedGeneration": 2, "nodes": 4, "serving": 1, "failed": 1, "pending": 2})
         );
-        assert_eq!(summary_writer(&entries), Some("a"));
-        assert_eq!(summary_writer(&[]), None);
+        let status = json!({"nodes": entries}).to_string();
+        assert_eq!(summary_writer(&status).as_deref(), Some("a"));
+        assert_eq!(summary_writer(r#"{"nodes": []}"#), None);
+        assert_eq!(summary_writer("{}"), None);
     }
 
     #[test]
@@ -282,7 +302,7 @@ mod tests {
              "lastTransitionTime": "2026-11-24T00:00:00Z"},
             {"nodeName": "b", "state": "Unknown"},
         ]}});
-        let read = entries(&object);
+        let read = entries(&object["status"]);
         assert_eq!(read.len(), 1, "an entry this node cannot read is skipped");
         let mut mine = entry("a", 3, State::Loaded);
         mine.digest = Some("sha256:ab".into());

@@ -72,10 +72,18 @@ impl ComponentCache {
         // One compilation per entry at a time in this process: a second load of the
         // same component (another plugin using it, another hollow node) waits for the
         // first and then finds its entry.
+        // Loads that waited take the component the one before them loaded, when it
+        // is for the same engine, instead of reading and checking the entry again.
         let flight = in_flight(&path);
-        let _compiling = flight.lock().unwrap_or_else(|e| e.into_inner());
-        let result = self.load_entry(engine, wasm, &path);
-        drop(_compiling);
+        let mut loaded = flight.lock().unwrap_or_else(|e| e.into_inner());
+        let result = match loaded.as_ref() {
+            Some(c) if Engine::same(c.engine(), engine) => Ok((c.clone(), CacheOutcome::Hit)),
+            _ => self.load_entry(engine, wasm, &path),
+        };
+        if let Ok((component, _)) = &result {
+            *loaded = Some(component.clone());
+        }
+        drop(loaded);
         landed(&path, flight);
         result
     }
@@ -112,12 +120,14 @@ impl ComponentCache {
     }
 }
 
-type Flights = std::collections::HashMap<PathBuf, Arc<Mutex<()>>>;
+type Flight = Arc<Mutex<Option<Component>>>;
+type Flights = std::collections::HashMap<PathBuf, Flight>;
 
-/// Entries being loaded in this process, each with the lock its loads take turns on.
+/// Entries being loaded in this process, each with the lock its loads take turns on and
+/// the component the last of them loaded (dropped with the flight when nobody waits).
 static IN_FLIGHT: LazyLock<Mutex<Flights>> = LazyLock::new(Default::default);
 
-fn in_flight(path: &Path) -> Arc<Mutex<()>> {
+fn in_flight(path: &Path) -> Flight {
     IN_FLIGHT
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -127,7 +137,7 @@ fn in_flight(path: &Path) -> Arc<Mutex<()>> {
 }
 
 /// Forgets the lock of `path` when no other load holds it.
-fn landed(path: &Path, flight: Arc<Mutex<()>>) {
+fn landed(path: &Path, flight: Flight) {
     let mut flights = IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner());
     // Ours and the map's: nobody else is waiting.
     if Arc::strong_count(&flight) == 2 {

@@ -387,7 +387,9 @@ impl Cluster {
             .count()
     }
 
-    /// Decides on every node, over and over, until stopped.
+    /// Decides on every node, over and over, until stopped: a pass over the nodes every
+    /// millisecond at most (hollow nodes share this machine's cores; a decision loop
+    /// that never waits would take one of them from the nodes it is watching).
     pub fn decide_continuously(&self) -> Deciding {
         let stop = Arc::new(AtomicBool::new(false));
         let decided = Arc::new(AtomicU64::new(0));
@@ -410,7 +412,7 @@ impl Cluster {
                         }
                         decided.fetch_add(1, Ordering::Relaxed);
                     }
-                    tokio::task::yield_now().await;
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
                 }
             })
         };
