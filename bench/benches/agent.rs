@@ -151,6 +151,7 @@ async fn simulator(n: usize) {
             pods,
             unchanged: Vec::new(),
             problems: Vec::new(),
+            removed: false,
         })
         .await
         .expect("send");

@@ -107,6 +107,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             pods,
             unchanged: Vec::new(),
             problems: Vec::new(),
+            removed: false,
         })
         .await
         .expect("sources");

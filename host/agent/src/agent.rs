@@ -128,9 +128,12 @@ impl<R: CriRuntime + 'static> Agent<R> {
         pod_sources: Option<Arc<PodSources>>,
     ) -> Self {
         if let Some(s) = &pod_sources {
-            for (name, _) in s.configured() {
-                if !options.sources.contains(name) {
-                    options.sources.push(name.clone());
+            // The cluster's sources a restarted node serves from its store count too:
+            // their pods are not orphans before they have reported.
+            let cluster = s.cluster_sources().into_keys();
+            for name in s.configured().iter().map(|(n, _)| n.clone()).chain(cluster) {
+                if !options.sources.contains(&name) {
+                    options.sources.push(name);
                 }
             }
         }

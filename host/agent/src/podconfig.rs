@@ -118,6 +118,24 @@ impl PodConfig {
         }
     }
 
+    /// Adds `source` after the others (the lowest precedence), unless it is one already.
+    /// Pods from a source the cluster adds: it has not reported until its first set.
+    pub fn add_source(&mut self, source: &str) {
+        if !self.sources.iter().any(|(name, _)| name == source) {
+            self.sources.push((source.to_owned(), SourceSet::default()));
+        }
+    }
+
+    /// Removes `source` and its pods (as though it had reported none).
+    pub fn remove_source(&mut self, source: &str) -> Merged {
+        if !self.sources.iter().any(|(name, _)| name == source) {
+            return Merged::default();
+        }
+        let merged = self.set(source, Vec::new(), &[]);
+        self.sources.retain(|(name, _)| name != source);
+        merged
+    }
+
     /// Whether every source has reported at least once.
     pub fn all_sources_ready(&self) -> bool {
         self.sources.iter().all(|(_, s)| s.seen)
@@ -339,6 +357,33 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_source_added_later_comes_last_and_takes_its_pods_when_removed() {
+        let mut c = PodConfig::new("n", ["file".to_string()]);
+        c.set("file", vec![offered("a.yaml", &web("a", "i:1"))], &[]);
+        c.add_source("cluster-src");
+        c.add_source("cluster-src");
+        let m = c.set(
+            "cluster-src",
+            vec![
+                offered("x", &web("a", "i:2")),
+                offered("y", &web("b", "i:1")),
+            ],
+            &[],
+        );
+        // The configured source keeps the name both claim.
+        assert_eq!(ops(&m), [(Op::Add, vec!["b-n".into()])]);
+        assert_eq!(m.problems.len(), 1, "{:?}", m.problems);
+        assert!(c.all_sources_ready());
+        let removed = c.remove_source("cluster-src");
+        assert_eq!(ops(&removed), [(Op::Remove, vec!["b-n".into()])]);
+        assert_eq!(c.pods().len(), 1);
+        // Gone: a second removal changes nothing, and it may come back.
+        assert!(c.remove_source("cluster-src").updates.is_empty());
+        c.add_source("cluster-src");
+        assert!(!c.all_sources_ready(), "back, but it has not reported yet");
     }
 
     #[test]

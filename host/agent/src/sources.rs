@@ -21,13 +21,15 @@ use crate::syncloop::SourceSet;
 /// caught half written is reported and read again at its next change.)
 const SETTLE: Duration = Duration::from_millis(5);
 
-/// Starts one poller per configured source; they stop when `shutdown` turns true.
+/// Starts one poller per configured source, and one per source the cluster adds (each
+/// replaced when its version changes; a removed one's pods are removed with it); they
+/// stop when `shutdown` turns true.
 pub fn start(
     sources: Arc<PodSources>,
     tx: mpsc::Sender<SourceSet>,
     shutdown: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    sources
+    let mut tasks: Vec<JoinHandle<()>> = sources
         .configured()
         .iter()
         .map(|(name, spec)| {
@@ -40,7 +42,80 @@ pub fn start(
                 shutdown.clone(),
             ))
         })
-        .collect()
+        .collect();
+    tasks.push(tokio::spawn(follow_cluster(sources, tx, shutdown)));
+    tasks
+}
+
+/// Keeps a poller running for each of the cluster's sources.
+async fn follow_cluster(
+    sources: Arc<PodSources>,
+    tx: mpsc::Sender<SourceSet>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    struct Running {
+        source: Arc<wasmlet_plugin_host::source::PodSource>,
+        task: JoinHandle<()>,
+    }
+    let mut changes = sources.cluster_changes();
+    let mut running: std::collections::BTreeMap<String, Running> = Default::default();
+    loop {
+        let wanted = sources.cluster_sources();
+        let gone: Vec<String> = running
+            .keys()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(r) = running.remove(&name) {
+                r.task.abort();
+            }
+            // Its pods go with it, as a deleted manifest's do.
+            let set = SourceSet {
+                source: name,
+                removed: true,
+                ..SourceSet::default()
+            };
+            if tx.send(set).await.is_err() {
+                return;
+            }
+        }
+        for (name, c) in wanted {
+            if running
+                .get(&name)
+                .is_some_and(|r| Arc::ptr_eq(&r.source, &c.source))
+            {
+                continue;
+            }
+            // New, or a new version (perhaps with another period or directory): a
+            // poller of its own, which polls at once.
+            if let Some(r) = running.remove(&name) {
+                r.task.abort();
+            }
+            let task = tokio::spawn(poll_loop(
+                sources.clone(),
+                name.clone(),
+                c.period,
+                c.directory.clone(),
+                tx.clone(),
+                shutdown.clone(),
+            ));
+            running.insert(
+                name,
+                Running {
+                    source: c.source,
+                    task,
+                },
+            );
+        }
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { break },
+            _ = shutdown.changed() => break,
+        }
+    }
+    for r in running.into_values() {
+        r.task.abort();
+    }
 }
 
 /// Watches `dir` (not recursively), waking `changed` on every event.
@@ -95,8 +170,8 @@ async fn poll_loop(
                     let set = SourceSet {
                         source: name.clone(),
                         pods: snapshot.pods,
-                        unchanged: Vec::new(),
                         problems: snapshot.problems,
+                        ..SourceSet::default()
                     };
                     if tx.send(set).await.is_err() {
                         return;

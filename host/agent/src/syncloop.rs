@@ -50,6 +50,10 @@ pub struct SourceSet {
     pub unchanged: Vec<String>,
     /// Manifests it could not read (their pods are kept as they were).
     pub problems: Vec<Problem>,
+    /// The source is gone (a cluster plugin deleted or no longer for this node): its
+    /// pods are removed and the source forgotten. A set from a source the loop does not
+    /// know adds it, after the configured ones.
+    pub removed: bool,
 }
 
 /// Everything that wakes the loop.
@@ -200,9 +204,13 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// A source's new set: merged, then each change handled.
     pub async fn handle_config(&mut self, set: SourceSet) {
         let broken: Vec<String> = set.problems.iter().map(|p| p.origin.clone()).collect();
-        let merged = self
-            .config
-            .set_with(&set.source, set.pods, &set.unchanged, &broken);
+        let merged = if set.removed {
+            self.config.remove_source(&set.source)
+        } else {
+            self.config.add_source(&set.source);
+            self.config
+                .set_with(&set.source, set.pods, &set.unchanged, &broken)
+        };
         self.ctx.sources_ready.store(
             self.config.all_sources_ready(),
             std::sync::atomic::Ordering::Relaxed,

@@ -585,3 +585,91 @@ async fn projected_tokens_are_written_again_at_80_percent_of_their_life() {
     assert_eq!(std::fs::read_to_string(&file).expect("token"), "token-2");
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_a_source_the_cluster_adds_run_and_go_with_it() {
+    use wasmlet_plugin_host::config::{PluginsConfig, SourceConfig};
+    use wasmlet_plugin_host::kinds::{ClusterSource, PodSources};
+
+    let opts = options("cluster-source");
+    let manifests = opts.root_dir.join("team-manifests");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    std::fs::write(
+        manifests.join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: main, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
+    )
+    .expect("manifest");
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let sources = Arc::new(
+        PodSources::start(&engine, &PluginsConfig::default(), false)
+            .await
+            .expect("sources"),
+    );
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        opts,
+        Arc::new(ExecChecker),
+        None,
+        Some(sources.clone()),
+    );
+    // What the fleet does for a WasmletPlugin of kind pod-source.
+    let entry: SourceConfig = serde_json::from_value(serde_json::json!({
+        "name": "team-pods",
+        "file": wasmlet_plugin_host::dev::shipped_plugin("source-file"),
+        "directory": manifests,
+        "period": "1s",
+    }))
+    .expect("entry");
+    let spec = entry.spec(std::path::Path::new("/"), 0).expect("spec");
+    let source = engine
+        .load_source(
+            "team-pods",
+            &spec.path,
+            spec.config,
+            spec.limits,
+            spec.grants,
+        )
+        .expect("loads");
+    sources.set_cluster(ClusterSource {
+        source: Arc::new(source),
+        period: spec.period,
+        directory: Some(manifests.clone()),
+    });
+    let web = wait_for(&agent, "web", "Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let annotations = web.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("kubernetes.io/config.source")
+            .map(String::as_str),
+        Some("team-pods")
+    );
+    // A manifest written later is picked up (the directory is watched).
+    std::fs::write(
+        manifests.join("db.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: db}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: main, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
+    )
+    .expect("manifest");
+    wait_for(&agent, "db", "Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+
+    assert_eq!(sim.counts(), (2, 2));
+
+    // The object is deleted: the source and its pods go.
+    sources.remove_cluster("team-pods");
+    let started = std::time::Instant::now();
+    while sim.counts() != (0, 0) || !agent.ctx.statuses.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the source's pods are still there: {:?}",
+            sim.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    agent.shutdown().await;
+}

@@ -199,6 +199,7 @@ pub async fn run(
                 pods: report.changed,
                 unchanged: report.unchanged,
                 problems: Vec::new(),
+                removed: false,
             };
             if sink.send(set).await.is_err() {
                 return;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use wasmlet_plugin_host::Plugin;
 use wasmlet_plugin_host::chain::AdmissionChain;
-use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::kinds::{ClusterSource, PodSources, ProbeHandlers};
 
 use crate::fetch::Fetcher;
 use crate::object::{self, Desired, Kind};
@@ -49,6 +49,8 @@ pub struct Targets {
     pub chain: Arc<AdmissionChain>,
     /// The probe handlers (cluster handlers take kinds the node leaves free).
     pub probes: Arc<ProbeHandlers>,
+    /// The pod sources (cluster sources are polled after the node's own).
+    pub sources: Arc<PodSources>,
 }
 
 /// A load the node has started.
@@ -85,8 +87,8 @@ struct Controller {
     failed: BTreeMap<String, Failed>,
     /// The entry last asked for per plugin (`None`: removed).
     reported: BTreeMap<String, Option<Entry>>,
-    /// The summary last asked for per plugin.
-    summaries: BTreeMap<String, Value>,
+    /// The summary last asked for per plugin, and whether the object has shown it since.
+    summaries: BTreeMap<String, (Value, bool)>,
     loads: FuturesUnordered<BoxFuture<'static, Option<LoadResult>>>,
     next_token: u64,
 }
@@ -150,7 +152,14 @@ impl Controller {
                 warn!(plugin = %d.name, file = %path.display(), "a cluster plugin this node served is no longer in its store; it waits for the API server");
                 continue;
             }
-            let result = match plan(&d, &path, &self.grants, &self.targets.probes) {
+            let planned = plan(
+                &d,
+                &path,
+                &self.grants,
+                &self.targets.probes,
+                &self.targets.sources,
+            );
+            let result = match planned {
                 Ok(p) => {
                     self.set_cluster_order(Some(&d));
                     load(self.fetcher.clone(), self.targets.clone(), d.clone(), p).await
@@ -391,7 +400,13 @@ impl Controller {
             return;
         }
         let path = Fetcher::path(self.fetcher.dir(), &desired.sha256);
-        match plan(&desired, &path, &self.grants, &self.targets.probes) {
+        match plan(
+            &desired,
+            &path,
+            &self.grants,
+            &self.targets.probes,
+            &self.targets.sources,
+        ) {
             Err(message) => {
                 self.cancel(name);
                 self.report(
@@ -524,7 +539,7 @@ impl Controller {
                 self.targets.chain.remove(name);
             }
             Kind::ProbeHandler => self.targets.probes.remove_cluster(name),
-            Kind::PodSource => {}
+            Kind::PodSource => self.targets.sources.remove_cluster(name),
         }
     }
 
@@ -600,13 +615,26 @@ impl Controller {
         let entries = status::entries(&status);
         let generation = obj.object["metadata"]["generation"].as_i64().unwrap_or(0);
         let summary = status::summary(generation, &entries);
-        if status["summary"] == summary || self.summaries.get(name) == Some(&summary) {
+        if status["summary"] == summary {
+            // Written (by this node or another): a later different one is an overwrite.
+            if let Some(sent) = self.summaries.get_mut(name) {
+                sent.1 = sent.0 == summary;
+            }
+            return;
+        }
+        // Asked for and not yet seen written: it is on its way. Seen written, yet
+        // different now: another node's older summary landed after it — write it again.
+        if self
+            .summaries
+            .get(name)
+            .is_some_and(|(sent, landed)| *sent == summary && !landed)
+        {
             return;
         }
         if let Some(w) = &self.writer {
             w.send(Write::Summary(name.to_owned(), summary.clone()));
         }
-        self.summaries.insert(name.to_owned(), summary);
+        self.summaries.insert(name.to_owned(), (summary, false));
     }
 
     /// Records what the node serves, for a start without the API server.
@@ -653,6 +681,24 @@ async fn load(
             .map_err(|e| e.to_string())?;
             let digest = format!("sha256:{}", handler.digest());
             targets.probes.set_cluster(Arc::new(handler), &kinds);
+            Ok(digest)
+        }
+        Plan::Source(spec) => {
+            let engine = targets.chain.engine().clone();
+            let name = desired.name.clone();
+            let (period, directory) = (spec.period, spec.grants.directory.clone());
+            let source = tokio::task::spawn_blocking(move || {
+                engine.load_source(&name, &spec.path, spec.config, spec.limits, spec.grants)
+            })
+            .await
+            .map_err(|e| format!("loading stopped: {e}"))?
+            .map_err(|e| e.to_string())?;
+            let digest = format!("sha256:{}", source.digest());
+            targets.sources.set_cluster(ClusterSource {
+                source: Arc::new(source),
+                period,
+                directory,
+            });
             Ok(digest)
         }
     }

@@ -9,8 +9,9 @@ use serde_json::Value;
 use wasmlet_plugin_host::chain::LinkSpec;
 use wasmlet_plugin_host::config::{
     AdmissionConfig, ConfigError, FailurePolicyConfig, InstancesConfig, ProbeConfig, ProbeSpec,
+    SourceConfig, SourceSpec,
 };
-use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 use wasmlet_plugin_host::probe::NetworkGrant;
 
 use crate::Grants;
@@ -23,7 +24,12 @@ pub enum Plan {
     Admission(LinkSpec, i64),
     /// A probe handler.
     Probe(ProbeSpec),
+    /// A pod source.
+    Source(SourceSpec),
 }
+
+/// The pod source name the API server's pods carry (`kubernetes.io/config.source`).
+const API_SOURCE: &str = "api";
 
 /// Names the spec field a plugin-host setting comes from.
 fn field(kind: &str) -> impl Fn(&str) -> String {
@@ -32,7 +38,9 @@ fn field(kind: &str) -> impl Fn(&str) -> String {
         "name" => "metadata.name".to_owned(),
         "memoryLimit" => "spec.memoryLimit".to_owned(),
         "config" => "spec.config".to_owned(),
-        f if f.starts_with("network") => format!("spec.capabilities.{f}"),
+        f if f.starts_with("network") || f.starts_with("urls") || f == "directory" => {
+            format!("spec.capabilities.{f}")
+        }
         "exec" => "spec.capabilities.exec".to_owned(),
         f => format!("spec.{kind}.{f}"),
     }
@@ -64,6 +72,7 @@ pub fn plan(
     path: &Path,
     grants: &Grants,
     probes: &ProbeHandlers,
+    sources: &PodSources,
 ) -> Result<Plan, String> {
     let spec = &desired.spec;
     let caps = &spec["capabilities"];
@@ -98,9 +107,7 @@ pub fn plan(
             };
             let order = match &spec["admission"]["order"] {
                 Value::Null => 0,
-                v => v
-                    .as_i64()
-                    .ok_or("spec.admission.order: not an integer")?,
+                v => v.as_i64().ok_or("spec.admission.order: not an integer")?,
             };
             let entry = AdmissionConfig {
                 name: desired.name.clone(),
@@ -171,10 +178,60 @@ pub fn plan(
                 .map_err(text)?;
             Ok(Plan::Probe(spec))
         }
-        Kind::PodSource => Err(
-            "spec.kind: this node does not take pod-source plugins from the cluster yet; configure them in its plugins.sources"
-                .into(),
-        ),
+        Kind::PodSource => {
+            if !network.is_empty() || exec {
+                return Err("spec.capabilities: a pod source may be given a directory and URLs, not network or exec".into());
+            }
+            if desired.name == API_SOURCE {
+                return Err(format!(
+                    "metadata.name: {API_SOURCE} names the API server's pods; a pod source needs another name"
+                ));
+            }
+            if sources.is_configured(&desired.name) {
+                return Err(format!(
+                    "metadata.name: this node has a pod source of its own called {}; a WasmletPlugin cannot replace it",
+                    desired.name
+                ));
+            }
+            if let Some(dir) = directory {
+                let asked = Path::new(dir);
+                let plain = asked.is_absolute()
+                    && asked
+                        .components()
+                        .all(|c| !matches!(c, std::path::Component::ParentDir));
+                if !plain {
+                    return Err(format!(
+                        "spec.capabilities.directory: {dir} is not an absolute path without .."
+                    ));
+                }
+                if !grants.directories.iter().any(|g| asked.starts_with(g)) {
+                    return Err(format!(
+                        "spec.capabilities.directory: {dir} is not granted by this node (clusterPlugins.grants.directories)"
+                    ));
+                }
+            }
+            for (i, url) in urls.iter().enumerate() {
+                if !grants.urls.iter().any(|g| url.starts_with(g.as_str())) {
+                    return Err(format!(
+                        "spec.capabilities.urls[{i}]: {url} is not granted by this node (clusterPlugins.grants.urls)"
+                    ));
+                }
+            }
+            let entry = SourceConfig {
+                name: desired.name.clone(),
+                file: Some(path.to_owned()),
+                directory: directory.map(Into::into),
+                urls,
+                period: desired.text(&["podSource", "period"]),
+                timeout: desired.text(&["podSource", "timeout"]),
+                memory_limit,
+                config,
+            };
+            let spec = entry
+                .spec_at(Path::new("/"), &field("podSource"))
+                .map_err(text)?;
+            Ok(Plan::Source(spec))
+        }
     }
 }
 
@@ -186,15 +243,22 @@ mod tests {
 
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-    async fn probes() -> ProbeHandlers {
+    /// The node's own plugins: an exec probe handler and a pod source, neither of
+    /// which loads (their files do not exist); what matters is that they are configured.
+    async fn kinds() -> (ProbeHandlers, PodSources) {
         let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
         let config: wasmlet_plugin_host::config::PluginsConfig = serde_json::from_value(json!({
-            "probes": [{"name": "probe-exec", "file": "/nowhere/probe_exec.wasm", "kinds": ["exec"]}]
+            "probes": [{"name": "probe-exec", "file": "/nowhere/probe_exec.wasm", "kinds": ["exec"]}],
+            "sources": [{"name": "node-src", "file": "/nowhere/node_src.wasm"}]
         }))
         .expect("config");
-        ProbeHandlers::start(&engine, &config, false)
+        let probes = ProbeHandlers::start(&engine, &config, false)
             .await
-            .expect("probes")
+            .expect("probes");
+        let sources = PodSources::start(&engine, &config, false)
+            .await
+            .expect("sources");
+        (probes, sources)
     }
 
     fn object(spec: Value) -> Desired {
@@ -207,13 +271,17 @@ mod tests {
 
     #[tokio::test]
     async fn admission_settings_become_a_link() {
-        let probes = probes().await;
+        let (probes, sources) = kinds().await;
         let d = object(json!({"kind": "admission", "memoryLimit": "8Mi",
             "admission": {"order": 5, "failurePolicy": "Ignore", "timeout": "250ms", "instances": "PerCall"},
             "config": {"a": "b"}}));
-        let Ok(Plan::Admission(link, order)) =
-            plan(&d, Path::new("/store/x.wasm"), &Grants::default(), &probes)
-        else {
+        let Ok(Plan::Admission(link, order)) = plan(
+            &d,
+            Path::new("/store/x.wasm"),
+            &Grants::default(),
+            &probes,
+            &sources,
+        ) else {
             panic!("an admission link");
         };
         assert_eq!(order, 5);
@@ -225,9 +293,11 @@ mod tests {
 
     #[tokio::test]
     async fn what_the_node_does_not_grant_is_refused_by_field() {
-        let probes = probes().await;
+        let (probes, sources) = kinds().await;
         let grants = Grants {
             network: vec!["pod".into(), "10.0.0.0/8".into()],
+            directories: vec!["/etc/wasmlet/manifests".into()],
+            urls: vec!["http://config.local/pods/".into()],
             ..Grants::default()
         };
         let path = Path::new("/store/x.wasm");
@@ -262,19 +332,66 @@ mod tests {
                 json!({"kind": "probe-handler", "probeHandler": {"kinds": []}}),
                 "spec.probeHandler.kinds: name at least one probe kind",
             ),
+            (
+                json!({"kind": "pod-source", "capabilities": {"exec": true}}),
+                "spec.capabilities: a pod source may be given a directory and URLs, not network or exec",
+            ),
+            (
+                json!({"kind": "pod-source", "capabilities": {"directory": "/etc/shadow-pods"}}),
+                "spec.capabilities.directory: /etc/shadow-pods is not granted by this node (clusterPlugins.grants.directories)",
+            ),
+            (
+                json!({"kind": "pod-source", "capabilities": {"directory": "/etc/wasmlet/manifests/../../root"}}),
+                "spec.capabilities.directory: /etc/wasmlet/manifests/../../root is not an absolute path without ..",
+            ),
+            (
+                json!({"kind": "pod-source", "capabilities": {"urls": ["http://config.local/pods/", "http://evil/"]}}),
+                "spec.capabilities.urls[1]: http://evil/ is not granted by this node (clusterPlugins.grants.urls)",
+            ),
+            (
+                json!({"kind": "pod-source", "podSource": {"period": "often"}}),
+                "spec.podSource.period: ",
+            ),
         ];
         for (spec, want) in cases {
-            let got = plan(&object(spec.clone()), path, &grants, &probes).expect_err("refused");
+            let got =
+                plan(&object(spec.clone()), path, &grants, &probes, &sources).expect_err("refused");
             assert!(got.starts_with(want), "{spec}: {got}");
         }
         let ok = object(
             json!({"kind": "probe-handler", "probeHandler": {"kinds": ["redis"]},
                                "capabilities": {"network": ["pod", "10.88.0.0/16"]}}),
         );
-        let Ok(Plan::Probe(spec)) = plan(&ok, path, &grants, &probes) else {
+        let Ok(Plan::Probe(spec)) = plan(&ok, path, &grants, &probes, &sources) else {
             panic!("a probe handler");
         };
         assert_eq!(spec.kinds, ["redis"]);
         assert_eq!(spec.grants.network.len(), 2);
+
+        let source = object(json!({"kind": "pod-source", "podSource": {"period": "2s"},
+            "capabilities": {"directory": "/etc/wasmlet/manifests/team-a",
+                             "urls": ["http://config.local/pods/a/"]}}));
+        let Ok(Plan::Source(spec)) = plan(&source, path, &grants, &probes, &sources) else {
+            panic!("a pod source");
+        };
+        assert_eq!(spec.period, std::time::Duration::from_secs(2));
+        assert_eq!(
+            spec.grants.directory.as_deref(),
+            Some(Path::new("/etc/wasmlet/manifests/team-a"))
+        );
+        assert_eq!(spec.grants.urls, ["http://config.local/pods/a/"]);
+        // Names the node's own sources or the API server's pods have are not taken.
+        for (name, want) in [
+            (
+                "node-src",
+                "metadata.name: this node has a pod source of its own called node-src",
+            ),
+            ("api", "metadata.name: api names the API server's pods"),
+        ] {
+            let mut d = object(json!({"kind": "pod-source"}));
+            d.name = name.into();
+            let got = plan(&d, path, &grants, &probes, &sources).expect_err("refused");
+            assert!(got.starts_with(want), "{name}: {got}");
+        }
     }
 }

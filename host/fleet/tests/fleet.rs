@@ -246,3 +246,79 @@ async fn a_node_restarted_without_the_api_server_serves_what_it_had() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(restarted.chain.names(), ["policy"], "still serving");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_source_from_the_cluster_is_polled_and_kept_across_a_restart() {
+    let manifests =
+        std::env::temp_dir().join(format!("wasmlet-fleet-manifests-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&manifests);
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    std::fs::write(
+        manifests.join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    )
+    .expect("manifest");
+    let config = wasmlet_fleet::FleetConfig {
+        grants: wasmlet_fleet::Grants {
+            directories: vec![manifests.clone()],
+            ..Default::default()
+        },
+        ..wasmlet_fleet::FleetConfig::default()
+    };
+    let mut c = Cluster::start_with("pod-source", &["node-a"], config).await;
+    let source = "source_file";
+    c.config_map("sources", &[("file.wasm", source)]).await;
+    c.apply(json!({
+        "metadata": {"name": "team-pods"},
+        "spec": {"kind": "pod-source", "digest": digest_of(source),
+                 "podSource": {"period": "1s"},
+                 "capabilities": {"directory": manifests.to_string_lossy()},
+                 "source": {"configMap": {"name": "sources", "key": "file.wasm"}}},
+    }))
+    .await;
+    c.wait_status("team-pods", 1, &[("node-a", "Loaded")]).await;
+    let served = c.nodes[0]
+        .sources
+        .cluster_source("team-pods")
+        .expect("served as a pod source");
+    assert_eq!(served.period, Duration::from_secs(1));
+    assert_eq!(served.directory.as_deref(), Some(manifests.as_path()));
+    let snapshot = served.source.poll().await.expect("poll");
+    let names: Vec<_> = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| p.pod.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["web"]);
+    assert_eq!(c.nodes[0].sources.loaded().len(), 1);
+
+    // A node restarted without the API server polls it again from its store.
+    c.stop_api_server();
+    let restarted = c.restart_node(0).await;
+    assert!(restarted.sources.cluster_source("team-pods").is_some());
+    let _ = std::fs::remove_dir_all(&manifests);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_source_stops_being_served() {
+    let c = Cluster::start("pod-source-delete", &["node-a"]).await;
+    let source = "source_file";
+    c.config_map("sources", &[("file.wasm", source)]).await;
+    c.apply(json!({
+        "metadata": {"name": "team-pods"},
+        "spec": {"kind": "pod-source", "digest": digest_of(source),
+                 "source": {"configMap": {"name": "sources", "key": "file.wasm"}}},
+    }))
+    .await;
+    c.wait_status("team-pods", 1, &[("node-a", "Loaded")]).await;
+    let changes = c.nodes[0].sources.cluster_changes();
+    assert!(c.nodes[0].sources.cluster_source("team-pods").is_some());
+    c.delete("team-pods").await;
+    c.nodes[0]
+        .wait(
+            |n| n.sources.cluster_source("team-pods").is_none(),
+            "the pod source removed",
+        )
+        .await;
+    assert!(changes.has_changed().unwrap_or(false), "pollers are told");
+}

@@ -9,7 +9,7 @@ use crate::{PluginEngine, PluginError};
 pub const WORLDS: &[(&str, &str)] = &[
     ("wasmlet:plugin/admission@0.1.0", "admission-policy"),
     ("wasmlet:plugin/probe@0.1.0", "probe-handler"),
-    ("wasmlet:plugin/pod-source@0.1.0", "pod-source"),
+    ("wasmlet:plugin/source@0.1.0", "pod-source"),
 ];
 
 /// Capabilities, by the import that needs them. Every capability is denied unless the

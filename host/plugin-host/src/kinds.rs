@@ -185,11 +185,25 @@ impl ProbeHandlers {
     }
 }
 
-/// The configured pod sources.
+/// A pod source taken from the cluster (a WasmletPlugin), with how it is polled.
+#[derive(Debug, Clone)]
+pub struct ClusterSource {
+    /// The loaded source.
+    pub source: Arc<PodSource>,
+    /// How often it is polled.
+    pub period: std::time::Duration,
+    /// The directory it reads (watched for changes), if any.
+    pub directory: Option<PathBuf>,
+}
+
+/// The configured pod sources, and those the cluster adds (cluster mode).
 pub struct PodSources {
     set: Arc<PluginSet<PodSource>>,
     specs: Vec<(String, SourceSpec)>,
     directory: PluginDirectory,
+    cluster: std::sync::Mutex<BTreeMap<String, ClusterSource>>,
+    /// Bumped at every change of `cluster`.
+    cluster_changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl PodSources {
@@ -229,6 +243,8 @@ impl PodSources {
             set,
             specs,
             directory,
+            cluster: std::sync::Mutex::default(),
+            cluster_changes: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -237,9 +253,53 @@ impl PodSources {
         &self.specs
     }
 
-    /// The current version of source `name` (none while it does not load).
+    /// The current version of source `name`, configured or from the cluster (none
+    /// while it does not load).
     pub fn get(&self, name: &str) -> Option<Arc<PodSource>> {
-        self.set.get(name)
+        self.set
+            .get(name)
+            .or_else(|| self.cluster_source(name).map(|c| c.source))
+    }
+
+    /// Whether `name` is one of the node's configured sources.
+    pub fn is_configured(&self, name: &str) -> bool {
+        self.specs.iter().any(|(n, _)| n == name)
+    }
+
+    fn cluster_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ClusterSource>> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serves `source` (a new one, or a new version of one) as the cluster's source of
+    /// its name.
+    pub fn set_cluster(&self, source: ClusterSource) {
+        self.cluster_map()
+            .insert(source.source.name().to_owned(), source);
+        self.cluster_changes.send_modify(|v| *v += 1);
+    }
+
+    /// Stops serving the cluster's source `name`.
+    pub fn remove_cluster(&self, name: &str) {
+        if self.cluster_map().remove(name).is_some() {
+            self.cluster_changes.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// The cluster's source `name`, if it serves one.
+    pub fn cluster_source(&self, name: &str) -> Option<ClusterSource> {
+        self.cluster_map().get(name).cloned()
+    }
+
+    /// The cluster's sources, by name.
+    pub fn cluster_sources(&self) -> BTreeMap<String, ClusterSource> {
+        self.cluster_map().clone()
+    }
+
+    /// Changes to the cluster's sources, as they happen.
+    pub fn cluster_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.cluster_changes.subscribe()
     }
 
     /// Re-reads every source's file now.
@@ -247,12 +307,13 @@ impl PodSources {
         self.directory.rescan();
     }
 
-    /// Every source loaded now, by name.
+    /// Every source loaded now, by name: the node's, then the cluster's.
     pub fn loaded(&self) -> Vec<Arc<PodSource>> {
         self.set
             .names()
             .iter()
             .filter_map(|n| self.set.get(n))
+            .chain(self.cluster_map().values().map(|c| c.source.clone()))
             .collect()
     }
 }

@@ -187,6 +187,7 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
                 pods,
                 unchanged: Vec::new(),
                 problems: Vec::new(),
+                removed: false,
             })
             .await
             .expect("loop runs");

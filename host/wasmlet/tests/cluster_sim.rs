@@ -32,6 +32,12 @@ fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     path
 }
 
+/// The directory the nodes started in `dir` grant to pod sources from the cluster (the
+/// same for every node of a test).
+fn team_manifests(dir: &Path) -> PathBuf {
+    dir.parent().unwrap_or(dir).join("team-manifests")
+}
+
 /// Starts `wasmlet run` as node `name` on the runtime at `endpoint`.
 fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
     let manifests = dir.join("manifests");
@@ -44,9 +50,11 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
              healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
              fileCheckFrequency: 1s\nnodeLabels: {{pool: hollow}}\n\
              registerWithTaints: [{{key: hollow, value: 'yes', effect: NoSchedule}}]\n\
-             kubeReserved: {{cpu: 500m}}\n{}",
+             kubeReserved: {{cpu: 500m}}\n\
+             clusterPlugins: {{grants: {{directories: [{}]}}}}\n{}",
             manifests.display(),
             dir.join("root").display(),
+            team_manifests(dir).display(),
             agent::TEST_RESOURCES,
         ),
     )
@@ -445,6 +453,54 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
     pod("after", "fleet-3");
     wait("fleet-3 runs a pod again", &agents, &|| {
         phase("after").0 == "Running"
+    });
+
+    // A pod source from the cluster, for fleet-2 only: its pods are static pods there,
+    // with mirror pods in the API; deleted, they go.
+    let manifests = team_manifests(&top.join("node-2"));
+    std::fs::create_dir_all(&manifests).expect("team manifests");
+    std::fs::write(
+        manifests.join("web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: team-web}\nspec:\n  containers:\n  - {name: c, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
+    )
+    .expect("manifest");
+    let source_file = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+    let source_ref = format!(
+        "oci://{registry}/wasmlet-e2e/source-file-{}:v1",
+        std::process::id()
+    );
+    let source_digest = push_cli(&source_file, &source_ref, &user, &password);
+    api.create(
+        prefix,
+        "wasmletplugins",
+        serde_json::json!({
+            "apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
+            "metadata": {"name": "team-pods"},
+            "spec": {"kind": "pod-source", "digest": source_digest,
+                     "source": {"oci": {"reference": source_ref, "pullSecret": "registry", "insecure": true}},
+                     "podSource": {"period": "1s"},
+                     "capabilities": {"directory": manifests.to_string_lossy()},
+                     "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": "fleet-2"}}}
+        }),
+    )
+    .expect("pod source");
+    let mirror = || api.get("api/v1", "pods", "default", "team-web-fleet-2");
+    wait("fleet-2 runs the team's pod, mirrored", &agents, &|| {
+        mirror().is_some_and(|p| {
+            p["status"]["phase"] == "Running"
+                && p["metadata"]["annotations"]["kubernetes.io/config.source"] == "team-pods"
+        })
+    });
+    assert!(
+        api.get("api/v1", "pods", "default", "team-web-fleet-1")
+            .is_none()
+    );
+    plugins
+        .delete("team-pods", &Default::default())
+        .await
+        .expect("delete");
+    wait("the team's pod goes with its source", &agents, &|| {
+        mirror().is_none()
     });
     drop(agents);
     for r in runtimes {

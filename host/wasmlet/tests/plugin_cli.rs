@@ -131,6 +131,19 @@ fn admit_and_inspect_name_what_is_wrong() {
         stdout.contains("wasmlet:plugin/admission-input@0.1.0"),
         "{stdout}"
     );
+    // Every kind is recognised by its export.
+    for (plugin, world) in [
+        ("probe-exec", "wasmlet:plugin/probe-handler@0.1.0"),
+        ("source-file", "wasmlet:plugin/pod-source@0.1.0"),
+    ] {
+        let out = wasmlet(&["plugin", "inspect", path(&shipped_plugin(plugin))]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{plugin}: {stdout}");
+        assert!(
+            stdout.contains(&format!("world:        {world}")),
+            "{plugin}: {stdout}"
+        );
+    }
 }
 
 #[test]

@@ -125,6 +125,7 @@ pub async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
             pods,
             unchanged: Vec::new(),
             problems: Vec::new(),
+            removed: false,
         })
         .await
         .expect("loop runs");

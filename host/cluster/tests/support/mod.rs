@@ -167,6 +167,7 @@ impl Node {
                 pods,
                 unchanged: Vec::new(),
                 problems: Vec::new(),
+                removed: false,
             })
             .await
             .expect("agent runs");

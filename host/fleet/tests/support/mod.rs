@@ -17,7 +17,7 @@ use wasmlet_apiserver_sim::{ApiServerSim, Served};
 use wasmlet_fleet::{FleetConfig, Targets};
 use wasmlet_plugin_host::chain::AdmissionChain;
 use wasmlet_plugin_host::config::PluginsConfig;
-use wasmlet_plugin_host::kinds::ProbeHandlers;
+use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 use wasmlet_plugin_host::{Admission, NodeLoad, NodeUsage, PluginEngine, convert};
 
 /// The shipped policy that admits plain pods.
@@ -58,6 +58,7 @@ pub struct Node {
     pub name: String,
     pub chain: Arc<AdmissionChain>,
     pub probes: Arc<ProbeHandlers>,
+    pub sources: Arc<PodSources>,
     pub dir: PathBuf,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -209,6 +210,11 @@ impl Cluster {
                 .await
                 .expect("probes"),
         );
+        let sources = Arc::new(
+            PodSources::start(&self.engine, &PluginsConfig::default(), false)
+                .await
+                .expect("sources"),
+        );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let dir = self.dir.join(name);
         let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
@@ -221,6 +227,7 @@ impl Cluster {
             Targets {
                 chain: chain.clone(),
                 probes: probes.clone(),
+                sources: sources.clone(),
             },
             stopped,
         )
@@ -230,6 +237,7 @@ impl Cluster {
             name: name.to_owned(),
             chain,
             probes,
+            sources,
             dir,
             stop,
         }

@@ -178,6 +178,7 @@ pub async fn run_pod(n: &Node, name: &str, containers: serde_json::Value) -> Str
             }],
             unchanged: Vec::new(),
             problems: Vec::new(),
+            removed: false,
         })
         .await
         .expect("sources");

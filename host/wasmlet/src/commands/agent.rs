@@ -213,6 +213,7 @@ async fn run_agent(
             wasmlet_fleet::Targets {
                 chain: loaded.chain.clone(),
                 probes: loaded.probes.clone(),
+                sources: loaded.sources.clone(),
             },
             cluster_stopped.clone(),
         )
