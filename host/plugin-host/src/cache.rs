@@ -33,7 +33,19 @@ pub enum CacheOutcome {
 pub struct ComponentCache {
     dir: PathBuf,
     engine_key: String,
+    /// A program that compiles into this cache in a process of its own
+    /// ([`ComponentCache::compile_with`]).
+    compiler: Option<PathBuf>,
 }
+
+/// The arguments a compiler program is run with, the component on its standard input:
+/// `<program> plugin precompile --cache-dir <dir>`. It compiles the component into the
+/// cache at `<dir>` (an engine configured as this one) and exits 0, or prints why not
+/// and exits 2.
+pub const COMPILER_ARGS: [&str; 3] = ["plugin", "precompile", "--cache-dir"];
+
+/// The exit code of a compiler program that could not compile the component.
+pub const COMPILER_REFUSED: i32 = 2;
 
 impl ComponentCache {
     /// Uses (and creates) `dir` for components compiled by `engine`.
@@ -46,7 +58,18 @@ impl ComponentCache {
         Ok(Self {
             dir: dir.to_owned(),
             engine_key: format!("{:016x}", hasher.finish()),
+            compiler: None,
         })
+    }
+
+    /// Compiles what is not in the cache by running `program` (see [`COMPILER_ARGS`])
+    /// instead of in this process: the compiler's code and its peak memory stay out of a
+    /// long-running agent, and a component that makes the compiler blow up takes down
+    /// that process, not the agent. If the program cannot be run, this process compiles.
+    #[must_use]
+    pub fn compile_with(mut self, program: PathBuf) -> Self {
+        self.compiler = Some(program);
+        self
     }
 
     /// The cache directory.
@@ -105,11 +128,37 @@ impl ComponentCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => Some(format!("it cannot be read: {e}")),
         };
-        let artifact = engine.precompile_component(wasm)?;
-        let component = deserialize(engine, &artifact)?;
-        if let Err(e) = write_entry(path, &artifact) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot store a compiled component; continuing without");
-        }
+        let component = match self.compile_elsewhere(wasm) {
+            Some(Ok(())) => match std::fs::read(path)
+                .ok()
+                .as_deref()
+                .and_then(verified)
+                .map(|artifact| deserialize(engine, artifact))
+            {
+                Some(Ok(component)) => Some(component),
+                Some(Err(e)) => {
+                    tracing::warn!(path = %path.display(), error = %e, "the compiler process wrote an entry this engine refuses; compiling here");
+                    None
+                }
+                None => {
+                    tracing::warn!(path = %path.display(), "the compiler process wrote no valid entry; compiling here");
+                    None
+                }
+            },
+            Some(Err(refused)) => return Err(refused),
+            None => None,
+        };
+        let component = match component {
+            Some(c) => c,
+            None => {
+                let artifact = engine.precompile_component(wasm)?;
+                let component = deserialize(engine, &artifact)?;
+                if let Err(e) = write_entry(path, &artifact) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot store a compiled component; continuing without");
+                }
+                component
+            }
+        };
         match refused {
             Some(why) => {
                 tracing::warn!(path = %path.display(), %why, "recompiled a refused cache entry");
@@ -142,6 +191,43 @@ fn landed(path: &Path, flight: Flight) {
     // Ours and the map's: nobody else is waiting.
     if Arc::strong_count(&flight) == 2 {
         flights.remove(path);
+    }
+}
+
+impl ComponentCache {
+    /// Runs the compiler program on `wasm`, if there is one: `Some(Ok)` once it has
+    /// written the entry, `Some(Err)` when it refused the component (why, in its words),
+    /// `None` when it could not be run or died (this process compiles instead).
+    fn compile_elsewhere(&self, wasm: &[u8]) -> Option<wasmtime::Result<()>> {
+        let program = self.compiler.as_ref()?;
+        let run = || -> std::io::Result<std::process::Output> {
+            let mut child = std::process::Command::new(program)
+                .args(COMPILER_ARGS)
+                .arg(&self.dir)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(wasm)?;
+            }
+            child.wait_with_output()
+        };
+        match run() {
+            Ok(out) if out.status.success() => Some(Ok(())),
+            Ok(out) if out.status.code() == Some(COMPILER_REFUSED) => {
+                let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+                Some(Err(wasmtime::Error::msg(why)))
+            }
+            Ok(out) => {
+                tracing::warn!(program = %program.display(), status = %out.status, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "the plugin compiler process failed; compiling in the agent");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(program = %program.display(), error = %e, "cannot run the plugin compiler process; compiling in the agent");
+                None
+            }
+        }
     }
 }
 

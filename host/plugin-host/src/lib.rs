@@ -469,6 +469,27 @@ impl PluginEngine {
         })
     }
 
+    /// Compiles components missing from the cache in a process of their own: `program`
+    /// run as [`cache::COMPILER_ARGS`] (the `wasmlet` binary answers it with
+    /// [`PluginEngine::precompile_into_cache`]). Without a cache, nothing changes.
+    #[must_use]
+    pub fn compile_with(mut self, program: PathBuf) -> Self {
+        self.cache = self.cache.take().map(|c| c.compile_with(program));
+        self
+    }
+
+    /// Compiles `wasm` into the cache (what a compiler process does); an error says
+    /// why the component does not compile.
+    pub fn precompile_into_cache(&self, wasm: &[u8]) -> anyhow::Result<()> {
+        let cache = self
+            .cache
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the engine has no cache to compile into"))?;
+        let digest = cache::sha256_hex(wasm);
+        cache.load(&self.engine, wasm, &digest)?;
+        Ok(())
+    }
+
     /// Reads and compiles (or loads from the cache) the component at `path`.
     pub(crate) fn component(
         &self,

@@ -568,3 +568,67 @@ async fn every_call_and_load_is_counted_per_plugin() {
         "{text}"
     );
 }
+
+#[test]
+fn a_compiler_process_compiles_refuses_or_is_done_without() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let top = std::env::temp_dir().join(format!("wasmlet-plugin-compiler-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(&top).expect("dir");
+    let path = plugin("taint-toleration");
+    let script = |name: &str, body: &str| {
+        let p = top.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    };
+    let load = |cache: &str, compiler: std::path::PathBuf| {
+        PluginEngine::with_cache(&top.join("caches").join(cache))
+            .expect("engine")
+            .compile_with(compiler)
+            .load_admission("p", &path, BTreeMap::new(), Limits::default())
+    };
+
+    // A compiler that refuses: its words are the load's error.
+    let refusing = script(
+        "refusing",
+        "cat >/dev/null; echo 'no: the component is too clever' >&2; exit 2",
+    );
+    let err = load("refused", refusing).expect_err("refused");
+    assert!(
+        err.to_string().contains("no: the component is too clever"),
+        "{err}"
+    );
+
+    // One that cannot be run, or dies without an answer: the process compiles itself.
+    let loaded = load("missing", top.join("no-such-compiler")).expect("compiled here");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+    let dying = script("dying", "cat >/dev/null; kill -9 $$");
+    let loaded = load("dying", dying).expect("compiled here");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+
+    // One that compiles (here: it copies an entry this process's engine wrote, as
+    // `wasmlet plugin precompile` writes one): the entry it wrote is what loads.
+    let made = top.join("made");
+    let wasm = std::fs::read(&path).expect("wasm");
+    PluginEngine::with_cache(&made)
+        .expect("engine")
+        .precompile_into_cache(&wasm)
+        .expect("precompiled");
+    let copying = script(
+        "copying",
+        &format!(
+            "cat >/dev/null; touch {}/ran; cp {}/*.cwasm \"$4\"/",
+            top.display(),
+            made.display()
+        ),
+    );
+    let loaded = load("compiled", copying).expect("loads");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+    assert!(top.join("ran").exists(), "the compiler process ran");
+    // A compiler that says it is done but wrote nothing: compiled here.
+    let saying_done = script("done", "cat >/dev/null; exit 0");
+    let loaded = load("nothing-written", saying_done).expect("compiled here");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+    let _ = std::fs::remove_dir_all(&top);
+}

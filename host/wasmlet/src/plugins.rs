@@ -145,7 +145,13 @@ pub async fn load(plugins: &PluginsConfig) -> Result<Loaded> {
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("plugins.cacheDirectory: {}", dir.display()))?;
-            PluginEngine::with_cache(dir)?
+            let engine = PluginEngine::with_cache(dir)?;
+            // Plugins missing from the cache are compiled by this binary in a process
+            // of its own: the compiler's code and peak memory never join the agent's.
+            match std::env::current_exe() {
+                Ok(exe) => engine.compile_with(exe),
+                Err(_) => engine,
+            }
         }
         None => PluginEngine::new()?,
     };

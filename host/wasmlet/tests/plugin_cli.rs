@@ -361,3 +361,55 @@ fn source_lists_the_pods_of_a_directory_and_names_what_it_skipped() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn precompile_fills_a_cache_or_says_why_not() {
+    use std::io::Write as _;
+    let dir = std::env::temp_dir().join(format!("wasmlet-cli-precompile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = |input: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wasmlet"))
+            .args(["plugin", "precompile", "--cache-dir"])
+            .arg(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("wasmlet plugin precompile");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write");
+        child.wait_with_output().expect("output")
+    };
+    let wasm = std::fs::read(shipped_plugin("restricted-pods")).expect("wasm");
+    let out = run(&wasm);
+    assert!(out.status.success(), "{out:?}");
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("cache")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1);
+    // The agent's engine takes the entry as its own.
+    let loaded = wasmlet_plugin_host::PluginEngine::with_cache(&dir)
+        .expect("engine")
+        .load_admission(
+            "restricted-pods",
+            &shipped_plugin("restricted-pods"),
+            Default::default(),
+            Default::default(),
+        )
+        .expect("loads");
+    assert_eq!(
+        *wasmlet_plugin_host::Plugin::load_outcome(&loaded),
+        wasmlet_plugin_host::cache::CacheOutcome::Hit
+    );
+
+    let out = run(b"not a component");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!out.stderr.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -57,6 +57,14 @@ pub enum PluginCommand {
     /// `application/vnd.wasm.config.v0+json`) for WasmletPlugins to name; prints the
     /// digest they pin.
     Push(PushArgs),
+    /// Compile a component (read from standard input) into a plugin cache: what the
+    /// agent runs to compile plugins outside its own process.
+    #[command(hide = true)]
+    Precompile {
+        /// The cache directory (`plugins.cacheDirectory`).
+        #[arg(long)]
+        cache_dir: PathBuf,
+    },
 }
 
 /// Arguments of `wasmlet plugin push`.
@@ -206,6 +214,27 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
         PluginCommand::Probe(a) => probe(a).await,
         PluginCommand::Source(a) => source(a).await,
         PluginCommand::Push(a) => push(a).await,
+        PluginCommand::Precompile { cache_dir } => precompile(&cache_dir),
+    }
+}
+
+/// `wasmlet plugin precompile`: exit 0 once the component is in the cache, 2 (and why,
+/// on stderr) when it does not compile.
+fn precompile(cache_dir: &std::path::Path) -> Result<ExitCode> {
+    use std::io::Read as _;
+    let mut wasm = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut wasm)
+        .context("reading the component from standard input")?;
+    let engine = wasmlet_plugin_host::PluginEngine::with_cache(cache_dir)?;
+    match engine.precompile_into_cache(&wasm) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("{e:#}");
+            Ok(ExitCode::from(
+                u8::try_from(wasmlet_plugin_host::cache::COMPILER_REFUSED).unwrap_or(2),
+            ))
+        }
     }
 }
 
