@@ -101,6 +101,23 @@ fn container_status(
     };
     let waiting = input.waiting.get(&spec.name);
     let Some(c) = latest else {
+        // Gone from the runtime after it ended (a finished pod's containers removed to
+        // free the disk): what it ended with stays its status, as the kubelet keeps it.
+        let ended = input.previous.and_then(|p| {
+            [
+                &p.container_statuses,
+                &p.init_container_statuses,
+                &p.ephemeral_container_statuses,
+            ]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|s| s.name == spec.name)
+            .filter(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+        });
+        if let Some(ended) = ended {
+            return ended.clone();
+        }
         status.state = Some(match waiting {
             Some(w) => waiting_state(&w.reason, Some(&w.message)),
             None => waiting_state(default_waiting, None),

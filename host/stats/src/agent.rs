@@ -191,15 +191,22 @@ impl<R: CriRuntime + 'static> crate::eviction::run::Node for AgentNode<R> {
         _signal: crate::eviction::Signal,
     ) -> crate::eviction::run::BoxFuture<'_, String> {
         Box::pin(async move {
+            // Dead containers first, as the kubelet's DeleteAllUnusedContainers: they
+            // hold the images the second step may then remove.
+            let dead = remove_dead_containers(&self.agent).await;
             let runtime = self.agent.ctx.runtime.clone();
             let mut gc = self.images.lock().await;
-            match gc.delete_unused(runtime.as_ref()).await {
+            let images = match gc.delete_unused(runtime.as_ref()).await {
                 Ok(r) => format!(
                     "{} unused images removed, {} bytes freed",
                     r.removed, r.freed
                 ),
                 Err(e) => format!("unused images not removed: {e}"),
-            }
+            };
+            format!(
+                "{} dead containers and {} sandboxes of finished pods removed; {images}",
+                dead.containers, dead.sandboxes
+            )
         })
     }
 
@@ -226,6 +233,47 @@ impl<R: CriRuntime + 'static> crate::eviction::run::Node for AgentNode<R> {
             }
         })
     }
+}
+
+/// What [`remove_dead_containers`] removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// Containers.
+    pub containers: usize,
+    /// Sandboxes.
+    pub sandboxes: usize,
+}
+
+/// Node-level reclaim of dead containers under disk pressure: every container and
+/// sandbox of a pod that has finished (Succeeded or Failed; its status is final and
+/// kept), as the kubelet's garbage collector does when eviction asks it to. Running
+/// pods keep their newest exited container of each name (the per-pod collection's
+/// rule), pods the agent no longer has are removed by its own cleanup.
+pub async fn remove_dead_containers<R: CriRuntime + 'static>(agent: &Agent<R>) -> Removed {
+    let ctx = &agent.ctx;
+    let mut removed = Removed::default();
+    for rt in ctx.cache.all() {
+        let finished = ctx
+            .statuses
+            .get(&rt.uid)
+            .is_some_and(|e| matches!(e.status.phase.as_deref(), Some("Succeeded" | "Failed")));
+        if !finished {
+            continue;
+        }
+        for c in rt.containers.iter().filter(|c| c.state != State::Running) {
+            match ctx.runtime.remove_container(&c.id).await {
+                Ok(()) => removed.containers += 1,
+                Err(e) => tracing::debug!(container = %c.id, "reclaim: {e}"),
+            }
+        }
+        for sandbox in rt.sandboxes.iter().filter(|s| !s.ready) {
+            match ctx.runtime.remove_pod_sandbox(&sandbox.id).await {
+                Ok(()) => removed.sandboxes += 1,
+                Err(e) => tracing::debug!(sandbox = %sandbox.id, "reclaim: {e}"),
+            }
+        }
+    }
+    removed
 }
 
 /// Node resources for `agent`: usage sampled every `period` into the returned

@@ -295,3 +295,121 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
     agent.shutdown().await;
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_reclaim_removes_what_finished_pods_left_and_keeps_their_status() {
+    let root = std::env::temp_dir().join(format!("wasmlet-reclaim-sim-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        AgentOptions {
+            node: NodeFacts {
+                name: "node-reclaim".into(),
+                hostname: "node-reclaim".into(),
+                ip: "192.168.50.10".into(),
+                cpus: 4,
+                memory_bytes: 8 << 30,
+                ephemeral_storage_bytes: 100 << 30,
+                max_pods: 110,
+                labels: Default::default(),
+                reserved: Default::default(),
+            },
+            pod_logs_dir: root.join("logs"),
+            root_dir: root.clone(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            sync_frequency: Duration::from_secs(60),
+            relist_period: Duration::from_millis(200),
+            sources: vec!["api".into()],
+            pod_cgroups: None,
+            events: None,
+            volumes: None,
+            services: None,
+            cluster_dns: Default::default(),
+        },
+        Arc::new(NoProbes),
+        None,
+        None,
+    );
+    // A job that has finished and a server that runs.
+    let mut done = api_pod("done", serde_json::json!({}));
+    done.pod.metadata.annotations = Some(
+        [(
+            "sim.wasmlet.io/script.app".to_owned(),
+            "exit-after=100ms exit-code=0".to_owned(),
+        )]
+        .into(),
+    );
+    if let Some(spec) = done.pod.spec.as_mut() {
+        spec.restart_policy = Some("Never".into());
+    }
+    let server = api_pod("server", serde_json::json!({}));
+    agent
+        .sources()
+        .send(SourceSet {
+            source: "api".into(),
+            pods: vec![done, server],
+            unchanged: Vec::new(),
+            problems: Vec::new(),
+            removed: false,
+        })
+        .await
+        .expect("loop runs");
+    wait("the job done, the server running", || {
+        agent
+            .ctx
+            .statuses
+            .get("done")
+            .is_some_and(|e| e.status.phase.as_deref() == Some("Succeeded"))
+            && agent
+                .ctx
+                .statuses
+                .get("server")
+                .is_some_and(|e| e.status.phase.as_deref() == Some("Running"))
+    })
+    .await;
+    let before = agent.ctx.statuses.get("done").expect("done").status;
+    // Its sandbox stopped too (a finished pod's is), seen by the cache.
+    wait("the job's sandbox stopped", || {
+        agent
+            .ctx
+            .cache
+            .get("done")
+            .is_some_and(|rt| rt.sandboxes.iter().all(|s| !s.ready))
+    })
+    .await;
+
+    let removed = wasmlet_stats::agent::remove_dead_containers(&agent).await;
+    assert_eq!(
+        removed,
+        wasmlet_stats::agent::Removed {
+            containers: 1,
+            sandboxes: 1
+        }
+    );
+    assert_eq!(
+        sim.counts(),
+        (1, 1),
+        "the server's sandbox and container stay"
+    );
+    // Relists later, the job's status is what it was: Succeeded, its container
+    // terminated with exit code 0.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let after = agent.ctx.statuses.get("done").expect("done").status;
+    assert_eq!(after.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(after.container_statuses, before.container_statuses);
+    assert_eq!(
+        agent
+            .ctx
+            .statuses
+            .get("server")
+            .and_then(|e| e.status.phase),
+        Some("Running".into())
+    );
+    // Nothing left to reclaim.
+    assert_eq!(
+        wasmlet_stats::agent::remove_dead_containers(&agent).await,
+        wasmlet_stats::agent::Removed::default()
+    );
+    agent.shutdown().await;
+}
