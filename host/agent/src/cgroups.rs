@@ -132,7 +132,9 @@ impl PodCgroups {
             .filter_map(|base| std::fs::read_dir(base.join(&self.parent)).ok())
             .flatten()
             .flatten()
-            .filter(|e| e.path().is_dir())
+            // The directory entry's own type: no stat of each (this runs every
+            // housekeeping pass, over every hierarchy and pod).
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|e| {
                 e.file_name()
                     .to_str()
@@ -154,8 +156,8 @@ impl PodCgroups {
             .map(|entries| {
                 entries
                     .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                     .map(|e| e.path())
-                    .filter(|p| p.is_dir())
                     .collect()
             })
             .unwrap_or_default()
