@@ -110,6 +110,39 @@ fn api_pod(uid: &str, resources: serde_json::Value) -> SourcePod {
     }
 }
 
+/// A 4-CPU, 8 GiB node called `name`.
+fn facts(name: &str) -> NodeFacts {
+    NodeFacts {
+        name: name.into(),
+        hostname: name.into(),
+        ip: "192.168.50.10".into(),
+        cpus: 4,
+        memory_bytes: 8 << 30,
+        ephemeral_storage_bytes: 100 << 30,
+        max_pods: 110,
+        labels: Default::default(),
+        reserved: Default::default(),
+    }
+}
+
+/// An agent for `node` keeping its state in `root`, its pods from the API source.
+fn options(node: NodeFacts, root: &std::path::Path) -> AgentOptions {
+    AgentOptions {
+        node,
+        pod_logs_dir: root.join("logs"),
+        root_dir: root.to_owned(),
+        resolv_conf: "/etc/resolv.conf".into(),
+        sync_frequency: Duration::from_secs(60),
+        relist_period: Duration::from_millis(200),
+        sources: vec!["api".into()],
+        pod_cgroups: None,
+        events: None,
+        volumes: None,
+        services: None,
+        cluster_dns: Default::default(),
+    }
+}
+
 fn phase(agent: &Agent<Simulator>, uid: &str) -> (String, String, String) {
     let e = agent.ctx.statuses.get(uid).expect("pod known");
     (
@@ -142,34 +175,14 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
     };
     let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
     let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
-    let facts = NodeFacts {
-        name: "node-evict".into(),
-        hostname: "node-evict".into(),
-        ip: "192.168.50.10".into(),
-        cpus: 4,
-        memory_bytes: 8 << 30,
-        ephemeral_storage_bytes: 100 << 30,
-        max_pods: 110,
-        labels: Default::default(),
-        reserved: Default::default(),
-    };
+    let facts = facts("node-evict");
     let node = wasmlet_plugin_host::convert::node(&facts.object(true, "", "2026-11-23T10:00:00Z"))
         .expect("node");
     let agent = Arc::new(Agent::start(
         sim.clone(),
         AgentOptions {
-            node: facts,
-            pod_logs_dir: root.join("logs"),
-            root_dir: root.clone(),
-            resolv_conf: "/etc/resolv.conf".into(),
-            sync_frequency: Duration::from_secs(60),
-            relist_period: Duration::from_millis(200),
-            sources: vec!["api".into()],
-            pod_cgroups: None,
             events: Some(events.clone()),
-            volumes: None,
-            services: None,
-            cluster_dns: Default::default(),
+            ..options(facts, &root)
         },
         Arc::new(NoProbes),
         Some(wasmlet_agent::syncloop::Admission {
@@ -303,30 +316,7 @@ async fn disk_reclaim_removes_what_finished_pods_left_and_keeps_their_status() {
     let sim = Arc::new(Simulator::new());
     let agent = Agent::start(
         sim.clone(),
-        AgentOptions {
-            node: NodeFacts {
-                name: "node-reclaim".into(),
-                hostname: "node-reclaim".into(),
-                ip: "192.168.50.10".into(),
-                cpus: 4,
-                memory_bytes: 8 << 30,
-                ephemeral_storage_bytes: 100 << 30,
-                max_pods: 110,
-                labels: Default::default(),
-                reserved: Default::default(),
-            },
-            pod_logs_dir: root.join("logs"),
-            root_dir: root.clone(),
-            resolv_conf: "/etc/resolv.conf".into(),
-            sync_frequency: Duration::from_secs(60),
-            relist_period: Duration::from_millis(200),
-            sources: vec!["api".into()],
-            pod_cgroups: None,
-            events: None,
-            volumes: None,
-            services: None,
-            cluster_dns: Default::default(),
-        },
+        options(facts("node-reclaim"), &root),
         Arc::new(NoProbes),
         None,
         None,
