@@ -450,6 +450,15 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
         .delete("deny-all", &Default::default())
         .await
         .expect("delete");
+    // Each node learns of the deletion from its WasmletPlugin watch, of a new pod from
+    // its pod watch: the two are not ordered (in a real cluster neither), so the pod
+    // comes once the nodes say they have unloaded the policy.
+    wait("every node unloads the policy", &agents, &|| {
+        agents.iter().all(|a| {
+            a.log()
+                .contains("cluster plugin unloaded plugin=\"deny-all\"")
+        })
+    });
     pod("after", "fleet-3");
     wait("fleet-3 runs a pod again", &agents, &|| {
         phase("after").0 == "Running"
