@@ -60,7 +60,7 @@ async fn follow_cluster(
     let mut changes = sources.cluster_changes();
     let mut running: std::collections::BTreeMap<String, Running> = Default::default();
     loop {
-        let wanted = sources.cluster_sources();
+        let wanted = changes.borrow_and_update().clone();
         let gone: Vec<String> = running
             .keys()
             .filter(|n| !wanted.contains_key(*n))

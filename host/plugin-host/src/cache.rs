@@ -117,38 +117,24 @@ impl ComponentCache {
         wasm: &[u8],
         path: &Path,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let refused = match std::fs::read(path) {
-            Ok(bytes) => match verified(&bytes) {
-                Some(artifact) => match deserialize(engine, artifact) {
-                    Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                    Err(e) => Some(format!("wasmtime refused it: {e}")),
-                },
-                None => Some("its checksum does not match its content".to_owned()),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => Some(format!("it cannot be read: {e}")),
+        let refused = match read_entry(engine, path) {
+            Ok(component) => return Ok((component, CacheOutcome::Hit)),
+            Err(why) => why,
         };
-        let component = match self.compile_elsewhere(wasm) {
-            Some(Ok(())) => match std::fs::read(path)
-                .ok()
-                .as_deref()
-                .and_then(verified)
-                .map(|artifact| deserialize(engine, artifact))
-            {
-                Some(Ok(component)) => Some(component),
-                Some(Err(e)) => {
-                    tracing::warn!(path = %path.display(), error = %e, "the compiler process wrote an entry this engine refuses; compiling here");
-                    None
-                }
-                None => {
-                    tracing::warn!(path = %path.display(), "the compiler process wrote no valid entry; compiling here");
+        let from_compiler = match self.compile_elsewhere(wasm) {
+            // The compiler process wrote the entry: read as any entry is.
+            Some(Ok(())) => match read_entry(engine, path) {
+                Ok(component) => Some(component),
+                Err(why) => {
+                    let why = why.unwrap_or_else(|| "no entry was written".to_owned());
+                    tracing::warn!(path = %path.display(), %why, "the compiler process's entry does not load; compiling here");
                     None
                 }
             },
             Some(Err(refused)) => return Err(refused),
             None => None,
         };
-        let component = match component {
+        let component = match from_compiler {
             Some(c) => c,
             None => {
                 let artifact = engine.precompile_component(wasm)?;
@@ -228,6 +214,21 @@ impl ComponentCache {
                 None
             }
         }
+    }
+}
+
+/// The component in the entry at `path`; else why it was refused, or `None` when
+/// there is no entry.
+fn read_entry(engine: &Engine, path: &Path) -> Result<Component, Option<String>> {
+    match std::fs::read(path) {
+        Ok(bytes) => match verified(&bytes) {
+            Some(artifact) => {
+                deserialize(engine, artifact).map_err(|e| Some(format!("wasmtime refused it: {e}")))
+            }
+            None => Err(Some("its checksum does not match its content".to_owned())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(None),
+        Err(e) => Err(Some(format!("it cannot be read: {e}"))),
     }
 }
 

@@ -201,9 +201,8 @@ pub struct PodSources {
     set: Arc<PluginSet<PodSource>>,
     specs: Vec<(String, SourceSpec)>,
     directory: PluginDirectory,
-    cluster: std::sync::Mutex<BTreeMap<String, ClusterSource>>,
-    /// Bumped at every change of `cluster`.
-    cluster_changes: tokio::sync::watch::Sender<u64>,
+    /// The cluster's sources, by name; pollers follow its changes.
+    cluster: tokio::sync::watch::Sender<BTreeMap<String, ClusterSource>>,
 }
 
 impl PodSources {
@@ -243,8 +242,7 @@ impl PodSources {
             set,
             specs,
             directory,
-            cluster: std::sync::Mutex::default(),
-            cluster_changes: tokio::sync::watch::Sender::new(0),
+            cluster: tokio::sync::watch::Sender::new(BTreeMap::new()),
         })
     }
 
@@ -266,40 +264,32 @@ impl PodSources {
         self.specs.iter().any(|(n, _)| n == name)
     }
 
-    fn cluster_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ClusterSource>> {
-        self.cluster
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Serves `source` (a new one, or a new version of one) as the cluster's source of
     /// its name.
     pub fn set_cluster(&self, source: ClusterSource) {
-        self.cluster_map()
-            .insert(source.source.name().to_owned(), source);
-        self.cluster_changes.send_modify(|v| *v += 1);
+        self.cluster.send_modify(|m| {
+            m.insert(source.source.name().to_owned(), source);
+        });
     }
 
     /// Stops serving the cluster's source `name`.
     pub fn remove_cluster(&self, name: &str) {
-        if self.cluster_map().remove(name).is_some() {
-            self.cluster_changes.send_modify(|v| *v += 1);
-        }
+        self.cluster.send_if_modified(|m| m.remove(name).is_some());
     }
 
     /// The cluster's source `name`, if it serves one.
     pub fn cluster_source(&self, name: &str) -> Option<ClusterSource> {
-        self.cluster_map().get(name).cloned()
+        self.cluster.borrow().get(name).cloned()
     }
 
     /// The cluster's sources, by name.
     pub fn cluster_sources(&self) -> BTreeMap<String, ClusterSource> {
-        self.cluster_map().clone()
+        self.cluster.borrow().clone()
     }
 
-    /// Changes to the cluster's sources, as they happen.
-    pub fn cluster_changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.cluster_changes.subscribe()
+    /// The cluster's sources, changes included, as they happen.
+    pub fn cluster_changes(&self) -> tokio::sync::watch::Receiver<BTreeMap<String, ClusterSource>> {
+        self.cluster.subscribe()
     }
 
     /// Re-reads every source's file now.
@@ -313,7 +303,7 @@ impl PodSources {
             .names()
             .iter()
             .filter_map(|n| self.set.get(n))
-            .chain(self.cluster_map().values().map(|c| c.source.clone()))
+            .chain(self.cluster.borrow().values().map(|c| c.source.clone()))
             .collect()
     }
 }
