@@ -51,6 +51,7 @@
 mod apply;
 mod crd;
 mod http;
+mod log_ws;
 mod node_proxy;
 mod store;
 

@@ -26,9 +26,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::ApiServerSim;
 use crate::http::percent_decode;
 use crate::store::{Store, status};
+use crate::{ApiServerSim, log_ws};
 
 /// The address types the double tries, in order (the API server's default).
 pub const DEFAULT_ADDRESS_TYPES: [&str; 5] = [
@@ -460,10 +460,24 @@ pub(crate) async fn handle(
         Ok(t) => t,
         Err(r) => return r,
     };
-    match forward(request, &routed.host, routed.port, &target, tls).await {
+    // A log asked for over WebSocket: the kubelet answers a plain GET, the API server
+    // wraps the answer.
+    let (upgrade, request) = if sub == "log" && log_ws::wanted(&request) {
+        match log_ws::take(request).await {
+            Ok((upgrade, plain)) => (Some(upgrade), plain),
+            Err(refused) => return refused,
+        }
+    } else {
+        (None, request)
+    };
+    match (
+        forward(request, &routed.host, routed.port, &target, tls).await,
+        upgrade,
+    ) {
+        (Ok(r), Some(upgrade)) if r.status().is_success() => upgrade.answer(r.into_body()),
         // A log the kubelet refuses comes back as a Status carrying the kubelet's words
         // and code, as the API server's response checker makes it.
-        Ok(r) if sub == "log" && !r.status().is_success() => {
+        (Ok(r), _) if sub == "log" && !r.status().is_success() => {
             let code = r.status().as_u16();
             let body = axum::body::to_bytes(r.into_body(), 64 << 10)
                 .await
@@ -482,8 +496,8 @@ pub(crate) async fn handle(
                 String::from_utf8_lossy(&body).trim_end().to_owned(),
             )
         }
-        Ok(r) => r,
-        Err(e) => reply(
+        (Ok(r), _) => r,
+        (Err(e), _) => reply(
             500,
             "InternalError",
             format!(

@@ -2,7 +2,8 @@
 //! simulator, its kubelet server trusting the API server double's client CA and asking
 //! the double's TokenReview and SubjectAccessReview, and kube's client calling
 //! `pods/log`, `pods/exec` and `pods/portforward` through the double — the path
-//! `kubectl logs`, `exec` and `port-forward` take. Also the server's own answers:
+//! `kubectl logs`, `exec` and `port-forward` take; logs over WebSocket as well, wrapped by
+//! the double as the API server wraps them. Also the server's own answers:
 //! 401, 403, 404, 400 and 422 in the kubelet's words, and no stream left behind when a
 //! client goes away.
 
@@ -16,6 +17,83 @@ use kube::api::{Api, AttachParams, LogParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::{node, raw, run_pod};
+
+/// A WebSocket upgrade of pods/log through the double, offering `protocol`: the answer's
+/// status, and the messages (text ones as their bytes) until the close.
+async fn websocket_log(n: &support::Node, query: &str, protocol: &str) -> (u16, Vec<Vec<u8>>) {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::{Error, Message, client::IntoClientRequest};
+    let base = n.apiserver.as_ref().expect("the double serves").url();
+    let mut request = format!(
+        "{}/api/v1/namespaces/default/pods/{query}",
+        base.replacen("http", "ws", 1)
+    )
+    .into_client_request()
+    .expect("request");
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+    let tcp = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    let mut ws = match tokio_tungstenite::client_async(request, tcp).await {
+        Ok((ws, _)) => ws,
+        Err(Error::Http(answer)) => return (answer.status().as_u16(), Vec::new()),
+        Err(e) => panic!("{query}: {e}"),
+    };
+    let mut got = Vec::new();
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("messages in time")
+    {
+        match m.expect("a message") {
+            Message::Binary(b) => got.push(b.to_vec()),
+            Message::Text(t) => got.push(t.as_bytes().to_vec()),
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    (101, got)
+}
+
+/// The API server wraps a log in WebSocket messages for a client that asks (the kubelet
+/// answers its plain GET): an empty message first, then the bytes — raw for
+/// `binary.k8s.io`, base64 text for `base64.binary.k8s.io`; other protocols refused; a
+/// log the kubelet refuses answered as a Status, never upgraded.
+async fn log_over_websocket(n: &support::Node, pod: &str, all: &str) {
+    use base64::Engine;
+    let query = format!("{pod}/log?container=c");
+    let (code, binary) = websocket_log(n, &query, "binary.k8s.io").await;
+    assert_eq!(code, 101);
+    assert_eq!(
+        binary.first().map(Vec::len),
+        Some(0),
+        "the reader's first message"
+    );
+    assert_eq!(String::from_utf8(binary.concat()).expect("utf-8"), all);
+    let (_, text) = websocket_log(n, &query, "base64.binary.k8s.io").await;
+    let decoded: Vec<u8> = text
+        .iter()
+        .flat_map(|m| {
+            base64::engine::general_purpose::STANDARD
+                .decode(m)
+                .expect("base64")
+        })
+        .collect();
+    assert_eq!(String::from_utf8(decoded).expect("utf-8"), all);
+    let (code, _) = websocket_log(n, &query, "v4.channel.k8s.io").await;
+    assert_eq!(code, 403, "a protocol the log reader does not speak");
+    let (code, _) = websocket_log(
+        n,
+        &format!("{pod}/log?container=c&previous=true"),
+        "binary.k8s.io",
+    )
+    .await;
+    assert_eq!(
+        code, 400,
+        "no previous instance: the kubelet's refusal, no upgrade"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_exec_and_port_forward_through_the_api_server() {
@@ -80,6 +158,7 @@ async fn logs_exec_and_port_forward_through_the_api_server() {
         .await
         .expect("since");
     assert_eq!(since, all);
+    log_over_websocket(&n, &web, &all).await;
     let previous = pods
         .logs(
             &web,

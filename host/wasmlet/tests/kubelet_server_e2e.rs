@@ -2,8 +2,9 @@
 //! kubelet server trusting the API server double's client CA and asking the double's
 //! SubjectAccessReview, and kube's client going through the double the way `kubectl`
 //! does — `logs` (every parameter, `--previous` after a restart, `-f` across log
-//! rotations), `exec` (output, stderr, exit status, binary stdin as `kubectl cp` sends
-//! it, `-it` with a terminal size), `attach` and `port-forward` to busybox pods. The
+//! rotations), `exec` (output, stderr, exit status, binary stdin, `-it` with a terminal
+//! size), `kubectl cp` both ways with tar, `attach` and `port-forward` to busybox pods,
+//! and the conformance tests' WebSocket log and exec readers. The
 //! runtime's streaming server is containerd's own. Also the conformance behaviours that
 //! read a container's output through the API: a busybox command's output, environment
 //! variables from a ConfigMap and the downward API. And port 10250 itself: 401 without
@@ -78,6 +79,77 @@ async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
 
 #[path = "support/spdy.rs"]
 mod spdy;
+#[path = "support/websocket.rs"]
+mod websocket;
+
+/// `kubectl cp` into ks-web and back, with the commands kubectl runs: a tar stream into
+/// `tar -xmf - -C /tmp` (over SPDY, whose stdin stream a client can close, as kubectl
+/// 1.28 does), then `tar cf - cp-src` read back over WebSocket and unpacked here.
+async fn kubectl_cp_both_ways(api: &str, pods: &Api<Pod>, dir: &Path) {
+    let src = dir.join("cp-src");
+    std::fs::create_dir_all(src.join("deep")).expect("mkdir");
+    std::fs::write(src.join("notes.txt"), "copied in\n").expect("write");
+    let binary: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(src.join("deep/blob.bin"), &binary).expect("write");
+    let tar = |args: &[&str], input: Option<&[u8]>| {
+        let mut child = std::process::Command::new("tar")
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("tar");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(bytes) = input {
+            std::io::Write::write_all(&mut stdin, bytes).expect("into tar");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("tar");
+        assert!(out.status.success(), "tar {args:?}: {:?}", out.status);
+        out.stdout
+    };
+    let archive = tar(&["cf", "-", "-C", &dir.to_string_lossy(), "cp-src"], None);
+    let (_, out, status) = spdy::exec_stdin(
+        api,
+        "ks-web",
+        &["tar", "-xmf", "-", "-C", "/tmp"],
+        Some(&archive),
+    )
+    .await;
+    assert!(
+        status.contains("\"Success\""),
+        "tar -x in the pod: {status} {out}"
+    );
+
+    let mut back = pods
+        .exec(
+            "ks-web",
+            ["tar", "cf", "-", "-C", "/tmp", "cp-src"],
+            &AttachParams::default().stdout(true).stderr(false),
+        )
+        .await
+        .expect("exec tar cf");
+    let mut packed = Vec::new();
+    back.stdout()
+        .expect("stdout")
+        .read_to_end(&mut packed)
+        .await
+        .expect("tar stream");
+    back.join().await.expect("join");
+    let out_dir = dir.join("cp-back");
+    std::fs::create_dir_all(&out_dir).expect("mkdir");
+    tar(
+        &["xf", "-", "-C", &out_dir.to_string_lossy()],
+        Some(&packed),
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("cp-src/notes.txt")).expect("notes back"),
+        "copied in\n"
+    );
+    assert!(
+        std::fs::read(out_dir.join("cp-src/deep/blob.bin")).expect("blob back") == binary,
+        "the binary file came back unchanged"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
@@ -467,6 +539,22 @@ async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {
         "every byte arrived"
     );
     cp.abort();
+    kubectl_cp_both_ways(&served.url(), &pods, &dir).await;
+
+    // The conformance tests' own WebSocket readers, through the API server: the log (which
+    // the API server wraps; the kubelet answers a plain GET) and a command's output over
+    // the original `channel.k8s.io`.
+    assert_eq!(websocket::logs(&served.url(), "ks-web", "web").await, all);
+    assert_eq!(
+        websocket::exec_stdout(
+            &served.url(),
+            "ks-web",
+            "web",
+            &["echo", "remote execution test"]
+        )
+        .await,
+        "remote execution test\n"
+    );
 
     // The same through SPDY, as kubectl 1.28 sends it.
     let (head, out, status) = spdy::exec(&served.url(), "ks-web", &["echo", "spdy"]).await;

@@ -87,6 +87,15 @@ pub async fn read(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Frame> {
     })
 }
 
+/// A data frame of `stream`.
+pub fn data(stream: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = stream.to_be_bytes().to_vec();
+    f.push(flags);
+    f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    f.extend_from_slice(payload);
+    f
+}
+
 pub async fn write(w: &mut (impl AsyncWrite + Unpin), frame: &[u8]) {
     w.write_all(frame).await.expect("write a frame");
 }
@@ -126,11 +135,26 @@ async fn upgrade(api: &str, path: &str, protocols: &[&str]) -> (tokio::net::TcpS
 /// upgrade to SPDY/3.1 (protocol v4), a PING answered, an error and a stdout stream
 /// made; returns (what the 101 said, stdout, the status on the error stream).
 pub async fn exec(api: &str, pod: &str, command: &[&str]) -> (String, String, String) {
+    exec_stdin(api, pod, command, None).await
+}
+
+/// [`exec`], with `stdin` (when given) sent on a stream of its own and closed after it,
+/// as `kubectl cp` sends a tar stream: the command sees its input end.
+pub async fn exec_stdin(
+    api: &str,
+    pod: &str,
+    command: &[&str],
+    stdin: Option<&[u8]>,
+) -> (String, String, String) {
     let query: String = command
         .iter()
-        .map(|c| format!("command={c}&"))
+        .map(|c| format!("command={}&", c.replace(' ', "%20")))
         .collect::<String>()
-        + "stdout=true";
+        + if stdin.is_some() {
+            "stdin=true&stdout=true"
+        } else {
+            "stdout=true"
+        };
     let (mut s, head) = upgrade(
         api,
         &format!("/api/v1/namespaces/default/pods/{pod}/exec?{query}"),
@@ -149,6 +173,21 @@ pub async fn exec(api: &str, pod: &str, command: &[&str]) -> (String, String, St
         &headers.syn_stream(3, FIN, &[("streamtype", "stdout")]),
     )
     .await;
+    if let Some(input) = stdin {
+        write(
+            &mut s,
+            &headers.syn_stream(5, 0, &[("streamtype", "stdin")]),
+        )
+        .await;
+        let mut chunks = input.chunks(64 << 10).peekable();
+        while let Some(chunk) = chunks.next() {
+            let last = chunks.peek().is_none();
+            write(&mut s, &data(5, if last { FIN } else { 0 }, chunk)).await;
+        }
+        if input.is_empty() {
+            write(&mut s, &data(5, FIN, &[])).await;
+        }
+    }
     let (mut out, mut status, mut pinged) = (Vec::new(), Vec::new(), false);
     let (mut out_done, mut status_done) = (false, false);
     let frames = async {
@@ -208,11 +247,7 @@ pub async fn port_forward(api: &str, pod: &str, port: u16, request: &[u8], want:
     };
     write(&mut s, &headers.syn_stream(1, FIN, &pairs("error"))).await;
     write(&mut s, &headers.syn_stream(3, 0, &pairs("data"))).await;
-    let mut data = 3u32.to_be_bytes().to_vec();
-    data.push(0);
-    data.extend_from_slice(&(request.len() as u32).to_be_bytes()[1..]);
-    data.extend_from_slice(request);
-    write(&mut s, &data).await;
+    write(&mut s, &data(3, 0, request)).await;
     let mut got = Vec::new();
     let frames = async {
         while !String::from_utf8_lossy(&got).contains(want) {
