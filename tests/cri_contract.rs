@@ -55,6 +55,7 @@ contract!(
     stop_grace_period,
     remove_running_container,
     container_events,
+    pod_sandbox_stats,
 );
 
 const SECOND: i64 = 1_000_000_000;
@@ -974,4 +975,118 @@ async fn container_events(rt: &Runtime) {
             ContainerEventType::ContainerDeletedEvent,
         ]
     );
+}
+
+/// containerd measures a sandbox through its cgroup parent: with one, its cgroup,
+/// network namespace, process count and containers; without (a sandbox no kubelet would
+/// make), the call fails naming the sandbox. Stopped sandboxes are not listed.
+async fn pod_sandbox_stats(rt: &Runtime) {
+    let mut config = rt.sandbox_config("sandbox-stats", false);
+    let uid = config
+        .metadata
+        .as_ref()
+        .map(|m| m.uid.clone())
+        .unwrap_or_default();
+    let parent = format!("/wasmlet-contract/pod{uid}");
+    if let Some(linux) = config.linux.as_mut() {
+        linux.cgroup_parent = parent.clone();
+    }
+    let sandbox = rt
+        .client
+        .run_pod_sandbox(config.clone(), "")
+        .await
+        .expect("RunPodSandbox");
+    let pod = (sandbox, config);
+    let id = rt.start(&pod, "main", SLEEP).await;
+    let by_id = |id: &str| PodSandboxStatsFilter {
+        id: id.to_owned(),
+        ..Default::default()
+    };
+    let list = rt
+        .client
+        .list_pod_sandbox_stats(Some(by_id(&pod.0)))
+        .await
+        .expect("ListPodSandboxStats");
+    assert_eq!(list.len(), 1, "{list:?}");
+    let stats = &list[0];
+    let attributes = stats.attributes.as_ref().expect("attributes");
+    assert_eq!(attributes.id, pod.0);
+    assert_eq!(
+        attributes.metadata, pod.1.metadata,
+        "the sandbox's own metadata"
+    );
+    let linux = stats.linux.as_ref().expect("linux stats");
+    let cpu = linux.cpu.as_ref().expect("cpu");
+    assert!(
+        cpu.timestamp > 0 && cpu.usage_core_nano_seconds.is_some(),
+        "{cpu:?}"
+    );
+    let memory = linux.memory.as_ref().expect("memory");
+    assert!(
+        memory
+            .working_set_bytes
+            .as_ref()
+            .is_some_and(|v| v.value > 0),
+        "{memory:?}"
+    );
+    assert!(
+        linux
+            .containers
+            .iter()
+            .any(|c| c.attributes.as_ref().is_some_and(|a| a.id == id)),
+        "its container among its stats: {linux:?}"
+    );
+    let network = linux
+        .network
+        .as_ref()
+        .expect("network of the pod's namespace");
+    let eth0 = network
+        .default_interface
+        .as_ref()
+        .expect("default interface");
+    assert_eq!(eth0.name, "eth0");
+    assert!(
+        eth0.rx_bytes.is_some() && eth0.tx_bytes.is_some(),
+        "{eth0:?}"
+    );
+
+    let bare = rt.run_pod("sandbox-stats-bare", false).await;
+    let e = rt
+        .client
+        .list_pod_sandbox_stats(Some(by_id(&bare.0)))
+        .await
+        .expect_err("no cgroup parent, no stats");
+    let text = e.to_string();
+    assert!(
+        text.contains(&bare.0) && text.contains("cgroupPath is empty"),
+        "{text}"
+    );
+
+    rt.client
+        .stop_pod_sandbox(&pod.0)
+        .await
+        .expect("StopPodSandbox");
+    let after = rt
+        .client
+        .list_pod_sandbox_stats(Some(by_id(&pod.0)))
+        .await
+        .expect("ListPodSandboxStats");
+    assert!(
+        after.is_empty(),
+        "a stopped sandbox has no stats: {after:?}"
+    );
+    if rt.kind == Kind::Containerd {
+        // The parent runc made in each hierarchy, empty once the sandbox is gone.
+        rt.client
+            .remove_pod_sandbox(&pod.0)
+            .await
+            .expect("RemovePodSandbox");
+        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+            for h in hierarchies.flatten() {
+                let dir = h.path().join(parent.trim_start_matches('/'));
+                let _ = std::fs::remove_dir(&dir);
+                let _ = std::fs::remove_dir(h.path().join("wasmlet-contract"));
+            }
+        }
+    }
 }

@@ -293,6 +293,9 @@ impl StatusManager {
             previous: Some(&e.status),
             now: ctx.now,
             evicted: e.evicted.as_ref().map(|(r, m)| (r.as_str(), m.as_str())),
+            // A grace of the node's own is the eviction manager's; a deadline keeps the
+            // pod's.
+            disruption: e.evicted.is_some() && e.eviction_grace.is_some(),
         });
         let changed = e.status != new || e.version == 0;
         if changed {

@@ -169,6 +169,15 @@ impl CriRuntime for Simulator {
             Simulator::list_container_stats(self, filter).await,
         )
     }
+    async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<PodSandboxStatsFilter>,
+    ) -> Result<Vec<PodSandboxStats>> {
+        map(
+            "ListPodSandboxStats",
+            Simulator::list_pod_sandbox_stats(self, filter).await,
+        )
+    }
     async fn container_events(&self) -> Result<EventStream> {
         let rx = map(
             "GetContainerEvents",

@@ -221,6 +221,31 @@ impl RuntimeService for SimService {
         })
     }
 
+    async fn pod_sandbox_stats(
+        &self,
+        r: Request<PodSandboxStatsRequest>,
+    ) -> Reply<PodSandboxStatsResponse> {
+        ok(PodSandboxStatsResponse {
+            stats: Some(
+                self.sim
+                    .pod_sandbox_stats(&r.into_inner().pod_sandbox_id)
+                    .await?,
+            ),
+        })
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        r: Request<ListPodSandboxStatsRequest>,
+    ) -> Reply<ListPodSandboxStatsResponse> {
+        ok(ListPodSandboxStatsResponse {
+            stats: self
+                .sim
+                .list_pod_sandbox_stats(r.into_inner().filter)
+                .await?,
+        })
+    }
+
     async fn status(&self, r: Request<StatusRequest>) -> Reply<StatusResponse> {
         ok(self.sim.status(r.into_inner().verbose).await?)
     }

@@ -23,6 +23,7 @@ use crate::image::{ImageStore, normalize_reference};
 use crate::script::{FAIL_RUN_SANDBOX_ANNOTATION, Script, ScriptError};
 use crate::shell::{self, End, Files, Mode, Program};
 
+mod stats;
 mod streaming;
 
 /// How many events a slow `GetContainerEvents` consumer may fall behind before its
@@ -1021,38 +1022,6 @@ impl Simulator {
         })
     }
 
-    /// `ContainerStats`.
-    pub(crate) async fn container_stats(&self, id: &str) -> Result<proto::ContainerStats, Status> {
-        self.enter("ContainerStats").await?;
-        let st = self.inner.lock();
-        let c = st
-            .containers
-            .get(id)
-            .ok_or_else(|| container_not_found(id))?;
-        Ok(c.stats(self.inner.clock.now()))
-    }
-
-    /// `ListContainerStats`.
-    pub(crate) async fn list_container_stats(
-        &self,
-        filter: Option<proto::ContainerStatsFilter>,
-    ) -> Result<Vec<proto::ContainerStats>, Status> {
-        self.enter("ListContainerStats").await?;
-        let st = self.inner.lock();
-        let filter = filter.unwrap_or_default();
-        let now = self.inner.clock.now();
-        let id = resolve_id(&filter.id, &st.containers);
-        let sandbox = resolve_id(&filter.pod_sandbox_id, &st.sandboxes);
-        Ok(st
-            .containers
-            .values()
-            .filter(|c| id.as_deref().is_none_or(|id| c.id == id))
-            .filter(|c| sandbox.as_deref().is_none_or(|s| c.sandbox_id == s))
-            .filter(|c| selector_matches(&filter.label_selector, &c.config.labels))
-            .map(|c| c.stats(now))
-            .collect())
-    }
-
     /// `GetContainerEvents`: a receiver of every event from now on.
     pub(crate) async fn container_events(
         &self,
@@ -1134,27 +1103,6 @@ impl Simulator {
         let reference = image.map(|i| i.image).unwrap_or_default();
         self.inner.lock().images.remove(&reference);
         Ok(())
-    }
-
-    /// `ImageFsInfo`.
-    pub(crate) async fn image_fs_info(&self) -> Result<proto::ImageFsInfoResponse, Status> {
-        self.enter("ImageFsInfo").await?;
-        let st = self.inner.lock();
-        let (bytes, count) = st
-            .images
-            .all()
-            .fold((0, 0), |(b, n), i| (b + i.size, n + 1));
-        Ok(proto::ImageFsInfoResponse {
-            image_filesystems: vec![proto::FilesystemUsage {
-                timestamp: self.inner.clock.now(),
-                fs_id: Some(proto::FilesystemIdentifier {
-                    mountpoint: "/var/lib/wasmlet-cri-sim/snapshots".into(),
-                }),
-                used_bytes: Some(proto::UInt64Value { value: bytes }),
-                inodes_used: Some(proto::UInt64Value { value: count * 300 }),
-            }],
-            container_filesystems: Vec::new(),
-        })
     }
 
     // ------------------------------------------------------------ internals
@@ -1496,48 +1444,6 @@ impl Container {
             labels: self.config.labels.clone(),
             annotations: self.config.annotations.clone(),
             image_id: String::new(),
-        }
-    }
-
-    fn stats(&self, now: i64) -> proto::ContainerStats {
-        let running = self.state == ContainerState::ContainerRunning;
-        // A modest, steady synthetic load: 1 ms of CPU per second run, 4 MiB resident.
-        let ran_ns = if self.started_at > 0 {
-            let end = if running { now } else { self.finished_at };
-            (end - self.started_at).max(0) as u64
-        } else {
-            0
-        };
-        let value = |v: u64| Some(proto::UInt64Value { value: v });
-        let memory = if running { 4 << 20 } else { 0 };
-        proto::ContainerStats {
-            attributes: Some(proto::ContainerAttributes {
-                id: self.id.clone(),
-                metadata: self.config.metadata.clone(),
-                labels: self.config.labels.clone(),
-                annotations: self.config.annotations.clone(),
-            }),
-            cpu: Some(proto::CpuUsage {
-                timestamp: now,
-                usage_core_nano_seconds: value(ran_ns / 1000),
-                usage_nano_cores: value(if running { 1_000_000 } else { 0 }),
-            }),
-            memory: Some(proto::MemoryUsage {
-                timestamp: now,
-                working_set_bytes: value(memory),
-                usage_bytes: value(memory),
-                rss_bytes: value(memory),
-                ..Default::default()
-            }),
-            writable_layer: Some(proto::FilesystemUsage {
-                timestamp: now,
-                fs_id: Some(proto::FilesystemIdentifier {
-                    mountpoint: "/var/lib/wasmlet-cri-sim/snapshots".into(),
-                }),
-                used_bytes: value(4096),
-                inodes_used: value(1),
-            }),
-            swap: None,
         }
     }
 }

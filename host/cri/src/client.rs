@@ -672,6 +672,22 @@ impl CriRuntime for CriClient {
         .map(|r| r.stats)
     }
 
+    async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<PodSandboxStatsFilter>,
+    ) -> Result<Vec<PodSandboxStats>> {
+        let req = ListPodSandboxStatsRequest { filter };
+        self.unary(
+            "ListPodSandboxStats",
+            self.read_timeout(),
+            Retry::Idempotent,
+            req,
+            |c, r| async move { c.runtime().list_pod_sandbox_stats(r).await },
+        )
+        .await
+        .map(|r| r.stats)
+    }
+
     async fn container_events(&self) -> Result<EventStream> {
         let endpoint = self.endpoint.shared();
         let stream = self

@@ -247,6 +247,16 @@ impl<R: CriRuntime> CriRuntime for Recorder<R> {
             self.inner.list_container_stats(filter).await,
         )
     }
+    async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<PodSandboxStatsFilter>,
+    ) -> Result<Vec<PodSandboxStats>> {
+        self.record(
+            "ListPodSandboxStats",
+            "",
+            self.inner.list_pod_sandbox_stats(filter).await,
+        )
+    }
     async fn container_events(&self) -> Result<EventStream> {
         self.record(
             "GetContainerEvents",

@@ -12,8 +12,8 @@ use crate::proto::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerEventResponse, ContainerFilter,
     ContainerStats, ContainerStatsFilter, ContainerStatusResponse, ExecRequest, ExecSyncResponse,
     Image, ImageFilter, ImageFsInfoResponse, ImageSpec, LinuxContainerResources, PodSandbox,
-    PodSandboxConfig, PodSandboxFilter, PodSandboxStatusResponse, RuntimeConfigResponse,
-    StatusResponse, VersionResponse,
+    PodSandboxConfig, PodSandboxFilter, PodSandboxStats, PodSandboxStatsFilter,
+    PodSandboxStatusResponse, RuntimeConfigResponse, StatusResponse, VersionResponse,
 };
 
 /// Result of a CRI call.
@@ -148,6 +148,12 @@ pub trait CriRuntime: Send + Sync {
         &self,
         filter: Option<ContainerStatsFilter>,
     ) -> impl Future<Output = Result<Vec<ContainerStats>>> + Send;
+    /// `ListPodSandboxStats`: each sandbox's cgroup, network and process count as the
+    /// runtime measures them.
+    fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<PodSandboxStatsFilter>,
+    ) -> impl Future<Output = Result<Vec<PodSandboxStats>>> + Send;
     /// `GetContainerEvents`. [`crate::ErrorKind::Unimplemented`] where the runtime has
     /// no event stream (containerd 1.6).
     fn container_events(&self) -> impl Future<Output = Result<EventStream>> + Send;

@@ -1,8 +1,8 @@
 //! One stats sample of the node and its pods ([`Collector::collect`]): CPU and memory
 //! from the cgroups (the pod cgroups wasmlet makes, the containers' below them; the
-//! runtime's `ListContainerStats` for what has no cgroup here), writable layers and the
-//! image filesystem from the CRI, logs and emptyDirs from the disk, CPU rates from the
-//! previous sample.
+//! runtime's `ListContainerStats` for containers, and its `ListPodSandboxStats` for pods,
+//! whose cgroup the agent cannot read), writable layers and the image filesystem from
+//! the CRI, logs and emptyDirs from the disk, CPU rates from the previous sample.
 //!
 //! Whatever cannot be read is left out of the sample — a cgroup gone with its pod, a
 //! filesystem that cannot be stat'ed, a CRI call the runtime does not implement — and
@@ -16,6 +16,9 @@ use wasmlet_cri::proto;
 use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::cgroup::Memory;
+
+/// The sandbox label that carries the pod's UID (the kubelet's, which the agent sets).
+const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 use crate::node::{self, DEFAULT_INTERFACE, Fs, Interface, NodeFiles};
 use crate::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
@@ -110,6 +113,17 @@ impl Complaints {
     }
 }
 
+/// Where one pod's numbers come from besides its own files.
+struct PodSources<'a> {
+    /// Its pod cgroup's CPU counter (`None`: no pod cgroup the agent reads).
+    pod_cpu: Option<u64>,
+    /// The runtime's stats of its sandbox, asked for when the agent cannot read the pod
+    /// cgroup the runtime was given.
+    sandbox: Option<&'a proto::LinuxPodSandboxStats>,
+    /// The runtime's stats of containers, by id.
+    containers: &'a HashMap<String, proto::ContainerStats>,
+}
+
 /// How long what changes slowly is reused: memory limits, a pod's process (for its
 /// network), and disk use of logs and emptyDirs (the kubelet's volumeStatsAggPeriod).
 pub const SLOW_PERIOD_NS: i64 = 60_000_000_000;
@@ -129,6 +143,11 @@ pub struct Collector<R> {
     /// A process in each pod (UID), to read its network namespace's counters from, and
     /// when a pod without one was last looked at.
     pids: HashMap<String, (Option<u32>, i64)>,
+    /// The runtime answered `ListPodSandboxStats` with UNIMPLEMENTED: not asked again.
+    no_sandbox_stats: bool,
+    /// When the runtime last failed to measure a pod's sandbox (UID): asked again once a
+    /// minute.
+    sandbox_failed: HashMap<String, i64>,
 }
 
 impl<R: CriRuntime> Collector<R> {
@@ -144,6 +163,8 @@ impl<R: CriRuntime> Collector<R> {
             limits: HashMap::new(),
             disk: HashMap::new(),
             pids: HashMap::new(),
+            no_sandbox_stats: false,
+            sandbox_failed: HashMap::new(),
         }
     }
 
@@ -221,12 +242,30 @@ impl<R: CriRuntime> Collector<R> {
         let nodefs = node.fs.clone();
         let mut out = Vec::with_capacity(pods.len());
         for pod in &pods {
-            out.push(self.pod(pod, now, &time, &cri_stats, nodefs.as_ref()));
+            // The pod cgroup's CPU counter, read first: it also says whether the agent
+            // reads the cgroup. One the runtime was given that the agent cannot read
+            // (no cgroup filesystem here, another layout) is the runtime's to measure.
+            let pod_cpu = match (&self.settings.files.cgroups, pod.cgroup.as_deref()) {
+                (Some(cg), Some(pc)) => cg.cpu_ns(pc).ok(),
+                _ => None,
+            };
+            let sandbox = match (pod_cpu, &pod.cgroup) {
+                (None, Some(_)) => self.sandbox_stats(&pod.uid, now).await,
+                _ => None,
+            };
+            let from = PodSources {
+                pod_cpu,
+                sandbox: sandbox.as_ref(),
+                containers: &cri_stats,
+            };
+            out.push(self.pod(pod, now, &time, from, nodefs.as_ref()));
         }
         // CPU readings not taken in this sample belong to what is gone.
         self.previous.retain(|_, (_, at)| *at == now);
         let live: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         self.pids.retain(|uid, _| live.contains(uid.as_str()));
+        self.sandbox_failed
+            .retain(|uid, _| live.contains(uid.as_str()));
         self.limits.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
         self.disk.retain(|_, (_, at)| now - *at < SLOW_PERIOD_NS);
         // Counters of pods and containers gone are closed.
@@ -274,6 +313,41 @@ impl<R: CriRuntime> Collector<R> {
                 HashMap::new()
             }
         }
+    }
+
+    /// The runtime's stats of pod `uid`'s ready sandbox (the newest attempt), found by
+    /// the pod UID label the agent gives sandboxes.
+    async fn sandbox_stats(&mut self, uid: &str, now: i64) -> Option<proto::LinuxPodSandboxStats> {
+        if self.no_sandbox_stats
+            || self
+                .sandbox_failed
+                .get(uid)
+                .is_some_and(|at| now - at < SLOW_PERIOD_NS)
+        {
+            return None;
+        }
+        let filter = proto::PodSandboxStatsFilter {
+            label_selector: [(POD_UID_LABEL.to_owned(), uid.to_owned())].into(),
+            ..Default::default()
+        };
+        let list = match self.runtime.list_pod_sandbox_stats(Some(filter)).await {
+            Ok(list) => list,
+            Err(e) => {
+                let what = if e.kind() == ErrorKind::Unimplemented {
+                    self.no_sandbox_stats = true;
+                    "pods whose cgroup the agent cannot read (the runtime has no ListPodSandboxStats)"
+                } else {
+                    self.sandbox_failed.insert(uid.to_owned(), now);
+                    "pods whose cgroup the agent cannot read (ListPodSandboxStats failed)"
+                };
+                self.complaints.once(what, &e);
+                return None;
+            }
+        };
+        list.into_iter()
+            .filter_map(|s| Some((s.attributes?.metadata?.attempt, s.linux?)))
+            .max_by_key(|(attempt, _)| *attempt)
+            .map(|(_, linux)| linux)
     }
 
     async fn image_fs(&mut self) -> Option<FsStats> {
@@ -374,15 +448,15 @@ impl<R: CriRuntime> Collector<R> {
         pod: &PodInfo,
         now: i64,
         time: &str,
-        cri: &HashMap<String, proto::ContainerStats>,
+        from: PodSources<'_>,
         nodefs: Option<&FsStats>,
     ) -> PodStats {
         let cgroups = self.settings.files.cgroups.clone();
-        // The pod cgroup's CPU counter, read first: it also says whether it exists.
-        let pod_cpu = match (&cgroups, pod.cgroup.as_deref()) {
-            (Some(cg), Some(pc)) => cg.cpu_ns(pc).ok(),
-            _ => None,
-        };
+        let PodSources {
+            pod_cpu,
+            sandbox,
+            containers: cri,
+        } = from;
         let pod_cgroup = pod.cgroup.as_deref().filter(|_| pod_cpu.is_some());
         let mut containers = Vec::with_capacity(pod.containers.len());
         let mut ephemeral_used = 0u64;
@@ -462,8 +536,27 @@ impl<R: CriRuntime> Collector<R> {
                 let mem = self.cgroup_memory(cg, pc, now, time);
                 (cpu, mem, cg.processes(pc).ok())
             }
+            _ if sandbox.is_some() => {
+                // No pod cgroup here: the runtime's measure of the sandbox.
+                let s = sandbox.map(|s| {
+                    let v = |x: Option<&proto::UInt64Value>| x.map(|v| v.value);
+                    (
+                        v(s.cpu
+                            .as_ref()
+                            .and_then(|c| c.usage_core_nano_seconds.as_ref())),
+                        s.memory.as_ref().map(|m| cri_memory(m, time)),
+                        v(s.process.as_ref().and_then(|p| p.process_count.as_ref())),
+                    )
+                });
+                let (ns, mem, processes) = s.unwrap_or_default();
+                (
+                    ns.map(|ns| self.cpu(key.clone(), ns, now, time)),
+                    mem,
+                    processes,
+                )
+            }
             _ => {
-                // No pod cgroup: the pod is the sum of its containers.
+                // Neither: the pod is the sum of its containers.
                 let cpu = sum(containers.iter().map(|c| c.cpu.as_ref()), |c| {
                     c.usage_core_nano_seconds
                 })
@@ -487,7 +580,9 @@ impl<R: CriRuntime> Collector<R> {
         };
         let network = match (&cgroups, pod_cgroup) {
             (Some(cg), Some(pc)) => self.pod_network(&pod.uid, cg, pc, now, time),
-            _ => None,
+            _ => sandbox
+                .and_then(|s| s.network.as_ref())
+                .map(|n| cri_network(n, time)),
         };
         PodStats {
             pod_ref: PodReference {
@@ -571,6 +666,29 @@ fn cri_memory(m: &proto::MemoryUsage, time: &str) -> MemoryStats {
         rss_bytes: v(&m.rss_bytes),
         page_faults: v(&m.page_faults),
         major_page_faults: v(&m.major_page_faults),
+    }
+}
+
+/// The runtime's network usage of a sandbox: the default interface, and every one
+/// (the default included) as the node's are listed.
+fn cri_network(n: &proto::NetworkUsage, time: &str) -> NetworkStats {
+    let v = |x: &Option<proto::UInt64Value>| x.as_ref().map(|v| v.value);
+    let stats = |i: &proto::NetworkInterfaceUsage| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: v(&i.rx_bytes),
+        rx_errors: v(&i.rx_errors),
+        tx_bytes: v(&i.tx_bytes),
+        tx_errors: v(&i.tx_errors),
+    };
+    let default = n.default_interface.as_ref().map(stats);
+    NetworkStats {
+        time: time.to_owned(),
+        interfaces: default
+            .iter()
+            .cloned()
+            .chain(n.interfaces.iter().map(stats))
+            .collect(),
+        default: default.unwrap_or_default(),
     }
 }
 

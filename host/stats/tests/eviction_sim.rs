@@ -256,6 +256,18 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi. \
          Container app was using 7000Mi, request is 0, has larger consumption of memory. "
     );
+    let status = agent.ctx.statuses.get("hog").expect("hog").status;
+    let target = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("a DisruptionTarget condition");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_deref()),
+        ("True", Some("TerminationByKubelet"))
+    );
+    assert_eq!(target.message.as_deref(), Some(message.as_str()));
     let evicted: Vec<_> = events
         .events()
         .into_iter()

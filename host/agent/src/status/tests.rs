@@ -1,0 +1,359 @@
+//! The pod status the kubelet would report, case by case.
+
+use super::*;
+use crate::runtime::Sandbox;
+
+fn pod(policy: &str, inits: &[&str], apps: &[(&str, bool)]) -> k8s::Pod {
+    let c = |n: &str, readiness: bool| k8s::Container {
+        name: n.into(),
+        image: Some("busybox".into()),
+        readiness_probe: readiness.then(|| k8s::Probe {
+            tcp_socket: Some(Default::default()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    k8s::Pod {
+        spec: Some(k8s::PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: (!inits.is_empty())
+                .then(|| inits.iter().map(|n| c(n, false)).collect()),
+            containers: apps.iter().map(|(n, r)| c(n, *r)).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn info(name: &str, created: i64, state: State, exit: i32) -> ContainerInfo {
+    ContainerInfo {
+        id: format!("{name}{created}"),
+        sandbox_id: "s".into(),
+        name: name.into(),
+        state,
+        created_at: created,
+        started_at: 1_795_000_000_000_000_000,
+        finished_at: if state == State::Exited {
+            1_795_000_001_000_000_000
+        } else {
+            0
+        },
+        exit_code: exit,
+        reason: match (state, exit) {
+            (State::Exited, 0) => "Completed".into(),
+            (State::Exited, _) => "Error".into(),
+            _ => String::new(),
+        },
+        message: String::new(),
+        image: "busybox".into(),
+        image_ref: "sha256:abc".into(),
+        hash: String::new(),
+        restart_count: i32::try_from(created).unwrap_or(0) - 1,
+        init: false,
+        detailed: true,
+    }
+}
+
+fn runtime(containers: Vec<ContainerInfo>) -> PodRuntime {
+    let mut rt = PodRuntime {
+        sandboxes: vec![Sandbox {
+            id: "s".into(),
+            attempt: 0,
+            ready: true,
+            created_at: 0,
+            ips: vec!["10.88.0.5".into()],
+            host_network: false,
+        }],
+        containers,
+        ..Default::default()
+    };
+    rt.sort();
+    rt
+}
+
+fn status(
+    pod: &k8s::Pod,
+    rt: &PodRuntime,
+    waiting: &BTreeMap<String, Waiting>,
+    ready: bool,
+) -> k8s::PodStatus {
+    let probes = move |_: &str| ProbeView {
+        ready: Some(ready),
+        started: Some(true),
+    };
+    compute(&Input {
+        pod,
+        runtime: rt,
+        runtime_name: "containerd",
+        host_ip: "192.168.1.2",
+        waiting,
+        probes: &probes,
+        start_time: Some("2026-11-22T10:00:00Z"),
+        previous: None,
+        now: "2026-11-22T10:00:01Z",
+        evicted: None,
+        disruption: false,
+    })
+}
+
+fn cond(s: &k8s::PodStatus, kind: &str) -> (String, Option<String>) {
+    let c = s
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == kind))
+        .expect("condition");
+    (c.status.clone(), c.message.clone())
+}
+
+#[test]
+fn a_running_pod_is_ready_when_its_probe_passes() {
+    let p = pod("Always", &[], &[("web", true)]);
+    let rt = runtime(vec![info("web", 1, State::Running, 0)]);
+    let none = BTreeMap::new();
+    let s = status(&p, &rt, &none, false);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(
+        cond(&s, "Ready"),
+        (
+            "False".into(),
+            Some("containers with unready status: [web]".into())
+        )
+    );
+    assert_eq!(cond(&s, "PodReadyToStartContainers").0, "True");
+    let s = status(&p, &rt, &none, true);
+    assert_eq!(cond(&s, "Ready").0, "True");
+    assert_eq!(cond(&s, "ContainersReady").0, "True");
+    assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+    assert_eq!(s.host_ip.as_deref(), Some("192.168.1.2"));
+    assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    let c = &s.container_statuses.as_ref().expect("statuses")[0];
+    assert!(c.ready);
+    assert_eq!(c.container_id.as_deref(), Some("containerd://web1"));
+    assert_eq!(c.image_id, "sha256:abc");
+    assert!(c.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
+}
+
+#[test]
+fn crash_loop_shows_waiting_with_the_last_termination() {
+    let p = pod("Always", &[], &[("c", false)]);
+    let rt = runtime(vec![info("c", 3, State::Exited, 1)]);
+    let waiting = BTreeMap::from([(
+        "c".to_string(),
+        Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 20s restarting failed container=c".into(),
+        },
+    )]);
+    let s = status(&p, &rt, &waiting, true);
+    assert_eq!(s.phase.as_deref(), Some("Running"), "Always restarts it");
+    let c = &s.container_statuses.as_ref().expect("statuses")[0];
+    let w = c
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .expect("waiting");
+    assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+    let last = c
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("last state");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(c.restart_count, 2);
+    assert!(!c.ready);
+}
+
+#[test]
+fn phases_follow_the_restart_policy() {
+    let none = BTreeMap::new();
+    for (policy, exits, phase) in [
+        ("Never", vec![0, 0], "Succeeded"),
+        ("Never", vec![0, 1], "Failed"),
+        ("OnFailure", vec![0, 0], "Succeeded"),
+        ("OnFailure", vec![0, 1], "Running"),
+        ("Always", vec![0, 0], "Running"),
+    ] {
+        let p = pod(policy, &[], &[("a", false), ("b", false)]);
+        let rt = runtime(vec![
+            info("a", 1, State::Exited, exits[0]),
+            info("b", 1, State::Exited, exits[1]),
+        ]);
+        let s = status(&p, &rt, &none, true);
+        assert_eq!(s.phase.as_deref(), Some(phase), "{policy} {exits:?}");
+        if phase == "Succeeded" || phase == "Failed" {
+            let ready = s
+                .conditions
+                .as_ref()
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.reason.clone());
+            assert_eq!(ready.as_deref(), Some("PodCompleted"));
+        }
+    }
+    let p = pod("Always", &[], &[("a", false)]);
+    let s = status(&p, &PodRuntime::default(), &none, true);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let c = &s.container_statuses.as_ref().expect("statuses")[0];
+    assert_eq!(
+        c.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("ContainerCreating")
+    );
+}
+
+#[test]
+fn init_containers_gate_initialized_and_the_phase() {
+    let none = BTreeMap::new();
+    let p = pod("Always", &["setup"], &[("app", false)]);
+    let rt = runtime(vec![info("setup", 1, State::Running, 0)]);
+    let s = status(&p, &rt, &none, true);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        cond(&s, "Initialized"),
+        (
+            "False".into(),
+            Some("containers with incomplete status: [setup]".into())
+        )
+    );
+    let app = &s.container_statuses.as_ref().expect("statuses")[0];
+    assert_eq!(
+        app.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.as_deref()),
+        Some("PodInitializing")
+    );
+    let rt = runtime(vec![
+        info("setup", 1, State::Exited, 0),
+        info("app", 2, State::Running, 0),
+    ]);
+    let s = status(&p, &rt, &none, true);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Initialized").0, "True");
+    let setup = &s.init_container_statuses.as_ref().expect("init statuses")[0];
+    assert!(setup.ready, "an init container that exited 0 is ready");
+    let never = pod("Never", &["setup"], &[("app", false)]);
+    let rt = runtime(vec![info("setup", 1, State::Running, 0)]);
+    let running = status(&never, &rt, &none, true);
+    assert!(!running.init_container_statuses.expect("statuses")[0].ready);
+    let rt = runtime(vec![info("setup", 1, State::Exited, 2)]);
+    let failed = status(&never, &rt, &none, true);
+    assert_eq!(failed.phase.as_deref(), Some("Failed"));
+    assert!(
+        !failed.init_container_statuses.expect("statuses")[0].ready,
+        "a failed init container is not ready"
+    );
+}
+
+#[test]
+fn qos_classes() {
+    let with = |requests: &[(&str, &str)], limits: &[(&str, &str)]| {
+        let q = |pairs: &[(&str, &str)]| {
+            (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string(),
+                            k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
+                        )
+                    })
+                    .collect()
+            })
+        };
+        let mut p = pod("Always", &[], &[("a", false)]);
+        if let Some(s) = p.spec.as_mut() {
+            s.containers[0].resources = Some(k8s::ResourceRequirements {
+                requests: q(requests),
+                limits: q(limits),
+                ..Default::default()
+            });
+        }
+        qos_class(&p)
+    };
+    assert_eq!(with(&[], &[]), "BestEffort");
+    assert_eq!(with(&[("cpu", "100m")], &[]), "Burstable");
+    assert_eq!(with(&[], &[("cpu", "1"), ("memory", "64Mi")]), "Guaranteed");
+    assert_eq!(
+        with(
+            &[("cpu", "1000m"), ("memory", "64Mi")],
+            &[("cpu", "1"), ("memory", "64Mi")]
+        ),
+        "Guaranteed"
+    );
+    assert_eq!(
+        with(
+            &[("cpu", "500m"), ("memory", "64Mi")],
+            &[("cpu", "1"), ("memory", "64Mi")]
+        ),
+        "Burstable"
+    );
+    assert_eq!(with(&[], &[("cpu", "1")]), "Burstable");
+}
+
+#[test]
+fn rejected_pods_fail_with_the_plugins_reason() {
+    let s = rejected(
+        "OutOfcpu",
+        "Node didn't have enough resource: cpu, requested: 2000, used: 500, capacity: 2000",
+        "10.0.0.1",
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("OutOfcpu"));
+    assert!(
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Pod was rejected: Node didn't"))
+    );
+}
+
+#[test]
+fn a_pod_evicted_for_pressure_is_a_disruption_target_and_a_deadline_is_not() {
+    let p = pod("Always", &[], &[("c", false)]);
+    let rt = runtime(vec![info("c", 1, State::Running, 0)]);
+    let none = BTreeMap::new();
+    let probes = |_: &str| ProbeView {
+        ready: Some(true),
+        started: Some(true),
+    };
+    let message =
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 90Mi. ";
+    let ended = |reason: &'static str, disruption: bool| {
+        compute(&Input {
+            pod: &p,
+            runtime: &rt,
+            runtime_name: "containerd",
+            host_ip: "192.168.1.2",
+            waiting: &none,
+            probes: &probes,
+            start_time: Some("2026-11-22T10:00:00Z"),
+            previous: None,
+            now: "2026-11-22T10:00:01Z",
+            evicted: Some((reason, message)),
+            disruption,
+        })
+    };
+    let s = ended("Evicted", true);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    let target = s
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_deref()),
+        ("True", Some("TerminationByKubelet"))
+    );
+    assert_eq!(target.message.as_deref(), Some(message));
+    let s = ended("DeadlineExceeded", false);
+    assert!(
+        s.conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "DisruptionTarget"),
+        "activeDeadlineSeconds is not a disruption"
+    );
+}
