@@ -16,9 +16,11 @@ use std::time::Instant;
 
 use wasmlet_bench::{Budget, cpu_time, header, row, time_async};
 use wasmlet_cri_sim::Simulator;
-use wasmlet_stats::cgroup::Cgroups;
+use wasmlet_stats::cgroup::{Cgroups, ProcessCgroups};
 use wasmlet_stats::node::NodeFiles;
-use wasmlet_stats::{Collector, CollectorSettings, ContainerRef, PodInfo, PodLister};
+use wasmlet_stats::{
+    Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, SystemContainer,
+};
 
 const PODS: usize = 110;
 
@@ -121,6 +123,14 @@ async fn main() {
                 cgroups: Some(cg),
                 ..NodeFiles::default()
             },
+            // The parent of the pod cgroups, as the agent reports it.
+            system_containers: vec![SystemContainer {
+                name: "pods".into(),
+                cgroups: ProcessCgroups {
+                    cpu: Some("/wasmlet-bench".into()),
+                    memory: Some("/wasmlet-bench".into()),
+                },
+            }],
         },
     );
     let budget = Budget::from_args(200);

@@ -67,6 +67,11 @@ impl PodCgroups {
         }
     }
 
+    /// The cgroup every pod cgroup is made under (cgroupfs form: `/wasmlet`).
+    pub fn root_cgroup(&self) -> String {
+        format!("/{}", self.parent)
+    }
+
     /// The sandbox's `cgroup_parent` for pod `uid` (cgroupfs form: `/wasmlet/pod<uid>`).
     pub fn cgroup_parent(&self, uid: &str) -> String {
         format!("/{}/pod{uid}", self.parent)

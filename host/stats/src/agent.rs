@@ -85,13 +85,35 @@ pub fn collector<R: CriRuntime + 'static>(
     agent: &Arc<Agent<R>>,
     root_dir: &std::path::Path,
 ) -> crate::Collector<R> {
+    let files = crate::node::NodeFiles::default();
+    // The kubelet's own system containers: where it runs, and where the pods do.
+    let mut system_containers = Vec::new();
+    if let Some(cg) = &files.cgroups
+        && let Ok(text) = std::fs::read_to_string(files.proc.join("self/cgroup"))
+    {
+        system_containers.push(crate::SystemContainer {
+            name: "kubelet".into(),
+            cgroups: crate::cgroup::ProcessCgroups::parse(&text, cg.v2()),
+        });
+    }
+    if let Some(pods) = &agent.ctx.node.pod_cgroups {
+        let root = Some(pods.root_cgroup());
+        system_containers.push(crate::SystemContainer {
+            name: "pods".into(),
+            cgroups: crate::cgroup::ProcessCgroups {
+                cpu: root.clone(),
+                memory: root,
+            },
+        });
+    }
     crate::Collector::new(
         agent.ctx.runtime.clone(),
         Arc::new(AgentPods(agent.clone())),
         crate::CollectorSettings {
             node_name: agent.node.name.clone(),
             root_dir: root_dir.to_path_buf(),
-            files: crate::node::NodeFiles::default(),
+            files,
+            system_containers,
         },
     )
 }

@@ -175,6 +175,44 @@ impl Cgroups {
     }
 }
 
+/// Where a process runs, from its `/proc/<pid>/cgroup`: its CPU-accounting and memory
+/// cgroups (one path on v2; on v1 each hierarchy has its own, and they can differ).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessCgroups {
+    /// The cgroup CPU time is charged to.
+    pub cpu: Option<String>,
+    /// The cgroup memory is charged to.
+    pub memory: Option<String>,
+}
+
+impl ProcessCgroups {
+    /// Reads `text` (a `/proc/<pid>/cgroup`) as `v2` or v1 lays it out.
+    pub fn parse(text: &str, v2: bool) -> Self {
+        let path = |wanted: &dyn Fn(&str, &str) -> bool| {
+            text.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                wanted(id, controllers).then(|| path.to_owned())
+            })
+        };
+        if v2 {
+            let unified = path(&|id, controllers| id == "0" && controllers.is_empty());
+            ProcessCgroups {
+                cpu: unified.clone(),
+                memory: unified,
+            }
+        } else {
+            let has = |name: &'static str| {
+                move |_: &str, controllers: &str| controllers.split(',').any(|c| c == name)
+            };
+            ProcessCgroups {
+                cpu: path(&has("cpuacct")),
+                memory: path(&has("memory")),
+            }
+        }
+    }
+}
+
 /// The first pid in `dir`'s `cgroup.procs`, else in its children's, `depth` levels down.
 fn first_pid(dir: &Path, depth: u32) -> Option<u32> {
     if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs"))
@@ -251,6 +289,28 @@ mod tests {
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn a_process_cgroup_per_controller() {
+        let v1 = "12:pids:/\n4:memory:/system.slice/wasmlet.service\n2:cpu,cpuacct:/system.slice\n0::/\n";
+        assert_eq!(
+            ProcessCgroups::parse(v1, false),
+            ProcessCgroups {
+                cpu: Some("/system.slice".into()),
+                memory: Some("/system.slice/wasmlet.service".into()),
+            }
+        );
+        let v2 = "0::/system.slice/wasmlet.service\n";
+        let both = Some("/system.slice/wasmlet.service".to_owned());
+        assert_eq!(
+            ProcessCgroups::parse(v2, true),
+            ProcessCgroups {
+                cpu: both.clone(),
+                memory: both,
+            }
+        );
+        assert_eq!(ProcessCgroups::parse("", true), ProcessCgroups::default());
     }
 
     #[test]

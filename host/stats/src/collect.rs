@@ -95,6 +95,18 @@ pub struct CollectorSettings {
     pub root_dir: PathBuf,
     /// `/proc` and the cgroup filesystem.
     pub files: NodeFiles,
+    /// The node's system containers (`kubelet`: the agent's own cgroups, `pods`: the
+    /// parent of the pod cgroups), reported as the Summary's `systemContainers`.
+    pub system_containers: Vec<SystemContainer>,
+}
+
+/// A system container: a name the Summary gives it and the cgroups it is measured in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SystemContainer {
+    /// `kubelet`, `runtime`, `pods` or `misc`, as the kubelet names them.
+    pub name: String,
+    /// Its cgroups (a root cgroup, the whole machine's, is not read as one).
+    pub cgroups: crate::cgroup::ProcessCgroups,
 }
 
 /// Items left out of a sample, each said in the log the first time only.
@@ -432,7 +444,7 @@ impl<R: CriRuntime> Collector<R> {
         };
         NodeStats {
             node_name: self.settings.node_name.clone(),
-            system_containers: Vec::new(),
+            system_containers: self.system_containers(now, time),
             start_time: self.start_time.clone(),
             cpu,
             memory,
@@ -441,6 +453,36 @@ impl<R: CriRuntime> Collector<R> {
             runtime: image_fs.map(|f| RuntimeStats { image_fs: Some(f) }),
             rlimit,
         }
+    }
+
+    /// The system containers' CPU and memory (no filesystems, as the kubelet's).
+    fn system_containers(&mut self, now: i64, time: &str) -> Vec<ContainerStats> {
+        let Some(cg) = self.settings.files.cgroups.clone() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for s in self.settings.system_containers.clone() {
+            let own = |c: &Option<String>| c.clone().filter(|c| c != "/");
+            let cpu = own(&s.cgroups.cpu)
+                .and_then(|c| cg.cpu_ns(&c).ok())
+                .map(|ns| self.cpu(format!("system/{}", s.name), ns, now, time));
+            let memory =
+                own(&s.cgroups.memory).and_then(|m| self.cgroup_memory(&cg, &m, now, time));
+            if cpu.is_none() && memory.is_none() {
+                let what = format!("the {} system container", s.name);
+                self.complaints
+                    .once(&what, &format!("{:?} cannot be read", s.cgroups));
+                continue;
+            }
+            out.push(ContainerStats {
+                name: s.name,
+                start_time: self.start_time.clone(),
+                cpu,
+                memory,
+                ..ContainerStats::default()
+            });
+        }
+        out
     }
 
     fn pod(

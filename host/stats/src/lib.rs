@@ -33,6 +33,7 @@ use wasmlet_cri::CriRuntime;
 
 pub use collect::{
     Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, PodMeta, Sample,
+    SystemContainer,
 };
 pub use summary::Summary;
 

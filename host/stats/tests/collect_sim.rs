@@ -93,6 +93,7 @@ async fn pods_whose_cgroup_the_agent_cannot_read_are_measured_by_the_runtime() {
             cgroups: Some(Cgroups::at(&empty, true)),
             ..NodeFiles::default()
         },
+        system_containers: Vec::new(),
     };
     let runtime = Arc::new(Recorder::new(sim.clone()));
     let mut collector = Collector::new(runtime.clone(), pods.clone(), settings);

@@ -155,6 +155,27 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
     let cpu = p["cpu"]["usageCoreNanoSeconds"].as_u64().expect("pod cpu");
     let now_cpu = cgroup_number("cpuacct", &cgroup, "cpuacct.usage");
     assert!(cpu > 0 && cpu <= now_cpu, "summary {cpu}, cgroup {now_cpu}");
+    // The `pods` system container: the parent of every pod cgroup, read from its files.
+    let pods = summary["node"]["systemContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "pods")
+        .unwrap_or_else(|| panic!("a pods system container: {}", summary["node"]));
+    let root = format!("/{NODE}/wasmlet");
+    let root_cpu = pods["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .expect("pods cpu");
+    // Read in the same sample as the pod's (just before it): at least most of it.
+    assert!(
+        root_cpu >= cpu / 2 && root_cpu <= cgroup_number("cpuacct", &root, "cpuacct.usage"),
+        "pods {root_cpu}, the pod {cpu}"
+    );
+    assert!(
+        pods["memory"]["workingSetBytes"].as_u64().unwrap_or(0) >= reported / 2,
+        "{pods}"
+    );
+    assert!(pods.get("rootfs").is_none() && pods.get("logs").is_none());
     let c = &p["containers"][0];
     assert_eq!(c["name"], "idle");
     assert!(
