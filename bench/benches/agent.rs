@@ -52,6 +52,9 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         volumes: None,
         services: None,
         cluster_dns: Default::default(),
+        start_parallelism: wasmlet_agent::sync::pacing::default_limit(
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        ),
     }
 }
 

@@ -113,6 +113,9 @@ impl<R: CriRuntime + 'static> Joined<R> {
                 volumes: None,
                 services: None,
                 cluster_dns: Default::default(),
+                start_parallelism: wasmlet_agent::sync::pacing::default_limit(
+                    std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+                ),
             },
             Arc::new(NoProbes),
             None,

@@ -80,6 +80,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             volumes: None,
             services: None,
             cluster_dns: Default::default(),
+            start_parallelism: 0,
         },
         Arc::new(NoProbes),
         None,

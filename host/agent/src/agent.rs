@@ -60,6 +60,9 @@ pub struct AgentOptions {
     pub services: Option<Arc<dyn crate::criconfig::services::ServiceSource>>,
     /// The cluster's DNS (`clusterDNS`, `clusterDomain`) for ClusterFirst pods.
     pub cluster_dns: ClusterDns,
+    /// At most this many RunPodSandbox / CreateContainer / StartContainer calls at once
+    /// (0: no limit; [`crate::sync::pacing::default_limit`] is the config's default).
+    pub start_parallelism: usize,
 }
 
 /// The cluster's DNS as the node's configuration names it.
@@ -190,6 +193,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             volume_source: options.volumes.clone(),
             services: options.services.clone(),
             volumes_ready: Mutex::default(),
+            pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
         });
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);

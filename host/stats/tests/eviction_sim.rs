@@ -140,6 +140,7 @@ fn options(node: NodeFacts, root: &std::path::Path) -> AgentOptions {
         volumes: None,
         services: None,
         cluster_dns: Default::default(),
+        start_parallelism: 0,
     }
 }
 

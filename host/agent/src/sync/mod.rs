@@ -108,6 +108,8 @@ pub struct SyncContext<R> {
     pub services: Option<Arc<dyn criconfig::services::ServiceSource>>,
     /// Pods whose volumes are written, and when.
     pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
+    /// Turns for the runtime's heavy calls.
+    pub pacer: pacing::Pacer,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -541,6 +543,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     }
 }
 
+pub mod pacing;
 mod start;
 mod stop;
 

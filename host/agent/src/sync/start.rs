@@ -25,8 +25,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .and_then(|s| s.runtime_class_name.clone())
             .unwrap_or_default();
         let id = self
-            .runtime
-            .run_pod_sandbox(config.clone(), &handler)
+            .pacer
+            .run(self.runtime.run_pod_sandbox(config.clone(), &handler))
             .await
             .map_err(|e| e.to_string())?;
         // Read once: its IP for the containers' environment, and the sandbox for the
@@ -161,8 +161,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         let id = self
-            .runtime
-            .create_container(sandbox_id, config, sandbox_config.clone())
+            .pacer
+            .run(
+                self.runtime
+                    .create_container(sandbox_id, config, sandbox_config.clone()),
+            )
             .await
             .map_err(|e| {
                 self.metrics.start_errors.inc();
@@ -174,7 +177,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             "Created",
             format!("Created container: {}", c.name),
         ));
-        if let Err(e) = self.runtime.start_container(&id).await {
+        if let Err(e) = self.pacer.run(self.runtime.start_container(&id)).await {
             self.metrics.start_errors.inc();
             self.events.record(Event::warning(
                 pod,

@@ -84,6 +84,7 @@ pub fn options(name: &str) -> AgentOptions {
         volumes: None,
         services: None,
         cluster_dns: Default::default(),
+        start_parallelism: 0,
     }
 }
 

@@ -105,6 +105,7 @@ impl Node {
                     wasmlet_cluster::services::ServiceWatch::start(client.clone()).0,
                 )),
                 cluster_dns: Default::default(),
+                start_parallelism: 0,
             },
             Arc::new(Passes),
             None,

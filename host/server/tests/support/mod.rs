@@ -89,6 +89,7 @@ pub async fn node(test: &str) -> Node {
             volumes: None,
             services: None,
             cluster_dns: Default::default(),
+            start_parallelism: 0,
         },
         Arc::new(NoProbes),
         None,

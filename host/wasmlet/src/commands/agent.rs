@@ -273,6 +273,10 @@ async fn run_agent(
             Arc::new(watch) as Arc<dyn wasmlet_agent::criconfig::services::ServiceSource>
         }),
         cluster_dns: config.cluster_dns.clone(),
+        start_parallelism: config.max_parallel_start_calls.map_or_else(
+            || wasmlet_agent::sync::pacing::default_limit(node_facts.cpus),
+            |n| n as usize,
+        ),
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(

@@ -11,6 +11,7 @@
 //! fileCheckFrequency: 20s
 //! syncFrequency: 1m
 //! maxPods: 110
+//! maxParallelStartCalls: 8              # wasmlet's: sandbox/container starts at once; default 4 per CPU, 0: no limit
 //! healthzBindAddress: 127.0.0.1
 //! healthzPort: 10248
 //! address: 127.0.0.1                    # where the read-only port listens
@@ -78,10 +79,14 @@ use wasmlet_plugin_host::config::PluginsConfig;
 use wasmlet_plugin_host::convert::{parse_duration, parse_quantity};
 
 mod configz;
+mod labels;
 mod logs;
+mod pods;
 mod resources;
 mod server;
 
+pub use labels::check_node_labels;
+use pods::{cluster_dns, unsafe_sysctls};
 pub use resources::Resources;
 pub use server::ServerConfig;
 
@@ -138,6 +143,7 @@ struct File {
     file_check_frequency: Option<String>,
     sync_frequency: Option<String>,
     max_pods: Option<i64>,
+    max_parallel_start_calls: Option<i64>,
     healthz_bind_address: Option<String>,
     healthz_port: Option<i64>,
     address: Option<String>,
@@ -216,6 +222,9 @@ pub struct Config {
     pub sync_frequency: Duration,
     /// `maxPods`.
     pub max_pods: u32,
+    /// `maxParallelStartCalls` (wasmlet's): RunPodSandbox / CreateContainer /
+    /// StartContainer calls at once; `None`: 4 per CPU; 0: no limit.
+    pub max_parallel_start_calls: Option<u32>,
     /// `healthzBindAddress`:`healthzPort` (port 0: off).
     pub healthz: (IpAddr, u16),
     /// `address`:`readOnlyPort` (port 0: off; without `address`, loopback only).
@@ -274,57 +283,6 @@ fn duration(field: &str, text: Option<&str>, default: Duration) -> Result<Durati
             Ok(d)
         }
     }
-}
-
-/// Labels under kubernetes.io and k8s.io a node may give itself (the NodeRestriction
-/// admission plugin refuses the others; the kubelet checks `--node-labels` the same way).
-fn allowed_system_label(key: &str) -> bool {
-    const KEYS: &[&str] = &[
-        "kubernetes.io/hostname",
-        "kubernetes.io/instance-type",
-        "kubernetes.io/os",
-        "kubernetes.io/arch",
-        "beta.kubernetes.io/instance-type",
-        "beta.kubernetes.io/os",
-        "beta.kubernetes.io/arch",
-        "failure-domain.beta.kubernetes.io/zone",
-        "failure-domain.beta.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
-        "topology.kubernetes.io/region",
-        "node.kubernetes.io/instance-type",
-    ];
-    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-    KEYS.contains(&key)
-        || namespace == "kubelet.kubernetes.io"
-        || namespace.ends_with(".kubelet.kubernetes.io")
-        || namespace == "node.kubernetes.io"
-        || namespace.ends_with(".node.kubernetes.io")
-}
-
-/// `nodeLabels` / `--node-labels`: valid keys, and no kubernetes.io or k8s.io label the
-/// node may not set on itself.
-pub fn check_node_labels(labels: &BTreeMap<String, String>) -> Result<()> {
-    if let Some(k) = labels.keys().find(|k| k.is_empty() || k.len() > 316) {
-        bail!("{k:?} is not a label key");
-    }
-    let refused: Vec<&str> = labels
-        .keys()
-        .map(String::as_str)
-        .filter(|k| {
-            let namespace = k.split_once('/').map_or("", |(ns, _)| ns);
-            let system = namespace == "kubernetes.io"
-                || namespace.ends_with(".kubernetes.io")
-                || namespace == "k8s.io"
-                || namespace.ends_with(".k8s.io");
-            system && !allowed_system_label(k)
-        })
-        .collect();
-    if !refused.is_empty() {
-        bail!(
-            "unknown 'kubernetes.io' or 'k8s.io' labels: {refused:?} (a node may set only kubelet.kubernetes.io/*, node.kubernetes.io/* and the well-known topology, OS and arch labels)"
-        );
-    }
-    Ok(())
 }
 
 /// A `kubeReserved` / `systemReserved` map.
@@ -433,6 +391,7 @@ impl Config {
             file_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
             max_pods: 110,
+            max_parallel_start_calls: None,
             healthz: ([127, 0, 0, 1].into(), 10248),
             read_only: ([127, 0, 0, 1].into(), 10255),
             server: Some(ServerConfig::embedded()),
@@ -511,6 +470,14 @@ impl Config {
             None => 110,
             Some(n) if n > 0 && n <= 100_000 => u32::try_from(n).unwrap_or(110),
             Some(n) => bail!("{}: maxPods: {n} must be between 1 and 100000", at()),
+        };
+        let max_parallel_start_calls = match file.max_parallel_start_calls {
+            None => None,
+            Some(n) if (0..=10_000).contains(&n) => u32::try_from(n).ok(),
+            Some(n) => bail!(
+                "{}: maxParallelStartCalls: {n} must be between 0 (no limit) and 10000",
+                at()
+            ),
         };
         if let Some(e) = &file.container_runtime_endpoint {
             wasmlet_cri::Endpoint::parse(e)
@@ -707,6 +674,7 @@ impl Config {
             )
             .map_err(with_file)?,
             max_pods,
+            max_parallel_start_calls,
             healthz: (
                 address("healthzBindAddress", file.healthz_bind_address.as_deref())
                     .map_err(with_file)?,
@@ -744,54 +712,6 @@ impl Config {
             cluster_plugins,
         })
     }
-}
-
-/// `clusterDNS` (IP addresses) and `clusterDomain` (a DNS name, a trailing dot allowed).
-fn cluster_dns(servers: Option<Vec<String>>, domain: Option<String>) -> Result<ClusterDns> {
-    let servers = servers.unwrap_or_default();
-    for (i, s) in servers.iter().enumerate() {
-        if s.parse::<IpAddr>().is_err() {
-            bail!("clusterDNS[{i}]: {s:?} is not an IP address");
-        }
-    }
-    let domain = domain.unwrap_or_default();
-    let domain = domain.trim_end_matches('.').to_owned();
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(label_ok)) {
-        bail!("clusterDomain: {domain:?} is not a DNS domain name");
-    }
-    Ok(ClusterDns { servers, domain })
-}
-
-/// `allowedUnsafeSysctls`: each a sysctl name or `prefix*`, and namespaced (a sysctl
-/// that is not would change the node for every pod), as the kubelet insists.
-fn unsafe_sysctls(list: Vec<String>) -> Result<Vec<String>> {
-    for (i, s) in list.iter().enumerate() {
-        let name = s.strip_suffix('*').unwrap_or(s);
-        let well_formed = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/".contains(&b))
-            && !s[..s.len() - 1].contains('*');
-        if !well_formed {
-            bail!("allowedUnsafeSysctls[{i}]: {s:?} is not a sysctl name or prefix*");
-        }
-        let namespaced = name.starts_with("net.")
-            || name.starts_with("kernel.shm")
-            || name.starts_with("kernel.msg")
-            || name == "kernel.sem"
-            || name.starts_with("fs.mqueue.");
-        if !namespaced {
-            bail!("allowedUnsafeSysctls[{i}]: {s:?} is not known to be namespaced");
-        }
-    }
-    Ok(list)
 }
 
 #[cfg(test)]

@@ -132,6 +132,20 @@ fn the_server_defaults_are_the_secure_ones() {
 }
 
 #[test]
+fn start_calls_are_paced_per_cpu_unless_told() {
+    assert_eq!(parse("").expect("valid").max_parallel_start_calls, None);
+    assert_eq!(
+        parse("maxParallelStartCalls: 0")
+            .expect("valid")
+            .max_parallel_start_calls,
+        Some(0),
+        "no limit"
+    );
+    assert_eq!(wasmlet_agent::sync::pacing::default_limit(2), 8);
+    assert_eq!(wasmlet_agent::sync::pacing::default_limit(0), 4);
+}
+
+#[test]
 fn pod_cgroups_follow_the_kubelets_fields() {
     let c = parse("podPidsLimit: 1024\ncgroupRoot: /nodes/a\n").expect("valid");
     assert_eq!(c.pod_pids_limit, Some(1024));
@@ -210,6 +224,8 @@ fn errors_name_the_file_and_the_field() {
         ),
         ("noSuchField: 1", "noSuchField"),
         ("podPidsLimit: -2", "podPidsLimit"),
+        ("maxParallelStartCalls: -1", "maxParallelStartCalls"),
+        ("maxParallelStartCalls: many", "maxParallelStartCalls"),
         ("podPidsLimit: lots", "podPidsLimit"),
         ("cgroupDriver: cgroupv3", "cgroupDriver"),
         ("cgroupRoot: relative", "cgroupRoot"),
