@@ -50,6 +50,14 @@ impl Config {
             "syncFrequency": go_duration(self.sync_frequency),
             "fileCheckFrequency": go_duration(self.file_check_frequency),
             "maxPods": self.max_pods,
+            // wasmlet's, as the agent runs with it (the default is per CPU).
+            "maxParallelStartCalls": self.max_parallel_start_calls.map_or_else(
+                || {
+                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    wasmlet_agent::sync::pacing::default_limit(cpus as u64)
+                },
+                |n| n as usize,
+            ),
             "healthzBindAddress": self.healthz.0.to_string(),
             "healthzPort": self.healthz.1,
             "readOnlyPort": self.read_only.1,
