@@ -16,14 +16,14 @@ use wasmlet_cri::proto;
 use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::cgroup::Memory;
-
-/// The sandbox label that carries the pod's UID (the kubelet's, which the agent sets).
-const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 use crate::node::{self, DEFAULT_INTERFACE, Fs, Interface, NodeFiles};
 use crate::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
     PodReference, PodStats, ProcessStats, RlimitStats, RuntimeStats, Summary, VolumeStats,
 };
+
+/// The sandbox label that carries the pod's UID (the kubelet's, which the agent sets).
+const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 
 /// A pod as the collector measures it.
 #[derive(Debug, Clone, Default)]
@@ -157,8 +157,8 @@ pub struct Collector<R> {
     pids: HashMap<String, (Option<u32>, i64)>,
     /// The runtime answered `ListPodSandboxStats` with UNIMPLEMENTED: not asked again.
     no_sandbox_stats: bool,
-    /// When the runtime last failed to measure a pod's sandbox (UID): asked again once a
-    /// minute.
+    /// When the runtime last failed to measure a pod's sandbox (UID), or had no ready
+    /// one: asked again once a minute.
     sandbox_failed: HashMap<String, i64>,
 }
 
@@ -356,10 +356,16 @@ impl<R: CriRuntime> Collector<R> {
                 return None;
             }
         };
-        list.into_iter()
+        let newest = list
+            .into_iter()
             .filter_map(|s| Some((s.attributes?.metadata?.attempt, s.linux?)))
             .max_by_key(|(attempt, _)| *attempt)
-            .map(|(_, linux)| linux)
+            .map(|(_, linux)| linux);
+        if newest.is_none() {
+            // No ready sandbox (the pod is ending): nothing to ask for a while either.
+            self.sandbox_failed.insert(uid.to_owned(), now);
+        }
+        newest
     }
 
     async fn image_fs(&mut self) -> Option<FsStats> {
