@@ -68,7 +68,7 @@ async fn follow_cluster(
             .collect();
         for name in gone {
             if let Some(r) = running.remove(&name) {
-                r.task.abort();
+                stop(r.task).await;
             }
             // Its pods go with it, as a deleted manifest's do.
             let set = SourceSet {
@@ -90,7 +90,7 @@ async fn follow_cluster(
             // New, or a new version (perhaps with another period or directory): a
             // poller of its own, which polls at once.
             if let Some(r) = running.remove(&name) {
-                r.task.abort();
+                stop(r.task).await;
             }
             let task = tokio::spawn(poll_loop(
                 sources.clone(),
@@ -116,6 +116,14 @@ async fn follow_cluster(
     for r in running.into_values() {
         r.task.abort();
     }
+}
+
+/// Stops a poller and waits until it has stopped. `abort` alone only asks: a poller
+/// running on another worker thread can still send the set it holds, and a set sent
+/// after its source's removal would bring the removed pods back.
+async fn stop(task: JoinHandle<()>) {
+    task.abort();
+    let _ = task.await;
 }
 
 /// Watches `dir` (not recursively), waking `changed` on every event.
@@ -194,5 +202,64 @@ async fn poll_loop(
             }
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmlet_plugin_host::config::PluginsConfig;
+    use wasmlet_plugin_host::kinds::ClusterSource;
+
+    /// A cluster source removed while its poller is busy sends nothing after its
+    /// removal: a late set would bring its pods back for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_of_a_removed_cluster_source_follows_its_removal() {
+        let dir = std::env::temp_dir().join(format!("wasmlet-sources-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(
+            dir.join("web.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: main, image: busybox}\n",
+        )
+        .expect("manifest");
+        let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+        let sources = Arc::new(
+            PodSources::start(&engine, &PluginsConfig::default(), false)
+                .await
+                .expect("sources"),
+        );
+        let (tx, mut rx) = mpsc::channel(16);
+        let (stop_all, shutdown) = watch::channel(false);
+        let _tasks = start(sources.clone(), tx, shutdown);
+        let grants = wasmlet_plugin_host::source::SourceGrants {
+            directory: Some(dir.clone()),
+            urls: Vec::new(),
+        };
+        let path = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+        let (limits, config) = (Default::default(), Default::default());
+        let source = Arc::new(
+            engine
+                .load_source("team", &path, config, limits, grants)
+                .expect("loads"),
+        );
+        for round in 0..10_u64 {
+            // Polled back to back, so the removal finds a poll under way.
+            sources.set_cluster(ClusterSource {
+                source: source.clone(),
+                period: Duration::from_millis(1),
+                directory: None,
+            });
+            let first = rx.recv().await.expect("a set");
+            assert_eq!((first.source.as_str(), first.pods.len()), ("team", 1));
+            // The next poll is under way by now (it starts 1 ms after a set is sent).
+            tokio::time::sleep(Duration::from_millis(5 + round)).await;
+            sources.remove_cluster("team");
+            while !rx.recv().await.expect("the removal").removed {}
+            let late = tokio::time::timeout(Duration::from_millis(20), rx.recv()).await;
+            let late = late.ok().flatten().map(|s| (s.source, s.removed));
+            assert_eq!(late, None, "round {round}: a set after the removal");
+        }
+        let _ = stop_all.send(true);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
