@@ -528,12 +528,8 @@ impl<R: CriRuntime> Collector<R> {
                 }
                 _ => {
                     if let Some(s) = from_cri {
-                        if let Some(ns) = s
-                            .cpu
-                            .as_ref()
-                            .and_then(|c| c.usage_core_nano_seconds.as_ref())
-                        {
-                            stats.cpu = Some(self.cpu(c.id.clone(), ns.value, now, time));
+                        if let Some(ns) = cri_cpu_ns(s.cpu.as_ref()) {
+                            stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
                         }
                         stats.memory = s.memory.as_ref().map(|m| cri_memory(m, time));
                     }
@@ -578,31 +574,18 @@ impl<R: CriRuntime> Collector<R> {
             }
         }
         let key = format!("pod/{}", pod.uid);
-        let (cpu, mem, processes) = match (&cgroups, pod_cgroup) {
-            (Some(cg), Some(pc)) => {
+        let (cpu, mem, processes) = match (&cgroups, pod_cgroup, sandbox) {
+            (Some(cg), Some(pc), _) => {
                 let cpu = pod_cpu.map(|ns| self.cpu(key.clone(), ns, now, time));
                 let mem = self.cgroup_memory(cg, pc, now, time);
                 (cpu, mem, cg.processes(pc).ok())
             }
-            _ if sandbox.is_some() => {
-                // No pod cgroup here: the runtime's measure of the sandbox.
-                let s = sandbox.map(|s| {
-                    let v = |x: Option<&proto::UInt64Value>| x.map(|v| v.value);
-                    (
-                        v(s.cpu
-                            .as_ref()
-                            .and_then(|c| c.usage_core_nano_seconds.as_ref())),
-                        s.memory.as_ref().map(|m| cri_memory(m, time)),
-                        v(s.process.as_ref().and_then(|p| p.process_count.as_ref())),
-                    )
-                });
-                let (ns, mem, processes) = s.unwrap_or_default();
-                (
-                    ns.map(|ns| self.cpu(key.clone(), ns, now, time)),
-                    mem,
-                    processes,
-                )
-            }
+            // No pod cgroup here: the runtime's measure of the sandbox.
+            (_, _, Some(s)) => (
+                cri_cpu_ns(s.cpu.as_ref()).map(|ns| self.cpu(key.clone(), ns, now, time)),
+                s.memory.as_ref().map(|m| cri_memory(m, time)),
+                s.process.as_ref().and_then(|p| value(&p.process_count)),
+            ),
             _ => {
                 // Neither: the pod is the sum of its containers.
                 let cpu = sum(containers.iter().map(|c| c.cpu.as_ref()), |c| {
@@ -704,29 +687,37 @@ fn memory(m: &Memory, limit: Option<u64>, time: &str) -> MemoryStats {
     }
 }
 
+/// A CRI counter's value, when the runtime gave one.
+fn value(v: &Option<proto::UInt64Value>) -> Option<u64> {
+    v.as_ref().map(|v| v.value)
+}
+
+/// A CRI CPU reading's cumulative counter.
+fn cri_cpu_ns(cpu: Option<&proto::CpuUsage>) -> Option<u64> {
+    value(&cpu?.usage_core_nano_seconds)
+}
+
 fn cri_memory(m: &proto::MemoryUsage, time: &str) -> MemoryStats {
-    let v = |x: &Option<proto::UInt64Value>| x.as_ref().map(|v| v.value);
     MemoryStats {
         time: time.to_owned(),
-        available_bytes: v(&m.available_bytes),
-        usage_bytes: v(&m.usage_bytes),
-        working_set_bytes: v(&m.working_set_bytes),
-        rss_bytes: v(&m.rss_bytes),
-        page_faults: v(&m.page_faults),
-        major_page_faults: v(&m.major_page_faults),
+        available_bytes: value(&m.available_bytes),
+        usage_bytes: value(&m.usage_bytes),
+        working_set_bytes: value(&m.working_set_bytes),
+        rss_bytes: value(&m.rss_bytes),
+        page_faults: value(&m.page_faults),
+        major_page_faults: value(&m.major_page_faults),
     }
 }
 
 /// The runtime's network usage of a sandbox: the default interface, and every one
 /// (the default included) as the node's are listed.
 fn cri_network(n: &proto::NetworkUsage, time: &str) -> NetworkStats {
-    let v = |x: &Option<proto::UInt64Value>| x.as_ref().map(|v| v.value);
     let stats = |i: &proto::NetworkInterfaceUsage| InterfaceStats {
         name: i.name.clone(),
-        rx_bytes: v(&i.rx_bytes),
-        rx_errors: v(&i.rx_errors),
-        tx_bytes: v(&i.tx_bytes),
-        tx_errors: v(&i.tx_errors),
+        rx_bytes: value(&i.rx_bytes),
+        rx_errors: value(&i.rx_errors),
+        tx_bytes: value(&i.tx_bytes),
+        tx_errors: value(&i.tx_errors),
     };
     let default = n.default_interface.as_ref().map(stats);
     NetworkStats {

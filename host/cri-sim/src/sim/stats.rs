@@ -116,18 +116,16 @@ impl Sandbox {
                 self.id, self.id
             )));
         }
-        let containers: Vec<proto::ContainerStats> = self
+        let own: Vec<&Container> = self
             .containers
             .iter()
             .filter_map(|id| st.containers.get(id))
-            .map(|c| c.stats(now))
             .collect();
-        let running = self
-            .containers
+        let running = own
             .iter()
-            .filter_map(|id| st.containers.get(id))
             .filter(|c| c.state == ContainerState::ContainerRunning)
             .count() as u64;
+        let containers: Vec<proto::ContainerStats> = own.iter().map(|c| c.stats(now)).collect();
         let value = |v: u64| Some(proto::UInt64Value { value: v });
         let total = |get: fn(&proto::ContainerStats) -> Option<u64>| -> u64 {
             containers.iter().filter_map(get).sum()

@@ -273,10 +273,7 @@ async fn run_agent(
             Arc::new(watch) as Arc<dyn wasmlet_agent::criconfig::services::ServiceSource>
         }),
         cluster_dns: config.cluster_dns.clone(),
-        start_parallelism: config.max_parallel_start_calls.map_or_else(
-            || wasmlet_agent::sync::pacing::default_limit(node_facts.cpus),
-            |n| n as usize,
-        ),
+        start_parallelism: config.start_parallelism(node_facts.cpus),
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     let agent = Arc::new(Agent::start(
@@ -440,7 +437,7 @@ async fn start_server(
             agent: agent.clone(),
             metrics: text(registry.clone()),
             probe_metrics: text(Arc::new(probes)),
-            configz: config.configz(&node.name),
+            configz: config.configz(&node.name, node.cpus),
             tokens: reviews
                 .clone()
                 .map(|r| r as Arc<dyn wasmlet_server::authn::TokenReviewer>),

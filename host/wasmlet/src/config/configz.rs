@@ -40,7 +40,7 @@ fn quantity(bytes: u64) -> String {
 
 impl Config {
     /// The configuration as `/configz` shows it.
-    pub fn configz(&self, node_name: &str) -> Value {
+    pub fn configz(&self, node_name: &str, cpus: u64) -> Value {
         let server = self.server.as_ref();
         let mut v = json!({
             "kind": "KubeletConfiguration",
@@ -51,13 +51,7 @@ impl Config {
             "fileCheckFrequency": go_duration(self.file_check_frequency),
             "maxPods": self.max_pods,
             // wasmlet's, as the agent runs with it (the default is per CPU).
-            "maxParallelStartCalls": self.max_parallel_start_calls.map_or_else(
-                || {
-                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    wasmlet_agent::sync::pacing::default_limit(cpus as u64)
-                },
-                |n| n as usize,
-            ),
+            "maxParallelStartCalls": self.start_parallelism(cpus),
             "healthzBindAddress": self.healthz.0.to_string(),
             "healthzPort": self.healthz.1,
             "readOnlyPort": self.read_only.1,
@@ -145,9 +139,10 @@ mod tests {
             std::path::Path::new("/c.yaml"),
         )
         .expect("valid");
-        let z = c.configz("node-a");
+        let z = c.configz("node-a", 2);
         assert_eq!(z["nodeName"], "node-a");
         assert_eq!(z["port"], 10250);
+        assert_eq!(z["maxParallelStartCalls"], 8, "4 per CPU");
         assert_eq!(z["syncFrequency"], "1m0s");
         assert_eq!(z["authorization"]["mode"], "AlwaysAllow");
         assert_eq!(z["authentication"]["anonymous"]["enabled"], false);

@@ -379,6 +379,15 @@ fn field_error(value: &serde_yaml_ng::Value) -> Option<String> {
 }
 
 impl Config {
+    /// The start calls the agent makes at once on a node of `cpus` CPUs: the configured
+    /// `maxParallelStartCalls`, else 4 per CPU (0: no limit).
+    pub fn start_parallelism(&self, cpus: u64) -> usize {
+        self.max_parallel_start_calls.map_or_else(
+            || wasmlet_agent::sync::pacing::default_limit(cpus),
+            |n| n as usize,
+        )
+    }
+
     /// The configuration `wasmlet up` uses: its own containerd, static pods from
     /// `manifests`, state under `state_dir`.
     pub fn embedded(manifests: &Path, state_dir: &Path) -> Self {
