@@ -307,6 +307,7 @@ impl Policy {
     async fn instantiate(&self) -> wasmtime::Result<Warm> {
         let started = std::time::Instant::now();
         let l = &self.loaded;
+        let _running = l.running();
         let mut store = plugin_store(&l.engine, l.state(l.limits.deadline, None));
         let bindings = self.pre.instantiate_async(&mut store).await?;
         self.loaded.instantiated(started);
@@ -364,6 +365,7 @@ impl AdmissionPlugin {
     async fn decide(&self, admission: &Arc<Admission>) -> Result<Verdict, PluginError> {
         const CALL: &str = "admit";
         let policy = &self.policy;
+        let _running = policy.loaded.running();
         let limits = self.limits();
         let reuse = limits.instances == InstanceMode::Reused;
         let ready = take(if reuse { &policy.idle } else { &policy.spares });

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -89,7 +89,7 @@ pub struct PluginEngine {
     pub(crate) source_linker: Arc<Linker<PluginState>>,
     cache: Option<ComponentCache>,
     metrics: PluginMetrics,
-    _ticker: Arc<Ticker>,
+    ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for PluginEngine {
@@ -98,14 +98,73 @@ impl std::fmt::Debug for PluginEngine {
     }
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+/// The engine's epoch clock: a thread that advances the epoch every [`EPOCH_TICK`] —
+/// only while some guest code may run. The epoch matters to a call under way alone (it
+/// yields and has its deadline checked at every tick), so an agent with no call under
+/// way has no thread waking a hundred times a second for nothing. Stops when dropped.
 struct Ticker {
-    stop: Arc<AtomicBool>,
+    clock: Arc<Clock>,
+    thread: std::thread::Thread,
+}
+
+/// What the ticking thread and the calls share.
+#[derive(Default)]
+pub(crate) struct Clock {
+    /// Calls under way ([`Running`] guards alive).
+    running: AtomicUsize,
+    /// Ticks so far.
+    ticks: AtomicU64,
+    stop: AtomicBool,
+    /// The ticking thread, woken when the first call starts.
+    thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Clock {
+    /// Marks a call under way until the guard is dropped; the first one wakes the
+    /// ticking thread.
+    pub(crate) fn running(self: &Arc<Self>) -> Running {
+        if self.running.fetch_add(1, Ordering::AcqRel) == 0
+            && let Some(thread) = self.thread.get()
+        {
+            thread.unpark();
+        }
+        Running(self.clone())
+    }
+
+    /// Ticks so far.
+    pub(crate) fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
+    }
+
+    /// The ticking thread's loop: asleep (parked) while no call is under way.
+    fn run(&self, engine: &Engine) {
+        while !self.stop.load(Ordering::Acquire) {
+            if self.running.load(Ordering::Acquire) == 0 {
+                // A call starting between the check and here unparks first, and this
+                // returns at once.
+                std::thread::park();
+                continue;
+            }
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A call under way: the epoch advances while one exists.
+pub(crate) struct Running(Arc<Clock>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.clock.stop.store(true, Ordering::Release);
+        self.thread.unpark();
     }
 }
 
@@ -156,16 +215,14 @@ impl PluginEngine {
 
         let probe_linker = Arc::new(probe::linker(&engine)?);
         let source_linker = Arc::new(source::linker(&engine)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ticking, flag) = (engine.clone(), stop.clone());
-        std::thread::Builder::new()
+        let clock = Arc::new(Clock::default());
+        let (ticking, shared) = (engine.clone(), clock.clone());
+        let thread = std::thread::Builder::new()
             .name("wasmlet-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    ticking.increment_epoch();
-                }
-            })?;
+            .spawn(move || shared.run(&ticking))?
+            .thread()
+            .clone();
+        let _ = clock.thread.set(thread.clone());
         let cache = match cache_dir {
             Some(dir) => Some(
                 ComponentCache::new(dir, &engine)
@@ -180,7 +237,7 @@ impl PluginEngine {
             source_linker,
             cache,
             metrics: PluginMetrics::default(),
-            _ticker: Arc::new(Ticker { stop }),
+            ticker: Arc::new(Ticker { clock, thread }),
         })
     }
 
@@ -226,6 +283,12 @@ impl PluginEngine {
         Ok((component, digest, outcome))
     }
 
+    /// How often the epoch has advanced: every 10 ms while a plugin call is under way,
+    /// never while none is.
+    pub fn epoch_ticks(&self) -> u64 {
+        self.ticker.clock.ticks()
+    }
+
     /// The metrics of every plugin loaded on this engine.
     pub fn metrics(&self) -> &PluginMetrics {
         &self.metrics
@@ -258,6 +321,7 @@ impl PluginEngine {
                 digest,
                 outcome,
                 engine: self.engine.clone(),
+                clock: self.ticker.clock.clone(),
                 config: Arc::new(config),
                 limits,
                 metrics: self.metrics.for_plugin(name, kind.label),

@@ -2,8 +2,9 @@
 //! the `wasmlet:plugin@0.1.0` worlds (`wit/plugin.wit`) and calls them with limits.
 //!
 //! - [`PluginEngine`]: one wasmtime engine for every plugin (component model, cranelift,
-//!   pooling allocator, epoch interruption driven by a 10 ms ticker), optionally with
-//!   the on-disk compiled-component cache ([`ComponentCache`]).
+//!   pooling allocator, epoch interruption driven by a 10 ms ticker that runs only
+//!   while a call is under way), optionally with the on-disk compiled-component cache
+//!   ([`ComponentCache`]).
 //! - [`PluginEngine::load_admission`] → [`AdmissionPlugin`]: a policy checked against
 //!   its world; [`AdmissionPlugin::admit`] decides on one [`Admission`] (a pod, the node,
 //!   its usage: lent to the guest as `pod-view` and `node-view`, read field by field,
@@ -322,6 +323,7 @@ pub struct Loaded {
     digest: String,
     outcome: CacheOutcome,
     engine: Engine,
+    clock: Arc<engine::Clock>,
     config: Arc<BTreeMap<String, String>>,
     limits: Limits,
     metrics: CallMetrics,
@@ -349,6 +351,12 @@ impl Loaded {
             CallResult::Failed => self.metrics.failed.inc(),
             CallResult::Error => self.metrics.errors.inc(),
         };
+    }
+
+    /// Marks a call (or an instantiation: guest code runs then too) under way until the
+    /// guard is dropped: the epoch advances only while one is.
+    pub(crate) fn running(&self) -> engine::Running {
+        self.clock.running()
     }
 
     /// Counts the instantiation of a fresh instance begun at `started`.

@@ -229,6 +229,7 @@ impl ProbeHandler {
         // the call's deadline, a little later, only stops a handler that does not.
         let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
         let deadline = timeout + PROBE_GRACE;
+        let _running = self.loaded.running();
         let result = async {
             let fail = |e| call_error(self.name(), CALL, deadline, e);
             let mut store = plugin_store(&self.loaded.engine, self.state(target, exec, deadline));

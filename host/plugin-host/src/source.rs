@@ -195,6 +195,7 @@ impl PodSource {
             plugin: self.name().to_owned(),
             message,
         };
+        let _running = self.loaded.running();
         let result = async {
             let fail = |e| call_error(self.name(), CALL, deadline, e);
             let state = self.state(blocking).map_err(unavailable)?;

@@ -248,6 +248,43 @@ async fn bad_guests(instances: InstanceMode) {
     assert!(matches!(again, PluginError::Deadline { .. }));
 }
 
+/// The epoch (a guest's deadline check and yield) advances only while a call is under
+/// way: an idle agent has no thread waking every 10 ms.
+#[tokio::test]
+async fn the_epoch_advances_only_while_a_call_is_under_way() {
+    let engine = PluginEngine::new().expect("engine");
+    let limits = Limits {
+        deadline: std::time::Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let spin = load(&engine, "fixture-spin", limits);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(engine.epoch_ticks(), 0, "ticks with no call under way");
+
+    let args = (pod(vec![container("a", &[])]), node(), usage(&[]));
+    let err = spin
+        .admit(&admission(&args.0, &args.1, &args.2))
+        .await
+        .expect_err("spins");
+    assert!(matches!(err, PluginError::Deadline { .. }), "{err}");
+    let during = engine.epoch_ticks();
+    assert!(during >= 5, "{during} ticks in a 100 ms call");
+
+    // The tick under way when the call ended may still land; then the thread sleeps.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let after = engine.epoch_ticks();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(engine.epoch_ticks(), after, "ticks after the call ended");
+
+    // And it starts again with the next call.
+    let err = spin
+        .admit(&admission(&args.0, &args.1, &args.2))
+        .await
+        .expect_err("spins again");
+    assert!(matches!(err, PluginError::Deadline { .. }), "{err}");
+    assert!(engine.epoch_ticks() >= after + 5);
+}
+
 #[test]
 fn concurrent_loads_of_one_component_compile_it_once() {
     let dir = std::env::temp_dir().join(format!("wasmlet-plugin-flight-{}", std::process::id()));
