@@ -7,13 +7,13 @@
 #
 #   scripts/containerd.sh up /var/lib/wasmlet/test-containerd
 #   cargo build --release -p wasmlet
-#   bench/real-node-memory.sh [PODS] [ENDPOINT]
+#   bench/real-node-memory.sh [PODS] [ENDPOINT]   (WASMLET_BIN: another binary, for A/B)
 #
 # As root. The pods are removed at the end (the agent run again with no manifests).
 set -euo pipefail
 pods=${1:-30}
 endpoint=${2:-unix:///var/lib/wasmlet/test-containerd/containerd.sock}
-bin=$(cd "$(dirname "$0")/.." && pwd)/target/release/wasmlet
+bin=${WASMLET_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/wasmlet}
 work=$(mktemp -d /tmp/wasmlet-memory.XXXXXX)
 mkdir -p "$work/manifests" "$work/empty"
 for i in $(seq 1 "$pods"); do
