@@ -104,7 +104,6 @@ impl std::fmt::Debug for PluginEngine {
 /// way has no thread waking a hundred times a second for nothing. Stops when dropped.
 struct Ticker {
     clock: Arc<Clock>,
-    thread: std::thread::Thread,
 }
 
 /// What the ticking thread and the calls share.
@@ -115,7 +114,7 @@ pub(crate) struct Clock {
     /// Ticks so far.
     ticks: AtomicU64,
     stop: AtomicBool,
-    /// The ticking thread, woken when the first call starts.
+    /// The ticking thread: woken when the first call starts, and to stop.
     thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
@@ -123,12 +122,16 @@ impl Clock {
     /// Marks a call under way until the guard is dropped; the first one wakes the
     /// ticking thread.
     pub(crate) fn running(self: &Arc<Self>) -> Running {
-        if self.running.fetch_add(1, Ordering::AcqRel) == 0
-            && let Some(thread) = self.thread.get()
-        {
-            thread.unpark();
+        if self.running.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.wake();
         }
         Running(self.clone())
+    }
+
+    fn wake(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
     }
 
     /// Ticks so far.
@@ -164,7 +167,7 @@ impl Drop for Running {
 impl Drop for Ticker {
     fn drop(&mut self) {
         self.clock.stop.store(true, Ordering::Release);
-        self.thread.unpark();
+        self.clock.wake();
     }
 }
 
@@ -219,10 +222,8 @@ impl PluginEngine {
         let (ticking, shared) = (engine.clone(), clock.clone());
         let thread = std::thread::Builder::new()
             .name("wasmlet-epoch".into())
-            .spawn(move || shared.run(&ticking))?
-            .thread()
-            .clone();
-        let _ = clock.thread.set(thread.clone());
+            .spawn(move || shared.run(&ticking))?;
+        let _ = clock.thread.set(thread.thread().clone());
         let cache = match cache_dir {
             Some(dir) => Some(
                 ComponentCache::new(dir, &engine)
@@ -237,7 +238,7 @@ impl PluginEngine {
             source_linker,
             cache,
             metrics: PluginMetrics::default(),
-            ticker: Arc::new(Ticker { clock, thread }),
+            ticker: Arc::new(Ticker { clock }),
         })
     }
 
