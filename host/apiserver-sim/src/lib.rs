@@ -50,6 +50,7 @@
 
 mod apply;
 mod crd;
+mod defaults;
 mod http;
 mod log_ws;
 mod node_proxy;

@@ -269,6 +269,9 @@ impl Store {
         if resource == "services" {
             self.allocate_cluster_ip(&mut object)?;
         }
+        if resource == "pods" && prefix == "api/v1" {
+            crate::defaults::pod(&mut object);
+        }
         let custom = self.crds.contains_key(&(key.0.clone(), key.1.clone()));
         if prefix == crd::PREFIX && resource == crd::RESOURCE {
             object["metadata"]["name"] = json!(name);

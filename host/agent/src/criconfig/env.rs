@@ -83,11 +83,18 @@ pub(crate) fn resource_ref(
     let value = q
         .and_then(|q| parse_quantity(&q.0, scale).ok())
         .unwrap_or(0);
+    // The API server sends a divisor the pod left out as `"0"` (a Quantity, not a
+    // pointer); the kubelet reads zero, like absent, as `1`. A non-zero divisor below
+    // the unit was already rounded up to it.
     let divisor = match &r.divisor {
         Some(d) => parse_quantity(&d.0, scale)
-            .map_err(|e| ConfigError::new(format!("{field}.divisor: {e}")))?
-            .max(1),
-        None => divisor_default,
+            .map_err(|e| ConfigError::new(format!("{field}.divisor: {e}")))?,
+        None => 0,
+    };
+    let divisor = if divisor == 0 {
+        divisor_default
+    } else {
+        divisor
     };
     Ok(value.div_ceil(divisor).to_string())
 }

@@ -102,6 +102,8 @@ fn unset_limits_read_as_the_nodes_allocatable() {
         r#"{"metadata":{"name":"w"},"spec":{"containers":[{"name":"c","image":"busybox:1",
             "env":[{"name":"CPU","valueFrom":{"resourceFieldRef":{"resource":"limits.cpu"}}},
                    {"name":"CPU_M","valueFrom":{"resourceFieldRef":{"resource":"limits.cpu","divisor":"1m"}}},
+                   {"name":"CPU_ZERO","valueFrom":{"resourceFieldRef":{"resource":"limits.cpu","divisor":"0"}}},
+                   {"name":"MEM_ZERO","valueFrom":{"resourceFieldRef":{"resource":"limits.memory","divisor":"0"}}},
                    {"name":"MEM","valueFrom":{"resourceFieldRef":{"resource":"limits.memory","divisor":"1Mi"}}},
                    {"name":"REQ","valueFrom":{"resourceFieldRef":{"resource":"requests.cpu"}}}]}]}}"#,
     );
@@ -114,6 +116,11 @@ fn unset_limits_read_as_the_nodes_allocatable() {
         .collect();
     assert_eq!(env["CPU"], "4", "3500m allocatable, rounded up to cores");
     assert_eq!(env["CPU_M"], "3500");
+    assert_eq!(
+        env["CPU_ZERO"], "4",
+        "a zero divisor (what the API server sends for none) is 1"
+    );
+    assert_eq!(env["MEM_ZERO"], (8192u64 << 20).to_string());
     assert_eq!(env["MEM"], "8192");
     assert_eq!(env["REQ"], "0", "an unset request stays 0");
 }
@@ -153,7 +160,11 @@ fn container_config_resolves_env_mounts_and_resources() {
     assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "3");
     assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
     assert!(dir.join("hp").is_dir(), "DirectoryOrCreate");
-    assert!(empty_dir_path(&p, &ctx(&dir), "data").is_dir());
+    assert_eq!(
+        cfg.mounts[0].host_path,
+        empty_dir_path(&p, &ctx(&dir), "data").to_string_lossy(),
+        "the emptyDir, set up with the pod's volumes (crate::volumes)"
+    );
     assert_eq!(
         cfg.mounts.len(),
         4,
