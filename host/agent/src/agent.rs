@@ -20,6 +20,7 @@ use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
 use crate::events::{LogRecorder, Recorder};
+use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::node::NodeFacts;
 use crate::pleg::{EventQueue, Health, Pleg};
@@ -232,6 +233,13 @@ impl<R: CriRuntime + 'static> Agent<R> {
                 shutdown_rx.clone(),
             ));
         }
+        if let Some(changes) = options.volumes.as_ref().and_then(|v| v.changes()) {
+            tasks.push(tokio::spawn(resync_on_volume_changes(
+                changes,
+                workers.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         let sync_loop = SyncLoop::new(ctx.clone(), workers.clone(), options.sources, admission);
         tasks.push(tokio::spawn(sync_loop.run(Inputs {
             config: sources_rx,
@@ -392,6 +400,27 @@ async fn event_stream<R: CriRuntime + 'static>(
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Syncs a running pod as soon as an object its volumes project changes (its volumes are
+/// then brought up to date), rather than at its next periodic sync.
+async fn resync_on_volume_changes<R: CriRuntime + 'static>(
+    mut changes: tokio::sync::broadcast::Receiver<String>,
+    workers: Arc<PodWorkers<R>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let uid = tokio::select! {
+            uid = changes.recv() => uid,
+            _ = shutdown.changed() => return,
+        };
+        match uid {
+            Ok(uid) if workers.lifecycle(&uid) == Some(Lifecycle::Syncing) => workers.resync(&uid),
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
         }
     }
 }

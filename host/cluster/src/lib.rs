@@ -32,6 +32,7 @@ pub mod events;
 pub mod lease;
 pub mod mirror;
 pub mod node;
+pub mod objects;
 pub mod pods;
 pub mod ratelimit;
 pub mod services;

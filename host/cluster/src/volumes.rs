@@ -1,31 +1,61 @@
 //! Volume content from the API server: ConfigMaps, Secrets and service account tokens
 //! (TokenRequest, bound to the pod), for the agent's configMap, secret and projected
-//! volumes — the Node authorizer lets a node read what its pods reference.
+//! volumes — the Node authorizer lets a node read what its pods reference. The objects
+//! pods project are watched ([`crate::objects`]).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::api::PostParams;
-use wasmlet_agent::volumes::{self, BoxFuture, Data, VolumeSource};
+use wasmlet_agent::volumes::{self, BoxFuture, Data, ObjectRef, VolumeSource};
 
-/// The API server as a [`VolumeSource`].
+use crate::objects::{Objects, config_map_data, secret_data};
+
+/// The API server as a [`VolumeSource`]: ConfigMaps and Secrets the node's pods project
+/// are read from their watches ([`Objects`]), anything else asked for directly.
 #[derive(Clone)]
 pub struct ApiVolumes {
     client: kube::Client,
+    objects: Arc<Objects>,
 }
 
 impl std::fmt::Debug for ApiVolumes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiVolumes")
+        f.debug_struct("ApiVolumes")
+            .field("objects", &self.objects)
+            .finish()
     }
 }
 
 impl ApiVolumes {
     /// Reads through `client`.
     pub fn new(client: kube::Client) -> Self {
-        ApiVolumes { client }
+        ApiVolumes {
+            objects: Objects::new(client.clone()),
+            client,
+        }
+    }
+
+    /// The objects watched for the node's pods.
+    pub fn objects(&self) -> &Arc<Objects> {
+        &self.objects
+    }
+
+    async fn get<K>(&self, namespace: &str, name: &str, what: &str) -> Result<Option<K>, String>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name)
+            .await
+            .map_err(|e| format!("{what} \"{name}\": {e}"))
     }
 }
 
@@ -36,26 +66,16 @@ impl VolumeSource for ApiVolumes {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Data, String>> {
         Box::pin(async move {
-            let api: Api<k8s::ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-            let cm = api
-                .get_opt(name)
-                .await
-                .map_err(|e| format!("configmap \"{name}\": {e}"))?;
-            Ok(cm.map(|cm| {
-                let mut out: BTreeMap<String, Vec<u8>> = cm
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect();
-                out.extend(
-                    cm.binary_data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0)),
-                );
-                out
-            }))
+            let object = ObjectRef {
+                secret: false,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            if let Some(data) = self.objects.read(&object).await {
+                return Ok(data);
+            }
+            let cm: Option<k8s::ConfigMap> = self.get(namespace, name, "configmap").await?;
+            Ok(cm.map(config_map_data))
         })
     }
 
@@ -65,27 +85,29 @@ impl VolumeSource for ApiVolumes {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Data, String>> {
         Box::pin(async move {
-            let api: Api<k8s::Secret> = Api::namespaced(self.client.clone(), namespace);
-            let secret = api
-                .get_opt(name)
-                .await
-                .map_err(|e| format!("secret \"{name}\": {e}"))?;
-            Ok(secret.map(|s| {
-                let mut out: BTreeMap<String, Vec<u8>> = s
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                out.extend(
-                    s.string_data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_bytes())),
-                );
-                out
-            }))
+            let object = ObjectRef {
+                secret: true,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            if let Some(data) = self.objects.read(&object).await {
+                return Ok(data);
+            }
+            let secret: Option<k8s::Secret> = self.get(namespace, name, "secret").await?;
+            Ok(secret.map(secret_data))
         })
+    }
+
+    fn register_pod(&self, uid: &str, refs: BTreeSet<ObjectRef>) {
+        self.objects.register(uid, refs);
+    }
+
+    fn unregister_pod(&self, uid: &str) {
+        self.objects.unregister(uid);
+    }
+
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.objects.changes())
     }
 
     fn token<'a>(&'a self, r: &'a volumes::TokenRequest) -> BoxFuture<'a, Result<String, String>> {

@@ -236,7 +236,7 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc.run_as_user.map(|value| proto::Int64Value { value }),
                 run_as_group: psc.run_as_group.map(|value| proto::Int64Value { value }),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: supplemental_groups(&psc),
                 privileged: any_privileged,
                 ..Default::default()
             }),
@@ -330,7 +330,7 @@ fn security_context(pod: &k8s::Pod, c: &k8s::Container) -> proto::LinuxContainer
             .or(psc.run_as_group)
             .map(|value| proto::Int64Value { value }),
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: psc.supplemental_groups.unwrap_or_default(),
+        supplemental_groups: supplemental_groups(&psc),
         no_new_privs: sc.allow_privilege_escalation == Some(false),
         masked_paths: if privileged {
             Vec::new()
@@ -482,3 +482,11 @@ pub fn node_memory_bytes() -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+/// The pod's supplemental groups, with its `fsGroup` after them: the group its volumes
+/// belong to (the kubelet adds it to the sandbox's and every container's groups).
+fn supplemental_groups(psc: &k8s::PodSecurityContext) -> Vec<i64> {
+    let mut groups = psc.supplemental_groups.clone().unwrap_or_default();
+    groups.extend(psc.fs_group.filter(|g| !groups.contains(g)));
+    groups
+}

@@ -68,13 +68,11 @@ fn sub_path(m: &k8s::VolumeMount, env: &BTreeMap<String, String>) -> Result<Stri
     Ok(sub)
 }
 
-/// The host side of volume `v`, creating what must exist (emptyDir directories,
-/// hostPath `DirectoryOrCreate` / `FileOrCreate`).
+/// The host side of volume `v`, creating what must exist (hostPath `DirectoryOrCreate`
+/// / `FileOrCreate`; emptyDirs were set up with the pod's other volumes).
 fn volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<PathBuf, String> {
     if v.empty_dir.is_some() {
-        let dir = empty_dir_path(pod, ctx, &v.name);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        return Ok(dir);
+        return Ok(empty_dir_path(pod, ctx, &v.name));
     }
     if let Some(hp) = &v.host_path {
         let path = PathBuf::from(&hp.path);
@@ -105,7 +103,7 @@ fn volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<Pat
         return Ok(path);
     }
     // configMap, secret, downwardAPI, projected: written before the containers start
-    // (crate::volumes).
+    // and kept up to date (crate::volumes).
     crate::volumes::path(pod, ctx, v).ok_or_else(|| {
         "only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported on this node".to_owned()
     })

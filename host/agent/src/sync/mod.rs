@@ -206,9 +206,42 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         data
     }
 
-    /// When pod `uid`'s volumes were last written.
-    fn volumes_written(&self, uid: &str) -> Option<Instant> {
-        Self::lock(&self.volumes_ready).get(uid).copied()
+    /// The kubelet's mount step, on every sync of a pod that is not finished: volumes are
+    /// set up before anything starts — a pod waits (ContainerCreating, a FailedMount
+    /// event) until they are — and brought up to date afterwards (changed ConfigMaps,
+    /// Secrets, labels and annotations; a failed update leaves the files as they were).
+    /// Projected tokens are requested at the first mount after the agent starts and again
+    /// at 80 % of their life. `false`: the pod cannot start yet.
+    async fn mount_volumes(&self, pod: &k8s::Pod) -> bool {
+        if !crate::volumes::needed(pod) {
+            return true;
+        }
+        let key = PodKey::of(pod);
+        let source = self.volume_source.as_deref();
+        if let Some(source) = source {
+            source.register_pod(&key.uid, crate::volumes::references(pod));
+        }
+        let mounted = Self::lock(&self.volumes_ready).get(&key.uid).copied();
+        let refresh = mounted.is_none_or(|at| {
+            crate::volumes::refresh_after(pod).is_some_and(|every| at.elapsed() >= every)
+        });
+        match crate::volumes::prepare(pod, &self.node, source, refresh).await {
+            Ok(written) => {
+                if refresh {
+                    Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
+                }
+                if mounted.is_some() && !written.is_empty() {
+                    info!(pod = %key, volumes = ?written, "volumes updated");
+                }
+                true
+            }
+            Err(e) => {
+                warn!(pod = %key, "{e}");
+                self.events
+                    .record(Event::warning(pod, None, "FailedMount", e.to_string()));
+                mounted.is_some()
+            }
+        }
     }
 
     /// Locks `m`, whether or not a panic poisoned it.
@@ -390,33 +423,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 return SyncResult::retry(WorkOutcome::Synced, STOP_RETRY);
             }
         }
-        // The kubelet's mount step: volumes with content are written before anything
-        // starts, and a pod waits (ContainerCreating, a FailedMount event) until they are.
-        // Projected tokens are written again at 80 % of their life (on a periodic sync).
-        let starts = actions.next_init.is_some() || !actions.start.is_empty();
-        if crate::volumes::needed(pod) {
-            let written = self.volumes_written(&key.uid);
-            let refresh = written
-                .zip(crate::volumes::refresh_after(pod))
-                .is_some_and(|(at, every)| at.elapsed() >= every);
-            if (starts && written.is_none()) || refresh {
-                match crate::volumes::prepare(pod, &self.node, self.volume_source.as_deref()).await
-                {
-                    Ok(()) => {
-                        Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
-                    }
-                    Err(e) => {
-                        warn!(pod = %key, "{e}");
-                        self.events
-                            .record(Event::warning(pod, None, "FailedMount", e.to_string()));
-                        if written.is_none() {
-                            self.read_back(pod, touched).await;
-                            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
-                        }
-                        // A refresh that failed: the files written before stay.
-                    }
-                }
-            }
+        if !self.mount_volumes(pod).await {
+            self.read_back(pod, touched).await;
+            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let (sandbox_id, pod_ip) = if actions.create_sandbox {

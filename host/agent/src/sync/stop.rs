@@ -142,7 +142,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             warn!(pod = %key, "removing the pod failed: {e}");
             return SyncResult::retry(WorkOutcome::CleanupFailed, STOP_RETRY);
         }
-        let _ = std::fs::remove_dir_all(criconfig::pod_dir(pod, &self.node));
+        if let Err(e) = crate::volumes::remove_pod_dir(&criconfig::pod_dir(pod, &self.node)) {
+            warn!(pod = %key, "removing the pod's directory: {e}");
+        }
+        if let Some(source) = &self.volume_source {
+            source.unregister_pod(&key.uid);
+        }
         let _ = std::fs::remove_dir_all(criconfig::log_directory(pod, &self.node));
         if let Some(cgroups) = &self.node.pod_cgroups {
             for left in cgroups.remove(&key.uid) {

@@ -1,17 +1,24 @@
-//! Volumes whose content comes from the API server or the pod itself: configMap, secret,
-//! downwardAPI and projected (the `kube-api-access-…` volume every pod created through an
-//! API server carries: a service account token, the cluster's CA from the
-//! `kube-root-ca.crt` ConfigMap, and the namespace).
+//! The kubelet's mount step for the volumes the node makes itself: emptyDir, and those
+//! whose content comes from the API server or the pod — configMap, secret, downwardAPI
+//! and projected (the `kube-api-access-…` volume every pod created through an API server
+//! carries: a service account token, the cluster's CA from the `kube-root-ca.crt`
+//! ConfigMap, and the namespace).
 //!
-//! [`prepare`] writes each such volume's files under
-//! `<rootDir>/pods/<uid>/volumes/<kind>/<name>` before the pod's containers start (the
-//! kubelet's mount step); mounts then bind that directory. ConfigMaps, Secrets and
-//! tokens are read through a [`VolumeSource`] — the API server in cluster mode; a node
-//! without one can still serve downwardAPI volumes, and names the volume that needs an
-//! API server otherwise. A failure names the volume, the kubelet's way: `MountVolume.SetUp
-//! failed for volume "config" : configmap "app" not found`.
+//! [`prepare`] runs before the pod's containers start and again on every sync of the
+//! pod, as the kubelet remounts these volumes on every sync: content volumes are
+//! gathered ([`content`]) and written the kubelet's atomic way ([`atomic`]) under
+//! `<rootDir>/pods/<uid>/volumes/<kind>/<name>` when they differ from what is there — so
+//! a changed ConfigMap or Secret, an optional one created later, or new labels and
+//! annotations reach the running containers. emptyDirs are made once ([`empty_dir`]: 0777,
+//! tmpfs for `medium: Memory`). The pod's `fsGroup` is applied to each ([`ownership`]).
+//! ConfigMaps, Secrets and tokens are read through a [`VolumeSource`] — in cluster mode a
+//! watch-backed cache of the objects the node's pods reference, which also says which
+//! pods to sync at once when one of them changes. A node without an API server can
+//! still serve downwardAPI and emptyDir volumes, and names the volume that needs one
+//! otherwise. A failure names the volume, the kubelet's way: `MountVolume.SetUp failed
+//! for volume "config" : configmap "app" not found`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -20,11 +27,27 @@ use k8s_openapi::api::core::v1 as k8s;
 
 use crate::criconfig::{self, NodeContext};
 
+pub mod atomic;
+mod content;
+pub mod empty_dir;
+pub mod ownership;
+
 /// A boxed future, for the dyn-compatible [`VolumeSource`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Keys and bytes of a ConfigMap or Secret (`None`: it does not exist).
 pub type Data = Option<BTreeMap<String, Vec<u8>>>;
+
+/// A ConfigMap or Secret a pod's volumes project.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// A Secret (else a ConfigMap).
+    pub secret: bool,
+    /// Its namespace (the pod's).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
 
 /// Where ConfigMaps, Secrets and service account tokens come from.
 pub trait VolumeSource: Send + Sync + fmt::Debug {
@@ -42,6 +65,20 @@ pub trait VolumeSource: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<Data, String>>;
     /// A token of service account `namespace/account` bound to the pod.
     fn token<'a>(&'a self, request: &'a TokenRequest) -> BoxFuture<'a, Result<String, String>>;
+    /// The objects pod `uid`'s volumes project now (replacing what it said before): a
+    /// source that caches keeps these current.
+    fn register_pod(&self, uid: &str, refs: BTreeSet<ObjectRef>) {
+        let _ = (uid, refs);
+    }
+    /// Pod `uid` is gone: its objects need not be kept for it.
+    fn unregister_pod(&self, uid: &str) {
+        let _ = uid;
+    }
+    /// UIDs of registered pods one of whose objects changed (`None`: this source does
+    /// not tell; the pods' periodic syncs pick changes up).
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
 }
 
 /// What a projected service account token asks for.
@@ -105,270 +142,91 @@ pub fn path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Option<PathBu
     )
 }
 
-/// One file to write: relative path, content, mode.
-type File = (String, Vec<u8>, i32);
-
-/// A key selection of a ConfigMap or Secret: every key, or the items listed.
-fn select(
-    data: BTreeMap<String, Vec<u8>>,
-    items: Option<&Vec<k8s::KeyToPath>>,
-    mode: i32,
-    what: &str,
-) -> Result<Vec<File>, String> {
-    match items {
-        None => Ok(data.into_iter().map(|(k, v)| (k, v, mode)).collect()),
-        Some(items) => items
-            .iter()
-            .map(|i| match data.get(&i.key) {
-                Some(v) => Ok((i.path.clone(), v.clone(), i.mode.unwrap_or(mode))),
-                None => Err(format!("{what}: key \"{}\" not found", i.key)),
-            })
-            .collect(),
-    }
-}
-
-/// Labels or annotations the way the downward API writes them: `key="value"` lines.
-fn map_file(map: Option<&BTreeMap<String, String>>) -> String {
-    map.into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v:?}\n"))
-        .collect()
-}
-
-fn downward(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    items: &[k8s::DownwardAPIVolumeFile],
-    mode: i32,
-) -> Result<Vec<File>, String> {
-    let mut files = Vec::new();
-    for item in items {
-        let value = match (&item.field_ref, &item.resource_field_ref) {
-            (Some(f), _) => match f.field_path.as_str() {
-                "metadata.labels" => map_file(pod.metadata.labels.as_ref()),
-                "metadata.annotations" => map_file(pod.metadata.annotations.as_ref()),
-                path => criconfig::field_ref(pod, path, "", ctx)
-                    .ok_or_else(|| format!("unsupported fieldPath {path:?}"))?,
-            },
-            (None, Some(r)) => {
-                let spec = crate::pod::containers(pod)
-                    .iter()
-                    .find(|c| Some(&c.name) == r.container_name.as_ref())
-                    .or_else(|| crate::pod::containers(pod).first())
-                    .ok_or("no container")?;
-                criconfig::resource_ref(spec, r, &item.path, ctx).map_err(|e| e.to_string())?
-            }
-            (None, None) => return Err(format!("{}: no fieldRef or resourceFieldRef", item.path)),
-        };
-        files.push((
-            item.path.clone(),
-            value.into_bytes(),
-            item.mode.unwrap_or(mode),
-        ));
-    }
-    Ok(files)
-}
-
-async fn fetch(
-    source: Option<&dyn VolumeSource>,
-    secret: bool,
-    namespace: &str,
-    name: &str,
-    optional: bool,
-) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-    let what = if secret { "secret" } else { "configmap" };
-    let Some(source) = source else {
-        return Err(format!(
-            "{what} \"{name}\": this node has no API server to read it from (no kubeconfig)"
-        ));
-    };
-    let data = if secret {
-        source.secret(namespace, name).await?
-    } else {
-        source.config_map(namespace, name).await?
-    };
-    match data {
-        Some(d) => Ok(Some(d)),
-        None if optional => Ok(None),
-        None => Err(format!("{what} \"{name}\" not found")),
-    }
-}
-
-/// The files of a ConfigMap (`secret` false) or Secret: all its keys, or the items
-/// listed; none for an optional one that is missing.
-async fn keyed(
-    source: Option<&dyn VolumeSource>,
-    secret: bool,
-    namespace: &str,
-    name: &str,
-    optional: bool,
-    items: Option<&Vec<k8s::KeyToPath>>,
-    mode: i32,
-) -> Result<Vec<File>, String> {
-    let what = if secret { "secret" } else { "configmap" };
-    match fetch(source, secret, namespace, name, optional).await? {
-        Some(d) => select(d, items, mode, &format!("{what} \"{name}\"")),
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The files of volume `v`.
-async fn files(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    v: &k8s::Volume,
-    source: Option<&dyn VolumeSource>,
-) -> Result<Vec<File>, String> {
+/// The ConfigMaps and Secrets `pod`'s volumes project.
+pub fn references(pod: &k8s::Pod) -> BTreeSet<ObjectRef> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    if let Some(c) = &v.config_map {
-        let (optional, mode) = (c.optional.unwrap_or(false), c.default_mode.unwrap_or(0o644));
-        return keyed(
-            source,
-            false,
-            namespace,
-            &c.name,
-            optional,
-            c.items.as_ref(),
-            mode,
-        )
-        .await;
-    }
-    if let Some(sec) = &v.secret {
-        let name = sec.secret_name.clone().unwrap_or_default();
-        let (optional, mode) = (
-            sec.optional.unwrap_or(false),
-            sec.default_mode.unwrap_or(0o644),
-        );
-        return keyed(
-            source,
-            true,
-            namespace,
-            &name,
-            optional,
-            sec.items.as_ref(),
-            mode,
-        )
-        .await;
-    }
-    if let Some(d) = &v.downward_api {
-        return downward(
-            pod,
-            ctx,
-            d.items.as_deref().unwrap_or(&[]),
-            d.default_mode.unwrap_or(0o644),
-        );
-    }
-    let Some(p) = &v.projected else {
-        return Ok(Vec::new());
+    let object = |secret: bool, name: &str| ObjectRef {
+        secret,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
     };
-    let mode = p.default_mode.unwrap_or(0o644);
-    let mut out = Vec::new();
-    for s in p.sources.iter().flatten() {
-        if let Some(t) = &s.service_account_token {
-            let Some(source) = source else {
-                return Err("a service account token needs an API server (no kubeconfig)".into());
-            };
-            let request = TokenRequest {
-                namespace: namespace.to_owned(),
-                service_account: pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.service_account_name.clone())
-                    .unwrap_or_else(|| "default".into()),
-                audience: t.audience.clone().filter(|a| !a.is_empty()),
-                expiration_seconds: t.expiration_seconds.unwrap_or(3600),
-                pod_name: pod.metadata.name.clone().unwrap_or_default(),
-                pod_uid: crate::pod::uid(pod).to_owned(),
-            };
-            let token = source.token(&request).await?;
-            out.push((t.path.clone(), token.into_bytes(), mode));
+    let mut out = BTreeSet::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(c) = &v.config_map {
+            out.insert(object(false, &c.name));
         }
-        if let Some(c) = &s.config_map {
-            let optional = c.optional.unwrap_or(false);
-            out.extend(
-                keyed(
-                    source,
-                    false,
-                    namespace,
-                    &c.name,
-                    optional,
-                    c.items.as_ref(),
-                    mode,
-                )
-                .await?,
-            );
+        if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
+            out.insert(object(true, name));
         }
-        if let Some(sec) = &s.secret {
-            let optional = sec.optional.unwrap_or(false);
-            out.extend(
-                keyed(
-                    source,
-                    true,
-                    namespace,
-                    &sec.name,
-                    optional,
-                    sec.items.as_ref(),
-                    mode,
-                )
-                .await?,
-            );
-        }
-        if let Some(d) = &s.downward_api {
-            out.extend(downward(pod, ctx, d.items.as_deref().unwrap_or(&[]), mode)?);
+        for s in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(c) = &s.config_map {
+                out.insert(object(false, &c.name));
+            }
+            if let Some(sec) = &s.secret {
+                out.insert(object(true, &sec.name));
+            }
         }
     }
-    Ok(out)
+    out
 }
 
-fn write(dir: &Path, files: &[File]) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for (rel, content, mode) in files {
-        if rel.split('/').any(|p| p == ".." || p.is_empty()) {
-            return Err(format!("{rel:?} is not a relative path inside the volume"));
-        }
-        let path = dir.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        // Written beside, then renamed over: a container reading the file (a refreshed
-        // token) sees the old content or the new, never half of one.
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = path.with_file_name(format!(".{name}.tmp"));
-        std::fs::write(&temp, content).map_err(|e| format!("{}: {e}", temp.display()))?;
-        let mode = u32::try_from(*mode & 0o777).unwrap_or(0o644);
-        let _ = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode));
-        std::fs::rename(&temp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// Writes every configMap, secret, downwardAPI and projected volume of `pod`.
+/// Sets up every volume of `pod` the node makes, or brings it up to date; the names
+/// of the content volumes that were (re)written. Service account tokens already written
+/// are kept unless `refresh_tokens`.
 pub async fn prepare(
     pod: &k8s::Pod,
     ctx: &NodeContext,
     source: Option<&dyn VolumeSource>,
-) -> Result<(), MountError> {
+    refresh_tokens: bool,
+) -> Result<Vec<String>, MountError> {
+    let owner = ownership::Ownership::of(pod, true);
+    let mut written = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let Some(dir) = path(pod, ctx, v) else {
-            continue;
-        };
         let error = |message: String| MountError {
             volume: v.name.clone(),
             message,
         };
-        let files = files(pod, ctx, v, source).await.map_err(error)?;
-        write(&dir, &files).map_err(error)?;
+        if v.empty_dir.is_some() {
+            empty_dir::set_up(pod, ctx, v).map_err(error)?;
+            continue;
+        }
+        let Some(dir) = path(pod, ctx, v) else {
+            continue;
+        };
+        let gather = content::Gather {
+            pod,
+            ctx,
+            source,
+            dir: &dir,
+            refresh_tokens,
+            fs_group: owner.is_some(),
+        };
+        let payload = gather.payload(v).await.map_err(error)?;
+        if atomic::write(&dir, &payload, owner.as_ref()).map_err(error)? {
+            written.push(v.name.clone());
+        }
     }
-    Ok(())
+    Ok(written)
 }
 
-/// How long after [`prepare`] the pod's volumes are written again: at 80 % of the
-/// shortest service account token's life (the kubelet refreshes projected tokens
-/// then); `None` without tokens (ConfigMap and Secret volumes are written once).
+/// Takes a stopped pod's directory away: its tmpfs volumes unmounted first (a mount
+/// left would keep its memory and fail the removal), then everything under it. The
+/// mounts that could not be taken down are named.
+pub fn remove_pod_dir(dir: &Path) -> Result<(), String> {
+    let failed = empty_dir::unmount_all(dir);
+    if let Some((path, e)) = failed.first() {
+        return Err(format!("unmounting {}: {e}", path.display()));
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("{}: {e}", dir.display())),
+    }
+}
+
+/// How long after a token was requested it is requested again: at 80 % of the shortest
+/// service account token's life (the kubelet refreshes projected tokens then); `None`
+/// without tokens.
 pub fn refresh_after(pod: &k8s::Pod) -> Option<std::time::Duration> {
     pod.spec
         .iter()
@@ -388,7 +246,7 @@ pub fn needed(pod: &k8s::Pod) -> bool {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .any(|v| kind(v).is_some())
+        .any(|v| v.empty_dir.is_some() || kind(v).is_some())
 }
 
 #[cfg(test)]
@@ -448,7 +306,7 @@ mod tests {
         );
         let c = ctx("projected");
         assert!(needed(&p));
-        prepare(&p, &c, Some(&Fake)).await.expect("prepared");
+        prepare(&p, &c, Some(&Fake), false).await.expect("prepared");
         let dir = path(
             &p,
             &c,
@@ -466,7 +324,7 @@ mod tests {
             "tokens are refreshed at 80 % of their life"
         );
         // Without an API server the token cannot be had: the volume is named.
-        let err = prepare(&p, &ctx("projected-standalone"), None)
+        let err = prepare(&p, &ctx("projected-standalone"), None, false)
             .await
             .expect_err("no API server");
         assert!(
@@ -479,7 +337,7 @@ mod tests {
     #[tokio::test]
     async fn missing_config_maps_are_named_and_downward_files_need_no_api_server() {
         let p = pod(serde_json::json!([{"name": "config", "configMap": {"name": "app"}}]));
-        let err = prepare(&p, &ctx("missing"), Some(&Fake))
+        let err = prepare(&p, &ctx("missing"), Some(&Fake), false)
             .await
             .expect_err("missing");
         assert_eq!(
@@ -489,7 +347,7 @@ mod tests {
         let optional = pod(
             serde_json::json!([{"name": "config", "configMap": {"name": "app", "optional": true}}]),
         );
-        prepare(&optional, &ctx("optional"), Some(&Fake))
+        prepare(&optional, &ctx("optional"), Some(&Fake), false)
             .await
             .expect("optional");
         assert_eq!(refresh_after(&optional), None, "no token, no refresh");
@@ -499,7 +357,9 @@ mod tests {
             {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]),
         );
         let c = ctx("downward");
-        prepare(&info, &c, None).await.expect("downward API alone");
+        prepare(&info, &c, None, false)
+            .await
+            .expect("downward API alone");
         let dir = c
             .pods_dir
             .join("u1/volumes/kubernetes.io~downward-api/info");
@@ -511,5 +371,192 @@ mod tests {
             std::fs::read_to_string(dir.join("name")).expect("name"),
             "web"
         );
+    }
+
+    /// A source whose objects the test changes, counting the tokens it issues.
+    #[derive(Debug, Default)]
+    struct Changing {
+        config_maps: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Vec<u8>>>>,
+        tokens: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Changing {
+        fn set(&self, name: &str, data: &[(&str, &str)]) {
+            let data = data
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+                .collect();
+            self.config_maps
+                .lock()
+                .expect("lock")
+                .insert(name.to_owned(), data);
+        }
+    }
+
+    impl VolumeSource for Changing {
+        fn config_map<'a>(
+            &'a self,
+            _: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Data, String>> {
+            let found = self.config_maps.lock().expect("lock").get(name).cloned();
+            Box::pin(async move { Ok(found) })
+        }
+        fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Data, String>> {
+            self.config_map(ns, name)
+        }
+        fn token<'a>(&'a self, _: &'a TokenRequest) -> BoxFuture<'a, Result<String, String>> {
+            let n = self
+                .tokens
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move { Ok(format!("token-{n}")) })
+        }
+    }
+
+    #[tokio::test]
+    async fn volumes_follow_their_config_maps_and_an_optional_one_created_later() {
+        let source = Changing::default();
+        let p = pod(serde_json::json!([
+            {"name": "config", "configMap": {"name": "app"}},
+            {"name": "later", "projected": {"sources": [{"configMap": {"name": "opt", "optional": true}}]}}]));
+        let c = ctx("follow");
+        source.set("app", &[("mode", "a"), ("old", "x")]);
+        assert_eq!(
+            prepare(&p, &c, Some(&source), false).await.expect("first"),
+            ["config", "later"]
+        );
+        let dir = c.pods_dir.join("u1/volumes/kubernetes.io~configmap/config");
+        let later = c.pods_dir.join("u1/volumes/kubernetes.io~projected/later");
+        let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).ok();
+        assert_eq!(read(&dir, "mode").as_deref(), Some("a"));
+        assert!(
+            read(&later, "k").is_none(),
+            "an optional source that is missing: no files"
+        );
+        assert!(
+            prepare(&p, &c, Some(&source), false)
+                .await
+                .expect("again")
+                .is_empty(),
+            "nothing changed, nothing written"
+        );
+        source.set("app", &[("mode", "b")]);
+        source.set("opt", &[("k", "v")]);
+        assert_eq!(
+            prepare(&p, &c, Some(&source), false)
+                .await
+                .expect("changed"),
+            ["config", "later"]
+        );
+        assert_eq!(read(&dir, "mode").as_deref(), Some("b"));
+        assert!(read(&dir, "old").is_none(), "a key gone is removed");
+        assert_eq!(
+            read(&later, "k").as_deref(),
+            Some("v"),
+            "the optional source, once created"
+        );
+    }
+
+    #[tokio::test]
+    async fn downward_files_follow_labels_and_tokens_are_kept_until_due() {
+        let source = Changing::default();
+        let mut p = pod(
+            serde_json::json!([{"name": "info", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token"}},
+            {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}]),
+        );
+        let c = ctx("labels");
+        prepare(&p, &c, Some(&source), false).await.expect("first");
+        let dir = c.pods_dir.join("u1/volumes/kubernetes.io~projected/info");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect(f);
+        assert_eq!(read("labels"), "app=\"web\"\n");
+        p.metadata.labels = Some([("app".to_owned(), "shop".to_owned())].into());
+        assert_eq!(
+            prepare(&p, &c, Some(&source), false).await.expect("labels"),
+            ["info"]
+        );
+        assert_eq!(read("labels"), "app=\"shop\"\n");
+        assert_eq!(read("token"), "token-0", "the token written before is kept");
+        prepare(&p, &c, Some(&source), true).await.expect("refresh");
+        assert_eq!(read("token"), "token-1", "a refresh asks for a new one");
+        assert_eq!(source.tokens.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_fs_group_owns_the_files_with_group_read() {
+        use std::os::unix::fs::MetadataExt;
+        let source = Changing::default();
+        source.set("creds", &[("user", "admin")]);
+        let mut p = pod(serde_json::json!([
+            {"name": "s", "projected": {"defaultMode": 0o440, "sources": [
+                {"secret": {"name": "creds"}}, {"serviceAccountToken": {"path": "token"}}]}},
+            {"name": "scratch", "emptyDir": {}}]));
+        let c = ctx("fsgroup");
+        let plain = c
+            .pods_dir
+            .join("u1/volumes/kubernetes.io~empty-dir/scratch");
+        prepare(&p, &ctx("fsgroup"), Some(&source), false)
+            .await
+            .expect("no group");
+        let meta = std::fs::metadata(&plain).expect("emptyDir");
+        assert_eq!(meta.mode() & 0o7777, 0o777, "emptyDir: anyone may write");
+        p.spec.as_mut().expect("spec").security_context = Some(k8s::PodSecurityContext {
+            fs_group: Some(1234),
+            ..Default::default()
+        });
+        let c = ctx("fsgroup");
+        prepare(&p, &c, Some(&source), false).await.expect("group");
+        let dir = c.pods_dir.join("u1/volumes/kubernetes.io~projected/s");
+        let meta = |f: &Path| std::fs::metadata(f).expect("meta");
+        assert_eq!(meta(&dir.join("user")).gid(), 1234);
+        assert_eq!(
+            meta(&dir.join("user")).mode() & 0o7777,
+            0o440,
+            "defaultMode, group-read already"
+        );
+        assert_eq!(
+            meta(&dir.join("token")).mode() & 0o7777,
+            0o640,
+            "0600, then group read"
+        );
+        assert_eq!(meta(&plain).gid(), 1234);
+        assert_eq!(
+            meta(&plain).mode() & 0o7777,
+            0o2777,
+            "setgid on the emptyDir"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_memory_empty_dir_is_a_tmpfs_taken_down_with_the_pod() {
+        let p = pod(
+            serde_json::json!([{"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]),
+        );
+        let c = ctx("tmpfs");
+        prepare(&p, &c, None, false).await.expect("tmpfs");
+        let dir = c.pods_dir.join("u1/volumes/kubernetes.io~empty-dir/mem");
+        let fs = rustix::fs::statfs(&dir).expect("statfs");
+        assert_eq!(fs.f_type, 0x0102_1994, "TMPFS_MAGIC");
+        assert_eq!(
+            fs.f_blocks * fs.f_bsize as u64,
+            1 << 20,
+            "sized by sizeLimit"
+        );
+        prepare(&p, &c, None, false)
+            .await
+            .expect("again: already mounted, not twice");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let dir_text = dir.to_string_lossy().into_owned();
+        assert_eq!(
+            mounts
+                .lines()
+                .filter(|l| l.contains(dir_text.as_str()))
+                .count(),
+            1
+        );
+        remove_pod_dir(&c.pods_dir.join("u1")).expect("removed");
+        assert!(!c.pods_dir.join("u1").exists());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        assert!(!mounts.contains(dir_text.as_str()), "unmounted");
     }
 }

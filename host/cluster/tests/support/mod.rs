@@ -47,6 +47,10 @@ pub struct Node {
     pub client: kube::Client,
     pub cri: Arc<Simulator>,
     pub agent: Arc<Agent<Simulator>>,
+    /// Where the agent's volumes read ConfigMaps and Secrets.
+    pub volumes: Arc<wasmlet_cluster::volumes::ApiVolumes>,
+    /// The agent's root directory.
+    pub root: PathBuf,
     pub name: String,
     pub stop: tokio::sync::watch::Sender<bool>,
 }
@@ -86,6 +90,7 @@ impl Node {
         };
         let (recorder, events) = ApiRecorder::new();
         let cri = Arc::new(Simulator::new());
+        let volumes = Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(client.clone()));
         let agent = Arc::new(Agent::start(
             cri.clone(),
             AgentOptions {
@@ -98,9 +103,7 @@ impl Node {
                 sources: vec!["file".into(), "api".into()],
                 pod_cgroups: None,
                 events: Some(recorder),
-                volumes: Some(Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(
-                    client.clone(),
-                ))),
+                volumes: Some(volumes.clone()),
                 services: Some(Arc::new(
                     wasmlet_cluster::services::ServiceWatch::start(client.clone()).0,
                 )),
@@ -144,6 +147,8 @@ impl Node {
             client,
             cri,
             agent,
+            volumes,
+            root: dir.join("root"),
             name,
             stop,
         };
