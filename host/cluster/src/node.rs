@@ -43,7 +43,7 @@ impl Default for Timing {
 }
 
 /// What the node status says beyond [`NodeFacts`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeState {
     /// `None` when ready; otherwise why not (the runtime is down, PLEG is not healthy).
     pub not_ready: Option<String>,
@@ -53,6 +53,8 @@ pub struct NodeState {
     pub port: i32,
     /// The eviction manager's pressure conditions that are true.
     pub pressure: Pressure,
+    /// The images on the node, largest first (`status.images`).
+    pub images: std::sync::Arc<Vec<k8s::ContainerImage>>,
 }
 
 /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure).
@@ -217,6 +219,7 @@ pub fn status(
     status.daemon_endpoints = Some(k8s::NodeDaemonEndpoints {
         kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),
     });
+    status.images = (!state.images.is_empty()).then(|| state.images.to_vec());
     status
 }
 
@@ -457,6 +460,7 @@ mod tests {
             runtime_version: "containerd://1.7.24".into(),
             port: 10250,
             pressure: Pressure::default(),
+            images: Default::default(),
         };
         let info = node_info(&state.runtime_version);
         assert_eq!(info.container_runtime_version, "containerd://1.7.24");

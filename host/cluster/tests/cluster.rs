@@ -47,6 +47,7 @@ fn ready_status(f: &NodeFacts, now: &str) -> k8s::NodeStatus {
         runtime_version: "containerd://1.7.24".into(),
         port: 10250,
         pressure: Default::default(),
+        images: Default::default(),
     };
     node::status(
         f,

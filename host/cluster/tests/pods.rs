@@ -532,3 +532,39 @@ async fn an_api_server_away_for_a_minute_finds_everything_in_step_when_back() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The node lists the runtime's images in its status, largest first, with their names
+/// and sizes (the scheduler's ImageLocality reads them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_status_lists_its_images() {
+    let n = Node::start("images").await;
+    let listed = n.cri.list_images(None).await.expect("images");
+    assert!(!listed.is_empty());
+    let started = Instant::now();
+    let images = loop {
+        let node = n.api.get("api/v1", "nodes", "", &n.name);
+        if let Some(images) = node.as_ref().and_then(|n| n["status"]["images"].as_array()) {
+            break images.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no images in {node:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(images.len(), listed.len());
+    let sizes: Vec<i64> = images
+        .iter()
+        .map(|i| i["sizeBytes"].as_i64().unwrap_or(-1))
+        .collect();
+    assert!(
+        sizes.windows(2).all(|w| w[0] >= w[1]),
+        "largest first: {sizes:?}"
+    );
+    assert!(
+        images.iter().any(|i| i["names"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n == "localhost/busybox:latest"))),
+        "{images:#?}"
+    );
+}

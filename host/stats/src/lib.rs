@@ -21,6 +21,7 @@ pub mod collect;
 pub mod eviction;
 pub mod files;
 pub mod imagegc;
+pub mod images;
 pub mod metrics;
 pub mod node;
 pub mod summary;

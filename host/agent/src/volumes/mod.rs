@@ -179,7 +179,13 @@ pub async fn prepare(
     source: Option<&dyn VolumeSource>,
     refresh_tokens: bool,
 ) -> Result<Vec<String>, MountError> {
-    let owner = ownership::Ownership::of(pod, true);
+    // Content volumes are walked whatever the pod's fsGroupChangePolicy (as the
+    // kubelet's secret, configMap, downwardAPI and projected plugins do): only a new
+    // version is, and it is new throughout.
+    let owner = ownership::Ownership::of(pod, true).map(|o| ownership::Ownership {
+        on_root_mismatch: false,
+        ..o
+    });
     let mut written = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let error = |message: String| MountError {

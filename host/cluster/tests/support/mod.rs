@@ -116,6 +116,8 @@ impl Node {
         ));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let ready = agent.clone();
+        let images = Arc::new(wasmlet_stats::images::NodeImages::default());
+        images.refresh(cri.as_ref(), Some(50)).await;
         let state = {
             let agent = agent.clone();
             move || node::NodeState {
@@ -123,6 +125,7 @@ impl Node {
                 runtime_version: "sim://1".into(),
                 port: 10250,
                 pressure: Default::default(),
+                images: images.get(),
             }
         };
         wasmlet_cluster::start(

@@ -339,10 +339,15 @@ async fn run_agent(
     if let Some(client) = cluster {
         info!(node = %node_facts.name, "cluster mode: registering the node; pods bound to it come from the API server");
         let version = runtime_version.clone();
+        let (images, _images) = wasmlet_stats::images::NodeImages::start(
+            agent.ctx.runtime.clone(),
+            config.resources.max_images,
+        );
         let state = {
             let agent = agent.clone();
             let pressure = pressure.clone();
             move || NodeState {
+                images: images.get(),
                 not_ready: agent.readiness().err(),
                 runtime_version: version.clone(),
                 port: kubelet_port,

@@ -199,6 +199,7 @@ struct File {
     #[serde(rename = "imageMinimumGCAge")]
     image_minimum_gc_age: Option<String>,
     housekeeping_interval: Option<String>,
+    node_status_max_images: Option<i64>,
     plugins: Option<PluginsConfig>,
     cluster_plugins: Option<wasmlet_fleet::FleetConfig>,
 }
@@ -656,6 +657,7 @@ impl Config {
             image_gc_low_threshold_percent: file.image_gc_low_threshold_percent,
             image_minimum_gc_age: file.image_minimum_gc_age,
             housekeeping_interval: file.housekeeping_interval,
+            node_status_max_images: file.node_status_max_images,
         })
         .map_err(with_file)?;
         let cluster_dns = cluster_dns(file.cluster_dns, file.cluster_domain).map_err(with_file)?;

@@ -2,7 +2,8 @@
 //! `evictionSoft`, `evictionSoftGracePeriod`, `evictionMinimumReclaim`,
 //! `evictionPressureTransitionPeriod`, `evictionMaxPodGracePeriod`), image garbage
 //! collection (`imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
-//! `imageMinimumGCAge`) and how often usage is sampled (`housekeepingInterval`,
+//! `imageMinimumGCAge`), how many images the node status lists (`nodeStatusMaxImages`)
+//! and how often usage is sampled (`housekeepingInterval`,
 //! wasmlet's field for the kubelet's `--housekeeping-interval`), checked as the kubelet
 //! checks them; errors name the field.
 
@@ -52,6 +53,7 @@ pub(super) struct ResourceFields {
     pub image_gc_low_threshold_percent: Option<i64>,
     pub image_minimum_gc_age: Option<String>,
     pub housekeeping_interval: Option<String>,
+    pub node_status_max_images: Option<i64>,
 }
 
 /// Node resources as configured.
@@ -63,6 +65,8 @@ pub struct Resources {
     pub eviction: eviction::Config,
     /// Image garbage collection.
     pub images: imagegc::Policy,
+    /// How many images the node status lists (`nodeStatusMaxImages`; `None`: all).
+    pub max_images: Option<usize>,
 }
 
 impl Default for Resources {
@@ -71,6 +75,7 @@ impl Default for Resources {
             period: wasmlet_stats::DEFAULT_PERIOD,
             eviction: eviction::Config::default(),
             images: imagegc::Policy::default(),
+            max_images: Some(wasmlet_stats::images::DEFAULT_MAX_IMAGES),
         }
     }
 }
@@ -134,8 +139,15 @@ pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
         f.housekeeping_interval.as_deref(),
         d.period,
     )?;
+    let max_images = match f.node_status_max_images {
+        None => d.max_images,
+        Some(-1) => None,
+        Some(n) if n >= 0 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        Some(n) => bail!("nodeStatusMaxImages: {n} must be -1 (no limit) or more"),
+    };
     Ok(Resources {
         period,
+        max_images,
         eviction: eviction::Config {
             thresholds,
             transition,
@@ -167,6 +179,23 @@ mod tests {
         assert_eq!(dev.eviction.thresholds.len(), 1, "memory only");
         assert_eq!(dev.images.high_percent, 100, "no image GC");
         assert!(dev.images.check().is_ok());
+    }
+
+    #[test]
+    fn the_node_status_lists_fifty_images_unless_told() {
+        let d = resources(ResourceFields::default()).expect("defaults");
+        assert_eq!(d.max_images, Some(50));
+        let all = ResourceFields {
+            node_status_max_images: Some(-1),
+            ..Default::default()
+        };
+        assert_eq!(resources(all).expect("-1").max_images, None, "-1: no limit");
+        let bad = ResourceFields {
+            node_status_max_images: Some(-2),
+            ..Default::default()
+        };
+        let e = resources(bad).expect_err("-2");
+        assert!(e.to_string().starts_with("nodeStatusMaxImages: "), "{e}");
     }
 
     #[test]
