@@ -130,6 +130,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
                 runtime_version: "sim://1".into(),
                 port: 10250,
                 pressure: Default::default(),
+                images: Default::default(),
             }
         };
         wasmlet_cluster::start(

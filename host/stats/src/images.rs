@@ -20,7 +20,7 @@ pub const REFRESH: Duration = Duration::from_secs(30);
 
 /// `images` as the node status lists them; `max` caps the count (`None`: all).
 pub fn node_images(mut images: Vec<Image>, max: Option<usize>) -> Vec<k8s::ContainerImage> {
-    images.sort_by(|a, b| b.size.cmp(&a.size));
+    images.sort_by_key(|i| std::cmp::Reverse(i.size));
     if let Some(max) = max {
         images.truncate(max);
     }
