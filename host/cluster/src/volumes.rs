@@ -3,7 +3,7 @@
 //! volumes — the Node authorizer lets a node read what its pods reference. The objects
 //! pods project are watched ([`crate::objects`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -44,7 +44,15 @@ impl ApiVolumes {
         &self.objects
     }
 
-    async fn get<K>(&self, namespace: &str, name: &str, what: &str) -> Result<Option<K>, String>
+    /// A ConfigMap (`secret` false) or Secret: from its watch when a pod projects it,
+    /// else asked for directly.
+    async fn read<K>(
+        &self,
+        secret: bool,
+        namespace: &str,
+        name: &str,
+        data: fn(K) -> BTreeMap<String, Vec<u8>>,
+    ) -> Result<Data, String>
     where
         K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
             + Clone
@@ -52,10 +60,21 @@ impl ApiVolumes {
             + std::fmt::Debug,
         K::DynamicType: Default,
     {
+        let object = ObjectRef {
+            secret,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        if let Some(watched) = self.objects.read(&object).await {
+            return Ok(watched);
+        }
+        let what = if secret { "secret" } else { "configmap" };
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        api.get_opt(name)
+        let found = api
+            .get_opt(name)
             .await
-            .map_err(|e| format!("{what} \"{name}\": {e}"))
+            .map_err(|e| format!("{what} \"{name}\": {e}"))?;
+        Ok(found.map(data))
     }
 }
 
@@ -65,18 +84,7 @@ impl VolumeSource for ApiVolumes {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Data, String>> {
-        Box::pin(async move {
-            let object = ObjectRef {
-                secret: false,
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            };
-            if let Some(data) = self.objects.read(&object).await {
-                return Ok(data);
-            }
-            let cm: Option<k8s::ConfigMap> = self.get(namespace, name, "configmap").await?;
-            Ok(cm.map(config_map_data))
-        })
+        Box::pin(self.read::<k8s::ConfigMap>(false, namespace, name, config_map_data))
     }
 
     fn secret<'a>(
@@ -84,18 +92,7 @@ impl VolumeSource for ApiVolumes {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Data, String>> {
-        Box::pin(async move {
-            let object = ObjectRef {
-                secret: true,
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            };
-            if let Some(data) = self.objects.read(&object).await {
-                return Ok(data);
-            }
-            let secret: Option<k8s::Secret> = self.get(namespace, name, "secret").await?;
-            Ok(secret.map(secret_data))
-        })
+        Box::pin(self.read::<k8s::Secret>(true, namespace, name, secret_data))
     }
 
     fn register_pod(&self, uid: &str, refs: BTreeSet<ObjectRef>) {

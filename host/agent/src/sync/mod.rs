@@ -106,7 +106,8 @@ pub struct SyncContext<R> {
     pub volume_source: Option<Arc<dyn crate::volumes::VolumeSource>>,
     /// The Services whose variables containers get (the API server's, watched).
     pub services: Option<Arc<dyn criconfig::services::ServiceSource>>,
-    /// Pods whose volumes are written, and when.
+    /// Pods whose volumes are mounted, and when their service account tokens were last
+    /// requested.
     pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
     /// Turns for the runtime's heavy calls.
     pub pacer: pacing::Pacer,

@@ -38,17 +38,14 @@ impl Gather<'_> {
         let mut out = Payload::new();
         if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(0o644);
-            let optional = c.optional.unwrap_or(false);
-            let data = self.fetch(false, &c.name, optional).await?;
-            let what = format!("configmap \"{}\"", c.name);
-            select(&mut out, data, c.items.as_ref(), (mode, optional), &what)?;
+            let items = c.items.as_ref();
+            self.keyed(&mut out, false, &c.name, c.optional, items, mode)
+                .await?;
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
             let mode = s.default_mode.unwrap_or(0o644);
-            let optional = s.optional.unwrap_or(false);
-            let data = self.fetch(true, &name, optional).await?;
-            let what = format!("secret \"{name}\"");
-            select(&mut out, data, s.items.as_ref(), (mode, optional), &what)?;
+            self.keyed(&mut out, true, &name, s.optional, s.items.as_ref(), mode)
+                .await?;
         } else if let Some(d) = &v.downward_api {
             let mode = d.default_mode.unwrap_or(0o644);
             self.downward(&mut out, d.items.as_deref().unwrap_or(&[]), mode)?;
@@ -78,16 +75,13 @@ impl Gather<'_> {
             );
         }
         if let Some(c) = &s.config_map {
-            let optional = c.optional.unwrap_or(false);
-            let data = self.fetch(false, &c.name, optional).await?;
-            let what = format!("configmap \"{}\"", c.name);
-            select(out, data, c.items.as_ref(), (mode, optional), &what)?;
+            self.keyed(out, false, &c.name, c.optional, c.items.as_ref(), mode)
+                .await?;
         }
         if let Some(sec) = &s.secret {
-            let optional = sec.optional.unwrap_or(false);
-            let data = self.fetch(true, &sec.name, optional).await?;
-            let what = format!("secret \"{}\"", sec.name);
-            select(out, data, sec.items.as_ref(), (mode, optional), &what)?;
+            let items = sec.items.as_ref();
+            self.keyed(out, true, &sec.name, sec.optional, items, mode)
+                .await?;
         }
         if let Some(d) = &s.downward_api {
             self.downward(out, d.items.as_deref().unwrap_or(&[]), mode)?;
@@ -122,6 +116,23 @@ impl Gather<'_> {
         Ok(source.token(&request).await?.into_bytes())
     }
 
+    /// The files of a ConfigMap (`secret` false) or Secret, added to `out`: all its keys,
+    /// or the items listed; none for an optional one that does not exist.
+    async fn keyed(
+        &self,
+        out: &mut Payload,
+        secret: bool,
+        name: &str,
+        optional: Option<bool>,
+        items: Option<&Vec<k8s::KeyToPath>>,
+        mode: i32,
+    ) -> Result<(), String> {
+        let optional = optional.unwrap_or(false);
+        let data = self.fetch(secret, name, optional).await?;
+        let what = format!("{} \"{name}\"", kind_name(secret));
+        select(out, data, items, (mode, optional), &what)
+    }
+
     /// A ConfigMap's (`secret` false) or Secret's keys; `None` for an optional one that
     /// does not exist.
     async fn fetch(
@@ -130,7 +141,7 @@ impl Gather<'_> {
         name: &str,
         optional: bool,
     ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-        let what = if secret { "secret" } else { "configmap" };
+        let what = kind_name(secret);
         let Some(source) = self.source else {
             return Err(format!(
                 "{what} \"{name}\": this node has no API server to read it from (no kubeconfig)"
@@ -184,6 +195,11 @@ impl Gather<'_> {
         }
         Ok(())
     }
+}
+
+/// How errors name a ConfigMap (`secret` false) or Secret.
+fn kind_name(secret: bool) -> &'static str {
+    if secret { "secret" } else { "configmap" }
 }
 
 /// A key selection of a ConfigMap or Secret: every key, or the items listed (a listed
