@@ -204,10 +204,13 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
     // step reuses them instead of building every crate a second time.
     step("build (tests and binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["test", "--workspace", "--no-run", "--locked"]))?;
+    let deb = package()?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
     run(cargo()
         .args(["test", "--workspace", "--locked"])
         .args(extra)
+        .env("WASMLET_DEB", &deb)
+        .env("WASMLET_REQUIRE_PACKAGE", "1")
         .env("WASMLET_CRI_ENDPOINT", endpoint)
         .env("WASMLET_REQUIRE_CONTAINERD", "1")
         .env("WASMLET_TEST_REGISTRY", registry)
@@ -218,6 +221,48 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"])
         .env("WASMLET_TEST_REGISTRY", registry))?;
     Ok(())
+}
+
+/// The cargo-deb the package is made with (installed from crates.io when missing).
+const CARGO_DEB_VERSION: &str = "3.8.0";
+
+/// The Debian package of the debug build (fast compression), for the tests to install
+/// into a temporary root (`dpkg -x`): the same assets and control fields as a release
+/// `cargo deb -p wasmlet`.
+fn package() -> Result<PathBuf> {
+    step("package: the shipped plugins, then cargo deb -p wasmlet (debug build) for the tests");
+    run(cargo()
+        .args(["build", "--release", "--quiet"])
+        .current_dir(repo().join("plugins"))
+        .env("CARGO_TARGET_DIR", repo().join("plugins/target")))?;
+    let have = cargo()
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        run(cargo().args([
+            "install",
+            "cargo-deb",
+            "--locked",
+            "--version",
+            CARGO_DEB_VERSION,
+        ]))?;
+    }
+    let deb = repo().join("target/debian/wasmlet-test.deb");
+    run(cargo()
+        .args([
+            "deb",
+            "-p",
+            "wasmlet",
+            "--profile",
+            "dev",
+            "--no-build",
+            "--no-strip",
+            "--fast",
+            "-o",
+        ])
+        .arg(&deb))?;
+    Ok(deb)
 }
 
 /// A CRI client not written here (Python grpcio) drives a full pod life cycle against

@@ -7,6 +7,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::certificates;
 use crate::store::{Event, Store, kind_of, merge, now_rfc3339, selects, status};
 use crate::{ApiServerSim, apply, crd, node_proxy};
 
@@ -134,6 +135,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
         return node_proxy::handle(sim, ns, name, sub, request).await;
     }
     let query = request.uri().query().unwrap_or("").to_owned();
+    let who = crate::tls::identity(&sim, &request);
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -258,6 +260,49 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
                     "status": {"token": format!("sim-token.{}.{name}.{n}", t.ns), "expirationTimestamp": now_rfc3339()},
                 }),
             )
+        }
+        (Method::POST, None)
+            if t.prefix == certificates::PREFIX && t.resource == certificates::RESOURCE =>
+        {
+            match json_body().and_then(|o| certificates::admit(who.as_ref(), o)) {
+                Ok(object) => match store.create(&t.prefix, &t.resource, "", object) {
+                    Ok(created) => {
+                        let name = created["metadata"]["name"].as_str().unwrap_or_default();
+                        certificates::approve(&mut store, name);
+                        if let Ok(ca) = sim.cluster_ca() {
+                            certificates::sign(&mut store, ca, sim.signing(), name);
+                        }
+                        reply(StatusCode::CREATED, &created)
+                    }
+                    Err(e) => error(e),
+                },
+                Err(e) => error(e),
+            }
+        }
+        (m @ (Method::PUT | Method::PATCH), Some(name))
+            if t.prefix == certificates::PREFIX
+                && t.resource == certificates::RESOURCE
+                && t.sub.as_deref() == Some("approval") =>
+        {
+            // A patch (kube's `patch_approval`) applies to the CSR as it is.
+            let body = json_body().map(|b| match (m, store.objects.get(&key(name))) {
+                (Method::PATCH, Some(current)) => {
+                    let mut merged = current.clone();
+                    merge(&mut merged, &b);
+                    merged
+                }
+                _ => b,
+            });
+            let approved = body.and_then(|b| certificates::set_approval(&mut store, name, &b));
+            match approved {
+                Ok(o) => {
+                    if let Ok(ca) = sim.cluster_ca() {
+                        certificates::sign(&mut store, ca, sim.signing(), name);
+                    }
+                    reply(StatusCode::OK, &o)
+                }
+                Err(e) => error(e),
+            }
         }
         (Method::POST, None) => match json_body() {
             Ok(object) => match store.create(&t.prefix, &t.resource, &t.ns, object) {

@@ -49,17 +49,20 @@
 //! is the way to the kubelets and the reviews.
 
 mod apply;
+mod certificates;
 mod crd;
 mod defaults;
 mod http;
 mod log_ws;
 mod node_proxy;
 mod store;
+mod tls;
 
 use crate::http::handle;
 use crate::store::Store;
 
 pub use node_proxy::DEFAULT_ADDRESS_TYPES;
+pub use tls::{Identity, write_bootstrap_kubeconfig};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -106,19 +109,26 @@ pub struct ApiServerSim {
     latency: Arc<Mutex<std::time::Duration>>,
     access: Arc<Mutex<Access>>,
     kubelet_client: Arc<std::sync::OnceLock<Result<node_proxy::KubeletClient, String>>>,
+    /// The cluster's CA (HTTPS, client certificates, CSRs), made at first use.
+    cluster_ca: Arc<std::sync::OnceLock<Result<tls::ClusterCa, String>>>,
+    /// `--cluster-signing-duration` (a year unless set) and the signer's backdating (5
+    /// minutes unless set).
+    signing: Arc<Mutex<(Option<std::time::Duration>, Option<std::time::Duration>)>>,
 }
 
 /// A running server.
 pub struct Served {
     /// Its address on loopback.
     pub addr: SocketAddr,
+    https: bool,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Served {
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` when served over TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops serving and drops every connection, as when an API server goes away (the
@@ -146,9 +156,20 @@ impl ApiServerSim {
 
     /// Serves on `addr` (port 0: any free port).
     pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<Served> {
+        self.serve_on(addr, None).await
+    }
+
+    /// Serves on `addr`, over TLS with `tls` (the client certificate of each
+    /// connection, when verified, is who its requests come from).
+    async fn serve_on(
+        &self,
+        addr: SocketAddr,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> std::io::Result<Served> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(handle).with_state(self.clone());
+        let https = tls.is_some();
         // Connections are this task's: stopping it drops them all, as a server that goes
         // away does.
         let task = tokio::spawn(async move {
@@ -157,17 +178,33 @@ impl ApiServerSim {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let (app, tls) = (app.clone(), tls.clone());
                 connections.spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .with_upgrades()
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let Some(tls) = tls else {
+                        let service = hyper_util::service::TowerToHyperService::new(app);
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = http.serve_connection(io, service).with_upgrades().await;
+                        return;
+                    };
+                    let Ok(stream) = tls.accept(stream).await else {
+                        return;
+                    };
+                    let peer = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(tls::certificate_identity);
+                    let app = app.layer(axum::Extension(tls::PeerIdentity(peer)));
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = http.serve_connection(io, service).with_upgrades().await;
                 });
                 while connections.try_join_next().is_some() {}
             }
         });
-        Ok(Served { addr, task })
+        Ok(Served { addr, https, task })
     }
 
     /// The stored object, if any (`ns` empty for cluster-scoped).
@@ -176,6 +213,16 @@ impl ApiServerSim {
             .objects
             .get(&(prefix.into(), resource.into(), ns.into(), name.into()))
             .cloned()
+    }
+
+    /// Every stored object of `resource` under `prefix`, in name order.
+    pub fn list(&self, prefix: &str, resource: &str) -> Vec<Value> {
+        self.lock()
+            .objects
+            .iter()
+            .filter(|((p, r, _, _), _)| p == prefix && r == resource)
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
     /// Stores `object` as if created by a client (for tests that set the scene).

@@ -112,7 +112,10 @@ pub(crate) fn kind_of(resource: &str) -> String {
 }
 
 fn built_in_status(resource: &str) -> bool {
-    matches!(resource, "pods" | "nodes" | "namespaces")
+    matches!(
+        resource,
+        "pods" | "nodes" | "namespaces" | "certificatesigningrequests"
+    )
 }
 
 /// A `Status` error as the API server sends it.

@@ -27,6 +27,7 @@ use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::statuses::StatusManager;
 use wasmlet_agent::syncloop::SourceSet;
 
+pub mod certificates;
 pub mod connect;
 pub mod events;
 pub mod lease;

@@ -95,6 +95,46 @@ pub struct TlsSettings {
     /// `authentication.x509.clientCAFile`: client certificates signed by it identify
     /// their user (CN) and groups (O).
     pub client_ca_file: Option<PathBuf>,
+    /// `serverTLSBootstrap`: the certificate the cluster signed, set when it is issued
+    /// and again at each rotation (until then handshakes fail, as the kubelet's do).
+    /// The files, when given, win.
+    pub from_cluster: Option<ClusterCertificate>,
+}
+
+/// The serving certificate the cluster signs, changed while the server runs: each
+/// handshake presents the current one.
+#[derive(Clone, Default)]
+pub struct ClusterCertificate(Arc<std::sync::RwLock<Option<Arc<rustls::sign::CertifiedKey>>>>);
+
+impl std::fmt::Debug for ClusterCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.get().is_some() {
+            "ClusterCertificate(issued)"
+        } else {
+            "ClusterCertificate(pending)"
+        })
+    }
+}
+
+impl ClusterCertificate {
+    /// From now on, handshakes present `key`.
+    pub fn set(&self, key: rustls::sign::CertifiedKey) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(key));
+    }
+
+    /// The current certificate, once issued.
+    pub fn get(&self) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ClusterCertificate {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.get()
+    }
 }
 
 /// The names and addresses a self-signed certificate is made for.
@@ -306,6 +346,14 @@ fn names_everything(cert: &CertificateDer<'_>, s: &SelfSigned) -> bool {
     valid && s.names.iter().all(|n| dns.contains(n)) && s.ips.iter().all(|i| ips.contains(i))
 }
 
+/// Where the serving certificate comes from.
+enum Serving {
+    /// `tlsCertFile` / `tlsPrivateKeyFile`, or self-signed.
+    Files(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>),
+    /// Signed by the cluster (`serverTLSBootstrap`).
+    Cluster(ClusterCertificate),
+}
+
 /// The rustls server configuration: the serving certificate (from the files, or
 /// self-signed), the minimum version, the cipher suites, and client certificates
 /// verified against the client CA when one is set (requests without one are still
@@ -314,8 +362,8 @@ pub fn server_config(
     settings: &TlsSettings,
     fallback: &SelfSigned,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let (certs, key) = match (&settings.cert_file, &settings.key_file) {
-        (Some(c), Some(k)) => (read_certs("tlsCertFile", c)?, read_key(k)?),
+    let serving = match (&settings.cert_file, &settings.key_file) {
+        (Some(c), Some(k)) => Serving::Files(read_certs("tlsCertFile", c)?, read_key(k)?),
         (Some(_), None) => {
             return Err(TlsError::Value {
                 field: "tlsPrivateKeyFile",
@@ -328,7 +376,13 @@ pub fn server_config(
                 why: "must be set with tlsPrivateKeyFile".into(),
             });
         }
-        (None, None) => self_signed(fallback)?,
+        (None, None) => match &settings.from_cluster {
+            Some(cluster) => Serving::Cluster(cluster.clone()),
+            None => {
+                let (certs, key) = self_signed(fallback)?;
+                Serving::Files(certs, key)
+            }
+        },
     };
     let provider = Arc::new(provider(settings)?);
     let versions: &[&rustls::SupportedProtocolVersion] = match settings.min_version {
@@ -360,9 +414,12 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(TlsError::Config)?;
+    let mut config = match serving {
+        Serving::Files(certs, key) => builder
+            .with_single_cert(certs, key)
+            .map_err(TlsError::Config)?,
+        Serving::Cluster(cluster) => builder.with_cert_resolver(Arc::new(cluster)),
+    };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -300,20 +300,19 @@ pub async fn remove_dead_containers<R: CriRuntime + 'static>(agent: &Agent<R>) -
 
 /// Node resources for `agent`: usage sampled every `period` into the returned
 /// [`crate::Stats`], eviction on each sample with `eviction`, image garbage collection
-/// with `images`; the pressure the node reports set in `pressure`.
+/// by `images` (its policy and the images it protects); the pressure the node reports
+/// set in `pressure`.
 pub fn housekeeping<R: CriRuntime + 'static>(
     agent: &Arc<Agent<R>>,
     root_dir: &std::path::Path,
     period: std::time::Duration,
     eviction: crate::eviction::Config,
-    images: crate::imagegc::Policy,
+    images: crate::imagegc::ImageGc,
     pressure: Arc<crate::eviction::run::PressureState>,
 ) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
     let collector = collector(agent, root_dir);
     let stats = Arc::new(crate::Stats::new());
-    let gc = Arc::new(tokio::sync::Mutex::new(crate::imagegc::ImageGc::new(
-        images,
-    )));
+    let gc = Arc::new(tokio::sync::Mutex::new(images));
     let node = Arc::new(AgentNode {
         agent: agent.clone(),
         images: gc.clone(),

@@ -3,8 +3,9 @@
 //!
 //! - `wasmlet up`: run the agent with its embedded defaults (its own containerd, the
 //!   shipped plugins, static pods from a directory).
-//! - `wasmlet run --config FILE`: run the agent from a configuration file (a
-//!   KubeletConfiguration is accepted).
+//! - `wasmlet run --config FILE …`: run the agent with the kubelet's command line and
+//!   configuration file (a KubeletConfiguration). Run under the name `kubelet` (a
+//!   symlink, as kubeadm's systemd unit calls it), the binary is `wasmlet run`.
 //! - `wasmlet cri ...`: talk to a CRI runtime directly (version, pods, containers,
 //!   images, reset) — the small crictl Debian does not package.
 //! - `wasmlet plugin inspect|admit ...`: run and examine plugins offline.
@@ -31,7 +32,8 @@ enum Command {
     /// Run the agent with its embedded defaults (own containerd, shipped plugins,
     /// static pods from a directory).
     Up(commands::agent::UpArgs),
-    /// Run the agent from a configuration file.
+    /// Run the agent with the kubelet's flags and configuration file.
+    #[command(disable_version_flag = true)]
     Run(commands::agent::RunArgs),
     /// Talk to a CRI runtime directly.
     Cri(commands::cri::CriArgs),
@@ -39,16 +41,45 @@ enum Command {
     Plugin(commands::plugin::PluginArgs),
 }
 
+/// The command line; run as `kubelet`, `wasmlet run` with the same arguments.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let called = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|n| n == "kubelet");
+    if called {
+        args.insert(1, "run".into());
+    }
+    args
+}
+
+/// The log filter: `RUST_LOG` when set, else the kubelet's `--v` level (0–2: info, 3–4:
+/// debug, 5 and more: trace).
+fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
+    if let Ok(f) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        return f;
+    }
+    let v = match &cli.command {
+        Command::Run(args) => args.0.verbosity().ok().flatten().unwrap_or(0),
+        _ => 0,
+    };
+    match v {
+        0..=2 => "info",
+        3..=4 => "debug",
+        _ => "trace",
+    }
+    .into()
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse_from(arguments());
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(log_filter(&cli))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => commands::agent::up(args).await,
         Command::Run(args) => commands::agent::run(args).await,

@@ -17,8 +17,12 @@ use crate::config::Config;
 /// The name of the source that reads `staticPodPath` (the kubelet's `file`).
 pub const STATIC_SOURCE: &str = "file";
 
+/// Where the installed package keeps the shipped plugins.
+const PACKAGED_DIR: &str = "/usr/lib/wasmlet/plugins";
+
 /// Where the shipped plugins are: `$WASMLET_PLUGIN_DIR`, `plugins/` beside the binary,
-/// or the plugins workspace's build output in this source tree.
+/// the package's `/usr/lib/wasmlet/plugins`, or the plugins workspace's build output in
+/// this source tree.
 pub fn shipped_dir() -> Result<PathBuf> {
     let candidates: Vec<PathBuf> = std::env::var_os("WASMLET_PLUGIN_DIR")
         .map(PathBuf::from)
@@ -28,6 +32,7 @@ pub fn shipped_dir() -> Result<PathBuf> {
                 .ok()
                 .and_then(|e| e.parent().map(|d| d.join("plugins"))),
         )
+        .chain(std::iter::once(PathBuf::from(PACKAGED_DIR)))
         .chain(std::iter::once(
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../plugins/target/wasm32-wasip2/release"),

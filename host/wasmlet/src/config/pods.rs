@@ -7,17 +7,12 @@ use anyhow::{Result, bail};
 use wasmlet_agent::agent::ClusterDns;
 
 /// `clusterDNS` (IP addresses) and `clusterDomain` (a DNS name, a trailing dot allowed).
-pub(super) fn cluster_dns(
-    servers: Option<Vec<String>>,
-    domain: Option<String>,
-) -> Result<ClusterDns> {
-    let servers = servers.unwrap_or_default();
+pub(super) fn cluster_dns(servers: Vec<String>, domain: String) -> Result<ClusterDns> {
     for (i, s) in servers.iter().enumerate() {
         if s.parse::<IpAddr>().is_err() {
             bail!("clusterDNS[{i}]: {s:?} is not an IP address");
         }
     }
-    let domain = domain.unwrap_or_default();
     let domain = domain.trim_end_matches('.').to_owned();
     let label_ok = |l: &str| {
         !l.is_empty()

@@ -47,11 +47,11 @@ pub(super) struct ResourceFields {
     pub eviction_soft: Option<BTreeMap<String, String>>,
     pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
-    pub eviction_pressure_transition_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<Duration>,
     pub eviction_max_pod_grace_period: Option<i64>,
     pub image_gc_high_threshold_percent: Option<i64>,
     pub image_gc_low_threshold_percent: Option<i64>,
-    pub image_minimum_gc_age: Option<String>,
+    pub image_minimum_gc_age: Option<Duration>,
     pub housekeeping_interval: Option<String>,
     pub node_status_max_images: Option<i64>,
 }
@@ -80,14 +80,6 @@ impl Default for Resources {
     }
 }
 
-/// A duration that may be 0 (the configuration's own [`super::duration`] refuses 0).
-fn duration_or_zero(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
-    match text {
-        None => Ok(default),
-        Some(t) => parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}")),
-    }
-}
-
 fn percent(field: &str, v: Option<i64>, default: u8) -> Result<u8> {
     match v {
         None => Ok(default),
@@ -106,11 +98,9 @@ pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
         f.eviction_minimum_reclaim.as_ref(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let transition = duration_or_zero(
-        "evictionPressureTransitionPeriod",
-        f.eviction_pressure_transition_period.as_deref(),
-        d.eviction.transition,
-    )?;
+    let transition = f
+        .eviction_pressure_transition_period
+        .unwrap_or(d.eviction.transition);
     let max_pod_grace = match f.eviction_max_pod_grace_period {
         None => Duration::ZERO,
         Some(n) if n >= 0 => Duration::from_secs(n.unsigned_abs()),
@@ -127,18 +117,17 @@ pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
             f.image_gc_low_threshold_percent,
             d.images.low_percent,
         )?,
-        min_age: duration_or_zero(
-            "imageMinimumGCAge",
-            f.image_minimum_gc_age.as_deref(),
-            d.images.min_age,
-        )?,
+        min_age: f.image_minimum_gc_age.unwrap_or(d.images.min_age),
     };
     images.check().map_err(|e| anyhow::anyhow!(e))?;
-    let period = super::duration(
-        "housekeepingInterval",
-        f.housekeeping_interval.as_deref(),
-        d.period,
-    )?;
+    let period = match f.housekeeping_interval.as_deref() {
+        None => d.period,
+        Some(t) => match parse_duration(t) {
+            Ok(p) if !p.is_zero() => p,
+            Ok(_) => bail!("housekeepingInterval: must be more than 0"),
+            Err(e) => bail!("housekeepingInterval: {e}"),
+        },
+    };
     let max_images = match f.node_status_max_images {
         None => d.max_images,
         Some(-1) => None,
@@ -236,7 +225,7 @@ mod tests {
         let r = resources(ResourceFields {
             eviction_soft: map(&[("memory.available", "1Gi")]),
             eviction_soft_grace_period: map(&[("memory.available", "1m")]),
-            eviction_pressure_transition_period: Some("30s".into()),
+            eviction_pressure_transition_period: Some(Duration::from_secs(30)),
             eviction_max_pod_grace_period: Some(20),
             ..Default::default()
         })

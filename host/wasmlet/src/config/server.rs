@@ -9,59 +9,89 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use serde::Deserialize;
-use wasmlet_plugin_host::convert::parse_duration;
 use wasmlet_server::authn::AuthnSettings;
 use wasmlet_server::authz::{AuthzSettings, Mode};
 use wasmlet_server::tls::{MinVersion, TlsSettings};
 
+use super::file::Dur;
+
 /// `authentication` as written.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub(super) struct AuthnFile {
-    x509: Option<X509File>,
-    webhook: Option<AuthnWebhookFile>,
-    anonymous: Option<Enabled>,
+    x509: X509File,
+    webhook: AuthnWebhookFile,
+    anonymous: Enabled,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 struct X509File {
     #[serde(rename = "clientCAFile")]
     client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 struct AuthnWebhookFile {
     enabled: Option<bool>,
     #[serde(rename = "cacheTTL")]
-    cache_ttl: Option<String>,
+    cache_ttl: Dur,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 struct Enabled {
     enabled: Option<bool>,
 }
 
+impl AuthnFile {
+    /// The kubelet's defaults: anonymous off, webhook on, tokens cached 2 minutes; with
+    /// no configuration file (`legacy`), anonymous on and webhook off.
+    pub(super) fn set_defaults(&mut self, legacy: bool) {
+        self.anonymous.enabled.get_or_insert(legacy);
+        self.webhook.enabled.get_or_insert(!legacy);
+        if self.webhook.cache_ttl.is_zero() {
+            self.webhook.cache_ttl = Dur(Duration::from_secs(120));
+        }
+    }
+}
+
 /// `authorization` as written.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub(super) struct AuthzFile {
-    mode: Option<String>,
-    webhook: Option<AuthzWebhookFile>,
+    mode: String,
+    webhook: AuthzWebhookFile,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 struct AuthzWebhookFile {
     #[serde(rename = "cacheAuthorizedTTL")]
-    cache_authorized_ttl: Option<String>,
+    cache_authorized_ttl: Dur,
     #[serde(rename = "cacheUnauthorizedTTL")]
-    cache_unauthorized_ttl: Option<String>,
+    cache_unauthorized_ttl: Dur,
 }
 
-/// The server's fields as written.
+impl AuthzFile {
+    /// The kubelet's defaults: Webhook, allowed answers cached 5 minutes, refusals 30
+    /// seconds; with no configuration file (`legacy`), AlwaysAllow.
+    pub(super) fn set_defaults(&mut self, legacy: bool) {
+        if self.mode.is_empty() {
+            self.mode = if legacy { "AlwaysAllow" } else { "Webhook" }.to_owned();
+        }
+        let w = &mut self.webhook;
+        if w.cache_authorized_ttl.is_zero() {
+            w.cache_authorized_ttl = Dur(Duration::from_secs(300));
+        }
+        if w.cache_unauthorized_ttl.is_zero() {
+            w.cache_unauthorized_ttl = Dur(Duration::from_secs(30));
+        }
+    }
+}
+
+/// The server's fields as written, defaults applied.
 #[derive(Debug, Default)]
 pub(super) struct ServerFields {
     pub enable_server: Option<bool>,
@@ -69,10 +99,10 @@ pub(super) struct ServerFields {
     pub port: Option<i64>,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
-    pub tls_min_version: Option<String>,
-    pub tls_cipher_suites: Option<Vec<String>>,
-    pub authentication: Option<AuthnFile>,
-    pub authorization: Option<AuthzFile>,
+    pub tls_min_version: String,
+    pub tls_cipher_suites: Vec<String>,
+    pub authentication: AuthnFile,
+    pub authorization: AuthzFile,
 }
 
 /// The kubelet server, validated.
@@ -108,13 +138,6 @@ impl ServerConfig {
     }
 }
 
-fn ttl(field: &str, text: Option<&str>, default: Duration) -> Result<Duration> {
-    match text {
-        None => Ok(default),
-        Some(t) => parse_duration(t).map_err(|e| anyhow::anyhow!("{field}: {e}")),
-    }
-}
-
 fn absolute(field: &str, p: Option<PathBuf>) -> Result<Option<PathBuf>> {
     match p {
         Some(p) if !p.is_absolute() => bail!("{field}: {} must be an absolute path", p.display()),
@@ -134,53 +157,32 @@ pub(super) fn server(f: ServerFields) -> Result<Option<ServerConfig>> {
         }
     };
     let addr = SocketAddr::new(f.address.unwrap_or(IpAddr::from([0, 0, 0, 0])), port);
-    let authn_file = f.authentication.unwrap_or_default();
-    let webhook = authn_file.webhook.unwrap_or_default();
-    let defaults = AuthnSettings::default();
+    let a = f.authentication;
     let authn = AuthnSettings {
-        anonymous: authn_file
-            .anonymous
-            .and_then(|a| a.enabled)
-            .unwrap_or(false),
-        webhook: webhook.enabled.unwrap_or(defaults.webhook),
-        cache_ttl: ttl(
-            "authentication.webhook.cacheTTL",
-            webhook.cache_ttl.as_deref(),
-            defaults.cache_ttl,
-        )?,
+        anonymous: a.anonymous.enabled.unwrap_or(false),
+        webhook: a.webhook.enabled.unwrap_or(true),
+        cache_ttl: a.webhook.cache_ttl.0,
         x509: false,
     };
-    let client_ca_file = absolute(
-        "authentication.x509.clientCAFile",
-        authn_file.x509.and_then(|x| x.client_ca_file),
-    )?;
-    let authz_file = f.authorization.unwrap_or_default();
-    let mode = match authz_file.mode.as_deref() {
-        None | Some("Webhook") => Mode::Webhook,
-        Some("AlwaysAllow") => Mode::AlwaysAllow,
-        Some(other) => bail!("authorization.mode: {other:?} must be Webhook or AlwaysAllow"),
+    let client_ca_file = absolute("authentication.x509.clientCAFile", a.x509.client_ca_file)?;
+    let z = f.authorization;
+    let mode = match z.mode.as_str() {
+        "Webhook" => Mode::Webhook,
+        "AlwaysAllow" => Mode::AlwaysAllow,
+        other => bail!("authorization.mode: {other:?} must be Webhook or AlwaysAllow"),
     };
-    let zwebhook = authz_file.webhook.unwrap_or_default();
-    let zdefaults = AuthzSettings::default();
     let authz = AuthzSettings {
         mode,
-        authorized_ttl: ttl(
-            "authorization.webhook.cacheAuthorizedTTL",
-            zwebhook.cache_authorized_ttl.as_deref(),
-            zdefaults.authorized_ttl,
-        )?,
-        unauthorized_ttl: ttl(
-            "authorization.webhook.cacheUnauthorizedTTL",
-            zwebhook.cache_unauthorized_ttl.as_deref(),
-            zdefaults.unauthorized_ttl,
-        )?,
+        authorized_ttl: z.webhook.cache_authorized_ttl.0,
+        unauthorized_ttl: z.webhook.cache_unauthorized_ttl.0,
     };
     let tls = TlsSettings {
         cert_file: absolute("tlsCertFile", f.tls_cert_file)?,
         key_file: absolute("tlsPrivateKeyFile", f.tls_private_key_file)?,
-        min_version: MinVersion::parse(f.tls_min_version.as_deref().unwrap_or(""))?,
-        cipher_suites: f.tls_cipher_suites.unwrap_or_default(),
+        min_version: MinVersion::parse(&f.tls_min_version)?,
+        cipher_suites: f.tls_cipher_suites,
         client_ca_file,
+        from_cluster: None,
     };
     wasmlet_server::tls::check_cipher_suites(&tls.cipher_suites)?;
     if tls.cert_file.is_some() != tls.key_file.is_some() {
@@ -194,4 +196,60 @@ pub(super) fn server(f: ServerFields) -> Result<Option<ServerConfig>> {
         authn,
         authz,
     }))
+}
+
+/// What the agent listens on: healthz, the read-only port and the kubelet server.
+pub(super) struct Listeners {
+    pub healthz: (IpAddr, u16),
+    pub read_only: (IpAddr, u16),
+    pub server: Option<ServerConfig>,
+}
+
+fn port(field: &str, value: Option<i64>, default: u16) -> Result<u16> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            u16::try_from(v).map_err(|_| anyhow::anyhow!("{field}: {v} is not a port (0 to 65535)"))
+        }
+    }
+}
+
+fn address(field: &str, value: &str) -> Result<IpAddr> {
+    value
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{field}: {value:?} is not an IP address"))
+}
+
+/// The listeners' fields, checked: `healthzBindAddress`:`healthzPort`,
+/// `address`:`readOnlyPort` (loopback unless `address` is given: it has no
+/// authentication), and the server.
+pub(super) fn listeners(f: &mut super::file::File) -> Result<Listeners> {
+    let kubelet_address = Some(f.address.as_str())
+        .filter(|a| !a.is_empty())
+        .map(|a| address("address", a))
+        .transpose()?;
+    let healthz = (
+        address("healthzBindAddress", &f.healthz_bind_address)?,
+        port("healthzPort", f.healthz_port, 10248)?,
+    );
+    let read_only = (
+        kubelet_address.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        port("readOnlyPort", f.read_only_port, 10255)?,
+    );
+    let server = server(ServerFields {
+        enable_server: f.enable_server,
+        address: kubelet_address,
+        port: f.port,
+        tls_cert_file: f.tls_cert_file.take(),
+        tls_private_key_file: f.tls_private_key_file.take(),
+        tls_min_version: std::mem::take(&mut f.tls_min_version),
+        tls_cipher_suites: std::mem::take(&mut f.tls_cipher_suites),
+        authentication: std::mem::take(&mut f.authentication),
+        authorization: std::mem::take(&mut f.authorization),
+    })?;
+    Ok(Listeners {
+        healthz,
+        read_only,
+        server,
+    })
 }

@@ -1,6 +1,7 @@
 //! The configuration file's tests: defaults, every field read, and each bad value
 //! refused naming the file and the field.
 
+use super::labels::check_node_labels;
 use super::*;
 
 fn parse(text: &str) -> Result<Config> {
@@ -115,7 +116,11 @@ fn the_server_defaults_are_the_secure_ones() {
         "address is the kubelet's, for both"
     );
     assert!(s.authn.anonymous && !s.authn.webhook);
-    assert_eq!(s.authn.cache_ttl, Duration::ZERO);
+    assert_eq!(
+        s.authn.cache_ttl,
+        Duration::from_secs(120),
+        "0s is the kubelet's zero value: its default"
+    );
     assert_eq!(
         s.tls.client_ca_file.as_deref(),
         Some(Path::new("/etc/pki/ca.crt"))
@@ -212,7 +217,7 @@ fn cluster_fields_set_labels_taints_reservations_timing_and_limits() {
 #[test]
 fn errors_name_the_file_and_the_field() {
     for (text, field) in [
-        ("maxPods: 0", "maxPods"),
+        ("maxPods: -1", "maxPods"),
         ("maxPods: many", "maxPods"),
         ("syncFrequency: soon", "syncFrequency"),
         ("healthzPort: 70000", "healthzPort"),
@@ -223,7 +228,6 @@ fn errors_name_the_file_and_the_field() {
             "containerRuntimeEndpoint",
         ),
         ("noSuchField: 1", "noSuchField"),
-        ("podPidsLimit: -2", "podPidsLimit"),
         ("maxParallelStartCalls: -1", "maxParallelStartCalls"),
         ("maxParallelStartCalls: many", "maxParallelStartCalls"),
         ("podPidsLimit: lots", "podPidsLimit"),
@@ -241,10 +245,13 @@ fn errors_name_the_file_and_the_field() {
             "registerWithTaints[0].effect",
         ),
         ("registerWithTaints: [{key: a}]", "registerWithTaints"),
-        ("nodeLeaseDurationSeconds: 0", "nodeLeaseDurationSeconds"),
-        ("nodeStatusUpdateFrequency: 0s", "nodeStatusUpdateFrequency"),
+        ("nodeLeaseDurationSeconds: -5", "nodeLeaseDurationSeconds"),
+        (
+            "nodeStatusUpdateFrequency: soon",
+            "nodeStatusUpdateFrequency",
+        ),
         ("kubeAPIQPS: -1", "kubeAPIQPS"),
-        ("eventBurst: 0", "eventBurst"),
+        ("eventBurst: -1", "eventBurst"),
         ("port: 70000", "port"),
         ("address: everywhere", "address"),
         ("tlsMinVersion: TLS1.3", "tlsMinVersion"),
@@ -284,4 +291,177 @@ fn errors_name_the_file_and_the_field() {
         assert!(err.starts_with("/etc/wasmlet/config.yaml"), "{text}: {err}");
         assert!(err.contains(field), "{text}: {err}");
     }
+}
+
+/// What kubeadm 1.28 writes to /var/lib/kubelet/config.yaml on a joining node.
+const KUBEADM_CONFIG: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: cgroupfs
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+"#;
+
+fn with_flags(text: Option<&str>, flags: &[&str]) -> Result<Config> {
+    let given = Given::parse(flags)?;
+    match text {
+        Some(t) => Config::layers(Some((Path::new("/var/lib/kubelet/config.yaml"), t)), &given),
+        None => Config::layers(None, &given),
+    }
+}
+
+#[test]
+fn kubeadms_file_and_flags_pass_as_they_are() {
+    let c = with_flags(
+        Some(KUBEADM_CONFIG),
+        &[
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+            "--node-ip=10.0.0.5",
+            "--cloud-provider=external",
+            "--hostname-override=worker-1",
+        ],
+    )
+    .expect("kubeadm's file and flags");
+    assert_eq!(c.sync_frequency, Duration::from_secs(60), "0s: the default");
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.timing, Timing::default());
+    assert_eq!(c.resources.eviction.transition, Duration::from_secs(300));
+    let s = c.server.as_ref().expect("server");
+    assert_eq!(s.authn.cache_ttl, Duration::from_secs(120));
+    assert_eq!(s.authz.authorized_ttl, Duration::from_secs(300));
+    assert_eq!(s.authz.unauthorized_ttl, Duration::from_secs(30));
+    assert_eq!(
+        c.runtime_endpoint.as_deref(),
+        Some("unix:///var/run/containerd/containerd.sock"),
+        "the flag fills what the file left empty"
+    );
+    assert_eq!(
+        c.kubeconfig.as_deref(),
+        Some(Path::new("/etc/kubernetes/kubelet.conf"))
+    );
+    assert_eq!(
+        c.certificates,
+        Certificates {
+            bootstrap_kubeconfig: Some("/etc/kubernetes/bootstrap-kubelet.conf".into()),
+            dir: "/var/lib/wasmlet/pki".into(),
+            rotate_client: true,
+            server_bootstrap: false,
+        }
+    );
+    assert_eq!(
+        c.sandbox_image.as_deref(),
+        Some("registry.k8s.io/pause:3.9")
+    );
+    assert_eq!(c.hostname_override.as_deref(), Some("worker-1"));
+    assert_eq!(c.node_ip.as_deref(), Some("10.0.0.5"));
+    assert_eq!(c.taints.len(), 1);
+    assert_eq!(c.taints[0].key, node::UNINITIALIZED_TAINT);
+    assert_eq!(
+        c.static_pod_path.as_deref(),
+        Some(Path::new("/etc/kubernetes/manifests"))
+    );
+    assert_eq!(c.cluster_dns.domain, "cluster.local");
+}
+
+#[test]
+fn flags_override_the_file_and_name_themselves_in_errors() {
+    let c = with_flags(
+        Some("maxPods: 20\nrootDir: /var/lib/a\nnodeLabels: {team: a}\n"),
+        &[
+            "--max-pods=30",
+            "--root-dir=/var/lib/kubelet",
+            "--node-labels=pool=wasm",
+        ],
+    )
+    .expect("valid");
+    assert_eq!(c.max_pods, 30);
+    assert_eq!(c.root_dir, Path::new("/var/lib/kubelet"));
+    assert_eq!(c.certificates.dir, Path::new("/var/lib/kubelet/pki"));
+    assert_eq!(c.node_labels.len(), 2, "added to the file's labels");
+    for (flags, start) in [
+        (&["--node-ip=tenth"][..], "--node-ip: nodeIP: "),
+        (&["--max-pods=-3"][..], "--max-pods: maxPods: "),
+        (
+            &["--sync-frequency=soon"][..],
+            "--sync-frequency: syncFrequency: ",
+        ),
+        (&["--cloud-provider=aws"][..], "--cloud-provider: "),
+        (
+            &["--bootstrap-kubeconfig=/b.conf"][..],
+            "--bootstrap-kubeconfig: ",
+        ),
+        (
+            &["--node-labels=kubernetes.io/role=x"][..],
+            "--node-labels: nodeLabels: ",
+        ),
+    ] {
+        let e = with_flags(Some(""), flags).expect_err(flags[0]);
+        assert!(e.to_string().starts_with(start), "{flags:?}: {e}");
+    }
+    let e = with_flags(Some("maxPods: -3\n"), &[]).expect_err("file");
+    assert!(
+        e.to_string()
+            .starts_with("/var/lib/kubelet/config.yaml: maxPods: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn without_a_file_the_kubelets_command_line_defaults_apply() {
+    let c = with_flags(None, &[]).expect("no file");
+    let s = c.server.expect("server");
+    assert!(
+        s.authn.anonymous && !s.authn.webhook,
+        "--anonymous-auth defaults to true"
+    );
+    assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::AlwaysAllow);
+    let c = with_flags(
+        None,
+        &["--anonymous-auth=false", "--authorization-mode=Webhook"],
+    )
+    .expect("flags");
+    let s = c.server.expect("server");
+    assert!(!s.authn.anonymous);
+    assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::Webhook);
 }

@@ -1,0 +1,398 @@
+//! CertificateSigningRequests (`certificates.k8s.io/v1`) as the API server and the
+//! controller manager handle a kubelet's:
+//!
+//! - create: the request must be a PEM `CERTIFICATE REQUEST`, `signerName` and `usages`
+//!   given (else 422 `Invalid`); `spec.username` / `spec.groups` are who asked; a
+//!   `kubernetes.io/kube-apiserver-client` request for `system:masters` is refused (403,
+//!   the CertificateSubjectRestriction admission plugin).
+//! - the approver (kube-controller-manager's `csrapproving`): a node client certificate
+//!   request (`kubernetes.io/kube-apiserver-client-kubelet`, `O=system:nodes`,
+//!   `CN=system:node:<name>`, no SANs, usages `digital signature` and `client auth`) is
+//!   approved when the requester is bound to the `…:selfnodeclient` ClusterRole and asks
+//!   for its own name, or to `…:nodeclient`. Nothing else is approved automatically.
+//! - the `approval` subresource (`kubectl certificate approve` / `deny`) sets the
+//!   conditions.
+//! - the signer (`csrsigning`): an approved request of a kubelet signer that meets the
+//!   signer's rules gets a certificate from the cluster CA, valid from 5 minutes ago
+//!   (the signer's backdating) for the signing duration (`--cluster-signing-duration`,
+//!   or `spec.expirationSeconds` when shorter); one that does not gets a `Failed`
+//!   condition (`SignerValidationFailure`).
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::store::{Store, now_rfc3339, status};
+use crate::tls::{ClusterCa, Identity, bound};
+
+/// Where CSRs live.
+pub(crate) const PREFIX: &str = "apis/certificates.k8s.io/v1";
+/// Their resource.
+pub(crate) const RESOURCE: &str = "certificatesigningrequests";
+
+const CLIENT_KUBELET: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
+const APISERVER_CLIENT: &str = "kubernetes.io/kube-apiserver-client";
+
+/// What the signer and approver read of a request.
+struct Parsed {
+    params: rcgen::CertificateSigningRequestParams,
+    organizations: Vec<String>,
+    common_name: String,
+    dns: usize,
+    ips: usize,
+    other_sans: usize,
+}
+
+fn invalid(field: &str, message: &str) -> Value {
+    status(
+        422,
+        "Invalid",
+        format!("CertificateSigningRequest.certificates.k8s.io is invalid: {field}: {message}"),
+    )
+}
+
+fn parse(object: &Value) -> Result<Parsed, Value> {
+    let b64 = object["spec"]["request"].as_str().unwrap_or_default();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default();
+    if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----") {
+        return Err(invalid(
+            "spec.request",
+            "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST",
+        ));
+    }
+    let params = rcgen::CertificateSigningRequestParams::from_pem(&pem).map_err(|e| {
+        invalid(
+            "spec.request",
+            &format!("Invalid value: []byte{{...}}: {e}"),
+        )
+    })?;
+    let dn = &params.params.distinguished_name;
+    let text = |v: &rcgen::DnValue| match v {
+        rcgen::DnValue::Utf8String(s) => s.clone(),
+        rcgen::DnValue::PrintableString(s) => s.as_str().to_owned(),
+        rcgen::DnValue::Ia5String(s) => s.as_str().to_owned(),
+        other => format!("{other:?}"),
+    };
+    let organizations = dn
+        .iter()
+        .filter(|(t, _)| **t == rcgen::DnType::OrganizationName)
+        .map(|(_, v)| text(v))
+        .collect();
+    let common_name = dn
+        .get(&rcgen::DnType::CommonName)
+        .map(text)
+        .unwrap_or_default();
+    let sans = &params.params.subject_alt_names;
+    let dns = sans
+        .iter()
+        .filter(|s| matches!(s, rcgen::SanType::DnsName(_)))
+        .count();
+    let ips = sans
+        .iter()
+        .filter(|s| matches!(s, rcgen::SanType::IpAddress(_)))
+        .count();
+    let other_sans = sans.len() - dns - ips;
+    Ok(Parsed {
+        params,
+        organizations,
+        common_name,
+        dns,
+        ips,
+        other_sans,
+    })
+}
+
+fn usages(object: &Value) -> Vec<String> {
+    object["spec"]["usages"]
+        .as_array()
+        .map(|u| {
+            u.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn same(usages: &[String], want: &[&str]) -> bool {
+    let mut a: Vec<&str> = usages.iter().map(String::as_str).collect();
+    a.sort_unstable();
+    a.dedup();
+    let mut b = want.to_vec();
+    b.sort_unstable();
+    a == b
+}
+
+/// A node client certificate request (the kubelet's, as the controller manager
+/// recognizes it).
+fn node_client(object: &Value, p: &Parsed) -> Result<(), String> {
+    if p.organizations != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    if p.dns + p.ips + p.other_sans > 0 {
+        return Err("a client certificate request must not have subject alternative names".into());
+    }
+    if !p.common_name.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
+    }
+    let u = usages(object);
+    if !same(&u, &["digital signature", "client auth"])
+        && !same(
+            &u,
+            &["digital signature", "key encipherment", "client auth"],
+        )
+    {
+        return Err(format!(
+            "usages {u:?} are not digital signature and client auth"
+        ));
+    }
+    Ok(())
+}
+
+/// A kubelet serving certificate request.
+fn kubelet_serving(object: &Value, p: &Parsed) -> Result<(), String> {
+    if p.organizations != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    if !p.common_name.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
+    }
+    if p.dns + p.ips == 0 {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if p.other_sans > 0 {
+        return Err("email and URI subjectAltNames are not allowed".into());
+    }
+    let u = usages(object);
+    if !same(
+        &u,
+        &["digital signature", "key encipherment", "server auth"],
+    ) && !same(&u, &["digital signature", "server auth"])
+    {
+        return Err(format!(
+            "usages {u:?} are not digital signature, key encipherment and server auth"
+        ));
+    }
+    Ok(())
+}
+
+/// Who asked, as `spec.username` / `spec.groups` record it.
+fn requester(object: &Value) -> Identity {
+    Identity {
+        user: object["spec"]["username"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        groups: object["spec"]["groups"]
+            .as_array()
+            .map(|g| {
+                g.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// The API server's checks and fields for a new CSR (the object to store).
+pub(crate) fn admit(identity: Option<&Identity>, mut object: Value) -> Result<Value, Value> {
+    let p = parse(&object)?;
+    let signer = object["spec"]["signerName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if signer.is_empty() {
+        return Err(invalid("spec.signerName", "Required value"));
+    }
+    if usages(&object).is_empty() {
+        return Err(invalid("spec.usages", "Required value"));
+    }
+    if signer == APISERVER_CLIENT && p.organizations.iter().any(|o| o == "system:masters") {
+        return Err(status(
+            403,
+            "Forbidden",
+            format!(
+                "certificatesigningrequests.certificates.k8s.io is forbidden: use of {signer} signer with system:masters group is not allowed"
+            ),
+        ));
+    }
+    let who = identity.cloned().unwrap_or_else(|| Identity {
+        user: "system:anonymous".into(),
+        groups: vec!["system:unauthenticated".into()],
+    });
+    object["spec"]["username"] = json!(who.user);
+    object["spec"]["groups"] = json!(who.groups);
+    object["status"] = json!({});
+    Ok(object)
+}
+
+fn condition(kind: &str, reason: &str, message: &str) -> Value {
+    let now = now_rfc3339();
+    json!({"type": kind, "status": "True", "reason": reason, "message": message,
+           "lastUpdateTime": now, "lastTransitionTime": now})
+}
+
+fn has(object: &Value, kind: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+}
+
+fn add_condition(store: &mut Store, name: &str, c: Value) -> Option<Value> {
+    let key = key(name);
+    let mut object = store.objects.get(&key)?.clone();
+    let mut conditions = object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.push(c);
+    object["status"]["conditions"] = json!(conditions);
+    object["metadata"]["resourceVersion"] = Value::Null;
+    store.write(&key, object, Some("status")).ok()
+}
+
+fn key(name: &str) -> crate::Key {
+    (PREFIX.into(), RESOURCE.into(), String::new(), name.into())
+}
+
+/// The controller manager's approver on CSR `name`.
+pub(crate) fn approve(store: &mut Store, name: &str) {
+    let Some(object) = store.objects.get(&key(name)).cloned() else {
+        return;
+    };
+    if object["spec"]["signerName"] != CLIENT_KUBELET
+        || has(&object, "Approved")
+        || has(&object, "Denied")
+    {
+        return;
+    }
+    let Ok(p) = parse(&object) else { return };
+    if node_client(&object, &p).is_err() {
+        return;
+    }
+    let who = requester(&object);
+    let prefix = "system:certificates.k8s.io:certificatesigningrequests:";
+    let message =
+        if who.user == p.common_name && bound(store, &who, &format!("{prefix}selfnodeclient")) {
+            "Auto approving self kubelet client certificate after SubjectAccessReview."
+        } else if bound(store, &who, &format!("{prefix}nodeclient")) {
+            "Auto approving kubelet client certificate after SubjectAccessReview."
+        } else {
+            return;
+        };
+    add_condition(store, name, condition("Approved", "AutoApproved", message));
+}
+
+/// The controller manager's signer on CSR `name`: a certificate, or `Failed`.
+pub(crate) fn sign(store: &mut Store, ca: &ClusterCa, dating: Dating, name: &str) {
+    let Some(object) = store.objects.get(&key(name)).cloned() else {
+        return;
+    };
+    let signer = object["spec"]["signerName"].as_str().unwrap_or_default();
+    let ours = [CLIENT_KUBELET, KUBELET_SERVING, APISERVER_CLIENT].contains(&signer);
+    let issued = object["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty());
+    if !ours || !has(&object, "Approved") || has(&object, "Failed") || issued {
+        return;
+    }
+    let checked = parse(&object)
+        .map_err(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .and_then(|p| {
+            match signer {
+                CLIENT_KUBELET => node_client(&object, &p),
+                KUBELET_SERVING => kubelet_serving(&object, &p),
+                _ => Ok(()),
+            }
+            .map(|()| p)
+        });
+    let p = match checked {
+        Ok(p) => p,
+        Err(why) => {
+            add_condition(
+                store,
+                name,
+                condition("Failed", "SignerValidationFailure", &why),
+            );
+            return;
+        }
+    };
+    match issue(ca, dating, &object, p) {
+        Ok(pem) => {
+            let mut o = object;
+            o["status"]["certificate"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(pem));
+            o["metadata"]["resourceVersion"] = Value::Null;
+            let _ = store.write(&key(name), o, Some("status"));
+        }
+        Err(why) => {
+            add_condition(store, name, condition("Failed", "SignerError", &why));
+        }
+    }
+}
+
+/// How the signer dates certificates: `--cluster-signing-duration` and how far back
+/// the start is set (5 minutes, for clocks behind; a knob of the double).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dating {
+    pub duration: Duration,
+    pub backdate: Duration,
+}
+
+/// The certificate for `object`: the request's subject and names, the spec's usages,
+/// valid from `backdate` ago for the signing duration (or `expirationSeconds`, at least
+/// 10 minutes, when shorter); a certificate of 8 hours or more has its end backdated too,
+/// as the signer's policy says.
+fn issue(ca: &ClusterCa, dating: Dating, object: &Value, mut p: Parsed) -> Result<String, String> {
+    let asked = object["spec"]["expirationSeconds"]
+        .as_u64()
+        .map(|s| Duration::from_secs(s.max(600)));
+    let ttl = asked.map_or(dating.duration, |a| a.min(dating.duration));
+    let now = time::OffsetDateTime::now_utc();
+    let params = &mut p.params.params;
+    params.not_before = now - dating.backdate;
+    params.not_after = if ttl < Duration::from_secs(8 * 3600) {
+        now + ttl
+    } else {
+        now + ttl - dating.backdate
+    };
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = Vec::new();
+    for u in usages(object) {
+        match u.as_str() {
+            "key encipherment" => params
+                .key_usages
+                .push(rcgen::KeyUsagePurpose::KeyEncipherment),
+            "client auth" => params
+                .extended_key_usages
+                .push(rcgen::ExtendedKeyUsagePurpose::ClientAuth),
+            "server auth" => params
+                .extended_key_usages
+                .push(rcgen::ExtendedKeyUsagePurpose::ServerAuth),
+            _ => {}
+        }
+    }
+    let cert = p.params.signed_by(&ca.issuer).map_err(|e| e.to_string())?;
+    Ok(cert.pem())
+}
+
+/// `PUT …/approval`: the conditions of `body` (Approved or Denied) replace the CSR's.
+pub(crate) fn set_approval(store: &mut Store, name: &str, body: &Value) -> Result<Value, Value> {
+    let key = key(name);
+    let Some(mut object) = store.objects.get(&key).cloned() else {
+        return Err(status(
+            404,
+            "NotFound",
+            format!("{RESOURCE}.certificates.k8s.io \"{name}\" not found"),
+        ));
+    };
+    object["status"]["conditions"] = body["status"]["conditions"].clone();
+    object["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"].clone();
+    store.write(&key, object, Some("status"))
+}

@@ -1,0 +1,281 @@
+//! `wasmlet up` and `wasmlet run`: the agent itself.
+//!
+//! `run` takes the kubelet's command line (`--config FILE`, `--kubeconfig`, …; run as
+//! `kubelet`, the binary is `wasmlet run`) and runs the agent against its
+//! `containerRuntimeEndpoint`. `up` is the embedded default: it starts
+//! and supervises its own containerd under a state directory (installing it on first
+//! use, through `scripts/containerd.sh`), loads the shipped plugins and runs the static
+//! pods of a directory. Either way the agent stops on SIGINT or SIGTERM and leaves its
+//! pods running; started again, it adopts them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{ArgMatches, Args, FromArgMatches};
+use prometheus_client::registry::Registry;
+use tracing::{info, warn};
+use wasmlet_cri::CriClient;
+
+use crate::config::{Config, Given};
+use crate::{http, plugins};
+
+mod cluster;
+mod containerd;
+mod node;
+mod server;
+
+/// The port the node reports as its kubelet endpoint (the kubelet's `port` default).
+const KUBELET_PORT: i32 = 10250;
+
+/// The Kubernetes version whose kubelet wasmlet stands in for (its KubeletConfiguration,
+/// its flags, the conformance tests it passes): what `--version` says, as kubeadm's
+/// preflight reads it.
+pub const KUBERNETES_VERSION: &str = "1.28.7";
+
+/// Arguments of `wasmlet up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Directory of static pod manifests.
+    #[arg(long, default_value = "examples/static-pods")]
+    pub manifests: PathBuf,
+    /// Where the agent and its own containerd keep their state.
+    #[arg(long, default_value = "/var/lib/wasmlet")]
+    pub state_dir: PathBuf,
+}
+
+/// Arguments of `wasmlet run`: the kubelet's flags ([`crate::config::flags`]).
+#[derive(Debug, Clone, Default)]
+pub struct RunArgs(pub Given);
+
+impl FromArgMatches for RunArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(RunArgs(Given::from_matches(m)))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        self.0 = Given::from_matches(m);
+        Ok(())
+    }
+}
+
+impl Args for RunArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(crate::config::flags::args())
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `wasmlet run` (or `kubelet`).
+pub async fn run(args: RunArgs) -> Result<()> {
+    if args.0.version() {
+        println!(
+            "Kubernetes v{KUBERNETES_VERSION}+wasmlet.{}",
+            env!("CARGO_PKG_VERSION")
+        );
+        return Ok(());
+    }
+    let config = Config::from_flags(&args.0)?;
+    let endpoint = config
+        .runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| crate::config::DEFAULT_RUNTIME_ENDPOINT.to_owned());
+    run_agent(config, endpoint, None).await
+}
+
+/// `wasmlet up`.
+pub async fn up(args: UpArgs) -> Result<()> {
+    let cwd = std::env::current_dir().context("current directory")?;
+    let manifests = cwd.join(&args.manifests);
+    let state_dir = cwd.join(&args.state_dir);
+    std::fs::create_dir_all(&manifests)
+        .with_context(|| format!("--manifests {}", manifests.display()))?;
+    let config = Config::embedded(&manifests, &state_dir);
+    let own = state_dir.join("containerd");
+    let endpoint = containerd::up(&own)?;
+    info!(%endpoint, manifests = %manifests.display(), "wasmlet up: own containerd running");
+    run_agent(config, endpoint, Some(own)).await
+}
+
+/// Connects to the runtime, retrying with back-off while it is not there.
+async fn connect(endpoint: &str) -> CriClient {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match CriClient::connect(endpoint).await {
+            Ok(c) => return c,
+            Err(e) => {
+                warn!("container runtime not reachable yet ({e}); retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// The composition root: each subsystem started in turn; the agent runs until SIGINT
+/// or SIGTERM and leaves its pods running.
+async fn run_agent(
+    config: Config,
+    endpoint: String,
+    own_containerd: Option<PathBuf>,
+) -> Result<()> {
+    for dir in [&config.root_dir, &config.pod_logs_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let facts = node::facts(&config);
+    let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
+    let cluster = cluster::connect(&config, &facts.name, cluster_stopped.clone()).await?;
+    let loaded = Arc::new(plugins::load(&plugins::effective(&config)?).await?);
+    let runtime = Arc::new(connect(&endpoint).await);
+    let pressure = Arc::new(wasmlet_stats::eviction::run::PressureState::default());
+    if let Some(client) = &cluster {
+        cluster::start_plugins(client, &config, &facts, &loaded, cluster_stopped.clone()).await?;
+    }
+    let admission = node::admission(&loaded, &facts, &pressure)?;
+    let negotiated = &runtime.negotiated().version;
+    let runtime_version = wasmlet_cluster::node::runtime_version(
+        &negotiated.runtime_name,
+        &negotiated.runtime_version,
+    );
+    // Cluster mode: events go to the API server.
+    let (recorder, events) = match &cluster {
+        Some(_) => {
+            let (r, q) = wasmlet_cluster::events::ApiRecorder::new();
+            (Some(r), Some(q))
+        }
+        None => (None, None),
+    };
+    let agent = node::start(
+        &config,
+        runtime,
+        facts,
+        &loaded,
+        admission,
+        cluster.as_ref(),
+        recorder
+            .clone()
+            .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>),
+    );
+    let registry = metrics(&agent, recorder.as_deref(), &loaded);
+    // Usage of the node and its pods, sampled every housekeeping period (the kubelet
+    // server's /stats/summary and usage metrics read it); eviction and image garbage
+    // collection act on each sample.
+    let (stats, _housekeeping) = wasmlet_stats::agent::housekeeping(
+        &agent,
+        &config.root_dir,
+        config.resources.period,
+        config.resources.eviction.clone(),
+        image_gc(&config),
+        pressure.clone(),
+    );
+    http::start(
+        http::Endpoints {
+            agent: agent.clone(),
+            plugins: loaded.clone(),
+            registry: registry.clone(),
+        },
+        SocketAddr::new(config.healthz.0, config.healthz.1),
+        SocketAddr::new(config.read_only.0, config.read_only.1),
+    )
+    .await?;
+    // The kubelet server: its port is what the node reports (a port of 0 takes a free
+    // one, for several agents on one machine).
+    let port = match &config.server {
+        Some(s) => {
+            let stop = cluster_stopped.clone();
+            let served = server::start(
+                &config,
+                s,
+                &agent,
+                &registry,
+                &stats,
+                cluster.as_ref(),
+                stop,
+            )
+            .await?;
+            i32::from(served.addr.port())
+        }
+        None => KUBELET_PORT,
+    };
+    let _log_rotation = log_rotation(&config, &agent);
+    if let Some(dir) = own_containerd {
+        tokio::spawn(containerd::supervise(agent.clone(), dir));
+    }
+    if let Some(client) = cluster {
+        let reported = cluster::Reported {
+            runtime_version,
+            port,
+            pressure,
+            events,
+        };
+        cluster::start_node(client, &config, &agent, reported, cluster_stopped);
+    }
+    shutdown_signal().await;
+    info!("stopping (pods keep running; a restarted agent adopts them)");
+    let _ = stop_cluster.send(true);
+    agent.shutdown().await;
+    // Exit here: dropping the runtime would cancel plugin calls still in flight.
+    std::process::exit(0)
+}
+
+/// The agent's, the events' and the plugins' metrics in one registry.
+fn metrics(
+    agent: &wasmlet_agent::agent::Agent<CriClient>,
+    recorder: Option<&wasmlet_cluster::events::ApiRecorder>,
+    loaded: &plugins::Loaded,
+) -> Arc<Registry> {
+    let mut registry = Registry::default();
+    agent.ctx.metrics.register(&mut registry);
+    if let Some(r) = recorder {
+        r.register(&mut registry);
+    }
+    loaded.engine.metrics().register(&mut registry);
+    Arc::new(registry)
+}
+
+/// Image garbage collection as configured; `--pod-infra-container-image` is never
+/// collected.
+fn image_gc(config: &Config) -> wasmlet_stats::imagegc::ImageGc {
+    let mut gc = wasmlet_stats::imagegc::ImageGc::new(config.resources.images);
+    if let Some(image) = &config.sandbox_image {
+        gc.protect(image);
+    }
+    gc
+}
+
+/// `containerLogMaxSize` / `containerLogMaxFiles`, every `containerLogMonitorInterval`,
+/// on this node's containers.
+fn log_rotation(
+    config: &Config,
+    agent: &wasmlet_agent::agent::Agent<CriClient>,
+) -> tokio::task::JoinHandle<()> {
+    wasmlet_logs::LogManager::new(agent.ctx.runtime.clone(), config.log_rotation)
+        .with_selector(
+            [(
+                wasmlet_agent::runtime::NODE_LABEL.to_owned(),
+                agent.node.name.clone(),
+            )]
+            .into(),
+        )
+        .spawn()
+}

@@ -1,0 +1,124 @@
+//! How the agent runs pods: `containerRuntimeEndpoint`, `staticPodPath`,
+//! `fileCheckFrequency`, `syncFrequency`, `maxPods`, `maxParallelStartCalls`, the
+//! directories (`rootDir`, `podLogsDir`, `resolvConf`), `podPidsLimit` and the pod
+//! cgroups (`cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+use super::file::File;
+
+/// The runtime's part of the configuration.
+#[derive(Debug, Clone)]
+pub(super) struct RuntimeSection {
+    pub endpoint: String,
+    pub static_pod_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub max_pods: u32,
+    pub max_parallel_start_calls: Option<u32>,
+    pub pod_logs_dir: PathBuf,
+    pub resolv_conf: PathBuf,
+    pub pod_pids_limit: Option<u64>,
+    pub pod_cgroup_parent: Option<String>,
+}
+
+/// `rootDir` (wasmlet's; the kubelet's `--root-dir`), checked.
+pub(super) fn root_dir(f: &File) -> Result<PathBuf> {
+    let root = f
+        .root_dir
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet"));
+    absolute("rootDir", &root)?;
+    Ok(root)
+}
+
+fn absolute(field: &str, p: &Path) -> Result<()> {
+    if !p.is_absolute() {
+        bail!("{field}: {} must be an absolute path", p.display());
+    }
+    Ok(())
+}
+
+/// The runtime's fields, checked (defaults applied before).
+pub(super) fn section(f: &mut File, root_dir: &Path) -> Result<RuntimeSection> {
+    wasmlet_cri::Endpoint::parse(&f.container_runtime_endpoint)
+        .map_err(|err| anyhow::anyhow!("containerRuntimeEndpoint: {err}"))?;
+    let max_pods = match f.max_pods {
+        n if n > 0 && n <= 100_000 => u32::try_from(n).unwrap_or(110),
+        n => bail!("maxPods: {n} must be between 1 and 100000"),
+    };
+    let max_parallel_start_calls = match f.max_parallel_start_calls {
+        None => None,
+        Some(n) if (0..=10_000).contains(&n) => u32::try_from(n).ok(),
+        Some(n) => bail!("maxParallelStartCalls: {n} must be between 0 (no limit) and 10000"),
+    };
+    if let Some(p) = &f.static_pod_path {
+        absolute("staticPodPath", p)?;
+    }
+    if let Some(p) = &f.pod_logs_dir {
+        absolute("podLogsDir", p)?;
+    }
+    let pod_pids_limit = match f.pod_pids_limit {
+        None | Some(-1) => None,
+        Some(n) if n > 0 => u64::try_from(n).ok(),
+        Some(n) => bail!("podPidsLimit: {n} must be -1 (no limit) or a positive number"),
+    };
+    Ok(RuntimeSection {
+        endpoint: std::mem::take(&mut f.container_runtime_endpoint),
+        static_pod_path: f.static_pod_path.take(),
+        file_check_frequency: f.file_check_frequency.0,
+        sync_frequency: f.sync_frequency.0,
+        max_pods,
+        max_parallel_start_calls,
+        pod_logs_dir: f
+            .pod_logs_dir
+            .take()
+            .unwrap_or_else(|| root_dir.join("pod-logs")),
+        resolv_conf: f
+            .resolv_conf
+            .take()
+            .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
+        pod_pids_limit,
+        pod_cgroup_parent: pod_cgroup_parent(f, pod_pids_limit.is_some())?,
+    })
+}
+
+/// Pod-level cgroups: `cgroupsPerQOS` with the `cgroupfs` driver; `None` when off.
+fn pod_cgroup_parent(f: &File, pids_limited: bool) -> Result<Option<String>> {
+    match f.cgroup_driver.as_str() {
+        "cgroupfs" => {
+            let root = if f.cgroup_root.is_empty() {
+                "/"
+            } else {
+                &f.cgroup_root
+            };
+            if !root.starts_with('/') {
+                bail!("cgroupRoot: {root:?} must be an absolute cgroup path");
+            }
+            let parent = format!(
+                "{}/{}",
+                root.trim_matches('/'),
+                wasmlet_agent::cgroups::DEFAULT_PARENT
+            );
+            Ok(f.cgroups_per_qos
+                .unwrap_or(true)
+                .then(|| parent.trim_start_matches('/').to_owned()))
+        }
+        "systemd" => {
+            tracing::warn!(
+                "cgroupDriver: systemd: wasmlet makes pod-level cgroups with cgroupfs only; pods go where the runtime puts them{}",
+                if pids_limited {
+                    " and podPidsLimit is not applied"
+                } else {
+                    ""
+                }
+            );
+            Ok(None)
+        }
+        other => bail!("cgroupDriver: {other:?} must be cgroupfs or systemd"),
+    }
+}

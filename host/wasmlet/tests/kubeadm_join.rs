@@ -1,0 +1,330 @@
+//! The binary in the kubelet's place on a kubeadm node, against the API server double
+//! over HTTPS set up as `kubeadm init` sets a cluster up for joining nodes (a bootstrap
+//! token, kubeadm's three ClusterRoleBindings): run as `kubelet` with kubeadm's flags
+//! and the KubeletConfiguration kubeadm writes, the node joins through TLS bootstrap
+//! under its own identity, asks for a serving certificate that port 10250 serves once
+//! an admin approves it, and a restart makes no new client CSR.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wasmlet_apiserver_sim::ApiServerSim;
+use wasmlet_cri_sim::{SimServer, Simulator};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+const TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+const CSRS: &str = "apis/certificates.k8s.io/v1";
+
+#[path = "support/agent.rs"]
+mod agent;
+use agent::Agent;
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-kubeadm-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+fn binding(name: &str, role: &str, group: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+    })
+}
+
+/// What `kubeadm init` leaves for joining nodes.
+fn kubeadm_init(api: &ApiServerSim) {
+    api.add_bootstrap_token("abcdef", "0123456789abcdef", &[TOKEN_GROUP]);
+    let rbac = "apis/rbac.authorization.k8s.io/v1";
+    let csr = "system:certificates.k8s.io:certificatesigningrequests:";
+    for b in [
+        binding(
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            TOKEN_GROUP,
+        ),
+        binding(
+            "kubeadm:node-autoapprove-bootstrap",
+            &format!("{csr}nodeclient"),
+            TOKEN_GROUP,
+        ),
+        binding(
+            "kubeadm:node-autoapprove-certificate-rotation",
+            &format!("{csr}selfnodeclient"),
+            "system:nodes",
+        ),
+    ] {
+        api.create(rbac, "clusterrolebindings", b).expect("binding");
+    }
+}
+
+/// kubeadm's /var/lib/kubelet/config.yaml (1.28), with this test's paths and free
+/// ports, and `serverTLSBootstrap: true`.
+fn kubeadm_config(dir: &Path) -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 0
+httpCheckFrequency: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {{}}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+readOnlyPort: 0
+port: 0
+rootDir: {root}
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+serverTLSBootstrap: true
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: {manifests}
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+{resources}"#,
+        ca = dir.join("pki/ca.crt").display(),
+        root = dir.join("root").display(),
+        manifests = dir.join("manifests").display(),
+        resources = agent::TEST_RESOURCES,
+    )
+}
+
+/// `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS`, the
+/// binary called through a `kubelet` symlink.
+fn start_kubelet(dir: &Path, endpoint: &str, run: usize) -> Agent {
+    let kubelet = dir.join("bin/kubelet");
+    if !kubelet.exists() {
+        std::fs::create_dir_all(dir.join("bin")).expect("bin");
+        std::os::unix::fs::symlink(BIN, &kubelet).expect("symlink");
+    }
+    let log = dir.join(format!("kubelet-{run}.log"));
+    let child = Command::new(&kubelet)
+        .arg(format!(
+            "--bootstrap-kubeconfig={}",
+            dir.join("bootstrap-kubelet.conf").display()
+        ))
+        .arg(format!(
+            "--kubeconfig={}",
+            dir.join("kubelet.conf").display()
+        ))
+        .arg(format!("--config={}", dir.join("config.yaml").display()))
+        .arg(format!("--container-runtime-endpoint={endpoint}"))
+        .arg("--pod-infra-container-image=registry.k8s.io/pause:3.9")
+        .arg("--hostname-override=worker-1")
+        .arg("--node-ip=127.0.0.1")
+        .arg("--v=2")
+        .env(
+            "WASMLET_PLUGIN_DIR",
+            wasmlet_plugin_host::dev::shipped_plugin("source-file")
+                .parent()
+                .expect("dir"),
+        )
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start kubelet");
+    Agent { child, log }
+}
+
+fn ready(node: &Value) -> bool {
+    node["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn csrs(api: &ApiServerSim, signer: &str) -> Vec<Value> {
+    api.list(CSRS, "certificatesigningrequests")
+        .into_iter()
+        .filter(|c| c["spec"]["signerName"] == signer)
+        .collect()
+}
+
+async fn wait_for<T>(what: &str, agent: &Agent, mut f: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} within 20 s\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A TLS handshake with the kubelet server at `port`, verified against the cluster CA
+/// for `name`.
+async fn handshake(ca_pem: &str, port: u16, name: &str) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let server =
+        rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server, stream)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = ApiServerSim::new();
+    let served = api
+        .serve_tls("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    kubeadm_init(&api);
+    let dir = tempdir("join");
+    let ca = api.cluster_ca_pem().expect("ca");
+    std::fs::create_dir_all(dir.join("pki")).expect("pki");
+    std::fs::create_dir_all(dir.join("manifests")).expect("manifests");
+    std::fs::write(dir.join("pki/ca.crt"), &ca).expect("ca.crt");
+    wasmlet_apiserver_sim::write_bootstrap_kubeconfig(
+        &dir.join("bootstrap-kubelet.conf"),
+        &served.url(),
+        &ca,
+        "abcdef.0123456789abcdef",
+    )
+    .expect("bootstrap-kubelet.conf");
+    std::fs::write(dir.join("config.yaml"), kubeadm_config(&dir)).expect("config.yaml");
+    let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+        .await
+        .expect("simulator");
+    let agent = start_kubelet(&dir, &runtime.endpoint(), 1);
+    // The node joins under its own identity and is Ready.
+    let node = wait_for("node worker-1 Ready", &agent, || {
+        api.get("api/v1", "nodes", "", "worker-1").filter(ready)
+    })
+    .await;
+    let client = csrs(&api, "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(client.len(), 1, "{client:?}");
+    assert_eq!(client[0]["spec"]["username"], "system:bootstrap:abcdef");
+    assert!(dir.join("root/pki/kubelet-client-current.pem").exists());
+    assert!(dir.join("kubelet.conf").exists());
+    // A kubelet-serving CSR for the node's names and address; until an admin approves
+    // it the server has no certificate.
+    let serving = wait_for("a kubelet-serving CSR", &agent, || {
+        csrs(&api, "kubernetes.io/kubelet-serving")
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(
+        serving["spec"]["username"], "system:node:worker-1",
+        "asked by the node itself"
+    );
+    assert!(
+        serving["status"]["conditions"].is_null(),
+        "not approved automatically"
+    );
+    let port = u16::try_from(
+        node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+            .as_i64()
+            .expect("port"),
+    )
+    .expect("port");
+    assert!(
+        handshake(&ca, port, "worker-1").await.is_err(),
+        "no certificate before approval"
+    );
+    let name = serving["metadata"]["name"].as_str().expect("name");
+    api.approve_csr(name).expect("approve");
+    wait_for("the serving certificate", &agent, || {
+        dir.join("root/pki/kubelet-server-current.pem")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    while let Err(e) = handshake(&ca, port, "worker-1").await {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "10250 serves the cluster's certificate: {e}\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A restart with a valid certificate makes no new client CSR.
+    drop(agent);
+    let again = start_kubelet(&dir, &runtime.endpoint(), 2);
+    wait_for("the restarted node's lease renewed", &again, || {
+        again
+            .log()
+            .contains("cluster mode: registering the node")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        csrs(&api, "kubernetes.io/kube-apiserver-client-kubelet").len(),
+        1,
+        "{}",
+        again.log()
+    );
+    assert_eq!(
+        csrs(&api, "kubernetes.io/kubelet-serving").len(),
+        1,
+        "the issued serving certificate is reused"
+    );
+    let log = again.log();
+    assert!(
+        !log.contains("not implemented by wasmlet"),
+        "kubeadm's file passes quietly:\n{log}"
+    );
+}

@@ -1,0 +1,96 @@
+//! The Debian package (`cargo deb -p wasmlet`), installed into a temporary root with
+//! `dpkg -x`: the binary and its `kubelet` link, the kubelet unit and kubeadm's drop-in,
+//! the shipped plugins where the binary finds them, and control fields that let it
+//! stand in for the kubelet package. `cargo xtask test` builds the package and sets
+//! `WASMLET_DEB`; without it (and without `WASMLET_REQUIRE_PACKAGE=1`) this is skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The plugins the agent loads by default, and the HTTP pod source.
+const SHIPPED: &[&str] = &[
+    "resource_fit",
+    "node_affinity",
+    "node_ports",
+    "taint_toleration",
+    "sysctls",
+    "probe_exec",
+    "probe_grpc",
+    "probe_http_get",
+    "probe_tcp_socket",
+    "source_file",
+    "source_http",
+];
+
+fn package() -> Option<PathBuf> {
+    match std::env::var_os("WASMLET_DEB") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => {
+            assert!(
+                std::env::var_os("WASMLET_REQUIRE_PACKAGE").is_none(),
+                "WASMLET_REQUIRE_PACKAGE is set but WASMLET_DEB is not"
+            );
+            eprintln!("skipped: no WASMLET_DEB (cargo xtask test builds the package)");
+            None
+        }
+    }
+}
+
+fn output(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn read(root: &Path, path: &str) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn the_package_installs_wasmlet_in_the_kubelets_place() {
+    let Some(deb) = package() else { return };
+    let root = std::env::temp_dir().join(format!("wasmlet-deb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).expect("root");
+    output(Command::new("dpkg").arg("-x").arg(&deb).arg(&root));
+    // The control fields: it is the kubelet, as far as kubeadm's package is concerned.
+    let field = |f: &str| output(Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg(f));
+    assert_eq!(field("Package").trim(), "wasmlet");
+    assert_eq!(field("Provides").trim(), "kubelet (= 1.28.7)");
+    assert_eq!(field("Conflicts").trim(), "kubelet");
+    assert_eq!(field("Replaces").trim(), "kubelet");
+    // The binary, and `kubelet` pointing at it: kubeadm's preflight reads its version.
+    let link = std::fs::read_link(root.join("usr/bin/kubelet")).expect("kubelet link");
+    assert_eq!(link, Path::new("wasmlet"));
+    let version = output(Command::new(root.join("usr/bin/kubelet")).arg("--version"));
+    assert!(
+        version.starts_with("Kubernetes v1.28.7+wasmlet."),
+        "{version}"
+    );
+    // The unit kubeadm restarts, and kubeadm's drop-in as wasmlet takes it.
+    let unit = read(&root, "usr/lib/systemd/system/kubelet.service");
+    assert!(unit.contains("ExecStart=/usr/bin/kubelet\n"), "{unit}");
+    let dropin = read(&root, "usr/share/wasmlet/kubeadm/10-kubeadm.conf");
+    assert!(
+        dropin.contains(
+            "ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS"
+        ),
+        "{dropin}"
+    );
+    // The shipped plugins, each a component the binary loads.
+    for name in SHIPPED {
+        let file = root.join(format!("usr/lib/wasmlet/plugins/{name}.wasm"));
+        assert!(file.is_file(), "{}", file.display());
+    }
+    let describe = output(
+        Command::new(root.join("usr/bin/wasmlet"))
+            .args(["plugin", "inspect"])
+            .arg(root.join("usr/lib/wasmlet/plugins/resource_fit.wasm")),
+    );
+    assert!(describe.contains("admission"), "{describe}");
+    let _ = std::fs::remove_dir_all(&root);
+}
