@@ -112,6 +112,16 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
         }
     }
     let path = request.uri().path().to_owned();
+    if crate::tls::expired(&request) {
+        sim.lock()
+            .failures
+            .push((method.to_string(), path.clone(), 401));
+        return error(status(
+            401,
+            "Unauthorized",
+            "Unauthorized: x509: certificate has expired or is not yet valid".into(),
+        ));
+    }
     if let Some(rest) = path.strip_prefix("/api/v1/nodes/")
         && let Some((node, rest)) = rest.split_once("/proxy")
         && !node.contains('/')
@@ -438,6 +448,16 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
 /// server answers.
 pub(crate) fn watch(store: &mut Store, t: &Target, query: &str) -> Response {
     let selector = query_param(query, "fieldSelector").unwrap_or_default();
+    store.watches.push(format!(
+        "/{}/{}{}",
+        t.prefix,
+        if t.ns.is_empty() {
+            String::new()
+        } else {
+            format!("namespaces/{}/", t.ns)
+        },
+        t.resource
+    ));
     let from = query_param(query, "resourceVersion").unwrap_or_default();
     let timeout = query_param(query, "timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())

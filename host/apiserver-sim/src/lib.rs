@@ -312,6 +312,16 @@ impl ApiServerSim {
         self.lock().requests.clone()
     }
 
+    /// Requests refused for their credentials: (method, path, code).
+    pub fn failed_requests(&self) -> Vec<(String, String, u16)> {
+        self.lock().failures.clone()
+    }
+
+    /// The watches started so far, by path (`/api/v1/pods`).
+    pub fn watches_started(&self) -> Vec<String> {
+        self.lock().watches.clone()
+    }
+
     /// Forgets the change log (as etcd compaction does): a watch resuming from any
     /// resourceVersion before now gets `410 Gone` and must list again.
     pub fn compact(&self) {

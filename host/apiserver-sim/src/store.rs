@@ -63,6 +63,10 @@ pub(crate) struct Store {
     pub(crate) epoch: tokio::sync::watch::Sender<u64>,
     /// Requests served, by method and path (no query), for tests counting calls.
     pub(crate) requests: Vec<(String, String)>,
+    /// Requests refused for their credentials (method, path, code).
+    pub(crate) failures: Vec<(String, String, u16)>,
+    /// Watches started, by path.
+    pub(crate) watches: Vec<String>,
     /// Namespaces deleted ([`ApiServerSim::delete_namespace`]): nothing new is made in
     /// them.
     pub(crate) deleted_namespaces: std::collections::BTreeSet<String>,
@@ -84,6 +88,8 @@ impl Default for Store {
             changes: tokio::sync::broadcast::channel(4096).0,
             epoch: tokio::sync::watch::channel(0).0,
             requests: Vec::new(),
+            failures: Vec::new(),
+            watches: Vec::new(),
             deleted_namespaces: Default::default(),
             service_ips: 0,
             crds: BTreeMap::new(),

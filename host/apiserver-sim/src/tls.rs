@@ -146,7 +146,7 @@ pub(crate) fn identity(
     sim: &crate::ApiServerSim,
     request: &axum::extract::Request,
 ) -> Option<Identity> {
-    if let Some(PeerIdentity(Some(who))) = request.extensions().get::<PeerIdentity>() {
+    if let Some(PeerIdentity(Some((who, _)))) = request.extensions().get::<PeerIdentity>() {
         return Some(who.clone());
     }
     let token = request
@@ -174,9 +174,11 @@ pub struct Identity {
     pub groups: Vec<String>,
 }
 
-/// The identity of a TLS connection's client certificate, when it presented one.
+/// The identity of a TLS connection's client certificate, when it presented one, and
+/// when the certificate expires (each request is authenticated: once it has expired,
+/// requests on the connection get 401, as the API server answers them).
 #[derive(Debug, Clone)]
-pub(crate) struct PeerIdentity(pub Option<Identity>);
+pub(crate) struct PeerIdentity(pub Option<(Identity, std::time::SystemTime)>);
 
 /// The cluster's certificate authority.
 pub(crate) struct ClusterCa {
@@ -278,9 +280,13 @@ impl ClusterCa {
     }
 }
 
-/// The identity a verified client certificate names.
-pub(crate) fn certificate_identity(cert: &CertificateDer<'_>) -> Option<Identity> {
+/// The identity a verified client certificate names, and when it expires.
+pub(crate) fn certificate_identity(
+    cert: &CertificateDer<'_>,
+) -> Option<(Identity, std::time::SystemTime)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let expires = std::time::UNIX_EPOCH
+        + Duration::from_secs(u64::try_from(parsed.validity().not_after.timestamp()).unwrap_or(0));
     let subject = parsed.subject();
     let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
     let mut groups: Vec<String> = subject
@@ -288,7 +294,16 @@ pub(crate) fn certificate_identity(cert: &CertificateDer<'_>) -> Option<Identity
         .filter_map(|o| o.as_str().ok().map(str::to_owned))
         .collect();
     groups.push("system:authenticated".into());
-    Some(Identity { user, groups })
+    Some((Identity { user, groups }, expires))
+}
+
+/// Whether `request` came over a connection whose client certificate has expired since
+/// (the real server authenticates every request: 401).
+pub(crate) fn expired(request: &axum::extract::Request) -> bool {
+    matches!(
+        request.extensions().get::<PeerIdentity>(),
+        Some(PeerIdentity(Some((_, expires)))) if *expires <= std::time::SystemTime::now()
+    )
 }
 
 /// The identity of a bootstrap token (`<id>.<secret>`): its Secret in `kube-system`,

@@ -14,10 +14,11 @@ use serde_json::json;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
 use wasmlet_cluster::certificates::CertError;
 use wasmlet_cluster::certificates::bootstrap;
-use wasmlet_cluster::certificates::client::RotatingIdentity;
 use wasmlet_cluster::certificates::csr::{Request, obtain};
 use wasmlet_cluster::certificates::rotation::Rotation;
 use wasmlet_cluster::certificates::store::{self, Store};
+
+mod support;
 
 const TOKEN: &str = "abcdef.0123456789abcdef";
 const TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
@@ -295,16 +296,14 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
     c.api.set_signing_backdate(Duration::ZERO);
     assert!(c.bootstrap("node-d").await.expect("bootstrap"));
     let first = c.store().current().expect("first");
-    let identity = RotatingIdentity::new(&first).expect("identity");
-    let client = wasmlet_cluster::certificates::client::client(&c.kubeconfig(), identity.clone())
+    let (client, rotating) = wasmlet_cluster::certificates::client::client(&c.kubeconfig(), &first)
         .await
         .expect("client");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let publish = identity.clone();
     Rotation {
         store: c.store(),
         request: Request::client("node-d"),
-        publish: std::sync::Arc::new(move |p| publish.set(p).expect("set")),
+        publish: std::sync::Arc::new(move |p| rotating.set(p).expect("set")),
         fallback: None,
     }
     .spawn(client.clone(), stopped);
@@ -352,4 +351,99 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
         .await
         .expect("works after the first certificate expired");
     let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
+    let c = Cluster::start("rotating-node", true).await;
+    // Certificates of 3 s (no backdating): renewed every 2.1-2.7 s, each expiring while
+    // connections made with it may still be open.
+    c.api.set_signing_duration(Duration::from_secs(3));
+    c.api.set_signing_backdate(Duration::ZERO);
+    let name = "node-rotating-node";
+    assert!(c.bootstrap(name).await.expect("bootstrap"));
+    let first = c.store().current().expect("first");
+    let (client, rotating) = wasmlet_cluster::certificates::client::client(&c.kubeconfig(), &first)
+        .await
+        .expect("client");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    Rotation {
+        store: c.store(),
+        request: Request::client(name),
+        publish: std::sync::Arc::new(move |p| rotating.set(p).expect("set")),
+        fallback: None,
+    }
+    .spawn(client.clone(), stopped);
+    let timing = wasmlet_cluster::node::Timing {
+        update: Duration::from_millis(300),
+        report: Duration::from_millis(600),
+        lease_seconds: 1,
+    };
+    let Cluster {
+        api,
+        served,
+        dir: _,
+    } = c;
+    let node = support::Node::start_on("rotating-node", api.clone(), served, client, timing).await;
+    let ready = |n: &serde_json::Value| {
+        n["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    };
+    let started = tokio::time::Instant::now();
+    while !api
+        .get("api/v1", "nodes", "", name)
+        .is_some_and(|n| ready(&n))
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "not Ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let node_watches = |api: &ApiServerSim| -> Vec<String> {
+        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        api.watches_started()
+            .into_iter()
+            .filter(|w| w != csrs)
+            .collect()
+    };
+    let watches = node_watches(&api);
+    // Three certificates' lives: the first expires, two more are issued.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        api.failed_requests(),
+        Vec::new(),
+        "no request refused for its credentials"
+    );
+    assert_eq!(node_watches(&api), watches, "no watch started again");
+    let renewed: Vec<_> = api
+        .list("apis/certificates.k8s.io/v1", "certificatesigningrequests")
+        .into_iter()
+        .filter(|c| {
+            c["spec"]["username"] == format!("system:node:{name}").as_str()
+                && !c["status"]["certificate"].is_null()
+        })
+        .collect();
+    assert!(renewed.len() >= 2, "{} rotations", renewed.len());
+    // The lease was renewed after the first certificate expired, and the node is Ready.
+    let lease = api
+        .get(
+            "apis/coordination.k8s.io/v1",
+            "leases",
+            "kube-node-lease",
+            name,
+        )
+        .expect("lease");
+    let renew_time = lease["spec"]["renewTime"].as_str().expect("renewTime");
+    let expired = wasmlet_cluster::certificates::store::rfc3339(first.not_after);
+    assert!(
+        renew_time[..19] > expired[..19],
+        "{renew_time} after {expired}"
+    );
+    assert!(
+        api.get("api/v1", "nodes", "", name)
+            .is_some_and(|n| ready(&n))
+    );
+    let _ = stop.send(true);
+    drop(node);
 }

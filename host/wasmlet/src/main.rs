@@ -41,14 +41,18 @@ enum Command {
     Plugin(commands::plugin::PluginArgs),
 }
 
+/// Whether the binary was called as `kubelet` (a link of that name).
+fn called_as_kubelet() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n == "kubelet"))
+        .unwrap_or(false)
+}
+
 /// The command line; run as `kubelet`, `wasmlet run` with the same arguments.
 fn arguments() -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let called = args
-        .first()
-        .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|n| n == "kubelet");
-    if called {
+    if called_as_kubelet() {
         args.insert(1, "run".into());
     }
     args
@@ -74,7 +78,10 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse_from(arguments());
+    let mut cli = Cli::parse_from(arguments());
+    if let Command::Run(args) = &mut cli.command {
+        args.0.as_kubelet = called_as_kubelet();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(&cli))
         .with_writer(std::io::stderr)

@@ -107,6 +107,7 @@ nodeStatusUpdateFrequency: 0s
 readOnlyPort: 0
 port: 0
 rootDir: {root}
+podLogsDir: {root}/pod-logs
 rotateCertificates: true
 runtimeRequestTimeout: 0s
 serverTLSBootstrap: true

@@ -56,7 +56,39 @@ pub struct Node {
 }
 
 impl Node {
+    /// The test's directory, empty.
+    pub fn dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "wasmlet-cluster-pods-{test}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
     pub async fn start(test: &str) -> Node {
+        let dir = Self::dir(test);
+        let api = ApiServerSim::new();
+        let served = api
+            .serve("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("serve");
+        let kubeconfig = dir.join("kubeconfig");
+        wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+        let client = connect::client(&kubeconfig).await.expect("client");
+        Self::start_on(test, api, served, client, Default::default()).await
+    }
+
+    /// The node on `api` (served by `served`) through `client`, its status and lease
+    /// kept with `timing`.
+    pub async fn start_on(
+        test: &str,
+        api: ApiServerSim,
+        served: Served,
+        client: kube::Client,
+        timing: node::Timing,
+    ) -> Node {
         // RUST_LOG=wasmlet_cluster=debug shows what the agent and the sync do.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -66,16 +98,6 @@ impl Node {
             "wasmlet-cluster-pods-{test}-{}",
             std::process::id()
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let api = ApiServerSim::new();
-        let served = api
-            .serve("127.0.0.1:0".parse().expect("addr"))
-            .await
-            .expect("serve");
-        let kubeconfig = dir.join("kubeconfig");
-        wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
-        let client = connect::client(&kubeconfig).await.expect("client");
         let name = format!("node-{test}");
         let facts = NodeFacts {
             name: name.clone(),
@@ -133,7 +155,7 @@ impl Node {
                 client: client.clone(),
                 facts,
                 taints: Vec::new(),
-                timing: Default::default(),
+                timing,
                 statuses: agent.ctx.statuses.clone(),
                 sources: agent.sources(),
                 sources_ready: Arc::new(move || ready.sources_ready()),

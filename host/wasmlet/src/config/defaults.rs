@@ -31,10 +31,21 @@ fn text(field: &mut String, default: &str) {
     }
 }
 
-/// Fills `f`'s zero values with the kubelet's defaults. `legacy`: there was no
-/// configuration file, and the kubelet's command-line defaults apply (anonymous
-/// requests allowed, no webhook authentication, every request authorized).
-pub(super) fn apply(f: &mut File, legacy: bool) {
+/// Which defaults apply beyond the KubeletConfiguration's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Mode {
+    /// There was no configuration file: the kubelet's command-line defaults apply
+    /// (anonymous requests allowed, no webhook authentication, every request
+    /// authorized).
+    pub legacy: bool,
+    /// Run as `kubelet`: the kubelet's directories (`/var/lib/kubelet`,
+    /// `/var/log/pods`), where kubeadm and log collectors look; else wasmlet's
+    /// (`/var/lib/wasmlet`, `<rootDir>/pod-logs`).
+    pub kubelet: bool,
+}
+
+/// Fills `f`'s zero values with the kubelet's defaults.
+pub(super) fn apply(f: &mut File, mode: Mode) {
     let secs = Duration::from_secs;
     duration(&mut f.sync_frequency, secs(60));
     duration(&mut f.file_check_frequency, secs(20));
@@ -76,8 +87,26 @@ pub(super) fn apply(f: &mut File, legacy: bool) {
     {
         f.container_log_max_size = None;
     }
-    f.authentication.set_defaults(legacy);
-    f.authorization.set_defaults(legacy);
+    directories(f, mode.kubelet);
+    f.authentication.set_defaults(mode.legacy);
+    f.authorization.set_defaults(mode.legacy);
+}
+
+/// `rootDir` and `podLogsDir` unless given.
+fn directories(f: &mut File, kubelet: bool) {
+    if f.root_dir.as_ref().is_none_or(|p| p.as_os_str().is_empty()) {
+        f.root_dir = Some(
+            if kubelet {
+                "/var/lib/kubelet"
+            } else {
+                "/var/lib/wasmlet"
+            }
+            .into(),
+        );
+    }
+    if kubelet && f.pod_logs_dir.is_none() {
+        f.pod_logs_dir = Some("/var/log/pods".into());
+    }
 }
 
 #[cfg(test)]
@@ -87,7 +116,7 @@ mod tests {
 
     fn defaulted(text: &str) -> File {
         let mut f = typed(mapping(text).expect("yaml"), &Default::default()).expect("valid");
-        apply(&mut f, false);
+        apply(&mut f, Mode::default());
         f
     }
 
@@ -114,5 +143,25 @@ mod tests {
         );
         let f = defaulted("podPidsLimit: -5\n");
         assert_eq!(f.pod_pids_limit, Some(-1));
+        assert_eq!(
+            f.root_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/wasmlet"))
+        );
+        let mut f = typed(mapping("").expect("yaml"), &Default::default()).expect("valid");
+        apply(
+            &mut f,
+            Mode {
+                kubelet: true,
+                legacy: false,
+            },
+        );
+        assert_eq!(
+            f.root_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/kubelet"))
+        );
+        assert_eq!(
+            f.pod_logs_dir.as_deref(),
+            Some(std::path::Path::new("/var/log/pods"))
+        );
     }
 }

@@ -328,7 +328,12 @@ pub fn args() -> Vec<Arg> {
 
 /// The flags as given: each flag's values, in the order given.
 #[derive(Debug, Clone, Default)]
-pub struct Given(Vec<(&'static str, Vec<String>)>);
+pub struct Given {
+    flags: Vec<(&'static str, Vec<String>)>,
+    /// Run as `kubelet` (the name kubeadm's unit calls): the kubelet's directories are
+    /// the defaults.
+    pub as_kubelet: bool,
+}
 
 impl Given {
     /// Reads the flags out of clap's matches.
@@ -342,7 +347,10 @@ impl Given {
             })
             .collect();
         given.sort_by_key(|(i, _, _)| *i);
-        Given(given.into_iter().map(|(_, n, v)| (n, v)).collect())
+        Given {
+            flags: given.into_iter().map(|(_, n, v)| (n, v)).collect(),
+            as_kubelet: false,
+        }
     }
 
     /// From `--flag=value` texts (tests).
@@ -356,7 +364,7 @@ impl Given {
     }
 
     fn last(&self, own: Own) -> Option<&str> {
-        self.0.iter().rev().find_map(|(name, values)| {
+        self.flags.iter().rev().find_map(|(name, values)| {
             let own_is = matches!(target(name), Some(Target::Own(o, _)) if o == own);
             own_is.then(|| values.last().map(String::as_str)).flatten()
         })
@@ -405,7 +413,7 @@ impl Given {
         origins: &mut BTreeMap<String, String>,
     ) -> Result<Vec<String>> {
         let mut warnings = Vec::new();
-        for (name, values) in &self.0 {
+        for (name, values) in &self.flags {
             match target(name) {
                 Some(Field(path, kind)) => {
                     let flag = format!("--{name}");

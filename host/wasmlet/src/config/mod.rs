@@ -287,7 +287,11 @@ impl Config {
             }
         }
         let mut f = file::typed(map, &origins).map_err(|e| locate(e, path, &origins))?;
-        defaults::apply(&mut f, source.is_none());
+        let mode = defaults::Mode {
+            legacy: source.is_none(),
+            kubelet: given.as_kubelet,
+        };
+        defaults::apply(&mut f, mode);
         Self::build(f, &given.invocation()).map_err(|e| locate(e, path, &origins))
     }
 

@@ -30,7 +30,6 @@ pub(super) fn root_dir(f: &File) -> Result<PathBuf> {
     let root = f
         .root_dir
         .clone()
-        .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet"));
     absolute("rootDir", &root)?;
     Ok(root)

@@ -8,7 +8,6 @@ use tracing::info;
 use wasmlet_agent::agent::Agent;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_cluster::certificates::bootstrap;
-use wasmlet_cluster::certificates::client::RotatingIdentity;
 use wasmlet_cluster::certificates::csr::Request;
 use wasmlet_cluster::certificates::rotation::Rotation;
 use wasmlet_cluster::certificates::store::{self, Store};
@@ -47,14 +46,13 @@ pub(super) async fn connect(
         info!("rotateCertificates: the kubeconfig has no client certificate to rotate");
         return Ok(Some(wasmlet_cluster::connect::client(kubeconfig).await?));
     };
-    let identity = RotatingIdentity::new(&pair)?;
-    let client =
-        wasmlet_cluster::certificates::client::client(kubeconfig, identity.clone()).await?;
+    let (client, rotating) =
+        wasmlet_cluster::certificates::client::client(kubeconfig, &pair).await?;
     Rotation {
         store,
         request: Request::client(node),
         publish: Arc::new(move |p| {
-            if let Err(e) = identity.set(p) {
+            if let Err(e) = rotating.set(p) {
                 tracing::warn!("rotated client certificate not used: {e}");
             }
         }),

@@ -144,8 +144,14 @@ async fn run_agent(
     }
     let facts = node::facts(&config);
     let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
-    let cluster = cluster::connect(&config, &facts.name, cluster_stopped.clone()).await?;
-    let loaded = Arc::new(plugins::load(&plugins::effective(&config)?).await?);
+    // The API server's credentials (TLS bootstrap: one CSR round trip) while the plugins
+    // compile.
+    let plugins_config = plugins::effective(&config)?;
+    let (cluster, loaded) = tokio::join!(
+        cluster::connect(&config, &facts.name, cluster_stopped.clone()),
+        plugins::load(&plugins_config)
+    );
+    let (cluster, loaded) = (cluster?, Arc::new(loaded?));
     let runtime = Arc::new(connect(&endpoint).await);
     let pressure = Arc::new(wasmlet_stats::eviction::run::PressureState::default());
     if let Some(client) = &cluster {
