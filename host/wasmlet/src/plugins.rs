@@ -161,19 +161,16 @@ pub async fn load(plugins: &PluginsConfig) -> Result<Loaded> {
         None => PluginEngine::new()?,
     };
     let chain = Arc::new(AdmissionChain::new(engine.clone()));
-    let admission = AdmissionDirectory::start(chain.clone(), plugins, true)
-        .await
-        .context("plugins.admission")?;
-    let probes = Arc::new(
-        ProbeHandlers::start(&engine, plugins, true)
-            .await
-            .context("plugins.probes")?,
-    );
-    let sources = Arc::new(
+    // The three kinds load side by side: on a new node each plugin is compiled first (in
+    // a process of its own), which the machine's cores share.
+    let (admission, probes, sources) = tokio::join!(
+        AdmissionDirectory::start(chain.clone(), plugins, true),
+        ProbeHandlers::start(&engine, plugins, true),
         PodSources::start(&engine, plugins, true)
-            .await
-            .context("plugins.sources")?,
     );
+    let admission = admission.context("plugins.admission")?;
+    let probes = Arc::new(probes.context("plugins.probes")?);
+    let sources = Arc::new(sources.context("plugins.sources")?);
     Ok(Loaded {
         engine,
         chain,
