@@ -396,3 +396,202 @@ pub(crate) fn set_approval(store: &mut Store, name: &str, body: &Value) -> Resul
     object["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"].clone();
     store.write(&key, object, Some("status"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(cn: &str, orgs: &[&str], dns: &[&str]) -> String {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(dns.iter().map(|d| (*d).to_owned()).collect::<Vec<_>>())
+                .expect("params");
+        params.distinguished_name = crate::tls::subject(cn, orgs);
+        let pem = params
+            .serialize_request(&key)
+            .expect("csr")
+            .pem()
+            .expect("pem");
+        base64::engine::general_purpose::STANDARD.encode(pem)
+    }
+
+    fn csr(name: &str, signer: &str, usages: &[&str], request: String) -> Value {
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+               "metadata": {"name": name},
+               "spec": {"request": request, "signerName": signer, "usages": usages}})
+    }
+
+    fn who(user: &str, groups: &[&str]) -> Identity {
+        Identity {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    fn bind(store: &mut Store, role: &str, group: &str) {
+        store
+            .create(
+                "apis/rbac.authorization.k8s.io/v1",
+                "clusterrolebindings",
+                "",
+                json!({"metadata": {"name": format!("{role}-{group}")},
+                       "roleRef": {"kind": "ClusterRole", "name": role},
+                       "subjects": [{"kind": "Group", "name": group}]}),
+            )
+            .expect("binding");
+    }
+
+    /// Admits, stores, approves and signs as the API server and the controller manager.
+    fn post(
+        store: &mut Store,
+        ca: &ClusterCa,
+        by: &Identity,
+        object: Value,
+    ) -> Result<Value, Value> {
+        let object = admit(Some(by), object)?;
+        let created = store.create(PREFIX, RESOURCE, "", object)?;
+        let name = created["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        approve(store, &name);
+        let dating = Dating {
+            duration: Duration::from_secs(300),
+            backdate: Duration::from_secs(300),
+        };
+        sign(store, ca, dating, &name);
+        Ok(store.objects.get(&key(&name)).cloned().unwrap_or_default())
+    }
+
+    fn condition_of(o: &Value) -> (String, String) {
+        let c = &o["status"]["conditions"][0];
+        (
+            c["type"].as_str().unwrap_or_default().to_owned(),
+            c["reason"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+
+    #[test]
+    fn the_approver_and_signer_follow_the_controller_managers_rules() {
+        let ca = ClusterCa::new().expect("ca");
+        let mut store = Store::default();
+        let prefix = "system:certificates.k8s.io:certificatesigningrequests:";
+        bind(
+            &mut store,
+            &format!("{prefix}nodeclient"),
+            "system:bootstrappers",
+        );
+        bind(
+            &mut store,
+            &format!("{prefix}selfnodeclient"),
+            "system:nodes",
+        );
+        let client = ["digital signature", "client auth"];
+        let boot = who("system:bootstrap:abc", &["system:bootstrappers"]);
+        let node_a = who("system:node:a", &["system:nodes"]);
+        // A bootstrap token's request for a node: approved (nodeclient), signed.
+        let o = post(
+            &mut store,
+            &ca,
+            &boot,
+            csr(
+                "c1",
+                CLIENT_KUBELET,
+                &client,
+                request("system:node:a", &["system:nodes"], &[]),
+            ),
+        )
+        .expect("created");
+        assert_eq!(o["spec"]["username"], "system:bootstrap:abc");
+        assert_eq!(condition_of(&o), ("Approved".into(), "AutoApproved".into()));
+        assert!(o["status"]["certificate"].is_string());
+        // A node renewing its own: approved (selfnodeclient); another node's: not.
+        let o = post(
+            &mut store,
+            &ca,
+            &node_a,
+            csr(
+                "c2",
+                CLIENT_KUBELET,
+                &client,
+                request("system:node:a", &["system:nodes"], &[]),
+            ),
+        )
+        .expect("created");
+        assert!(
+            o["status"]["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("self"))
+        );
+        let o = post(
+            &mut store,
+            &ca,
+            &node_a,
+            csr(
+                "c3",
+                CLIENT_KUBELET,
+                &client,
+                request("system:node:b", &["system:nodes"], &[]),
+            ),
+        )
+        .expect("created");
+        assert!(o["status"]["conditions"].is_null(), "pending: {o}");
+        // Serving certificates are never approved automatically; once approved, one
+        // without a name fails the signer's rules.
+        let serving = ["digital signature", "key encipherment", "server auth"];
+        let o = post(
+            &mut store,
+            &ca,
+            &node_a,
+            csr(
+                "s1",
+                KUBELET_SERVING,
+                &serving,
+                request("system:node:a", &["system:nodes"], &[]),
+            ),
+        )
+        .expect("created");
+        assert!(o["status"]["conditions"].is_null());
+        let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "KubectlApprove"}]}});
+        set_approval(&mut store, "s1", &approval).expect("approve");
+        sign(
+            &mut store,
+            &ca,
+            Dating {
+                duration: Duration::from_secs(60),
+                backdate: Duration::ZERO,
+            },
+            "s1",
+        );
+        let o = store.objects.get(&key("s1")).cloned().expect("s1");
+        assert_eq!(condition_of(&o).0, "Approved");
+        assert_eq!(
+            o["status"]["conditions"][1]["reason"],
+            "SignerValidationFailure"
+        );
+        assert!(o["status"]["certificate"].is_null());
+        // system:masters through kube-apiserver-client: refused at create.
+        let e = post(
+            &mut store,
+            &ca,
+            &boot,
+            csr(
+                "m1",
+                APISERVER_CLIENT,
+                &client,
+                request("admin", &["system:masters"], &[]),
+            ),
+        )
+        .expect_err("forbidden");
+        assert_eq!(e["code"], 403);
+        // Not a CSR at all: 422.
+        let e = post(
+            &mut store,
+            &ca,
+            &boot,
+            csr("x1", CLIENT_KUBELET, &client, "bm90IGEgY3Ny".into()),
+        )
+        .expect_err("invalid");
+        assert_eq!(e["code"], 422);
+    }
+}

@@ -222,15 +222,7 @@ impl ClusterCa {
         let e = |x: rcgen::Error| x.to_string();
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = rcgen::CertificateParams::new(names).map_err(e)?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        for g in groups {
-            params
-                .distinguished_name
-                .push(rcgen::DnType::OrganizationName, *g);
-        }
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
+        params.distinguished_name = subject(cn, groups);
         params.not_before = not_before;
         params.not_after = not_after;
         params.extended_key_usages = vec![if server {
@@ -278,6 +270,16 @@ impl ClusterCa {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// A certificate's subject for user `cn` in `groups` (each an O).
+pub(crate) fn subject(cn: &str, groups: &[&str]) -> rcgen::DistinguishedName {
+    let mut dn = rcgen::DistinguishedName::new();
+    for g in groups {
+        dn.push(rcgen::DnType::OrganizationName, *g);
+    }
+    dn.push(rcgen::DnType::CommonName, cn);
+    dn
 }
 
 /// The identity a verified client certificate names, and when it expires.

@@ -8,7 +8,6 @@
 //! pods of a directory. Either way the agent stops on SIGINT or SIGTERM and leaves its
 //! pods running; started again, it adopts them.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,15 +19,12 @@ use tracing::{info, warn};
 use wasmlet_cri::CriClient;
 
 use crate::config::{Config, Given};
-use crate::{http, plugins};
+use crate::plugins;
 
 mod cluster;
 mod containerd;
 mod node;
 mod server;
-
-/// The port the node reports as its kubelet endpoint (the kubelet's `port` default).
-const KUBELET_PORT: i32 = 10250;
 
 /// The Kubernetes version whose kubelet wasmlet stands in for (its KubeletConfiguration,
 /// its flags, the conformance tests it passes): what `--version` says, as kubeadm's
@@ -164,13 +160,10 @@ async fn run_agent(
         &negotiated.runtime_version,
     );
     // Cluster mode: events go to the API server.
-    let (recorder, events) = match &cluster {
-        Some(_) => {
-            let (r, q) = wasmlet_cluster::events::ApiRecorder::new();
-            (Some(r), Some(q))
-        }
-        None => (None, None),
-    };
+    let (recorder, events) = cluster
+        .as_ref()
+        .map(|_| wasmlet_cluster::events::ApiRecorder::new())
+        .unzip();
     let agent = node::start(
         &config,
         runtime,
@@ -183,46 +176,16 @@ async fn run_agent(
             .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>),
     );
     let registry = metrics(&agent, recorder.as_deref(), &loaded);
-    // Usage of the node and its pods, sampled every housekeeping period (the kubelet
-    // server's /stats/summary and usage metrics read it); eviction and image garbage
-    // collection act on each sample.
-    let (stats, _housekeeping) = wasmlet_stats::agent::housekeeping(
-        &agent,
-        &config.root_dir,
-        config.resources.period,
-        config.resources.eviction.clone(),
-        image_gc(&config),
-        pressure.clone(),
-    );
-    http::start(
-        http::Endpoints {
-            agent: agent.clone(),
-            plugins: loaded.clone(),
-            registry: registry.clone(),
-        },
-        SocketAddr::new(config.healthz.0, config.healthz.1),
-        SocketAddr::new(config.read_only.0, config.read_only.1),
-    )
-    .await?;
-    // The kubelet server: its port is what the node reports (a port of 0 takes a free
-    // one, for several agents on one machine).
-    let port = match &config.server {
-        Some(s) => {
-            let stop = cluster_stopped.clone();
-            let served = server::start(
-                &config,
-                s,
-                &agent,
-                &registry,
-                &stats,
-                cluster.as_ref(),
-                stop,
-            )
-            .await?;
-            i32::from(served.addr.port())
-        }
-        None => KUBELET_PORT,
+    let stats = housekeeping(&config, &agent, &pressure);
+    let serving = server::Serving {
+        config: &config,
+        agent: &agent,
+        loaded: &loaded,
+        registry: &registry,
+        stats: &stats,
+        cluster: cluster.as_ref(),
     };
+    let port = server::listen(serving, cluster_stopped.clone()).await?;
     let _log_rotation = log_rotation(&config, &agent);
     if let Some(dir) = own_containerd {
         tokio::spawn(containerd::supervise(agent.clone(), dir));
@@ -242,6 +205,25 @@ async fn run_agent(
     agent.shutdown().await;
     // Exit here: dropping the runtime would cancel plugin calls still in flight.
     std::process::exit(0)
+}
+
+/// Usage of the node and its pods, sampled every housekeeping period (the kubelet
+/// server's /stats/summary and usage metrics read it); eviction and image garbage
+/// collection act on each sample.
+fn housekeeping(
+    config: &Config,
+    agent: &Arc<wasmlet_agent::agent::Agent<CriClient>>,
+    pressure: &Arc<wasmlet_stats::eviction::run::PressureState>,
+) -> Arc<wasmlet_stats::Stats> {
+    let (stats, _task) = wasmlet_stats::agent::housekeeping(
+        agent,
+        &config.root_dir,
+        config.resources.period,
+        config.resources.eviction.clone(),
+        image_gc(config),
+        pressure.clone(),
+    );
+    stats
 }
 
 /// The agent's, the events' and the plugins' metrics in one registry.

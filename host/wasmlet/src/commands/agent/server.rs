@@ -11,8 +11,49 @@ use wasmlet_cri::CriClient;
 
 use crate::config::Config;
 
+/// The port the node reports as its kubelet endpoint when the server is off (the
+/// kubelet's `port` default).
+const KUBELET_PORT: i32 = 10250;
+
+/// What the agent's listeners serve.
+pub(super) struct Serving<'a> {
+    pub config: &'a Config,
+    pub agent: &'a Arc<Agent<CriClient>>,
+    pub loaded: &'a Arc<crate::plugins::Loaded>,
+    pub registry: &'a Arc<Registry>,
+    pub stats: &'a Arc<wasmlet_stats::Stats>,
+    pub cluster: Option<&'a kube::Client>,
+}
+
+/// Starts healthz, the read-only port and the kubelet server; returns the port the node
+/// reports (a `port` of 0 takes a free one, for several agents on one machine).
+pub(super) async fn listen(
+    s: Serving<'_>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<i32> {
+    let config = s.config;
+    crate::http::start(
+        crate::http::Endpoints {
+            agent: s.agent.clone(),
+            plugins: s.loaded.clone(),
+            registry: s.registry.clone(),
+        },
+        std::net::SocketAddr::new(config.healthz.0, config.healthz.1),
+        std::net::SocketAddr::new(config.read_only.0, config.read_only.1),
+    )
+    .await?;
+    let Some(server) = &config.server else {
+        return Ok(KUBELET_PORT);
+    };
+    let served = start(
+        config, server, s.agent, s.registry, s.stats, s.cluster, stop,
+    )
+    .await?;
+    Ok(i32::from(served.addr.port()))
+}
+
 /// Starts the kubelet server on port 10250 (or as configured).
-pub(super) async fn start(
+async fn start(
     config: &Config,
     server: &crate::config::ServerConfig,
     agent: &Arc<Agent<CriClient>>,
