@@ -235,21 +235,33 @@ fn package() -> Result<PathBuf> {
         .args(["build", "--release", "--quiet"])
         .current_dir(repo().join("plugins"))
         .env("CARGO_TARGET_DIR", repo().join("plugins/target")))?;
-    let have = cargo()
+    // The pinned cargo-deb, in the build directory: packaging a debug build is what this
+    // version allows (later ones may refuse it), whatever else the machine has.
+    let tools = repo().join("target/tools");
+    let have = Command::new(tools.join("bin/cargo-deb"))
         .args(["deb", "--version"])
         .output()
-        .is_ok_and(|o| o.status.success());
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB_VERSION));
     if !have {
-        run(cargo().args([
-            "install",
-            "cargo-deb",
-            "--locked",
-            "--version",
-            CARGO_DEB_VERSION,
-        ]))?;
+        run(cargo()
+            .args([
+                "install",
+                "cargo-deb",
+                "--locked",
+                "--version",
+                CARGO_DEB_VERSION,
+                "--root",
+            ])
+            .arg(&tools))?;
     }
+    let path = format!(
+        "{}:{}",
+        tools.join("bin").display(),
+        env::var("PATH").unwrap_or_default()
+    );
     let deb = repo().join("target/debian/wasmlet-test.deb");
     run(cargo()
+        .env("PATH", path)
         .args([
             "deb",
             "-p",
