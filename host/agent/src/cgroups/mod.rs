@@ -12,6 +12,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod tree;
+pub mod values;
+
 /// The cgroup root wasmlet's pod cgroups go under.
 pub const DEFAULT_PARENT: &str = "wasmlet";
 

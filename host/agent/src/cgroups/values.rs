@@ -1,0 +1,292 @@
+//! What the kubelet writes into its cgroup tree, computed from pods: a pod's cgroup
+//! (cpu.shares from its CPU requests, a CFS quota and a memory limit when every
+//! container has one, pod overhead included), the tiers (`besteffort` 2 shares,
+//! `burstable` the shares of all its pods' requests), `kubepods` (node allocatable),
+//! and cgroup v2's `cpu.weight` from shares. Requests and limits are the pod's
+//! effective ones, the kubelet's rule for init containers and sidecars
+//! (`restartPolicy: Always` init containers) included.
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmlet_plugin_host::convert::parse_quantity;
+
+use super::tree::Qos;
+
+/// The fewest shares a cgroup gets.
+pub const MIN_SHARES: u64 = 2;
+/// The most.
+pub const MAX_SHARES: u64 = 262_144;
+/// The CFS period the kubelet uses (100 ms).
+pub const QUOTA_PERIOD: u64 = 100_000;
+/// The smallest quota it writes (1 ms).
+const MIN_QUOTA: i64 = 1_000;
+
+/// `cpu.shares` for `milli` millicores: 1024 per CPU, at least 2, at most 262144.
+pub fn milli_cpu_to_shares(milli: u64) -> u64 {
+    if milli == 0 {
+        return MIN_SHARES;
+    }
+    (milli.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// `cpu.cfs_quota_us` for a limit of `milli` millicores over `period` µs (at least 1 ms);
+/// `None` without a limit.
+pub fn milli_cpu_to_quota(milli: u64, period: u64) -> Option<i64> {
+    if milli == 0 {
+        return None;
+    }
+    let quota = i64::try_from(milli.saturating_mul(period) / 1000).unwrap_or(i64::MAX);
+    Some(quota.max(MIN_QUOTA))
+}
+
+/// cgroup v2's `cpu.weight` (1–10000) for `shares` (2–262144), as runc converts them.
+pub fn shares_to_weight(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    1 + (shares.clamp(MIN_SHARES, MAX_SHARES) - 2) * 9999 / 262_142
+}
+
+/// A pod's cgroup settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodResources {
+    /// `cpu.shares`.
+    pub cpu_shares: u64,
+    /// `cpu.cfs_quota_us` (with the period [`QUOTA_PERIOD`]); `None`: no quota.
+    pub cpu_quota: Option<i64>,
+    /// `memory.limit_in_bytes` / `memory.max`; `None`: no limit.
+    pub memory_limit: Option<u64>,
+    /// The pod's effective CPU request in millicores (what the burstable tier sums).
+    pub cpu_request_milli: u64,
+}
+
+/// Effective requests or limits of one kind: cpu in millicores, memory in bytes, and
+/// whether every container declared one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Effective {
+    cpu: u64,
+    memory: u64,
+    every_cpu: bool,
+    every_memory: bool,
+}
+
+fn quantity(
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+    name: &str,
+    scale: i32,
+) -> u64 {
+    list.and_then(|l| l.get(name))
+        .and_then(|q| parse_quantity(&q.0, scale).ok())
+        .unwrap_or(0)
+}
+
+/// One container's (cpu, memory) requests (`limits == false`) or limits; a request not
+/// given is its limit, as the API server defaults it.
+fn of(c: &k8s::Container, limits: bool) -> (u64, u64) {
+    let r = c.resources.as_ref();
+    let lim = r.and_then(|r| r.limits.as_ref());
+    let req = r.and_then(|r| r.requests.as_ref());
+    let pick = |name: &str, scale: i32| {
+        let limit = quantity(lim, name, scale);
+        if limits {
+            return limit;
+        }
+        match req.and_then(|l| l.get(name)) {
+            Some(_) => quantity(req, name, scale),
+            None => limit,
+        }
+    };
+    (pick("cpu", 3), pick("memory", 0))
+}
+
+/// The pod's effective requests or limits: the app containers and sidecars summed,
+/// against the largest init container (plus the sidecars started before it), then
+/// `overhead` added.
+fn effective(pod: &k8s::Pod, limits: bool) -> Effective {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Effective::default();
+    };
+    let mut every = (true, true);
+    let mut note = |(cpu, mem): (u64, u64)| {
+        every.0 &= cpu > 0;
+        every.1 &= mem > 0;
+        (cpu, mem)
+    };
+    let mut sum = (0u64, 0u64);
+    for c in &spec.containers {
+        let (cpu, mem) = note(of(c, limits));
+        sum = (sum.0 + cpu, sum.1 + mem);
+    }
+    let (mut sidecars, mut init_max) = ((0u64, 0u64), (0u64, 0u64));
+    for c in spec.init_containers.iter().flatten() {
+        let (cpu, mem) = note(of(c, limits));
+        let this = if c.restart_policy.as_deref() == Some("Always") {
+            sum = (sum.0 + cpu, sum.1 + mem);
+            sidecars = (sidecars.0 + cpu, sidecars.1 + mem);
+            sidecars
+        } else {
+            (cpu + sidecars.0, mem + sidecars.1)
+        };
+        init_max = (init_max.0.max(this.0), init_max.1.max(this.1));
+    }
+    let overhead = spec.overhead.as_ref();
+    Effective {
+        cpu: sum.0.max(init_max.0) + quantity(overhead, "cpu", 3),
+        memory: sum.1.max(init_max.1) + quantity(overhead, "memory", 0),
+        every_cpu: every.0,
+        every_memory: every.1,
+    }
+}
+
+/// The pod cgroup's settings, as the kubelet's `ResourceConfigForPod`: Guaranteed pods
+/// get shares, quota and memory limit; Burstable pods shares, and quota / memory limit
+/// only when every container declared that limit; BestEffort pods 2 shares.
+pub fn pod_resources(pod: &k8s::Pod, qos: Qos) -> PodResources {
+    let requests = effective(pod, false);
+    let limits = effective(pod, true);
+    let shares = milli_cpu_to_shares(requests.cpu);
+    let quota = milli_cpu_to_quota(limits.cpu, QUOTA_PERIOD);
+    match qos {
+        Qos::Guaranteed => PodResources {
+            cpu_shares: shares,
+            cpu_quota: quota,
+            memory_limit: Some(limits.memory).filter(|m| *m > 0),
+            cpu_request_milli: requests.cpu,
+        },
+        Qos::Burstable => PodResources {
+            cpu_shares: shares,
+            cpu_quota: quota.filter(|_| limits.every_cpu),
+            memory_limit: Some(limits.memory).filter(|m| *m > 0 && limits.every_memory),
+            cpu_request_milli: requests.cpu,
+        },
+        Qos::BestEffort => PodResources {
+            cpu_shares: MIN_SHARES,
+            ..PodResources::default()
+        },
+    }
+}
+
+/// The `burstable` tier's shares: its pods' CPU requests together.
+pub fn burstable_shares<'a>(pods: impl IntoIterator<Item = &'a PodResources>) -> u64 {
+    milli_cpu_to_shares(pods.into_iter().map(|p| p.cpu_request_milli).sum())
+}
+
+/// The `besteffort` tier's shares.
+pub const BESTEFFORT_SHARES: u64 = MIN_SHARES;
+
+/// `kubepods`' settings with node allocatable enforced (`enforceNodeAllocatable:
+/// [pods]`): capacity less `kubeReserved` and `systemReserved` (the hard eviction
+/// threshold is not taken off here: it is kept from scheduling, not from the pods'
+/// cgroup), CPU as shares; without enforcement, the capacity.
+pub fn kubepods(
+    capacity_cpu_milli: u64,
+    capacity_memory: u64,
+    reserved_cpu_milli: u64,
+    reserved_memory: u64,
+    enforce: bool,
+) -> (u64, u64) {
+    let (cpu, memory) = if enforce {
+        (
+            capacity_cpu_milli.saturating_sub(reserved_cpu_milli),
+            capacity_memory.saturating_sub(reserved_memory),
+        )
+    } else {
+        (capacity_cpu_milli, capacity_memory)
+    };
+    (milli_cpu_to_shares(cpu), memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> k8s::Pod {
+        serde_yaml_ng::from_str(yaml).expect("pod")
+    }
+
+    #[test]
+    fn conversions_are_the_kubelets_and_runcs() {
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(500), 512);
+        assert_eq!(milli_cpu_to_shares(1000), 1024);
+        assert_eq!(milli_cpu_to_shares(10_000_000), MAX_SHARES);
+        assert_eq!(milli_cpu_to_quota(0, QUOTA_PERIOD), None);
+        assert_eq!(milli_cpu_to_quota(1000, QUOTA_PERIOD), Some(100_000));
+        assert_eq!(milli_cpu_to_quota(250, QUOTA_PERIOD), Some(25_000));
+        assert_eq!(
+            milli_cpu_to_quota(5, QUOTA_PERIOD),
+            Some(1_000),
+            "at least 1 ms"
+        );
+        assert_eq!(shares_to_weight(2), 1);
+        assert_eq!(shares_to_weight(1024), 39);
+        assert_eq!(shares_to_weight(262_144), 10_000);
+    }
+
+    #[test]
+    fn each_qos_class_gets_what_the_kubelet_sets() {
+        let guaranteed = pod(
+            "spec:\n  containers:\n  - name: a\n    resources: {limits: {cpu: '1', memory: 256Mi}}\n  overhead: {cpu: 100m, memory: 16Mi}\n",
+        );
+        assert_eq!(
+            pod_resources(&guaranteed, Qos::Guaranteed),
+            PodResources {
+                cpu_shares: 1126,
+                cpu_quota: Some(110_000),
+                memory_limit: Some((256 + 16) << 20),
+                cpu_request_milli: 1100,
+            }
+        );
+        let burstable = pod(
+            "spec:\n  containers:\n  - name: a\n    resources: {requests: {cpu: 500m}, limits: {cpu: '1'}}\n  - name: b\n    resources: {requests: {cpu: 250m, memory: 64Mi}}\n",
+        );
+        let b = pod_resources(&burstable, Qos::Burstable);
+        assert_eq!(b.cpu_shares, 768);
+        assert_eq!(b.cpu_quota, None, "b has no cpu limit");
+        assert_eq!(b.memory_limit, None, "nothing limits memory everywhere");
+        let best = pod("spec:\n  containers:\n  - name: a\n");
+        assert_eq!(
+            pod_resources(&best, Qos::BestEffort),
+            PodResources {
+                cpu_shares: 2,
+                ..Default::default()
+            }
+        );
+        assert_eq!(burstable_shares([&b, &b]), 1536);
+        assert_eq!(burstable_shares([]), 2);
+    }
+
+    #[test]
+    fn init_containers_and_sidecars_count_as_the_kubelet_counts_them() {
+        // An init container bigger than the app: its request is the pod's.
+        let p = pod(
+            "spec:\n  initContainers:\n  - name: i\n    resources: {requests: {cpu: '2'}}\n  containers:\n  - name: a\n    resources: {requests: {cpu: 500m}}\n",
+        );
+        assert_eq!(pod_resources(&p, Qos::Burstable).cpu_request_milli, 2000);
+        // A sidecar runs beside the app and beside later init containers.
+        let p = pod(
+            "spec:\n  initContainers:\n  - name: s\n    restartPolicy: Always\n    resources: {requests: {cpu: 300m}}\n  - name: i\n    resources: {requests: {cpu: 1}}\n  containers:\n  - name: a\n    resources: {requests: {cpu: 500m}}\n",
+        );
+        assert_eq!(pod_resources(&p, Qos::Burstable).cpu_request_milli, 1300);
+    }
+
+    #[test]
+    fn kubepods_carries_allocatable_when_enforced() {
+        let (shares, memory) = kubepods(2000, 8 << 30, 500, 1 << 30, true);
+        assert_eq!((shares, memory), (1536, 7 << 30));
+        assert_eq!(
+            kubepods(2000, 8 << 30, 500, 1 << 30, false),
+            (2048, 8 << 30)
+        );
+        assert_eq!(
+            kubepods(100, 1, 500, 2, true),
+            (2, 0),
+            "never below nothing"
+        );
+    }
+}
