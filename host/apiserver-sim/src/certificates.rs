@@ -429,14 +429,13 @@ mod tests {
     }
 
     fn bind(store: &mut Store, role: &str, group: &str) {
+        let binding = crate::tls::group_binding(&format!("{role}-{group}"), role, group);
         store
             .create(
                 "apis/rbac.authorization.k8s.io/v1",
                 "clusterrolebindings",
                 "",
-                json!({"metadata": {"name": format!("{role}-{group}")},
-                       "roleRef": {"kind": "ClusterRole", "name": role},
-                       "subjects": [{"kind": "Group", "name": group}]}),
+                binding,
             )
             .expect("binding");
     }

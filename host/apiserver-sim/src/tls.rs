@@ -97,6 +97,16 @@ impl crate::ApiServerSim {
         Ok(approved)
     }
 
+    /// `kubectl create clusterrolebinding NAME --clusterrole ROLE --group GROUP`: what
+    /// the controller manager's approver checks a CSR's requester against.
+    pub fn bind_group(&self, name: &str, role: &str, group: &str) -> Result<Value, Value> {
+        self.create(
+            "apis/rbac.authorization.k8s.io/v1",
+            "clusterrolebindings",
+            group_binding(name, role, group),
+        )
+    }
+
     /// A bootstrap token Secret in `kube-system`, as `kubeadm token create` makes it:
     /// `<id>.<secret>` authenticates as `system:bootstrap:<id>` in `system:bootstrappers`
     /// and `extra_groups`.
@@ -354,6 +364,16 @@ pub(crate) fn bootstrap_token(store: &Store, token: &str) -> Option<Identity> {
     Some(Identity {
         user: format!("system:bootstrap:{id}"),
         groups,
+    })
+}
+
+/// A ClusterRoleBinding `name` of the ClusterRole `role` to the group `group`.
+pub(crate) fn group_binding(name: &str, role: &str, group: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
     })
 }
 

@@ -12,11 +12,10 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
-use wasmlet_cluster::certificates::CertError;
 use wasmlet_cluster::certificates::bootstrap;
 use wasmlet_cluster::certificates::csr::{Request, obtain};
-use wasmlet_cluster::certificates::rotation::Rotation;
 use wasmlet_cluster::certificates::store::{self, Store};
+use wasmlet_cluster::certificates::{CertError, rotating_client};
 
 mod support;
 
@@ -27,15 +26,6 @@ struct Cluster {
     api: ApiServerSim,
     served: Served,
     dir: PathBuf,
-}
-
-fn binding(name: &str, role: &str, group: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
-    })
 }
 
 impl Cluster {
@@ -49,39 +39,26 @@ impl Cluster {
             .await
             .expect("serve");
         api.add_bootstrap_token("abcdef", "0123456789abcdef", &[TOKEN_GROUP]);
-        let prefix = "apis/rbac.authorization.k8s.io/v1";
         let roles = "system:certificates.k8s.io:certificatesigningrequests:";
-        api.create(
-            prefix,
-            "clusterrolebindings",
-            binding(
-                "kubeadm:kubelet-bootstrap",
-                "system:node-bootstrapper",
-                TOKEN_GROUP,
-            ),
-        )
-        .expect("binding");
+        let bind = |name: &str, role: &str, group: &str| {
+            api.bind_group(name, role, group).expect("binding");
+        };
+        bind(
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            TOKEN_GROUP,
+        );
         if approve {
-            api.create(
-                prefix,
-                "clusterrolebindings",
-                binding(
-                    "kubeadm:node-autoapprove-bootstrap",
-                    &format!("{roles}nodeclient"),
-                    TOKEN_GROUP,
-                ),
-            )
-            .expect("binding");
-            api.create(
-                prefix,
-                "clusterrolebindings",
-                binding(
-                    "kubeadm:node-autoapprove-certificate-rotation",
-                    &format!("{roles}selfnodeclient"),
-                    "system:nodes",
-                ),
-            )
-            .expect("binding");
+            bind(
+                "kubeadm:node-autoapprove-bootstrap",
+                &format!("{roles}nodeclient"),
+                TOKEN_GROUP,
+            );
+            bind(
+                "kubeadm:node-autoapprove-certificate-rotation",
+                &format!("{roles}selfnodeclient"),
+                "system:nodes",
+            );
         }
         let dir = std::env::temp_dir().join(format!("wasmlet-certs-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -296,17 +273,10 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
     c.api.set_signing_backdate(Duration::ZERO);
     assert!(c.bootstrap("node-d").await.expect("bootstrap"));
     let first = c.store().current().expect("first");
-    let (client, rotating) = wasmlet_cluster::certificates::client::client(&c.kubeconfig(), &first)
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let client = rotating_client(&c.kubeconfig(), &first, c.store(), "node-d", None, stopped)
         .await
         .expect("client");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    Rotation {
-        store: c.store(),
-        request: Request::client("node-d"),
-        publish: std::sync::Arc::new(move |p| rotating.set(p).expect("set")),
-        fallback: None,
-    }
-    .spawn(client.clone(), stopped);
     // Within 90 % of 4 s a second CSR, made by the node itself, approved through
     // selfnodeclient.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -363,17 +333,10 @@ async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
     let name = "node-rotating-node";
     assert!(c.bootstrap(name).await.expect("bootstrap"));
     let first = c.store().current().expect("first");
-    let (client, rotating) = wasmlet_cluster::certificates::client::client(&c.kubeconfig(), &first)
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let client = rotating_client(&c.kubeconfig(), &first, c.store(), name, None, stopped)
         .await
         .expect("client");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    Rotation {
-        store: c.store(),
-        request: Request::client(name),
-        publish: std::sync::Arc::new(move |p| rotating.set(p).expect("set")),
-        fallback: None,
-    }
-    .spawn(client.clone(), stopped);
     let timing = wasmlet_cluster::node::Timing {
         update: Duration::from_millis(300),
         report: Duration::from_millis(600),

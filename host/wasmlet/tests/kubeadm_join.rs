@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use wasmlet_apiserver_sim::ApiServerSim;
 use wasmlet_cri_sim::{SimServer, Simulator};
 
@@ -29,100 +29,50 @@ fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
-fn binding(name: &str, role: &str, group: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
-    })
-}
-
 /// What `kubeadm init` leaves for joining nodes.
 fn kubeadm_init(api: &ApiServerSim) {
     api.add_bootstrap_token("abcdef", "0123456789abcdef", &[TOKEN_GROUP]);
-    let rbac = "apis/rbac.authorization.k8s.io/v1";
     let csr = "system:certificates.k8s.io:certificatesigningrequests:";
-    for b in [
-        binding(
+    for (name, role, group) in [
+        (
             "kubeadm:kubelet-bootstrap",
-            "system:node-bootstrapper",
+            "system:node-bootstrapper".to_owned(),
             TOKEN_GROUP,
         ),
-        binding(
+        (
             "kubeadm:node-autoapprove-bootstrap",
-            &format!("{csr}nodeclient"),
+            format!("{csr}nodeclient"),
             TOKEN_GROUP,
         ),
-        binding(
+        (
             "kubeadm:node-autoapprove-certificate-rotation",
-            &format!("{csr}selfnodeclient"),
+            format!("{csr}selfnodeclient"),
             "system:nodes",
         ),
     ] {
-        api.create(rbac, "clusterrolebindings", b).expect("binding");
+        api.bind_group(name, &role, group).expect("binding");
     }
 }
 
 /// kubeadm's /var/lib/kubelet/config.yaml (1.28), with this test's paths and free
 /// ports, and `serverTLSBootstrap: true`.
 fn kubeadm_config(dir: &Path) -> String {
-    format!(
-        r#"apiVersion: kubelet.config.k8s.io/v1beta1
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    cacheTTL: 0s
-    enabled: true
-  x509:
-    clientCAFile: {ca}
-authorization:
-  mode: Webhook
-  webhook:
-    cacheAuthorizedTTL: 0s
-    cacheUnauthorizedTTL: 0s
-cgroupDriver: systemd
-clusterDNS:
-- 10.96.0.10
-clusterDomain: cluster.local
-containerRuntimeEndpoint: ""
-cpuManagerReconcilePeriod: 0s
-evictionPressureTransitionPeriod: 0s
-fileCheckFrequency: 0s
-healthzBindAddress: 127.0.0.1
-healthzPort: 0
-httpCheckFrequency: 0s
-imageMinimumGCAge: 0s
-kind: KubeletConfiguration
-logging:
-  flushFrequency: 0
-  options:
-    json:
-      infoBufferSize: "0"
-  verbosity: 0
-memorySwap: {{}}
-nodeStatusReportFrequency: 0s
-nodeStatusUpdateFrequency: 0s
-readOnlyPort: 0
-port: 0
-rootDir: {root}
-podLogsDir: {root}/pod-logs
-rotateCertificates: true
-runtimeRequestTimeout: 0s
-serverTLSBootstrap: true
-shutdownGracePeriod: 0s
-shutdownGracePeriodCriticalPods: 0s
-staticPodPath: {manifests}
-streamingConnectionIdleTimeout: 0s
-syncFrequency: 0s
-volumeStatsAggPeriod: 0s
-{resources}"#,
+    let kubeadm = include_str!("fixtures/kubeadm/config.yaml");
+    let mut file: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(kubeadm).expect("fixture");
+    let root = dir.join("root");
+    let ours = format!(
+        "authentication: {{anonymous: {{enabled: false}}, webhook: {{cacheTTL: 0s, enabled: true}}, \
+         x509: {{clientCAFile: {ca}}}}}\nhealthzPort: 0\nreadOnlyPort: 0\nport: 0\n\
+         rootDir: {root}\npodLogsDir: {root}/pod-logs\nserverTLSBootstrap: true\n\
+         staticPodPath: {manifests}\n{resources}",
         ca = dir.join("pki/ca.crt").display(),
-        root = dir.join("root").display(),
+        root = root.display(),
         manifests = dir.join("manifests").display(),
         resources = agent::TEST_RESOURCES,
-    )
+    );
+    let ours: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(&ours).expect("overrides");
+    file.extend(ours);
+    serde_yaml_ng::to_string(&file).expect("yaml")
 }
 
 /// `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS`, the

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, AttachParams, LogParams, Patch, PatchParams};
+use kube::api::{Api, AttachParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
@@ -56,18 +56,6 @@ fn subpath_pod(name: &str, value: &str, expr: &str, script: &str) -> Value {
     p["spec"]["volumes"] = json!([{"name": "workdir1", "emptyDir": {}}]);
     p["metadata"]["annotations"] = json!({"notmysubpath": "mypath"});
     p
-}
-
-async fn logs(pods: &Api<Pod>, name: &str, container: &str) -> String {
-    pods.logs(
-        name,
-        &LogParams {
-            container: Some(container.to_owned()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("logs of {name}/{container}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +153,10 @@ async fn subpaths_hosts_dns_services_sysctls_ephemeral_containers_and_deadlines_
     // subPathExpr.
     let p = wait_pod(&api, &agent, "pp-subpath", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
-    assert_eq!(logs(&pods, "pp-subpath", "c").await, "hi\nok-subpath\n");
+    assert_eq!(
+        cluster::logs(&pods, "pp-subpath", Some("c")).await,
+        "hi\nok-subpath\n"
+    );
     let config_error = |p: &Value| waiting(p).0 == "CreateContainerConfigError";
     let p = wait_pod(&api, &agent, "pp-subpath-abs", long, config_error).await;
     assert_eq!(phase(&p), "Pending");
@@ -189,13 +180,16 @@ async fn subpaths_hosts_dns_services_sysctls_ephemeral_containers_and_deadlines_
     .expect("annotate");
     let p = wait_pod(&api, &agent, "pp-subpath-fix", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
-    assert_eq!(logs(&pods, "pp-subpath-fix", "c").await, "fixed\n");
+    assert_eq!(
+        cluster::logs(&pods, "pp-subpath-fix", Some("c")).await,
+        "fixed\n"
+    );
 
     // /etc/hosts, resolv.conf and the Service variables.
     let p = wait_pod(&api, &agent, "pp-hosts", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
     let pod_ip = p["status"]["podIP"].as_str().expect("pod IP").to_owned();
-    let out = logs(&pods, "pp-hosts", "managed").await;
+    let out = cluster::logs(&pods, "pp-hosts", Some("managed")).await;
     let mut parts = out.split("---\n");
     let (hosts, resolv, env) = (
         parts.next().unwrap_or(""),
@@ -235,21 +229,21 @@ async fn subpaths_hosts_dns_services_sysctls_ephemeral_containers_and_deadlines_
     }
     let node_hosts = std::fs::read_to_string("/etc/hosts").expect("node's /etc/hosts");
     assert_eq!(
-        logs(&pods, "pp-hosts", "own").await,
+        cluster::logs(&pods, "pp-hosts", Some("own")).await,
         node_hosts,
         "a container mounting its own /etc/hosts keeps it"
     );
     let p = wait_pod(&api, &agent, "pp-hostnet", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
     assert_eq!(
-        logs(&pods, "pp-hostnet", "c").await,
+        cluster::logs(&pods, "pp-hostnet", Some("c")).await,
         format!("# Kubernetes-managed hosts file (host network).\n{node_hosts}")
     );
 
     // sysctls.
     let p = wait_pod(&api, &agent, "pp-sysctl", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
-    assert_eq!(logs(&pods, "pp-sysctl", "c").await, "1\n");
+    assert_eq!(cluster::logs(&pods, "pp-sysctl", Some("c")).await, "1\n");
     let p = wait_pod(&api, &agent, "pp-sysctl-unsafe", long, done).await;
     assert_eq!(
         (phase(&p), p["status"]["reason"].as_str()),

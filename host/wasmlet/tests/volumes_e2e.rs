@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, LogParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 
 #[path = "support/agent.rs"]
@@ -32,12 +32,6 @@ fn pod(name: &str, restart: &str, container: Value, volumes: Value) -> Value {
     let mut p = cluster::pod(NODE, name, restart, container);
     p["spec"]["volumes"] = volumes;
     p
-}
-
-async fn logs(pods: &Api<Pod>, name: &str) -> String {
-    pods.logs(name, &LogParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("logs of {name}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,14 +129,14 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
     let p = wait_pod(&api, &agent, "vol-empty", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
     assert_eq!(
-        logs(&pods, "vol-empty").await,
+        cluster::logs(&pods, "vol-empty", None).await,
         "777\ntmpfs\n1777\n4096\nwritten\n",
         "0777 on disk; a 4 MiB tmpfs (mode 1777); both writable by user 1001"
     );
 
     let p = wait_pod(&api, &agent, "vol-fsgroup", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);
-    let out = logs(&pods, "vol-fsgroup").await;
+    let out = cluster::logs(&pods, "vol-fsgroup", None).await;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["value-1", "440 1001"], "{out}");
     assert!(
@@ -156,7 +150,10 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
         p["spec"]["containers"][0]["env"][0]["valueFrom"]["resourceFieldRef"]["divisor"], "0",
         "the double sends what the API server sends"
     );
-    assert_eq!(logs(&pods, "vol-resources").await, "CPU_LIMIT=2\n2\n");
+    assert_eq!(
+        cluster::logs(&pods, "vol-resources", None).await,
+        "CPU_LIMIT=2\n2\n"
+    );
 
     wait_pod(&api, &agent, "vol-follow", long, |p| phase(p) == "Running").await;
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
@@ -170,7 +167,10 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
         .expect("update");
     let changed = Instant::now();
     loop {
-        if logs(&pods, "vol-follow").await.contains("value-2") {
+        if cluster::logs(&pods, "vol-follow", None)
+            .await
+            .contains("value-2")
+        {
             break;
         }
         assert!(

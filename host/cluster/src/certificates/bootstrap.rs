@@ -18,16 +18,19 @@ use super::store::{Pair, Store};
 /// How long one CSR is waited for before another is posted.
 const WAIT: Duration = Duration::from_secs(15 * 60);
 
+/// The current context of `file`.
+fn current_context(file: &Kubeconfig) -> Option<&kube::config::Context> {
+    let name = file.current_context.as_deref().unwrap_or_default();
+    file.contexts
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.context.as_ref())
+}
+
 /// The client certificate `kubeconfig` uses (a file or inline data), if it has one.
 pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, String> {
     let file = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
-    let context = file.current_context.clone().unwrap_or_default();
-    let user = file
-        .contexts
-        .iter()
-        .find(|c| c.name == context)
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.user.clone().unwrap_or_default());
+    let user = current_context(&file).map(|c| c.user.clone().unwrap_or_default());
     let Some(auth) = file
         .auth_infos
         .iter()
@@ -86,13 +89,7 @@ fn write_kubeconfig(
     bootstrap: &Kubeconfig,
     cert_file: &Path,
 ) -> Result<(), CertError> {
-    let context = bootstrap.current_context.clone().unwrap_or_default();
-    let cluster_name = bootstrap
-        .contexts
-        .iter()
-        .find(|c| c.name == context)
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.clone());
+    let cluster_name = current_context(bootstrap).map(|c| c.cluster.clone());
     let cluster = bootstrap
         .clusters
         .iter()
@@ -161,9 +158,7 @@ pub async fn ensure(
         write_kubeconfig(kubeconfig, &boot, &store.current_path())?;
         return Ok(false);
     }
-    let client = crate::connect::client(bootstrap)
-        .await
-        .map_err(|e| bad(e.to_string()))?;
+    let client = crate::connect::client(bootstrap).await?;
     let mut delay = Duration::from_secs(2);
     loop {
         match obtain(&client, &Request::client(node), WAIT).await {

@@ -11,7 +11,6 @@ use std::sync::{Arc, RwLock};
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use kube::client::ConfigExt;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use rustls::client::ResolvesClientCert;
 use rustls::sign::CertifiedKey;
 
@@ -121,10 +120,7 @@ pub async fn client(kubeconfig: &Path, pair: &Pair) -> Result<(kube::Client, Rot
         path: kubeconfig.display().to_string(),
         message,
     };
-    let file = Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
+    let config = crate::connect::config(kubeconfig).await?;
     let mut tls = config
         .rustls_client_config()
         .map_err(|e| bad(e.to_string()))?;

@@ -13,6 +13,44 @@ pub mod store;
 
 use std::time::Duration;
 
+/// A client for the API server `kubeconfig` names whose client certificate is kept
+/// renewed: it starts with `pair`, and a [`rotation::Rotation`] of `store` (with
+/// `fallback`, the kubeconfig's own certificate, while the store has none) hands each new
+/// one to it until `stop`.
+pub async fn rotating_client(
+    kubeconfig: &std::path::Path,
+    pair: &store::Pair,
+    store: store::Store,
+    node: &str,
+    fallback: Option<store::Pair>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<kube::Client, CertError> {
+    let (client, rotating) = client::client(kubeconfig, pair).await?;
+    rotation::Rotation {
+        store,
+        request: csr::Request::client(node),
+        publish: std::sync::Arc::new(move |p| {
+            if let Err(e) = rotating.set(p) {
+                tracing::warn!("rotated client certificate not used: {e}");
+            }
+        }),
+        fallback,
+    }
+    .spawn(client.clone(), stop);
+    Ok(client)
+}
+
+impl From<crate::ClusterError> for CertError {
+    fn from(e: crate::ClusterError) -> Self {
+        match e {
+            crate::ClusterError::Kubeconfig { path, message } => {
+                CertError::Kubeconfig { path, message }
+            }
+            other => CertError::Api(other.to_string()),
+        }
+    }
+}
+
 /// Why a certificate could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {

@@ -126,31 +126,13 @@ impl Store {
 
 /// `t` as RFC 3339 (UTC, seconds), for logs.
 pub fn rfc3339(t: SystemTime) -> String {
-    let s = timestamp(t);
-    // YYYY-MM-DD-HH-MM-SS → YYYY-MM-DDTHH:MM:SSZ
-    format!("{}T{}:{}:{}Z", &s[..10], &s[11..13], &s[14..16], &s[17..19])
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    wasmlet_agent::time::rfc3339(i64::try_from(secs).unwrap_or(i64::MAX))
 }
 
 /// `YYYY-MM-DD-HH-MM-SS` in UTC, as the kubelet names its files.
 fn timestamp(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}-{:02}-{:02}-{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    rfc3339(t).trim_end_matches('Z').replace(['T', ':'], "-")
 }
 
 /// Writes `data` to `path` readable by its owner only.

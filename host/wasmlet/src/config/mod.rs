@@ -176,6 +176,16 @@ pub struct Config {
     pub cluster_plugins: wasmlet_fleet::FleetConfig,
 }
 
+/// `p` when it is absolute (or not given); otherwise an error naming `field`.
+fn absolute(field: &str, p: Option<PathBuf>) -> Result<Option<PathBuf>> {
+    match p {
+        Some(p) if !p.is_absolute() => {
+            anyhow::bail!("{field}: {} must be an absolute path", p.display())
+        }
+        other => Ok(other),
+    }
+}
+
 /// Where an error came from: the flag that set the field it names, else the file.
 fn locate(
     e: anyhow::Error,

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Taint;
 use wasmlet_agent::node::Reserved;
 use wasmlet_plugin_host::convert::parse_quantity;
 
+use super::absolute;
 use super::file::{File, Quantities};
 use super::flags::Invocation;
 use super::labels::check_node_labels;
@@ -73,18 +74,9 @@ pub(super) fn section(f: &mut File, inv: &Invocation, root_dir: &Path) -> Result
     }
     let reserved = reserved("kubeReserved", &f.kube_reserved)?
         .plus(reserved("systemReserved", &f.system_reserved)?);
-    for (flag, p) in [
-        ("--bootstrap-kubeconfig", &inv.bootstrap_kubeconfig),
-        ("--cert-dir", &inv.cert_dir),
-    ] {
-        if p.as_ref().is_some_and(|p| !p.is_absolute()) {
-            bail!(
-                "{flag}: {} must be an absolute path",
-                p.as_ref()
-                    .map_or_else(String::new, |p| p.display().to_string())
-            );
-        }
-    }
+    let bootstrap_kubeconfig =
+        absolute("--bootstrap-kubeconfig", inv.bootstrap_kubeconfig.clone())?;
+    let cert_dir = absolute("--cert-dir", inv.cert_dir.clone())?;
     if inv.bootstrap_kubeconfig.is_some() && f.kubeconfig.is_none() {
         bail!(
             "--bootstrap-kubeconfig: needs --kubeconfig (or kubeconfig): where the credentials it obtains are written"
@@ -99,8 +91,8 @@ pub(super) fn section(f: &mut File, inv: &Invocation, root_dir: &Path) -> Result
         reserved,
         kubeconfig: f.kubeconfig.take(),
         certificates: Certificates {
-            bootstrap_kubeconfig: inv.bootstrap_kubeconfig.clone(),
-            dir: inv.cert_dir.clone().unwrap_or_else(|| root_dir.join("pki")),
+            bootstrap_kubeconfig,
+            dir: cert_dir.unwrap_or_else(|| root_dir.join("pki")),
             rotate_client: f.rotate_certificates,
             server_bootstrap: f.server_tls_bootstrap,
         },

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+use super::absolute;
 use super::file::File;
 
 /// The runtime's part of the configuration.
@@ -27,19 +28,8 @@ pub(super) struct RuntimeSection {
 
 /// `rootDir` (wasmlet's; the kubelet's `--root-dir`), checked.
 pub(super) fn root_dir(f: &File) -> Result<PathBuf> {
-    let root = f
-        .root_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet"));
-    absolute("rootDir", &root)?;
-    Ok(root)
-}
-
-fn absolute(field: &str, p: &Path) -> Result<()> {
-    if !p.is_absolute() {
-        bail!("{field}: {} must be an absolute path", p.display());
-    }
-    Ok(())
+    Ok(absolute("rootDir", f.root_dir.clone())?
+        .unwrap_or_else(|| PathBuf::from("/var/lib/wasmlet")))
 }
 
 /// The runtime's fields, checked (defaults applied before).
@@ -55,12 +45,6 @@ pub(super) fn section(f: &mut File, root_dir: &Path) -> Result<RuntimeSection> {
         Some(n) if (0..=10_000).contains(&n) => u32::try_from(n).ok(),
         Some(n) => bail!("maxParallelStartCalls: {n} must be between 0 (no limit) and 10000"),
     };
-    if let Some(p) = &f.static_pod_path {
-        absolute("staticPodPath", p)?;
-    }
-    if let Some(p) = &f.pod_logs_dir {
-        absolute("podLogsDir", p)?;
-    }
     let pod_pids_limit = match f.pod_pids_limit {
         None | Some(-1) => None,
         Some(n) if n > 0 => u64::try_from(n).ok(),
@@ -68,14 +52,12 @@ pub(super) fn section(f: &mut File, root_dir: &Path) -> Result<RuntimeSection> {
     };
     Ok(RuntimeSection {
         endpoint: std::mem::take(&mut f.container_runtime_endpoint),
-        static_pod_path: f.static_pod_path.take(),
+        static_pod_path: absolute("staticPodPath", f.static_pod_path.take())?,
         file_check_frequency: f.file_check_frequency.0,
         sync_frequency: f.sync_frequency.0,
         max_pods,
         max_parallel_start_calls,
-        pod_logs_dir: f
-            .pod_logs_dir
-            .take()
+        pod_logs_dir: absolute("podLogsDir", f.pod_logs_dir.take())?
             .unwrap_or_else(|| root_dir.join("pod-logs")),
         resolv_conf: f
             .resolv_conf

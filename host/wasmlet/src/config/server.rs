@@ -13,6 +13,7 @@ use wasmlet_server::authn::AuthnSettings;
 use wasmlet_server::authz::{AuthzSettings, Mode};
 use wasmlet_server::tls::{MinVersion, TlsSettings};
 
+use super::absolute;
 use super::file::Dur;
 
 /// `authentication` as written.
@@ -135,13 +136,6 @@ impl ServerConfig {
                 ..AuthzSettings::default()
             },
         }
-    }
-}
-
-fn absolute(field: &str, p: Option<PathBuf>) -> Result<Option<PathBuf>> {
-    match p {
-        Some(p) if !p.is_absolute() => bail!("{field}: {} must be an absolute path", p.display()),
-        other => Ok(other),
     }
 }
 

@@ -161,6 +161,21 @@ pub async fn wait_pod(
     }
 }
 
+/// What container `container` of pod `name` (its only one: `None`) has logged.
+pub async fn logs(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    container: Option<&str>,
+) -> String {
+    let params = kube::api::LogParams {
+        container: container.map(str::to_owned),
+        ..Default::default()
+    };
+    pods.logs(name, &params)
+        .await
+        .unwrap_or_else(|e| panic!("logs of {name}/{}: {e}", container.unwrap_or("")))
+}
+
 pub fn phase(p: &Value) -> &str {
     p["status"]["phase"].as_str().unwrap_or("")
 }

@@ -7,10 +7,10 @@ use anyhow::{Context, Result};
 use tracing::info;
 use wasmlet_agent::agent::Agent;
 use wasmlet_agent::node::NodeFacts;
-use wasmlet_cluster::certificates::bootstrap;
 use wasmlet_cluster::certificates::csr::Request;
 use wasmlet_cluster::certificates::rotation::Rotation;
 use wasmlet_cluster::certificates::store::{self, Store};
+use wasmlet_cluster::certificates::{self, bootstrap};
 use wasmlet_cluster::node::NodeState;
 use wasmlet_cri::CriClient;
 use wasmlet_stats::eviction::run::PressureState;
@@ -46,19 +46,8 @@ pub(super) async fn connect(
         info!("rotateCertificates: the kubeconfig has no client certificate to rotate");
         return Ok(Some(wasmlet_cluster::connect::client(kubeconfig).await?));
     };
-    let (client, rotating) =
-        wasmlet_cluster::certificates::client::client(kubeconfig, &pair).await?;
-    Rotation {
-        store,
-        request: Request::client(node),
-        publish: Arc::new(move |p| {
-            if let Err(e) = rotating.set(p) {
-                tracing::warn!("rotated client certificate not used: {e}");
-            }
-        }),
-        fallback: in_use,
-    }
-    .spawn(client.clone(), stop);
+    let client =
+        certificates::rotating_client(kubeconfig, &pair, store, node, in_use, stop).await?;
     Ok(Some(client))
 }
 
