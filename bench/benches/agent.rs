@@ -267,17 +267,18 @@ async fn containerd(endpoint: &str, n: usize, rounds: usize) {
             .expect("sources"),
     );
     let runtime = Arc::new(client.clone());
+    let opts = options(&node, Vec::new());
+    // The pods' cgroup tree as `wasmlet run` makes it (as root).
+    let pod_cgroups =
+        wasmlet_agent::cgroups::PodCgroups::node_default(opts.node.cpus, opts.node.memory_bytes)
+            .await
+            .ok()
+            .map(Arc::new);
     let agent = Agent::start(
         runtime,
         AgentOptions {
-            // Pod-level cgroups as `wasmlet run` makes them (as root).
-            pod_cgroups: wasmlet_agent::cgroups::PodCgroups::detect(
-                std::path::Path::new("/sys/fs/cgroup"),
-                wasmlet_agent::cgroups::DEFAULT_PARENT,
-                None,
-            )
-            .ok(),
-            ..options(&node, Vec::new())
+            pod_cgroups,
+            ..opts
         },
         Arc::new(NoProbes),
         None,

@@ -73,7 +73,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
     async fn start_on(
         runtime: Arc<R>,
         round: usize,
-        pod_cgroups: Option<wasmlet_agent::cgroups::PodCgroups>,
+        pod_cgroups: Option<Arc<wasmlet_agent::cgroups::PodCgroups>>,
         node: &str,
     ) -> Self {
         // A directory of its own per run and round, removed at the end of the whole run:
@@ -261,12 +261,11 @@ async fn containerd_round(
     let node = "bench-cluster-containerd";
     remove_all(&client, node).await;
     let (floor_took, floor_tails) = floor(&client, n).await;
-    let cgroups = wasmlet_agent::cgroups::PodCgroups::detect(
-        std::path::Path::new("/sys/fs/cgroup"),
-        wasmlet_agent::cgroups::DEFAULT_PARENT,
-        None,
-    )
-    .ok();
+    let facts = NodeFacts::read(Some(node), None, std::path::Path::new("/"), 110);
+    let cgroups = wasmlet_agent::cgroups::PodCgroups::node_default(facts.cpus, facts.memory_bytes)
+        .await
+        .ok()
+        .map(Arc::new);
     let j = Joined::start_on(Arc::new(client.clone()), 300 + round, cgroups, node).await;
     let (took, all, stored) = burst_on(&j, n).await;
     // When each container started, on containerd's clock.

@@ -444,6 +444,10 @@ async fn run() {
                 // ~10,000 decisions a second: far more than a node makes, and the
                 // compiler still gets the CPU a spinning loop would take from it.
                 std::thread::sleep(SWAP_PACE);
+                // A decision never waits, so without this the loop would never give its
+                // worker back: the directory's follower, spawned from this task, waits in
+                // the worker's LIFO slot (which no other worker steals) until it does.
+                tokio::task::yield_now().await;
             }
         }
     };

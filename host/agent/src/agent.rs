@@ -49,8 +49,9 @@ pub struct AgentOptions {
     pub relist_period: Duration,
     /// The pod sources, in precedence order.
     pub sources: Vec<String>,
-    /// Pod-level cgroups (`podPidsLimit`); `None` leaves pods where the runtime puts them.
-    pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
+    /// The pods' cgroup tree (QoS tiers, pod limits, `podPidsLimit`); `None` leaves pods
+    /// where the runtime puts them.
+    pub pod_cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
     /// Where events go; `None` writes them to the log.
     pub events: Option<Arc<dyn Recorder>>,
     /// Where configMap, secret and service account token volumes come from (the API

@@ -426,11 +426,17 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                     .chain(self.config.pods().iter().map(|p| pod::uid(p).to_owned()))
                     .chain(self.workers.uids())
                     .collect();
-                tokio::task::spawn_blocking(move || {
+                let active = self.config.pods();
+                tokio::spawn(async move {
                     for uid in cgroups.pods().into_iter().filter(|u| !known.contains(u)) {
-                        if cgroups.remove(&uid).is_empty() {
+                        if cgroups.remove(&uid).await.is_empty() {
                             info!(uid = %uid, "removed the cgroup of a pod that is gone");
                         }
+                    }
+                    // The tiers as the pods the node runs make them (the kubelet's
+                    // periodic QoS update).
+                    if let Err(e) = cgroups.reconcile(&active).await {
+                        warn!("updating the QoS cgroups: {e}");
                     }
                 });
             }

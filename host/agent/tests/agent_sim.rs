@@ -11,7 +11,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use support::*;
 use wasmlet_agent::agent::{Agent, AgentOptions};
-use wasmlet_agent::cgroups::PodCgroups;
+use wasmlet_agent::cgroups::fs::CgroupFs;
+use wasmlet_agent::cgroups::tree::Driver;
+use wasmlet_agent::cgroups::{PodCgroups, Setup};
 use wasmlet_agent::events::MemoryRecorder;
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri_sim::Simulator;
@@ -22,11 +24,23 @@ const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
 
 #[tokio::test(start_paused = true)]
 async fn a_pod_runs_reports_status_and_stops_when_removed() {
-    // Pod-level cgroups in a directory laid out as cgroup v1 (the pids hierarchy).
+    // The pods' cgroup tree in a directory laid out as cgroup v1.
     let mut opts = options("basic");
     let cgroup_root = opts.root_dir.join("cgroup");
-    std::fs::create_dir_all(cgroup_root.join("pids")).expect("mkdir");
-    opts.pod_cgroups = Some(PodCgroups::at(&cgroup_root, false, "wasmlet", Some(100)));
+    for c in ["cpu", "memory", "pids"] {
+        std::fs::create_dir_all(cgroup_root.join(c)).expect("mkdir");
+    }
+    let setup = Setup {
+        driver: Driver::Cgroupfs,
+        cgroup_root: "/".into(),
+        pids_limit: Some(100),
+        kubepods: (2000, 4 << 30),
+        reserved: Vec::new(),
+    };
+    let tree = PodCgroups::with(CgroupFs::at(&cgroup_root, false), setup, None)
+        .await
+        .expect("tree");
+    opts.pod_cgroups = Some(Arc::new(tree));
     let sim = Arc::new(Simulator::new());
     let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
     send(&agent, vec![pod(SLEEPER)]).await;
@@ -54,7 +68,15 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
     let (sandboxes, containers) = sim.counts();
     assert_eq!((sandboxes, containers), (1, 1));
     let uid = p.metadata.uid.clone().expect("uid");
-    let pod_cgroup = cgroup_root.join(format!("pids/wasmlet/pod{uid}"));
+    // BestEffort: in its tier.
+    let pod_cgroup = cgroup_root.join(format!("pids/kubepods/besteffort/pod{uid}"));
+    assert_eq!(
+        std::fs::read_to_string(
+            cgroup_root.join(format!("cpu/kubepods/besteffort/pod{uid}/cpu.shares"))
+        )
+        .expect("shares"),
+        "2"
+    );
     assert_eq!(
         std::fs::read_to_string(pod_cgroup.join("pids.max")).expect("podPidsLimit"),
         "100"

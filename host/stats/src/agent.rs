@@ -73,7 +73,10 @@ impl<R: CriRuntime + 'static> PodLister for AgentPods<R> {
                     containers,
                     log_dir: criconfig::pod_log_directory(node, &rt.namespace, &rt.name, &rt.uid),
                     empty_dirs,
-                    cgroup: node.pod_cgroups.as_ref().map(|c| c.cgroup_parent(&rt.uid)),
+                    cgroup: node
+                        .pod_cgroups
+                        .as_ref()
+                        .and_then(|c| c.pod_cgroup(&rt.uid)),
                 })
             })
             .collect()

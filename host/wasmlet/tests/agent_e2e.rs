@@ -7,17 +7,14 @@
 //! container runs first; a malformed manifest is reported by name and stops nothing;
 //! the agent killed with SIGKILL and started again restarts no container; deleting a
 //! manifest stops its pod within the grace period; resource limits are the container's
-//! cgroup limits and the pod runs in a pod-level cgroup with podPidsLimit (removed with
-//! the pod); a hostNetwork pod answers on the node's address.
+//! cgroup limits and the pod runs in its cgroup of the kubelet's QoS tree, limited as a
+//! whole and with podPidsLimit (removed with the pod); a hostNetwork pod answers on the node's address.
 //!
 //! containerd comes from `WASMLET_CRI_ENDPOINT` (`cargo xtask test` starts it); without
 //! it the test is skipped, unless `WASMLET_REQUIRE_CONTAINERD=1`.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,186 +27,11 @@ use wasmlet_cri::{CriClient, CriRuntime};
 mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
+#[path = "support/static_node.rs"]
+#[allow(dead_code)]
+mod static_node;
 use containerd::endpoint;
-
-const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// `GET path` on 127.0.0.1:`port`: (status, body).
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
-}
-
-struct Harness {
-    dir: PathBuf,
-    manifests: PathBuf,
-    config: PathBuf,
-    read_only: String,
-    node: String,
-    agent: Option<Child>,
-    runs: u32,
-}
-
-impl Harness {
-    fn new(endpoint: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("wasmlet-e2e-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let manifests = dir.join("manifests");
-        std::fs::create_dir_all(&manifests).expect("manifest dir");
-        let node = format!("e2e-{}", std::process::id());
-        let (healthz, read_only) = (free_port(), free_port());
-        let config = dir.join("config.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
-                 staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
-                 readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n\
-                 podPidsLimit: 64\nport: 0\nauthorization: {{mode: AlwaysAllow}}\n{}",
-                manifests.display(),
-                dir.join("root").display(),
-                agent::TEST_RESOURCES,
-            ),
-        )
-        .expect("config");
-        Harness {
-            dir,
-            manifests,
-            config,
-            read_only: format!("127.0.0.1:{read_only}"),
-            node,
-            agent: None,
-            runs: 0,
-        }
-    }
-
-    fn log(&self, run: u32) -> PathBuf {
-        self.dir.join(format!("agent-{run}.log"))
-    }
-
-    fn start(&mut self) {
-        self.runs += 1;
-        let plugins = wasmlet_plugin_host::dev::shipped_plugin("source-file");
-        let log = std::fs::File::create(self.log(self.runs)).expect("log file");
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(&self.config)
-            .env("WASMLET_PLUGIN_DIR", plugins.parent().expect("plugin dir"))
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start wasmlet run");
-        self.agent = Some(child);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.agent.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn logs(&self) -> String {
-        (1..=self.runs)
-            .map(|r| std::fs::read_to_string(self.log(r)).unwrap_or_default())
-            .collect()
-    }
-
-    fn write(&self, name: &str, text: &str) {
-        let tmp = self.dir.join(format!(".{name}"));
-        std::fs::write(&tmp, text).expect("manifest");
-        std::fs::rename(&tmp, self.manifests.join(name)).expect("manifest");
-    }
-
-    fn pods(&self) -> Vec<Value> {
-        get(&self.read_only, "/pods")
-            .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
-            .and_then(|v| v["items"].as_array().cloned())
-            .unwrap_or_default()
-    }
-
-    fn pod(&self, name: &str) -> Option<Value> {
-        let full = format!("{name}-{}", self.node);
-        self.pods()
-            .into_iter()
-            .find(|p| p["metadata"]["name"].as_str() == Some(full.as_str()))
-    }
-
-    fn wait_pod(
-        &self,
-        name: &str,
-        what: &str,
-        limit: Duration,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let started = Instant::now();
-        loop {
-            if let Some(p) = self.pod(name)
-                && check(&p)
-            {
-                return p;
-            }
-            if started.elapsed() > limit {
-                panic!(
-                    "{name}: not {what} after {limit:?}\npod: {}\nagent log:\n{}",
-                    self.pod(name).map(|p| p.to_string()).unwrap_or_default(),
-                    tail(&self.logs(), 60)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
-    pod["status"]["containerStatuses"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
-        .unwrap_or(&Value::Null)
-}
-
-fn condition(pod: &Value, kind: &str) -> bool {
-    pod["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == kind && c["status"] == "True")
-    })
-}
-
-fn manifest(name: &str, grace: u32, body: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
-         terminationGracePeriodSeconds: {grace}\n{body}"
-    )
-}
-
-const IMAGE: &str = "image: localhost/busybox:latest\n    imagePullPolicy: IfNotPresent";
+use static_node::*;
 
 /// Records, every 200 ms, when each container of pods named `crash-*` started and
 /// finished (the runtime's nanosecond timestamps), before garbage collection removes
@@ -373,14 +195,29 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
         "200m of a 100 ms period"
     );
 
-    // The pod runs in a pod-level cgroup where podPidsLimit is set.
+    // The pod runs in its cgroup in the QoS tree (Guaranteed: directly in kubepods),
+    // limited as a whole, with podPidsLimit.
     let web_uid = web["metadata"]["uid"].as_str().expect("uid").to_owned();
-    let pod_pids = format!("/sys/fs/cgroup/pids/wasmlet/pod{web_uid}");
+    let pod_pids = format!("/sys/fs/cgroup/pids/kubepods/pod{web_uid}");
     assert!(
-        read("/proc/self/cgroup").contains(&format!("pids:/wasmlet/pod{web_uid}/")),
+        read("/proc/self/cgroup").contains(&format!("pids:/kubepods/pod{web_uid}/")),
         "{}",
         read("/proc/self/cgroup")
     );
+    let pod_file = |controller: &str, file: &str| {
+        std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/{controller}/kubepods/pod{web_uid}/{file}"
+        ))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+    };
+    assert_eq!(
+        pod_file("memory", "memory.limit_in_bytes"),
+        (32u64 << 20).to_string()
+    );
+    assert_eq!(pod_file("cpu", "cpu.cfs_quota_us"), "20000");
+    assert_eq!(pod_file("cpu", "cpu.shares"), "204", "200m");
     assert_eq!(
         std::fs::read_to_string(format!("{pod_pids}/pids.max"))
             .expect("the pod's pids cgroup")
@@ -532,7 +369,7 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     eprintln!("web removed {:?} after its manifest", deleted.elapsed());
     // Its pod cgroups go with it, in every hierarchy.
     while std::path::Path::new(&pod_pids).exists()
-        || std::path::Path::new(&format!("/sys/fs/cgroup/memory/wasmlet/pod{web_uid}")).exists()
+        || std::path::Path::new(&format!("/sys/fs/cgroup/memory/kubepods/pod{web_uid}")).exists()
     {
         assert!(
             deleted.elapsed() < Duration::from_secs(12),

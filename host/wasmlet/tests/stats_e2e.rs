@@ -100,7 +100,7 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
         .expect("idle");
     let pod = wait_pod(api, &agent, "idle", Duration::from_secs(60), running).await;
     let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
-    let cgroup = format!("/{NODE}/wasmlet/pod{uid}");
+    let cgroup = format!("/{NODE}/kubepods/burstable/pod{uid}");
 
     // Two samples with the pod in them (a CPU rate needs two).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -162,7 +162,7 @@ async fn usage_matches_the_cgroups_and_a_memory_hog_is_evicted() {
         .flatten()
         .find(|c| c["name"] == "pods")
         .unwrap_or_else(|| panic!("a pods system container: {}", summary["node"]));
-    let root = format!("/{NODE}/wasmlet");
+    let root = format!("/{NODE}/kubepods");
     let root_cpu = pods["cpu"]["usageCoreNanoSeconds"]
         .as_u64()
         .expect("pods cpu");

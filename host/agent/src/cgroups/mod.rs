@@ -1,260 +1,392 @@
-//! Pod-level cgroups, as the kubelet makes them with the cgroupfs driver: every pod's
-//! sandbox and containers run under one cgroup of the pod's own (`/wasmlet/pod<uid>`,
-//! given to the runtime as the sandbox's `cgroup_parent`), where limits that hold for
-//! the pod as a whole are set — `podPidsLimit` today.
+//! The pods' cgroups, as the kubelet makes them (`cgroupsPerQOS`): `kubepods` carrying
+//! node allocatable, the `burstable` and `besteffort` tiers, and a cgroup per pod in
+//! its QoS class's tier with the pod's CPU shares, CFS quota, memory limit and
+//! `podPidsLimit` ([`values`]), named as the driver names them ([`tree`]) and made in the
+//! cgroup filesystem ([`fs`]) or through systemd ([`systemd`]).
 //!
-//! The runtime (runc) creates the cgroup path in every hierarchy it uses and its own
-//! container cgroups below; wasmlet creates the pod's cgroup first where it sets a limit
-//! (the `pids` hierarchy on cgroup v1; the one tree on v2) and removes the pod's cgroups
-//! in every hierarchy once its sandboxes are gone. Both cgroup v1 (one mount per
-//! controller under the root) and v2 (`cgroup.controllers` at the root) are handled.
+//! The pod's cgroup is made before its sandbox, whose `cgroup_parent` it is: the runtime
+//! (runc) makes its container cgroups below it. Pods that an earlier wasmlet started in
+//! `<cgroupRoot>/wasmlet/pod<uid>` keep running there and are removed from there; new
+//! sandboxes go into the tree. Housekeeping removes the cgroups of pods that are gone,
+//! in both places.
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1 as k8s;
+
+pub mod fs;
+pub mod systemd;
 pub mod tree;
 pub mod values;
 
-/// The cgroup root wasmlet's pod cgroups go under.
-pub const DEFAULT_PARENT: &str = "wasmlet";
+use fs::CgroupFs;
+use systemd::Systemd;
+use tree::{CgroupName, Driver, Qos};
+use values::{Max, Settings};
+
+/// Where wasmlet before the QoS tree put pods, under `cgroupRoot`.
+pub const LEGACY_PARENT: &str = "wasmlet";
+
+/// A reservation enforced on its own cgroup (`enforceNodeAllocatable: [system-reserved]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedCgroup {
+    /// The field that names the cgroup, for errors (`systemReservedCgroup`).
+    pub field: &'static str,
+    /// The cgroup as the driver names it (`/system.slice`).
+    pub cgroup: String,
+    /// CPU in millicores.
+    pub cpu_milli: u64,
+    /// Memory in bytes.
+    pub memory: u64,
+}
+
+/// Why the tree could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// The configuration asks for what this node cannot do (a reserved cgroup that does
+    /// not exist, systemd unreachable under the systemd driver): the kubelet refuses to
+    /// start.
+    #[error("{0}")]
+    Refused(String),
+    /// This process cannot make cgroups here (no cgroup filesystem, not root).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// How the tree is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setup {
+    /// `cgroupDriver`.
+    pub driver: Driver,
+    /// `cgroupRoot`.
+    pub cgroup_root: String,
+    /// `podPidsLimit`.
+    pub pids_limit: Option<u64>,
+    /// `kubepods`' CPU (millicores) and memory: allocatable when enforced, else capacity.
+    pub kubepods: (u64, u64),
+    /// Reservations enforced on cgroups of their own.
+    pub reserved: Vec<ReservedCgroup>,
+}
 
 /// The node's pod cgroups.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct PodCgroups {
-    /// Where the cgroup filesystem is mounted (`/sys/fs/cgroup`).
-    root: PathBuf,
-    /// Unified hierarchy (cgroup v2).
-    v2: bool,
-    /// The name of the cgroup all pods go under (`wasmlet`).
-    parent: String,
-    /// `podPidsLimit`: the most processes a pod may have; `None` for no limit.
+    fs: CgroupFs,
+    driver: Driver,
+    systemd: Option<Systemd>,
+    kubepods: CgroupName,
+    /// `<cgroupRoot>/wasmlet` (cgroupfs form): pods of an earlier wasmlet.
+    legacy: String,
     pids_limit: Option<u64>,
+    /// The Burstable pods' CPU requests (millicores) by UID: the burstable tier's shares.
+    burstable: Mutex<BTreeMap<String, u64>>,
+    /// The burstable tier's shares as last written.
+    burstable_shares: Mutex<Option<u64>>,
+    /// Where each pod's cgroup is (cgroupfs path), once known.
+    places: Mutex<HashMap<String, String>>,
 }
 
 impl PodCgroups {
-    /// Pod cgroups under `<root>/…/<parent>`, or why there can be none here (no cgroup
-    /// filesystem at `root`, or not allowed to make cgroups in it): the parent cgroup
-    /// is made to find out.
-    pub fn detect(root: &Path, parent: &str, pids_limit: Option<u64>) -> Result<Self, String> {
-        let v2 = root.join("cgroup.controllers").is_file();
-        let hierarchy = if v2 {
-            root.to_path_buf()
-        } else {
-            root.join("pids")
+    /// Makes the tree on `fs` as `setup` says: `kubepods` (with allocatable), the tiers,
+    /// the reserved cgroups' limits (which must exist). Under the systemd driver systemd
+    /// must answer on D-Bus. The error names what failed.
+    pub async fn start(fs: CgroupFs, setup: Setup) -> Result<PodCgroups, StartError> {
+        let systemd = match setup.driver {
+            Driver::Systemd => Some(Systemd::connect().await.map_err(|e| {
+                StartError::Refused(format!("cgroupDriver: systemd: cannot reach systemd over D-Bus ({e}); use cgroupDriver cgroupfs where systemd does not run"))
+            })?),
+            Driver::Cgroupfs => None,
         };
-        if !hierarchy.is_dir() {
+        Self::with(fs, setup, systemd).await
+    }
+
+    /// The tree `wasmlet run` makes with the kubelet's defaults (the cgroupfs driver,
+    /// root `/`, nothing reserved) on `/sys/fs/cgroup`, for a node of `cpus` CPUs and
+    /// `memory` bytes: for benchmarks and tools.
+    pub async fn node_default(cpus: u64, memory: u64) -> Result<PodCgroups, StartError> {
+        let fs = CgroupFs::detect(std::path::Path::new("/sys/fs/cgroup"))
+            .map_err(StartError::Unavailable)?;
+        let setup = Setup {
+            driver: Driver::Cgroupfs,
+            cgroup_root: "/".into(),
+            pids_limit: None,
+            kubepods: (cpus.saturating_mul(1000), memory),
+            reserved: Vec::new(),
+        };
+        Self::with(fs, setup, None).await
+    }
+
+    /// [`PodCgroups::start`] with systemd reached over a connection of the caller's.
+    pub async fn with(
+        fs: CgroupFs,
+        setup: Setup,
+        systemd: Option<Systemd>,
+    ) -> Result<PodCgroups, StartError> {
+        let legacy = CgroupName::kubepods(&setup.cgroup_root)
+            .parts()
+            .split_last()
+            .map(|(_, root)| {
+                let mut parts = root.to_vec();
+                parts.push(LEGACY_PARENT.into());
+                CgroupName::from_parts(parts).to_cgroupfs()
+            })
+            .unwrap_or_default();
+        let cgroups = PodCgroups {
+            fs,
+            driver: setup.driver,
+            systemd,
+            kubepods: CgroupName::kubepods_in(setup.driver, &setup.cgroup_root),
+            legacy,
+            pids_limit: setup.pids_limit,
+            burstable: Mutex::default(),
+            burstable_shares: Mutex::default(),
+            places: Mutex::default(),
+        };
+        cgroups.make_tree(&setup).await?;
+        Ok(cgroups)
+    }
+
+    async fn make_tree(&self, setup: &Setup) -> Result<(), StartError> {
+        let (cpu, memory) = setup.kubepods;
+        let kubepods = Settings {
+            cpu_shares: Some(values::milli_cpu_to_shares(cpu)),
+            memory: Some(Max::Of(memory)),
+            ..Settings::default()
+        };
+        self.apply(&self.kubepods, &kubepods).await.map_err(|e| {
+            StartError::Unavailable(format!("making {}: {e}", self.name(&self.kubepods)))
+        })?;
+        for (qos, shares) in [
+            (Qos::Burstable, values::MIN_SHARES),
+            (Qos::BestEffort, values::BESTEFFORT_SHARES),
+        ] {
+            let tier = self.kubepods.tier(qos);
+            let settings = Settings {
+                cpu_shares: Some(shares),
+                ..Settings::default()
+            };
+            self.apply(&tier, &settings).await.map_err(|e| {
+                StartError::Unavailable(format!("making {}: {e}", self.name(&tier)))
+            })?;
+        }
+        *lock(&self.burstable_shares) = Some(values::MIN_SHARES);
+        for r in &setup.reserved {
+            self.enforce_reserved(r).map_err(StartError::Refused)?;
+        }
+        Ok(())
+    }
+
+    /// Limits an existing reserved cgroup, as the kubelet: one that does not exist is an
+    /// error naming its field.
+    fn enforce_reserved(&self, r: &ReservedCgroup) -> Result<(), String> {
+        let path = match self.driver {
+            Driver::Cgroupfs => r.cgroup.clone(),
+            Driver::Systemd => CgroupName::kubepods_in(Driver::Systemd, &r.cgroup)
+                .parts()
+                .split_last()
+                .map(|(_, p)| CgroupName::from_parts(p.to_vec()).to_systemd())
+                .unwrap_or_default(),
+        };
+        if !self.fs.exists(&path) {
             return Err(format!(
-                "no cgroup hierarchy with pids at {}",
-                hierarchy.display()
+                "{}: {:?}: the cgroup does not exist (the kubelet enforces reservations on existing cgroups only)",
+                r.field, r.cgroup
             ));
         }
-        let parent = parent.trim_matches('/').to_owned();
-        let made = hierarchy.join(&parent);
-        std::fs::create_dir_all(&made)
-            .map_err(|e| format!("cannot make the cgroup {}: {e}", made.display()))?;
-        Ok(PodCgroups {
-            root: root.to_path_buf(),
-            v2,
-            parent,
-            pids_limit,
-        })
-    }
-
-    /// For tests: pod cgroups under `root` laid out as v1 or v2, whoever runs them.
-    pub fn at(root: &Path, v2: bool, parent: &str, pids_limit: Option<u64>) -> Self {
-        PodCgroups {
-            root: root.to_path_buf(),
-            v2,
-            parent: parent.to_owned(),
-            pids_limit,
-        }
-    }
-
-    /// The cgroup every pod cgroup is made under (cgroupfs form: `/wasmlet`).
-    pub fn root_cgroup(&self) -> String {
-        format!("/{}", self.parent)
-    }
-
-    /// The sandbox's `cgroup_parent` for pod `uid` (cgroupfs form: `/wasmlet/pod<uid>`).
-    pub fn cgroup_parent(&self, uid: &str) -> String {
-        format!("/{}/pod{uid}", self.parent)
-    }
-
-    /// The pod's cgroup directory where its limits are written.
-    fn limit_dir(&self, uid: &str) -> PathBuf {
-        let base = if self.v2 {
-            self.root.clone()
-        } else {
-            self.root.join("pids")
+        let settings = Settings {
+            cpu_shares: Some(values::milli_cpu_to_shares(r.cpu_milli)),
+            memory: Some(if r.memory > 0 {
+                Max::Of(r.memory)
+            } else {
+                Max::Unlimited
+            }),
+            ..Settings::default()
         };
-        base.join(&self.parent).join(format!("pod{uid}"))
+        self.fs
+            .write(&path, &settings)
+            .map_err(|e| format!("{}: {:?}: {e}", r.field, r.cgroup))
     }
 
-    /// Creates pod `uid`'s cgroup with its limits (before its sandbox is created).
-    /// Idempotent; a limit already set is written again.
-    pub fn ensure(&self, uid: &str) -> io::Result<()> {
-        let dir = self.limit_dir(uid);
-        if self.v2 {
-            // Controllers must be enabled down the path for `pids.max` to exist.
-            let parent = self.root.join(&self.parent);
-            std::fs::create_dir_all(&parent)?;
-            enable_pids(&self.root);
-            enable_pids(&parent);
+    /// The cgroup filesystem it writes.
+    pub fn fs(&self) -> &CgroupFs {
+        &self.fs
+    }
+
+    /// `kubepods`' path in the cgroup filesystem (the Summary's `pods` container).
+    pub fn root_cgroup(&self) -> String {
+        self.name(&self.kubepods)
+    }
+
+    /// The path of `name` in the cgroup filesystem (systemd's slices are directories
+    /// named as their expanded slice path).
+    fn name(&self, name: &CgroupName) -> String {
+        name.to_driver(self.driver)
+    }
+
+    /// Pod `pod`'s cgroup in the tree.
+    fn pod_name(&self, pod: &k8s::Pod) -> (CgroupName, Qos) {
+        let qos = Qos::from_class(crate::status::qos_class(pod));
+        (self.kubepods.pod(qos, crate::pod::uid(pod)), qos)
+    }
+
+    /// The sandbox's `cgroup_parent` for `pod`, as the driver names it
+    /// (`/kubepods/burstable/pod<uid>`, `/kubepods.slice/kubepods-burstable.slice/…`).
+    pub fn cgroup_parent(&self, pod: &k8s::Pod) -> String {
+        self.name(&self.pod_name(pod).0)
+    }
+
+    /// Makes `pod`'s cgroup with its limits (before its sandbox), the burstable tier's
+    /// shares first brought up to date for a Burstable pod. Idempotent.
+    pub async fn ensure(&self, pod: &k8s::Pod) -> Result<(), String> {
+        let (name, qos) = self.pod_name(pod);
+        let resources = values::pod_resources(pod, qos);
+        let uid = crate::pod::uid(pod).to_owned();
+        if qos == Qos::Burstable {
+            lock(&self.burstable).insert(uid.clone(), resources.cpu_request_milli);
+            self.update_burstable().await?;
         }
-        std::fs::create_dir_all(&dir)?;
-        let max = self
-            .pids_limit
-            .map_or_else(|| "max".to_owned(), |n| n.to_string());
-        std::fs::write(dir.join("pids.max"), max).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("writing {}: {e}", dir.join("pids.max").display()),
-            )
-        })
+        self.apply(&name, &resources.settings(self.pids_limit))
+            .await?;
+        lock(&self.places).insert(uid, self.name(&name));
+        Ok(())
     }
 
-    /// Removes pod `uid`'s cgroups in every hierarchy (after its sandboxes are
-    /// removed). What still holds processes or children stays; returns what was left.
-    pub fn remove(&self, uid: &str) -> Vec<PathBuf> {
-        let name = format!("pod{uid}");
+    /// Writes the burstable tier's shares when its pods' requests changed them.
+    async fn update_burstable(&self) -> Result<(), String> {
+        let shares = values::milli_cpu_to_shares(lock(&self.burstable).values().sum());
+        if *lock(&self.burstable_shares) == Some(shares) {
+            return Ok(());
+        }
+        let tier = self.kubepods.tier(Qos::Burstable);
+        let settings = Settings {
+            cpu_shares: Some(shares),
+            ..Settings::default()
+        };
+        self.apply(&tier, &settings).await?;
+        *lock(&self.burstable_shares) = Some(shares);
+        Ok(())
+    }
+
+    /// The tiers as the active `pods` make them (the kubelet's periodic update): the
+    /// burstable tier's shares from the Burstable pods among them.
+    pub async fn reconcile(&self, pods: &[std::sync::Arc<k8s::Pod>]) -> Result<(), String> {
+        let burstable: BTreeMap<String, u64> = pods
+            .iter()
+            .filter(|p| Qos::from_class(crate::status::qos_class(p)) == Qos::Burstable)
+            .map(|p| {
+                let r = values::pod_resources(p, Qos::Burstable);
+                (crate::pod::uid(p).to_owned(), r.cpu_request_milli)
+            })
+            .collect();
+        *lock(&self.burstable) = burstable;
+        self.update_burstable().await
+    }
+
+    /// Makes `name` with `settings` through the driver.
+    async fn apply(&self, name: &CgroupName, settings: &Settings) -> Result<(), String> {
+        match &self.systemd {
+            Some(sd) => sd.ensure(name, settings, self.fs.v2()).await,
+            None => self
+                .fs
+                .apply(&name.to_cgroupfs(), settings)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Every place pod `uid`'s cgroup can be: its tier's (any class: a pod's class can
+    /// only be known from its spec) and the legacy one.
+    fn places_of(&self, uid: &str) -> Vec<(Option<CgroupName>, String)> {
+        let mut places: Vec<(Option<CgroupName>, String)> =
+            [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort]
+                .into_iter()
+                .map(|q| {
+                    let name = self.kubepods.pod(q, uid);
+                    let path = self.name(&name);
+                    (Some(name), path)
+                })
+                .collect();
+        places.push((None, format!("{}/pod{uid}", self.legacy)));
+        places
+    }
+
+    /// Removes pod `uid`'s cgroup wherever it is (after its sandboxes are removed). What
+    /// still holds processes stays: returns those directories.
+    pub async fn remove(&self, uid: &str) -> Vec<PathBuf> {
         let mut left = Vec::new();
-        for base in self.hierarchies() {
-            let dir = base.join(&self.parent).join(&name);
-            match remove_tree(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    tracing::debug!(cgroup = %dir.display(), error = %e, "pod cgroup not removed");
-                    left.push(dir);
-                }
+        for (name, path) in self.places_of(uid) {
+            if let (Some(sd), Some(name)) = (&self.systemd, &name)
+                && self.fs.exists(&path)
+                && let Err(e) = sd.stop(name).await
+            {
+                tracing::debug!(%uid, error = %e, "pod slice not stopped");
             }
+            left.extend(self.fs.remove(&path));
+        }
+        lock(&self.places).remove(uid);
+        let was_burstable = lock(&self.burstable).remove(uid).is_some();
+        if was_burstable && let Err(e) = self.update_burstable().await {
+            tracing::warn!(error = %e, "burstable tier not updated");
         }
         left
     }
 
-    /// The UIDs of the pods that have a cgroup here (for housekeeping).
+    /// The UIDs of the pods that have a cgroup here, in the tree or the legacy place
+    /// (for housekeeping).
     pub fn pods(&self) -> Vec<String> {
-        let mut uids: Vec<String> = self
-            .hierarchies()
-            .into_iter()
-            .filter_map(|base| std::fs::read_dir(base.join(&self.parent)).ok())
-            .flatten()
-            .flatten()
-            // The directory entry's own type: no stat of each (this runs every
-            // housekeeping pass, over every hierarchy and pod).
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("pod"))
-                    .map(str::to_owned)
-            })
-            .collect();
+        let mut uids: Vec<String> = Vec::new();
+        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+            let tier = self.kubepods.tier(qos);
+            // A pod's directory name with an empty UID: what comes before the UID.
+            let empty = self.name(&self.kubepods.pod(qos, ""));
+            let prefix = empty.rsplit('/').next().unwrap_or_default();
+            let (prefix, suffix) = match self.driver {
+                Driver::Cgroupfs => (prefix, ""),
+                Driver::Systemd => (prefix.strip_suffix(".slice").unwrap_or(prefix), ".slice"),
+            };
+            uids.extend(
+                self.fs
+                    .children(&self.name(&tier))
+                    .into_iter()
+                    .filter_map(|c| {
+                        let uid = c.strip_prefix(prefix)?.strip_suffix(suffix)?;
+                        (!uid.is_empty()).then(|| match self.driver {
+                            Driver::Systemd => uid.replace('_', "-"),
+                            Driver::Cgroupfs => uid.to_owned(),
+                        })
+                    }),
+            );
+        }
+        uids.extend(
+            self.fs
+                .children(&self.legacy)
+                .into_iter()
+                .filter_map(|c| c.strip_prefix("pod").map(str::to_owned)),
+        );
         uids.sort();
         uids.dedup();
         uids
     }
 
-    /// Every hierarchy's mount: the root (v2) or each directory under it (v1).
-    fn hierarchies(&self) -> Vec<PathBuf> {
-        if self.v2 {
-            return vec![self.root.clone()];
+    /// Where pod `uid`'s cgroup is in the cgroup filesystem, if it has one (for stats).
+    pub fn pod_cgroup(&self, uid: &str) -> Option<String> {
+        if let Some(path) = lock(&self.places).get(uid) {
+            return Some(path.clone());
         }
-        std::fs::read_dir(&self.root)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default()
+        let found = self
+            .places_of(uid)
+            .into_iter()
+            .map(|(_, path)| path)
+            .find(|path| self.fs.exists(path))?;
+        lock(&self.places).insert(uid.to_owned(), found.clone());
+        Some(found)
     }
 }
 
-/// Enables the pids controller for the children of a v2 cgroup (best effort: it may be
-/// on already, or not offered, in which case creating `pids.max` fails and says so).
-fn enable_pids(dir: &Path) {
-    let control = dir.join("cgroup.subtree_control");
-    let on = std::fs::read_to_string(&control)
-        .map(|s| s.split_whitespace().any(|c| c == "pids"))
-        .unwrap_or(false);
-    if !on {
-        let _ = std::fs::write(&control, "+pids");
-    }
-}
-
-/// Removes a cgroup and the empty cgroups below it, deepest first. Cgroup directories
-/// are removed with rmdir (their files are the kernel's, not to be unlinked).
-fn remove_tree(dir: &Path) -> io::Result<()> {
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(&entry.path())?;
-        }
-    }
-    match std::fs::remove_dir(dir) {
-        // On a cgroup filesystem rmdir ignores the control files (a cgroup still in use
-        // answers EBUSY); ENOTEMPTY means a plain directory (tests): remove its files too.
-        Err(e) if e.raw_os_error() == Some(39) => std::fs::remove_dir_all(dir),
-        other => other,
-    }
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tempdir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("wasmlet-cgroups-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        dir
-    }
-
-    #[test]
-    fn v1_limits_pids_in_the_pids_hierarchy_and_removes_the_pod_everywhere() {
-        let root = tempdir("v1");
-        for c in ["pids", "memory", "cpu"] {
-            std::fs::create_dir_all(root.join(c)).expect("mkdir");
-        }
-        let cg = PodCgroups::at(&root, false, "wasmlet", Some(1024));
-        assert_eq!(cg.cgroup_parent("abc"), "/wasmlet/podabc");
-        cg.ensure("abc").expect("ensure");
-        let max = std::fs::read_to_string(root.join("pids/wasmlet/podabc/pids.max"));
-        assert_eq!(max.expect("pids.max"), "1024");
-        // The runtime made the pod's cgroup (and a container's) in the other hierarchies.
-        std::fs::create_dir_all(root.join("memory/wasmlet/podabc/c1")).expect("mkdir");
-        std::fs::create_dir_all(root.join("memory/wasmlet/podother")).expect("mkdir");
-        assert_eq!(cg.pods(), ["abc", "other"]);
-        assert!(cg.remove("abc").is_empty());
-        assert!(!root.join("pids/wasmlet/podabc").exists());
-        assert!(!root.join("memory/wasmlet/podabc").exists());
-        assert!(root.join("memory/wasmlet/podother").exists());
-        assert_eq!(cg.pods(), ["other"]);
-        // Removing again is fine.
-        assert!(cg.remove("abc").is_empty());
-        let _ = std::fs::remove_dir_all(&root);
-    }
-
-    #[test]
-    fn v2_enables_pids_down_the_path_and_no_limit_is_max() {
-        let root = tempdir("v2");
-        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").expect("write");
-        std::fs::write(root.join("cgroup.subtree_control"), "").expect("write");
-        let cg = PodCgroups::at(&root, true, "wasmlet", None);
-        cg.ensure("u1").expect("ensure");
-        assert_eq!(
-            std::fs::read_to_string(root.join("wasmlet/podu1/pids.max")).expect("max"),
-            "max"
-        );
-        assert_eq!(
-            std::fs::read_to_string(root.join("cgroup.subtree_control")).expect("control"),
-            "+pids"
-        );
-        assert_eq!(cg.pods(), ["u1"]);
-        assert!(cg.remove("u1").is_empty());
-        assert!(cg.pods().is_empty());
-        let _ = std::fs::remove_dir_all(&root);
-    }
-}
+mod tests;

@@ -64,6 +64,30 @@ impl CgroupName {
         CgroupName(parts)
     }
 
+    /// `kubepods` under `cgroupRoot` as `driver` writes it: a cgroupfs path, or a slice
+    /// (`/wasmlet.slice` → `wasmlet-kubepods.slice`; `/` the root slice).
+    pub fn kubepods_in(driver: Driver, cgroup_root: &str) -> CgroupName {
+        match driver {
+            Driver::Cgroupfs => CgroupName::kubepods(cgroup_root),
+            Driver::Systemd => {
+                let last = cgroup_root.trim_end_matches('/').rsplit('/').next();
+                let mut parts: Vec<String> = match last.and_then(|l| l.strip_suffix(".slice")) {
+                    Some(stem) if stem != "-" => {
+                        stem.split('-').map(|p| p.replace('_', "-")).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                parts.push("kubepods".into());
+                CgroupName(parts)
+            }
+        }
+    }
+
+    /// A name from its components.
+    pub fn from_parts(parts: Vec<String>) -> CgroupName {
+        CgroupName(parts)
+    }
+
     /// The tier of `qos` (`kubepods` itself for Guaranteed).
     pub fn tier(&self, qos: Qos) -> CgroupName {
         let mut parts = self.0.clone();
@@ -156,6 +180,16 @@ mod tests {
         assert_eq!(
             rooted.pod(Qos::BestEffort, "x").to_cgroupfs(),
             "/nodes/a/kubepods/besteffort/podx"
+        );
+        let sliced = CgroupName::kubepods_in(Driver::Systemd, "/wasmlet.slice/");
+        assert_eq!(sliced.to_systemd(), "/wasmlet.slice/wasmlet-kubepods.slice");
+        assert_eq!(
+            CgroupName::kubepods_in(Driver::Systemd, "/"),
+            CgroupName::kubepods("/")
+        );
+        assert_eq!(
+            CgroupName::kubepods_in(Driver::Cgroupfs, "/nodes/a"),
+            rooted
         );
         assert_eq!(Qos::from_class("Burstable"), Qos::Burstable);
         assert_eq!(Qos::from_class("BestEffort"), Qos::BestEffort);

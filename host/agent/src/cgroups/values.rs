@@ -170,6 +170,50 @@ pub fn pod_resources(pod: &k8s::Pod, qos: Qos) -> PodResources {
     }
 }
 
+/// A ceiling a cgroup file takes: a number, or none (`max`, `-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Max {
+    /// No ceiling.
+    Unlimited,
+    /// At most this many (bytes, processes, µs of CPU per period).
+    Of(u64),
+}
+
+impl Max {
+    /// `Some(n)` is `Of(n)`, `None` unlimited.
+    pub fn from_option(n: Option<u64>) -> Max {
+        n.map_or(Max::Unlimited, Max::Of)
+    }
+}
+
+/// What is written into one cgroup; a field left `None` is left as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// `cpu.shares` (v2: `cpu.weight` from it).
+    pub cpu_shares: Option<u64>,
+    /// The CFS quota in µs per [`QUOTA_PERIOD`] (v1 `cpu.cfs_quota_us`, v2 `cpu.max`).
+    pub cpu_quota: Option<Max>,
+    /// `memory.limit_in_bytes` / `memory.max`.
+    pub memory: Option<Max>,
+    /// `pids.max`.
+    pub pids: Option<Max>,
+}
+
+impl PodResources {
+    /// The pod cgroup's settings: every one written, an absent limit as none, so that a
+    /// cgroup left by an earlier pod of the same UID gets nothing of it.
+    pub fn settings(&self, pids_limit: Option<u64>) -> Settings {
+        Settings {
+            cpu_shares: Some(self.cpu_shares),
+            cpu_quota: Some(Max::from_option(
+                self.cpu_quota.and_then(|q| u64::try_from(q).ok()),
+            )),
+            memory: Some(Max::from_option(self.memory_limit)),
+            pids: Some(Max::from_option(pids_limit)),
+        }
+    }
+}
+
 /// The `burstable` tier's shares: its pods' CPU requests together.
 pub fn burstable_shares<'a>(pods: impl IntoIterator<Item = &'a PodResources>) -> u64 {
     milli_cpu_to_shares(pods.into_iter().map(|p| p.cpu_request_milli).sum())

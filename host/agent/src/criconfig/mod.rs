@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_cri::proto;
@@ -59,8 +60,8 @@ pub struct NodeContext {
     /// The node's allocatable resources: what a `resourceFieldRef` to a limit the
     /// container does not set reads, as with the kubelet.
     pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    /// Pod-level cgroups (`None`: pods go where the runtime puts them).
-    pub pod_cgroups: Option<crate::cgroups::PodCgroups>,
+    /// The pods' cgroup tree (`None`: pods go where the runtime puts them).
+    pub pod_cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
 }
 
 /// Why a container's configuration could not be made: the kubelet's
@@ -230,7 +231,7 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
             cgroup_parent: ctx
                 .pod_cgroups
                 .as_ref()
-                .map(|c| c.cgroup_parent(pod::uid(pod)))
+                .map(|c| c.cgroup_parent(pod))
                 .unwrap_or_default(),
             security_context: Some(proto::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),

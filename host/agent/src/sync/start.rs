@@ -12,7 +12,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let _ = std::fs::create_dir_all(&config.log_directory);
         if let Some(cgroups) = &self.node.pod_cgroups {
             // The kubelet's words when its pod cgroup cannot be made.
-            cgroups.ensure(pod::uid(pod)).map_err(|e| {
+            cgroups.ensure(pod).await.map_err(|e| {
                 format!(
                     "failed to ensure that the pod: {} cgroups exist and are correctly applied: {e}",
                     pod::uid(pod)

@@ -150,7 +150,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         let _ = std::fs::remove_dir_all(criconfig::log_directory(pod, &self.node));
         if let Some(cgroups) = &self.node.pod_cgroups {
-            for left in cgroups.remove(&key.uid) {
+            for left in cgroups.remove(&key.uid).await {
                 warn!(pod = %key, cgroup = %left.display(), "pod cgroup still in use; housekeeping retries");
             }
         }

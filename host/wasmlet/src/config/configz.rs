@@ -59,7 +59,23 @@ impl Config {
             "podLogsDir": self.pod_logs_dir,
             "resolvConf": self.resolv_conf,
             "podPidsLimit": self.pod_pids_limit.map_or(-1, |n| i64::try_from(n).unwrap_or(-1)),
-            "cgroupsPerQOS": self.pod_cgroup_parent.is_some(),
+            "cgroupsPerQOS": self.cgroups.is_some(),
+            "cgroupRoot": self.cgroups.as_ref().map_or("", |c| c.root.as_str()),
+            "cgroupDriver": match self.cgroups.as_ref().map(|c| c.driver) {
+                Some(wasmlet_agent::cgroups::tree::Driver::Systemd) => "systemd",
+                _ => "cgroupfs",
+            },
+            "enforceNodeAllocatable": self.cgroups.as_ref().map_or_else(Vec::new, |c| {
+                let mut keys: Vec<&str> = Vec::new();
+                if c.enforce_pods {
+                    keys.push("pods");
+                }
+                keys.extend(c.reserved.iter().map(|r| match r.field {
+                    "systemReservedCgroup" => "system-reserved",
+                    _ => "kube-reserved",
+                }));
+                keys
+            }),
             "nodeStatusUpdateFrequency": go_duration(self.timing.update),
             "nodeStatusReportFrequency": go_duration(self.timing.report),
             "nodeLeaseDurationSeconds": self.timing.lease_seconds,

@@ -116,9 +116,9 @@ pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ("kubeReserved", Implemented),
     ("reservedSystemCPUs", Ignored(None)),
     ("showHiddenMetricsForVersion", Ignored(None)),
-    ("systemReservedCgroup", Ignored(None)),
-    ("kubeReservedCgroup", Ignored(None)),
-    ("enforceNodeAllocatable", Ignored(Some("[pods]"))),
+    ("systemReservedCgroup", Implemented),
+    ("kubeReservedCgroup", Implemented),
+    ("enforceNodeAllocatable", Implemented),
     ("allowedUnsafeSysctls", Implemented),
     (
         "volumePluginDir",
@@ -275,7 +275,7 @@ mod tests {
         let mut m = mapping(
             "cpuManagerReconcilePeriod: 0s\nlogging: {flushFrequency: 0, options: {json: {infoBufferSize: '0'}}, verbosity: 0}\n\
              memorySwap: {}\nruntimeRequestTimeout: 0s\nshutdownGracePeriod: 0s\n\
-             streamingConnectionIdleTimeout: 4h0m0s\nfailSwapOn: true\nenforceNodeAllocatable: [pods]\n\
+             streamingConnectionIdleTimeout: 4h0m0s\nfailSwapOn: true\nmemoryThrottlingFactor: 0.9\n\
              cpuManagerPolicy: none\nsyncFrequency: 0s\n",
         )
         .expect("yaml");

@@ -149,6 +149,10 @@ pub(super) struct File {
     pub container_log_max_files: Option<i64>,
     pub system_reserved: Quantities,
     pub kube_reserved: Quantities,
+    /// `None`: not written (the default, `[pods]`); `[]` enforces nothing.
+    pub enforce_node_allocatable: Option<Vec<String>>,
+    pub system_reserved_cgroup: String,
+    pub kube_reserved_cgroup: String,
     pub allowed_unsafe_sysctls: Vec<String>,
     pub register_with_taints: Vec<Taint>,
     pub container_runtime_endpoint: String,

@@ -23,9 +23,10 @@
 //! clusterDomain: cluster.local          # their search path: <ns>.svc.<domain> svc.<domain> <domain>
 //! allowedUnsafeSysctls: [kernel.msg*]   # beyond the safe set (the shipped sysctls plugin)
 //! podPidsLimit: 1024                    # pids.max of each pod's cgroup; -1: no limit
-//! cgroupsPerQOS: true                   # pods in cgroups of their own, <cgroupRoot>/wasmlet/pod<uid>
+//! cgroupsPerQOS: true                   # the kubelet's tree: <cgroupRoot>/kubepods/{burstable,besteffort}/pod<uid>
 //! cgroupRoot: /
-//! cgroupDriver: cgroupfs                # systemd: no pod cgroups (warned)
+//! cgroupDriver: cgroupfs                # or systemd: kubepods.slice/… made through systemd's D-Bus API
+//! enforceNodeAllocatable: [pods]        # kubepods limited to capacity less kube-/systemReserved
 //! # Cluster mode (with a kubeconfig):
 //! kubeconfig: /etc/wasmlet/kubeconfig
 //! nodeLabels: {pool: wasm}              # wasmlet's field (the kubelet's --node-labels)
@@ -83,6 +84,7 @@ use wasmlet_cluster::Limits;
 use wasmlet_cluster::node::Timing;
 use wasmlet_plugin_host::config::PluginsConfig;
 
+pub mod cgroups;
 mod cluster;
 mod configz;
 mod defaults;
@@ -151,9 +153,9 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `podPidsLimit` (`None`: -1, no limit).
     pub pod_pids_limit: Option<u64>,
-    /// Pod-level cgroups: `cgroupsPerQOS` and a `cgroupDriver` of `cgroupfs` (the
-    /// defaults); `None` when off.
-    pub pod_cgroup_parent: Option<String>,
+    /// The pods' cgroup tree (`cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`,
+    /// `enforceNodeAllocatable`); `None` when `cgroupsPerQOS` is off.
+    pub cgroups: Option<cgroups::Cgroups>,
     /// `nodeLabels`: labels the node registers with.
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` (and `--cloud-provider=external`'s taint).
@@ -242,7 +244,12 @@ impl Config {
             cluster_dns: ClusterDns::default(),
             allowed_unsafe_sysctls: Vec::new(),
             pod_pids_limit: None,
-            pod_cgroup_parent: Some(wasmlet_agent::cgroups::DEFAULT_PARENT.into()),
+            cgroups: Some(cgroups::Cgroups {
+                driver: wasmlet_agent::cgroups::tree::Driver::Cgroupfs,
+                root: "/".into(),
+                enforce_pods: true,
+                reserved: Vec::new(),
+            }),
             node_labels: BTreeMap::new(),
             taints: Vec::new(),
             reserved: Reserved::default(),
@@ -343,7 +350,7 @@ impl Config {
                 &mut f.allowed_unsafe_sysctls,
             ))?,
             pod_pids_limit: run.pod_pids_limit,
-            pod_cgroup_parent: run.pod_cgroup_parent,
+            cgroups: cgroups::section(&mut f)?,
             node_labels: node.labels,
             taints: node.taints,
             reserved: node.reserved,

@@ -118,7 +118,7 @@ fn check_taints(taints: &[Taint]) -> Result<()> {
 }
 
 /// A `kubeReserved` / `systemReserved` map.
-fn reserved(field: &str, map: &Quantities) -> Result<Reserved> {
+pub(super) fn reserved(field: &str, map: &Quantities) -> Result<Reserved> {
     let mut r = Reserved::default();
     for (name, value) in map {
         let at = |e: String| anyhow::anyhow!("{field}.{name}: {e}");

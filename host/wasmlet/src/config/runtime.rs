@@ -1,7 +1,6 @@
 //! How the agent runs pods: `containerRuntimeEndpoint`, `staticPodPath`,
 //! `fileCheckFrequency`, `syncFrequency`, `maxPods`, `maxParallelStartCalls`, the
-//! directories (`rootDir`, `podLogsDir`, `resolvConf`), `podPidsLimit` and the pod
-//! cgroups (`cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`).
+//! directories (`rootDir`, `podLogsDir`, `resolvConf`) and `podPidsLimit`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,7 +22,6 @@ pub(super) struct RuntimeSection {
     pub pod_logs_dir: PathBuf,
     pub resolv_conf: PathBuf,
     pub pod_pids_limit: Option<u64>,
-    pub pod_cgroup_parent: Option<String>,
 }
 
 /// `rootDir` (wasmlet's; the kubelet's `--root-dir`), checked.
@@ -64,42 +62,5 @@ pub(super) fn section(f: &mut File, root_dir: &Path) -> Result<RuntimeSection> {
             .take()
             .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
         pod_pids_limit,
-        pod_cgroup_parent: pod_cgroup_parent(f, pod_pids_limit.is_some())?,
     })
-}
-
-/// Pod-level cgroups: `cgroupsPerQOS` with the `cgroupfs` driver; `None` when off.
-fn pod_cgroup_parent(f: &File, pids_limited: bool) -> Result<Option<String>> {
-    match f.cgroup_driver.as_str() {
-        "cgroupfs" => {
-            let root = if f.cgroup_root.is_empty() {
-                "/"
-            } else {
-                &f.cgroup_root
-            };
-            if !root.starts_with('/') {
-                bail!("cgroupRoot: {root:?} must be an absolute cgroup path");
-            }
-            let parent = format!(
-                "{}/{}",
-                root.trim_matches('/'),
-                wasmlet_agent::cgroups::DEFAULT_PARENT
-            );
-            Ok(f.cgroups_per_qos
-                .unwrap_or(true)
-                .then(|| parent.trim_start_matches('/').to_owned()))
-        }
-        "systemd" => {
-            tracing::warn!(
-                "cgroupDriver: systemd: wasmlet makes pod-level cgroups with cgroupfs only; pods go where the runtime puts them{}",
-                if pids_limited {
-                    " and podPidsLimit is not applied"
-                } else {
-                    ""
-                }
-            );
-            Ok(None)
-        }
-        other => bail!("cgroupDriver: {other:?} must be cgroupfs or systemd"),
-    }
 }

@@ -27,7 +27,8 @@ fn a_kubelet_configuration_is_accepted_with_defaults() {
     );
     assert!(parse("").is_ok(), "an empty file is all defaults");
     assert_eq!(c.pod_pids_limit, None);
-    assert_eq!(c.pod_cgroup_parent.as_deref(), Some("wasmlet"));
+    let tree = c.cgroups.as_ref().expect("the QoS tree by default");
+    assert_eq!(tree.root, "/");
     assert_eq!(c.cluster_dns.servers, ["10.96.0.10"]);
     assert_eq!(c.cluster_dns.domain, "");
 }
@@ -152,14 +153,68 @@ fn start_calls_are_paced_per_cpu_unless_told() {
 
 #[test]
 fn pod_cgroups_follow_the_kubelets_fields() {
+    use wasmlet_agent::cgroups::tree::Driver;
     let c = parse("podPidsLimit: 1024\ncgroupRoot: /nodes/a\n").expect("valid");
     assert_eq!(c.pod_pids_limit, Some(1024));
-    assert_eq!(c.pod_cgroup_parent.as_deref(), Some("nodes/a/wasmlet"));
+    let tree = c.cgroups.expect("cgroupsPerQOS is the default");
+    assert_eq!(
+        (tree.driver, tree.root.as_str()),
+        (Driver::Cgroupfs, "/nodes/a")
+    );
+    assert!(
+        tree.enforce_pods,
+        "enforceNodeAllocatable defaults to [pods]"
+    );
     let c = parse("podPidsLimit: -1\ncgroupsPerQOS: false\n").expect("valid");
     assert_eq!(c.pod_pids_limit, None);
-    assert_eq!(c.pod_cgroup_parent, None);
+    assert_eq!(c.cgroups, None);
     let c = parse("cgroupDriver: systemd\npodPidsLimit: 10\n").expect("valid");
-    assert_eq!(c.pod_cgroup_parent, None, "systemd slices are not made");
+    assert_eq!(c.cgroups.expect("tree").driver, Driver::Systemd);
+    let c = parse("enforceNodeAllocatable: []\n").expect("valid");
+    assert!(!c.cgroups.expect("tree").enforce_pods);
+    let c = parse(
+        "enforceNodeAllocatable: [pods, system-reserved]\nsystemReservedCgroup: /system.slice\n\
+         systemReserved: {cpu: 500m, memory: 1Gi}\n",
+    )
+    .expect("valid");
+    let reserved = &c.cgroups.expect("tree").reserved;
+    assert_eq!(reserved.len(), 1);
+    assert_eq!(reserved[0].cgroup, "/system.slice");
+    assert_eq!(reserved[0].reserved.memory_bytes, 1 << 30);
+}
+
+#[test]
+fn what_the_kubelet_refuses_of_the_cgroup_fields_is_refused_by_name() {
+    for (text, says) in [
+        (
+            "enforceNodeAllocatable: [kube-reserved]\n",
+            "enforceNodeAllocatable: enforcing kubeReserved needs kubeReservedCgroup",
+        ),
+        (
+            "enforceNodeAllocatable: [pods, none]\n",
+            "enforceNodeAllocatable: may not contain other enforcements",
+        ),
+        (
+            "enforceNodeAllocatable: [everything]\n",
+            "enforceNodeAllocatable: \"everything\": valid options are",
+        ),
+        (
+            "cgroupsPerQOS: false\nenforceNodeAllocatable: [pods]\n",
+            "enforceNodeAllocatable: not supported unless cgroupsPerQOS",
+        ),
+        ("cgroupDriver: cgroupfs2\n", "cgroupDriver: \"cgroupfs2\""),
+        (
+            "cgroupRoot: nodes\n",
+            "cgroupRoot: \"nodes\" must be an absolute",
+        ),
+        (
+            "cgroupDriver: systemd\ncgroupRoot: /nodes/a\n",
+            "cgroupRoot: \"/nodes/a\": with cgroupDriver systemd it must be a slice",
+        ),
+    ] {
+        let err = format!("{:#}", parse(text).expect_err(text));
+        assert!(err.contains(says), "{text}: {err}");
+    }
 }
 
 #[test]

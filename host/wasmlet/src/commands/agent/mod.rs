@@ -174,7 +174,8 @@ async fn run_agent(
         recorder
             .clone()
             .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>),
-    );
+    )
+    .await?;
     let registry = metrics(&agent, recorder.as_deref(), &loaded);
     let stats = housekeeping(&config, &agent, &pressure);
     let serving = server::Serving {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use tracing::warn;
+use tracing::{info, warn};
 use wasmlet_agent::agent::{Agent, AgentOptions};
-use wasmlet_agent::cgroups::PodCgroups;
+use wasmlet_agent::cgroups::fs::CgroupFs;
+use wasmlet_agent::cgroups::tree::Driver;
+use wasmlet_agent::cgroups::{PodCgroups, ReservedCgroup, Setup, StartError};
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::Admission;
@@ -61,8 +63,8 @@ pub(super) fn admission(
 }
 
 /// Starts the agent: its pod sources (the API server's in cluster mode, the plugins'),
-/// probes through the plugins, events to `events`.
-pub(super) fn start(
+/// probes through the plugins, events to `events`, pods in the cgroup tree.
+pub(super) async fn start(
     config: &Config,
     runtime: Arc<CriClient>,
     facts: NodeFacts,
@@ -70,7 +72,8 @@ pub(super) fn start(
     admission: Admission,
     cluster: Option<&kube::Client>,
     events: Option<Arc<dyn wasmlet_agent::events::Recorder>>,
-) -> Arc<Agent<CriClient>> {
+) -> Result<Arc<Agent<CriClient>>> {
+    let pod_cgroups = pod_cgroups(config, &facts).await?;
     let start_parallelism = config.start_parallelism(facts.cpus);
     let options = AgentOptions {
         node: facts,
@@ -83,7 +86,7 @@ pub(super) fn start(
             Some(_) => vec![wasmlet_agent::pod::API_SOURCE.to_owned()],
             None => Vec::new(),
         },
-        pod_cgroups: pod_cgroups(config),
+        pod_cgroups,
         events,
         volumes: cluster.map(|c| {
             Arc::new(wasmlet_cluster::volumes::ApiVolumes::new(c.clone()))
@@ -99,31 +102,71 @@ pub(super) fn start(
         start_parallelism,
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
-    Arc::new(Agent::start(
+    Ok(Arc::new(Agent::start(
         runtime,
         options,
         checker,
         Some(admission),
         Some(loaded.sources.clone()),
-    ))
+    )))
 }
 
-/// Pod-level cgroups as configured, where this process can make them (as root, with a
-/// cgroup filesystem mounted); otherwise pods go where the runtime puts them.
-fn pod_cgroups(config: &Config) -> Option<PodCgroups> {
-    let parent = config.pod_cgroup_parent.as_deref()?;
-    match PodCgroups::detect(Path::new("/sys/fs/cgroup"), parent, config.pod_pids_limit) {
-        Ok(found) => Some(found),
-        Err(why) => {
-            warn!(
-                "no pod-level cgroups ({why}): pods go where the runtime puts them{}",
-                if config.pod_pids_limit.is_some() {
-                    "; podPidsLimit is not applied"
-                } else {
-                    ""
-                }
-            );
-            None
+/// The pods' cgroup tree as configured: `kubepods` with allocatable (capacity when
+/// `enforceNodeAllocatable` leaves out `pods`), the tiers, the reserved cgroups. Where
+/// this process cannot make cgroups (no cgroup filesystem, not root) pods go where the
+/// runtime puts them, with a warning; what the kubelet refuses (a reserved cgroup that
+/// does not exist, systemd unreachable under its driver) stops the start.
+async fn pod_cgroups(config: &Config, facts: &NodeFacts) -> Result<Option<Arc<PodCgroups>>> {
+    let Some(tree) = &config.cgroups else {
+        return Ok(None);
+    };
+    let capacity = (facts.cpus.saturating_mul(1000), facts.memory_bytes);
+    let kubepods = if tree.enforce_pods {
+        (
+            capacity.0.saturating_sub(config.reserved.cpu_millis),
+            capacity.1.saturating_sub(config.reserved.memory_bytes),
+        )
+    } else {
+        capacity
+    };
+    let setup = Setup {
+        driver: tree.driver,
+        cgroup_root: tree.root.clone(),
+        pids_limit: config.pod_pids_limit,
+        kubepods,
+        reserved: tree
+            .reserved
+            .iter()
+            .map(|r| ReservedCgroup {
+                field: r.field,
+                cgroup: r.cgroup.clone(),
+                cpu_milli: r.reserved.cpu_millis,
+                memory: r.reserved.memory_bytes,
+            })
+            .collect(),
+    };
+    let unavailable = |why: String| {
+        warn!(
+            "no pod cgroups ({why}): pods go where the runtime puts them{}",
+            if config.pod_pids_limit.is_some() {
+                "; podPidsLimit is not applied"
+            } else {
+                ""
+            }
+        );
+        Ok(None)
+    };
+    let fs = match CgroupFs::detect(Path::new("/sys/fs/cgroup")) {
+        Ok(fs) => fs,
+        Err(why) if tree.driver == Driver::Cgroupfs => return unavailable(why),
+        Err(why) => anyhow::bail!("cgroupDriver: systemd: {why}"),
+    };
+    match PodCgroups::start(fs, setup).await {
+        Ok(tree) => {
+            info!(kubepods = %tree.root_cgroup(), "pod cgroups: the QoS tree is in place");
+            Ok(Some(Arc::new(tree)))
         }
+        Err(StartError::Unavailable(why)) if tree.driver == Driver::Cgroupfs => unavailable(why),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }

@@ -1,0 +1,372 @@
+use std::path::Path;
+use std::sync::Arc;
+
+use super::*;
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-cgroups-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+fn v1_root(name: &str) -> PathBuf {
+    let root = tempdir(name);
+    for c in ["cpu", "memory", "pids", "cpuset"] {
+        std::fs::create_dir_all(root.join(c)).expect("mkdir");
+    }
+    root
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn pod(uid: &str, resources: &str) -> k8s::Pod {
+    serde_yaml_ng::from_str(&format!(
+        "metadata: {{uid: {uid}, name: {uid}, namespace: default}}\n\
+         spec:\n  containers:\n  - name: a\n    resources: {resources}\n"
+    ))
+    .expect("pod")
+}
+
+fn setup(driver: Driver) -> Setup {
+    Setup {
+        driver,
+        cgroup_root: "/".into(),
+        pids_limit: Some(1024),
+        kubepods: (1500, 3 << 30),
+        reserved: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_tree_carries_allocatable_and_each_class_goes_to_its_tier() {
+    let root = v1_root("tree");
+    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
+        .await
+        .expect("tree");
+    assert_eq!(read(&root.join("cpu/kubepods/cpu.shares")), "1536");
+    assert_eq!(
+        read(&root.join("memory/kubepods/memory.limit_in_bytes")),
+        (3u64 << 30).to_string()
+    );
+    assert_eq!(read(&root.join("cpu/kubepods/besteffort/cpu.shares")), "2");
+    assert_eq!(read(&root.join("cpu/kubepods/burstable/cpu.shares")), "2");
+
+    let g = pod("g", "{limits: {cpu: '1', memory: 128Mi}}");
+    let b = pod("b", "{requests: {cpu: 500m}}");
+    let e = pod("e", "{}");
+    for p in [&g, &b, &e] {
+        cg.ensure(p).await.expect("ensure");
+    }
+    assert_eq!(cg.cgroup_parent(&g), "/kubepods/podg");
+    assert_eq!(cg.cgroup_parent(&b), "/kubepods/burstable/podb");
+    assert_eq!(cg.cgroup_parent(&e), "/kubepods/besteffort/pode");
+    let cpu = |p: &str, f: &str| read(&root.join("cpu").join(p).join(f));
+    assert_eq!(cpu("kubepods/podg", "cpu.shares"), "1024");
+    assert_eq!(cpu("kubepods/podg", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(
+        read(&root.join("memory/kubepods/podg/memory.limit_in_bytes")),
+        (128u64 << 20).to_string()
+    );
+    assert_eq!(read(&root.join("pids/kubepods/podg/pids.max")), "1024");
+    assert_eq!(cpu("kubepods/burstable/podb", "cpu.shares"), "512");
+    assert_eq!(cpu("kubepods/burstable/podb", "cpu.cfs_quota_us"), "-1");
+    assert_eq!(
+        read(&root.join("memory/kubepods/burstable/podb/memory.limit_in_bytes")),
+        "-1"
+    );
+    assert_eq!(cpu("kubepods/besteffort/pode", "cpu.shares"), "2");
+    // The burstable tier weighs what its pods requested.
+    assert_eq!(cpu("kubepods/burstable", "cpu.shares"), "512");
+    let b2 = pod("b2", "{requests: {cpu: 250m, memory: 1Mi}}");
+    cg.ensure(&b2).await.expect("ensure");
+    assert_eq!(cpu("kubepods/burstable", "cpu.shares"), "768");
+    assert_eq!(cg.pods(), ["b", "b2", "e", "g"]);
+    assert_eq!(
+        cg.pod_cgroup("b").as_deref(),
+        Some("/kubepods/burstable/podb")
+    );
+    assert_eq!(cg.root_cgroup(), "/kubepods");
+
+    assert!(cg.remove("b").await.is_empty());
+    assert!(!root.join("cpu/kubepods/burstable/podb").exists());
+    assert_eq!(cpu("kubepods/burstable", "cpu.shares"), "256");
+    // The periodic update: only the active pods count.
+    cg.reconcile(&[Arc::new(g.clone())])
+        .await
+        .expect("reconcile");
+    assert_eq!(cpu("kubepods/burstable", "cpu.shares"), "2");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn pods_of_an_earlier_wasmlet_are_found_and_removed_where_they_run() {
+    let root = v1_root("legacy");
+    // What the pod-level cgroups of an earlier version left: /wasmlet/pod<uid> (the
+    // runtime made the container cgroups below it in every hierarchy).
+    for c in ["cpu", "memory", "pids", "cpuset"] {
+        std::fs::create_dir_all(root.join(c).join("wasmlet/podold/c1")).expect("mkdir");
+    }
+    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
+        .await
+        .expect("tree");
+    cg.ensure(&pod("new", "{}")).await.expect("ensure");
+    assert_eq!(cg.pods(), ["new", "old"]);
+    assert_eq!(cg.pod_cgroup("old").as_deref(), Some("/wasmlet/podold"));
+    assert!(cg.remove("old").await.is_empty());
+    for c in ["cpu", "memory", "pids", "cpuset"] {
+        assert!(!root.join(c).join("wasmlet/podold").exists(), "{c}");
+    }
+    assert_eq!(cg.pods(), ["new"]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn a_reservation_is_enforced_on_its_cgroup_which_must_exist() {
+    let root = v1_root("reserved");
+    let mut s = setup(Driver::Cgroupfs);
+    s.reserved = vec![ReservedCgroup {
+        field: "systemReservedCgroup",
+        cgroup: "/system.slice".into(),
+        cpu_milli: 500,
+        memory: 1 << 30,
+    }];
+    let err = PodCgroups::with(CgroupFs::at(&root, false), s.clone(), None)
+        .await
+        .expect_err("no such cgroup");
+    let StartError::Refused(err) = err else {
+        panic!("refused, not {err:?}")
+    };
+    assert!(
+        err.starts_with("systemReservedCgroup: \"/system.slice\": the cgroup does not exist"),
+        "{err}"
+    );
+    for c in ["cpu", "memory"] {
+        std::fs::create_dir_all(root.join(c).join("system.slice")).expect("mkdir");
+    }
+    PodCgroups::with(CgroupFs::at(&root, false), s, None)
+        .await
+        .expect("tree");
+    assert_eq!(read(&root.join("cpu/system.slice/cpu.shares")), "512");
+    assert_eq!(
+        read(&root.join("memory/system.slice/memory.limit_in_bytes")),
+        (1u64 << 30).to_string()
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn cgroup_v2_gets_weights_and_the_unified_limits() {
+    let root = tempdir("v2");
+    std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").expect("write");
+    let cg = PodCgroups::with(CgroupFs::at(&root, true), setup(Driver::Cgroupfs), None)
+        .await
+        .expect("tree");
+    assert_eq!(read(&root.join("kubepods/cpu.weight")), "59");
+    assert_eq!(
+        read(&root.join("kubepods/memory.max")),
+        (3u64 << 30).to_string()
+    );
+    assert_eq!(read(&root.join("kubepods/besteffort/cpu.weight")), "1");
+    cg.ensure(&pod("g", "{limits: {cpu: 250m, memory: 64Mi}}"))
+        .await
+        .expect("ensure");
+    let pod_dir = root.join("kubepods/podg");
+    assert_eq!(read(&pod_dir.join("cpu.weight")), "10");
+    assert_eq!(read(&pod_dir.join("cpu.max")), "25000 100000");
+    assert_eq!(read(&pod_dir.join("memory.max")), (64u64 << 20).to_string());
+    assert_eq!(read(&pod_dir.join("pids.max")), "1024");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+mod systemd_bus {
+    //! The systemd driver's calls, on a D-Bus connection to a stand-in for systemd's
+    //! manager that records them and makes the slice's directory as systemd would.
+
+    use std::sync::Mutex as StdMutex;
+
+    use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+
+    use super::*;
+
+    /// One call: the method, its unit and mode, the properties (name, value as text).
+    type Call = (String, String, Vec<(String, String)>);
+
+    #[derive(Default)]
+    struct Calls(Vec<Call>);
+
+    struct Manager {
+        root: PathBuf,
+        calls: Arc<StdMutex<Calls>>,
+    }
+
+    fn record(props: &[(String, OwnedValue)]) -> Vec<(String, String)> {
+        props
+            .iter()
+            .map(|(k, v)| (k.clone(), format!("{:?}", **v)))
+            .collect()
+    }
+
+    /// The slice path systemd makes for unit `kubepods-burstable-pod….slice`.
+    fn expand(unit: &str) -> String {
+        let stem = unit.trim_end_matches(".slice");
+        let parts: Vec<&str> = stem.split('-').collect();
+        (1..=parts.len())
+            .map(|i| format!("/{}.slice", parts[..i].join("-")))
+            .collect()
+    }
+
+    #[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+    impl Manager {
+        fn start_transient_unit(
+            &self,
+            name: String,
+            mode: String,
+            properties: Vec<(String, OwnedValue)>,
+            _aux: Vec<(String, Vec<(String, OwnedValue)>)>,
+        ) -> OwnedObjectPath {
+            for c in ["cpu", "memory", "pids"] {
+                let dir = self
+                    .root
+                    .join(c)
+                    .join(expand(&name).trim_start_matches('/'));
+                std::fs::create_dir_all(dir).expect("mkdir");
+            }
+            let mut calls = self.calls.lock().expect("calls");
+            calls.0.push((
+                "start".into(),
+                format!("{name} {mode}"),
+                record(&properties),
+            ));
+            OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").expect("path")
+        }
+
+        fn set_unit_properties(
+            &self,
+            name: String,
+            runtime: bool,
+            properties: Vec<(String, OwnedValue)>,
+        ) {
+            let mut calls = self.calls.lock().expect("calls");
+            calls.0.push((
+                "set".into(),
+                format!("{name} {runtime}"),
+                record(&properties),
+            ));
+        }
+
+        fn stop_unit(&self, name: String, mode: String) -> OwnedObjectPath {
+            for c in ["cpu", "memory", "pids"] {
+                let dir = self
+                    .root
+                    .join(c)
+                    .join(expand(&name).trim_start_matches('/'));
+                let _ = std::fs::remove_dir(dir);
+            }
+            let mut calls = self.calls.lock().expect("calls");
+            calls
+                .0
+                .push(("stop".into(), format!("{name} {mode}"), Vec::new()));
+            OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/2").expect("path")
+        }
+
+        fn reset_failed_unit(&self, _name: String) {}
+
+        #[zbus(property)]
+        fn version(&self) -> String {
+            "252".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn slices_are_started_and_set_through_systemds_manager() {
+        let root = v1_root("systemd");
+        let calls = Arc::new(StdMutex::new(Calls::default()));
+        let (a, b) = tokio::net::UnixStream::pair().expect("pair");
+        let guid = zbus::Guid::generate();
+        let manager = Manager {
+            root: root.clone(),
+            calls: calls.clone(),
+        };
+        let server = zbus::connection::Builder::unix_stream(a)
+            .server(guid)
+            .expect("server")
+            .p2p()
+            .serve_at("/org/freedesktop/systemd1", manager)
+            .expect("serve")
+            .build();
+        let client = zbus::connection::Builder::unix_stream(b).p2p().build();
+        let (server, client) = tokio::join!(server, client);
+        let (_server, client) = (server.expect("server"), client.expect("client"));
+        let systemd = Systemd::over(client).await.expect("systemd answers");
+
+        let cg = PodCgroups::with(
+            CgroupFs::at(&root, false),
+            setup(Driver::Systemd),
+            Some(systemd),
+        )
+        .await
+        .expect("tree");
+        let uid = "4b1e0c9a-6f2d-4c1b-9a3e-0f5d2c7b8e11";
+        let b = pod(uid, "{requests: {cpu: 500m}, limits: {memory: 64Mi}}");
+        cg.ensure(&b).await.expect("ensure");
+        let unit = "kubepods-burstable-pod4b1e0c9a_6f2d_4c1b_9a3e_0f5d2c7b8e11.slice";
+        assert_eq!(
+            cg.cgroup_parent(&b),
+            format!("/kubepods.slice/kubepods-burstable.slice/{unit}")
+        );
+        assert_eq!(cg.pods(), [uid]);
+        let seen = calls.lock().expect("calls").0.clone();
+        let starts: Vec<&str> = seen
+            .iter()
+            .filter(|c| c.0 == "start")
+            .map(|c| c.1.as_str())
+            .collect();
+        assert_eq!(
+            starts,
+            [
+                "kubepods.slice replace",
+                "kubepods-burstable.slice replace",
+                "kubepods-besteffort.slice replace",
+                "kubepods-burstable.slice replace",
+                &format!("{unit} replace"),
+            ]
+        );
+        let (_, _, set) = seen
+            .iter()
+            .rfind(|c| c.0 == "set")
+            .expect("the pod's resources set");
+        let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "MemoryLimit",
+                "CPUShares",
+                "CPUQuotaPeriodUSec",
+                "CPUQuotaPerSecUSec",
+                "TasksMax"
+            ]
+        );
+        assert!(set[0].1.contains(&(64u64 << 20).to_string()), "{set:?}");
+        assert!(set[1].1.contains("512"), "{set:?}");
+        let (_, _, started) = seen
+            .iter()
+            .find(|c| c.0 == "start" && c.1.starts_with(unit))
+            .expect("the pod's slice started");
+        let wants = &started.iter().find(|(k, _)| k == "Wants").expect("Wants").1;
+        assert!(wants.contains("kubepods-burstable.slice"), "{wants}");
+
+        assert!(cg.remove(uid).await.is_empty());
+        let stopped = calls
+            .lock()
+            .expect("calls")
+            .0
+            .iter()
+            .any(|c| c.0 == "stop" && c.1 == format!("{unit} replace"));
+        assert!(stopped);
+        assert!(cg.pods().is_empty());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,112 @@
+//! The pods' cgroup tree: `cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`, and node
+//! allocatable enforcement (`enforceNodeAllocatable`, `systemReservedCgroup`,
+//! `kubeReservedCgroup`), checked as the kubelet checks them.
+
+use anyhow::{Result, bail};
+use wasmlet_agent::cgroups::tree::Driver;
+use wasmlet_agent::node::Reserved;
+
+use super::file::File;
+use super::node::reserved;
+
+/// A reservation enforced on a cgroup of its own (`system-reserved`, `kube-reserved`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedCgroup {
+    /// The field naming the cgroup (`systemReservedCgroup`), for errors.
+    pub field: &'static str,
+    /// The cgroup, as the driver names it.
+    pub cgroup: String,
+    /// What it is limited to.
+    pub reserved: Reserved,
+}
+
+/// The pods' cgroup tree, when `cgroupsPerQOS` is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups {
+    /// `cgroupDriver`.
+    pub driver: Driver,
+    /// `cgroupRoot` (`/` when not given).
+    pub root: String,
+    /// `pods` in `enforceNodeAllocatable`: `kubepods` limited to allocatable, not the
+    /// capacity.
+    pub enforce_pods: bool,
+    /// `system-reserved` / `kube-reserved` in `enforceNodeAllocatable`.
+    pub reserved: Vec<ReservedCgroup>,
+}
+
+/// The tree as configured; `None` with `cgroupsPerQOS: false` (pods go where the
+/// runtime puts them).
+pub(super) fn section(f: &mut File) -> Result<Option<Cgroups>> {
+    let driver = match f.cgroup_driver.as_str() {
+        "cgroupfs" => Driver::Cgroupfs,
+        "systemd" => Driver::Systemd,
+        other => bail!("cgroupDriver: {other:?} must be cgroupfs or systemd"),
+    };
+    let root = match f.cgroup_root.as_str() {
+        "" => "/".to_owned(),
+        r if r.starts_with('/') => r.to_owned(),
+        r => bail!("cgroupRoot: {r:?} must be an absolute cgroup path"),
+    };
+    if driver == Driver::Systemd && root != "/" && !root.trim_end_matches('/').ends_with(".slice") {
+        bail!(
+            "cgroupRoot: {root:?}: with cgroupDriver systemd it must be a slice (such as /wasmlet.slice) or /"
+        );
+    }
+    // `None` (not written) is the kubelet's default; an empty list, or `none`, nothing.
+    let written = f.enforce_node_allocatable.is_some();
+    let enforce: Vec<String> = f
+        .enforce_node_allocatable
+        .take()
+        .unwrap_or_else(|| vec!["pods".into()])
+        .into_iter()
+        .filter(|e| !e.is_empty())
+        .collect();
+    let mut enforce_pods = false;
+    let mut enforced = Vec::new();
+    for key in &enforce {
+        match key.as_str() {
+            "pods" => enforce_pods = true,
+            "system-reserved" => enforced.push(("systemReservedCgroup", "systemReserved")),
+            "kube-reserved" => enforced.push(("kubeReservedCgroup", "kubeReserved")),
+            "none" if enforce.len() == 1 => {}
+            "none" => bail!(
+                "enforceNodeAllocatable: may not contain other enforcements when \"none\" is given"
+            ),
+            other => bail!(
+                "enforceNodeAllocatable: {other:?}: valid options are \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\""
+            ),
+        }
+    }
+    let mut reserved_cgroups = Vec::new();
+    for (field, amounts) in enforced {
+        let (cgroup, map) = match field {
+            "systemReservedCgroup" => (&f.system_reserved_cgroup, &f.system_reserved),
+            _ => (&f.kube_reserved_cgroup, &f.kube_reserved),
+        };
+        if cgroup.is_empty() {
+            bail!(
+                "enforceNodeAllocatable: enforcing {amounts} needs {field}: the cgroup the reservation is enforced on"
+            );
+        }
+        reserved_cgroups.push(ReservedCgroup {
+            field,
+            cgroup: cgroup.clone(),
+            reserved: reserved(amounts, map)?,
+        });
+    }
+    if f.cgroups_per_qos == Some(false) {
+        // The default enforcement has no tree to act on; asking for one is an error.
+        if written && !enforce.is_empty() && enforce != ["none"] {
+            bail!(
+                "enforceNodeAllocatable: not supported unless cgroupsPerQOS is true (set it to [] or \"none\")"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(Cgroups {
+        driver,
+        root,
+        enforce_pods,
+        reserved: reserved_cgroups,
+    }))
+}
