@@ -1,6 +1,7 @@
 //! The agent against the in-process CRI simulator: pods start, report status, crash
 //! loop with the kubelet's back-off, restart on liveness failure, run init containers
-//! in order, stop when removed, and a restarted agent adopts what runs. Time is paused:
+//! in order, stop when removed, and a restarted agent adopts what runs (in the cgroup an
+//! earlier version put it in, too). Time is paused:
 //! back-off and grace periods pass in milliseconds.
 
 mod support;
@@ -27,20 +28,7 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
     // The pods' cgroup tree in a directory laid out as cgroup v1.
     let mut opts = options("basic");
     let cgroup_root = opts.root_dir.join("cgroup");
-    for c in ["cpu", "memory", "pids"] {
-        std::fs::create_dir_all(cgroup_root.join(c)).expect("mkdir");
-    }
-    let setup = Setup {
-        driver: Driver::Cgroupfs,
-        cgroup_root: "/".into(),
-        pids_limit: Some(100),
-        kubepods: (2000, 4 << 30),
-        reserved: Vec::new(),
-    };
-    let tree = PodCgroups::with(CgroupFs::at(&cgroup_root, false), setup, None)
-        .await
-        .expect("tree");
-    opts.pod_cgroups = Some(Arc::new(tree));
+    opts.pod_cgroups = Some(tree_at(&cgroup_root).await);
     let sim = Arc::new(Simulator::new());
     let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
     send(&agent, vec![pod(SLEEPER)]).await;
@@ -286,24 +274,25 @@ async fn a_failing_liveness_probe_restarts_the_container() {
     agent.shutdown().await;
 }
 
+/// An agent on `sim` running the sleeper pod, and the pod once Running.
+async fn run_sleeper(sim: &Arc<Simulator>, opts: AgentOptions) -> (Agent<Simulator>, k8s::Pod) {
+    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let running = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    (agent, running)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
     let sim = Arc::new(Simulator::new());
     let opts = options("adopt");
-    let agent = Agent::start(sim.clone(), opts.clone(), Arc::new(ExecChecker), None, None);
-    send(&agent, vec![pod(SLEEPER)]).await;
-    let before = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
-        phase(p) == "Running"
-    })
-    .await;
+    let (agent, before) = run_sleeper(&sim, opts.clone()).await;
     agent.shutdown().await;
 
-    let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
-    send(&agent, vec![pod(SLEEPER)]).await;
-    let after = wait_for(&agent, "sleeper", "Running", Duration::from_secs(5), |p| {
-        phase(p) == "Running"
-    })
-    .await;
+    let (agent, after) = run_sleeper(&sim, opts).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(before.metadata.uid, after.metadata.uid);
     assert_eq!(
@@ -313,6 +302,80 @@ async fn a_restarted_agent_adopts_running_pods_without_restarting_them() {
     );
     assert_eq!(container(&after, "main").restart_count, 0);
     assert_eq!(sim.counts(), (1, 1));
+    agent.shutdown().await;
+}
+
+/// The tree on a directory laid out as cgroup v1.
+async fn tree_at(root: &std::path::Path) -> Arc<PodCgroups> {
+    for c in ["cpu", "memory", "pids"] {
+        std::fs::create_dir_all(root.join(c)).expect("mkdir");
+    }
+    let setup = Setup {
+        driver: Driver::Cgroupfs,
+        cgroup_root: "/".into(),
+        pids_limit: Some(100),
+        kubepods: (2000, 4 << 30),
+        reserved: Vec::new(),
+    };
+    let tree = PodCgroups::with(CgroupFs::at(root, false), setup, None)
+        .await
+        .expect("tree");
+    Arc::new(tree)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_an_earlier_version_put_in_its_cgroup_stays_there_and_leaves_cleanly() {
+    let sim = Arc::new(Simulator::new());
+    let mut opts = options("migrate");
+    let cgroups = opts.root_dir.join("cgroup");
+    opts.pod_cgroups = Some(tree_at(&cgroups).await);
+    let (agent, before) = run_sleeper(&sim, opts.clone()).await;
+    agent.shutdown().await;
+    // As an earlier wasmlet left it: the pod's cgroup in /wasmlet/pod<uid>.
+    let uid = before.metadata.uid.clone().expect("uid");
+    for c in ["cpu", "memory", "pids"] {
+        let legacy = cgroups.join(c).join("wasmlet");
+        std::fs::create_dir_all(&legacy).expect("mkdir");
+        std::fs::rename(
+            cgroups
+                .join(c)
+                .join(format!("kubepods/besteffort/pod{uid}")),
+            legacy.join(format!("pod{uid}")),
+        )
+        .expect("move");
+    }
+
+    // Upgraded: the pod is adopted where it runs, housekeeping leaves its cgroup alone.
+    opts.pod_cgroups = Some(tree_at(&cgroups).await);
+    let (agent, after) = run_sleeper(&sim, opts).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        container(&before, "main").container_id,
+        container(&after, "main").container_id
+    );
+    let legacy = cgroups.join(format!("pids/wasmlet/pod{uid}"));
+    assert!(
+        legacy.is_dir(),
+        "housekeeping kept the running pod's cgroup"
+    );
+    assert!(
+        !cgroups
+            .join(format!("pids/kubepods/besteffort/pod{uid}"))
+            .exists()
+    );
+    let tree = agent.ctx.node.pod_cgroups.clone().expect("tree");
+    assert_eq!(tree.pod_cgroup(&uid), Some(format!("/wasmlet/pod{uid}")));
+
+    // Removed, it leaves from there.
+    send(&agent, vec![]).await;
+    let started = tokio::time::Instant::now();
+    while sim.counts() != (0, 0) || legacy.exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "not removed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for c in ["cpu", "memory", "pids"] {
+        assert!(!cgroups.join(c).join(format!("wasmlet/pod{uid}")).exists());
+    }
     agent.shutdown().await;
 }
 
