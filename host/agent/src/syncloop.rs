@@ -420,13 +420,13 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             if let Some(cgroups) = self.ctx.node.pod_cgroups.clone() {
                 // Pod cgroups left by pods that are gone (removed while the agent was
                 // down, or still busy when their pod was cleaned up).
+                let active = self.config.pods();
                 let known: HashSet<String> = runtime_pods
                     .iter()
                     .map(|rt| rt.uid.clone())
-                    .chain(self.config.pods().iter().map(|p| pod::uid(p).to_owned()))
+                    .chain(active.iter().map(|p| pod::uid(p).to_owned()))
                     .chain(self.workers.uids())
                     .collect();
-                let active = self.config.pods();
                 tokio::spawn(async move {
                     for uid in cgroups.pods().into_iter().filter(|u| !known.contains(u)) {
                         if cgroups.remove(&uid).await.is_empty() {
@@ -434,7 +434,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                         }
                     }
                     // The tiers as the pods the node runs make them (the kubelet's
-                    // periodic QoS update).
+                    // periodic QoS update, once a minute).
                     if let Err(e) = cgroups.reconcile(&active).await {
                         warn!("updating the QoS cgroups: {e}");
                     }

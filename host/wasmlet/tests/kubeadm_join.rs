@@ -76,8 +76,16 @@ fn kubeadm_config(dir: &Path) -> String {
 }
 
 /// `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS`, the
-/// binary called through a `kubelet` symlink.
+/// binary called through a `kubelet` symlink, with `KUBELET_EXTRA_ARGS` [`EXTRA`].
 fn start_kubelet(dir: &Path, endpoint: &str, run: usize) -> Agent {
+    start_kubelet_with(dir, endpoint, run, EXTRA)
+}
+
+/// `KUBELET_EXTRA_ARGS`: kubeadm writes `cgroupDriver: systemd`; this machine runs no
+/// systemd and its containerd uses cgroupfs (the kubelet needs the same flag here).
+const EXTRA: &[&str] = &["--cgroup-driver=cgroupfs"];
+
+fn start_kubelet_with(dir: &Path, endpoint: &str, run: usize, extra: &[&str]) -> Agent {
     let kubelet = dir.join("bin/kubelet");
     if !kubelet.exists() {
         std::fs::create_dir_all(dir.join("bin")).expect("bin");
@@ -99,6 +107,7 @@ fn start_kubelet(dir: &Path, endpoint: &str, run: usize) -> Agent {
         .arg("--hostname-override=worker-1")
         .arg("--node-ip=127.0.0.1")
         .arg("--v=2")
+        .args(extra)
         .env(
             "WASMLET_PLUGIN_DIR",
             wasmlet_plugin_host::dev::shipped_plugin("source-file")
@@ -277,5 +286,54 @@ async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file
     assert!(
         !log.contains("not implemented by wasmlet"),
         "kubeadm's file passes quietly:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_systemd_kubeadms_cgroup_driver_stops_the_start_naming_the_field() {
+    if Path::new("/run/systemd/system").exists() {
+        eprintln!("skipped: systemd runs here");
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = ApiServerSim::new();
+    let served = api
+        .serve_tls("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    kubeadm_init(&api);
+    let dir = tempdir("no-systemd");
+    let ca = api.cluster_ca_pem().expect("ca");
+    std::fs::create_dir_all(dir.join("manifests")).expect("manifests");
+    wasmlet_apiserver_sim::write_bootstrap_kubeconfig(
+        &dir.join("bootstrap-kubelet.conf"),
+        &served.url(),
+        &ca,
+        "abcdef.0123456789abcdef",
+    )
+    .expect("bootstrap-kubelet.conf");
+    std::fs::write(dir.join("config.yaml"), kubeadm_config(&dir)).expect("config.yaml");
+    let mut agent = start_kubelet_with(&dir, "unix:///nonexistent.sock", 1, &[]);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = agent.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still running\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success());
+    let log = agent.log();
+    assert!(
+        log.contains("cgroupDriver: systemd: cannot reach systemd over D-Bus"),
+        "{log}"
+    );
+    assert!(
+        csrs(&api, "kubernetes.io/kube-apiserver-client-kubelet").is_empty(),
+        "nothing asked of the cluster first"
     );
 }

@@ -86,7 +86,13 @@ pub struct PodCgroups {
     burstable_shares: Mutex<Option<u64>>,
     /// Where each pod's cgroup is (cgroupfs path), once known.
     places: Mutex<HashMap<String, String>>,
+    /// When [`PodCgroups::reconcile`] last went through the pods.
+    reconciled: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the tiers are recomputed from every pod (the kubelet's periodic QoS update):
+/// between times the pods' own starts and removals keep them.
+pub const RECONCILE_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl PodCgroups {
     /// Makes the tree on `fs` as `setup` says: `kubepods` (with allocatable), the tiers,
@@ -143,6 +149,7 @@ impl PodCgroups {
             burstable: Mutex::default(),
             burstable_shares: Mutex::default(),
             places: Mutex::default(),
+            reconciled: Mutex::default(),
         };
         cgroups.make_tree(&setup).await?;
         Ok(cgroups)
@@ -270,8 +277,16 @@ impl PodCgroups {
     }
 
     /// The tiers as the active `pods` make them (the kubelet's periodic update): the
-    /// burstable tier's shares from the Burstable pods among them.
+    /// burstable tier's shares from the Burstable pods among them. Goes through the
+    /// pods at most once a [`RECONCILE_PERIOD`]: housekeeping calls it every pass.
     pub async fn reconcile(&self, pods: &[std::sync::Arc<k8s::Pod>]) -> Result<(), String> {
+        {
+            let mut last = lock(&self.reconciled);
+            if last.is_some_and(|t| t.elapsed() < RECONCILE_PERIOD) {
+                return Ok(());
+            }
+            *last = Some(std::time::Instant::now());
+        }
         let burstable: BTreeMap<String, u64> = pods
             .iter()
             .filter(|p| Qos::from_class(crate::status::qos_class(p)) == Qos::Burstable)

@@ -139,6 +139,9 @@ async fn run_agent(
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let facts = node::facts(&config);
+    // First: what the node cannot do (a reserved cgroup missing, systemd unreachable
+    // under its driver) stops the start before anything is asked of the cluster.
+    let pod_cgroups = node::pod_cgroups(&config, &facts).await?;
     let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
     // The API server's credentials (TLS bootstrap: one CSR round trip) while the plugins
     // compile.
@@ -174,8 +177,8 @@ async fn run_agent(
         recorder
             .clone()
             .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>),
-    )
-    .await?;
+        pod_cgroups,
+    );
     let registry = metrics(&agent, recorder.as_deref(), &loaded);
     let stats = housekeeping(&config, &agent, &pressure);
     let serving = server::Serving {

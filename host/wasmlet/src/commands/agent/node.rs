@@ -64,7 +64,8 @@ pub(super) fn admission(
 
 /// Starts the agent: its pod sources (the API server's in cluster mode, the plugins'),
 /// probes through the plugins, events to `events`, pods in the cgroup tree.
-pub(super) async fn start(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn start(
     config: &Config,
     runtime: Arc<CriClient>,
     facts: NodeFacts,
@@ -72,8 +73,8 @@ pub(super) async fn start(
     admission: Admission,
     cluster: Option<&kube::Client>,
     events: Option<Arc<dyn wasmlet_agent::events::Recorder>>,
-) -> Result<Arc<Agent<CriClient>>> {
-    let pod_cgroups = pod_cgroups(config, &facts).await?;
+    pod_cgroups: Option<Arc<PodCgroups>>,
+) -> Arc<Agent<CriClient>> {
     let start_parallelism = config.start_parallelism(facts.cpus);
     let options = AgentOptions {
         node: facts,
@@ -102,13 +103,13 @@ pub(super) async fn start(
         start_parallelism,
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
-    Ok(Arc::new(Agent::start(
+    Arc::new(Agent::start(
         runtime,
         options,
         checker,
         Some(admission),
         Some(loaded.sources.clone()),
-    )))
+    ))
 }
 
 /// The pods' cgroup tree as configured: `kubepods` with allocatable (capacity when
@@ -116,7 +117,10 @@ pub(super) async fn start(
 /// this process cannot make cgroups (no cgroup filesystem, not root) pods go where the
 /// runtime puts them, with a warning; what the kubelet refuses (a reserved cgroup that
 /// does not exist, systemd unreachable under its driver) stops the start.
-async fn pod_cgroups(config: &Config, facts: &NodeFacts) -> Result<Option<Arc<PodCgroups>>> {
+pub(super) async fn pod_cgroups(
+    config: &Config,
+    facts: &NodeFacts,
+) -> Result<Option<Arc<PodCgroups>>> {
     let Some(tree) = &config.cgroups else {
         return Ok(None);
     };
