@@ -181,8 +181,17 @@ async fn handshake(ca_pem: &str, port: u16, name: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file() {
+/// A control plane as `kubeadm init` leaves it for joining nodes, served over HTTPS,
+/// and a node's directory as `kubeadm join` leaves it: the cluster CA, the bootstrap
+/// kubeconfig with a bootstrap token, kubeadm's KubeletConfiguration.
+struct Joining {
+    api: ApiServerSim,
+    _served: wasmlet_apiserver_sim::Served,
+    dir: PathBuf,
+    ca: String,
+}
+
+async fn joining(name: &str) -> Joining {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = ApiServerSim::new();
     let served = api
@@ -190,7 +199,7 @@ async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file
         .await
         .expect("serve");
     kubeadm_init(&api);
-    let dir = tempdir("join");
+    let dir = tempdir(name);
     let ca = api.cluster_ca_pem().expect("ca");
     std::fs::create_dir_all(dir.join("pki")).expect("pki");
     std::fs::create_dir_all(dir.join("manifests")).expect("manifests");
@@ -203,6 +212,22 @@ async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file
     )
     .expect("bootstrap-kubelet.conf");
     std::fs::write(dir.join("config.yaml"), kubeadm_config(&dir)).expect("config.yaml");
+    Joining {
+        api,
+        _served: served,
+        dir,
+        ca,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeadm_node_joins_through_tls_bootstrap_with_kubeadms_flags_and_file() {
+    let Joining {
+        api,
+        _served,
+        dir,
+        ca,
+    } = joining("join").await;
     let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
         .await
         .expect("simulator");
@@ -295,24 +320,9 @@ async fn without_systemd_kubeadms_cgroup_driver_stops_the_start_naming_the_field
         eprintln!("skipped: systemd runs here");
         return;
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServerSim::new();
-    let served = api
-        .serve_tls("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("serve");
-    kubeadm_init(&api);
-    let dir = tempdir("no-systemd");
-    let ca = api.cluster_ca_pem().expect("ca");
-    std::fs::create_dir_all(dir.join("manifests")).expect("manifests");
-    wasmlet_apiserver_sim::write_bootstrap_kubeconfig(
-        &dir.join("bootstrap-kubelet.conf"),
-        &served.url(),
-        &ca,
-        "abcdef.0123456789abcdef",
-    )
-    .expect("bootstrap-kubelet.conf");
-    std::fs::write(dir.join("config.yaml"), kubeadm_config(&dir)).expect("config.yaml");
+    let Joining {
+        api, _served, dir, ..
+    } = joining("no-systemd").await;
     let mut agent = start_kubelet_with(&dir, "unix:///nonexistent.sock", 1, &[]);
     let started = Instant::now();
     let status = loop {
