@@ -157,14 +157,30 @@ impl PodCgroups {
 
     async fn make_tree(&self, setup: &Setup) -> Result<(), StartError> {
         let (cpu, memory) = setup.kubepods;
-        let kubepods = Settings {
+        let shares = Settings {
             cpu_shares: Some(values::milli_cpu_to_shares(cpu)),
-            memory: Some(Max::Of(memory)),
             ..Settings::default()
         };
-        self.apply(&self.kubepods, &kubepods).await.map_err(|e| {
+        self.apply(&self.kubepods, &shares).await.map_err(|e| {
             StartError::Unavailable(format!("making {}: {e}", self.name(&self.kubepods)))
         })?;
+        // A limit below what the pods already use is refused by the kernel (an upgrade
+        // with a larger reservation): said, and the pods keep running, as with the
+        // kubelet (which retries; so does the next start).
+        let limit = Settings {
+            memory: Some(if memory > 0 {
+                Max::Of(memory)
+            } else {
+                Max::Unlimited
+            }),
+            ..Settings::default()
+        };
+        if let Err(e) = self.apply(&self.kubepods, &limit).await {
+            tracing::warn!(
+                cgroup = %self.name(&self.kubepods),
+                "node allocatable memory not enforced: {e}"
+            );
+        }
         for (qos, shares) in [
             (Qos::Burstable, values::MIN_SHARES),
             (Qos::BestEffort, values::BESTEFFORT_SHARES),

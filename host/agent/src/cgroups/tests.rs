@@ -102,6 +102,19 @@ async fn the_tree_carries_allocatable_and_each_class_goes_to_its_tier() {
 }
 
 #[tokio::test]
+async fn a_refused_allocatable_limit_is_said_and_the_tree_is_still_made() {
+    let root = v1_root("refused");
+    // The kernel refuses a limit below the pods' usage; here the file cannot be written.
+    std::fs::create_dir_all(root.join("memory/kubepods/memory.limit_in_bytes")).expect("mkdir");
+    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
+        .await
+        .expect("the tree without the limit");
+    assert_eq!(read(&root.join("cpu/kubepods/cpu.shares")), "1536");
+    cg.ensure(&pod("e", "{}")).await.expect("pods still go in");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
 async fn pods_of_an_earlier_wasmlet_are_found_and_removed_where_they_run() {
     let root = v1_root("legacy");
     // What the pod-level cgroups of an earlier version left: /wasmlet/pod<uid> (the
@@ -327,6 +340,8 @@ mod systemd_bus {
         assert_eq!(
             starts,
             [
+                // Its shares, then its memory limit (which may be refused alone).
+                "kubepods.slice replace",
                 "kubepods.slice replace",
                 "kubepods-burstable.slice replace",
                 "kubepods-besteffort.slice replace",
