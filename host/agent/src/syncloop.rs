@@ -428,7 +428,12 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                     .chain(self.workers.uids())
                     .collect();
                 tokio::spawn(async move {
-                    for uid in cgroups.pods().into_iter().filter(|u| !known.contains(u)) {
+                    // Listing every hierarchy's tiers is blocking file-system work.
+                    let listing = cgroups.clone();
+                    let Ok(pods) = tokio::task::spawn_blocking(move || listing.pods()).await else {
+                        return;
+                    };
+                    for uid in pods.into_iter().filter(|u| !known.contains(u)) {
                         if cgroups.remove(&uid).await.is_empty() {
                             info!(uid = %uid, "removed the cgroup of a pod that is gone");
                         }

@@ -314,8 +314,10 @@ async fn tree_at(root: &std::path::Path) -> Arc<PodCgroups> {
         driver: Driver::Cgroupfs,
         cgroup_root: "/".into(),
         pids_limit: Some(100),
-        kubepods: (2000, 4 << 30),
-        reserved: Vec::new(),
+        capacity: (2000, 4 << 30),
+        reserved: (0, 0),
+        enforce_pods: true,
+        reserved_cgroups: Vec::new(),
     };
     let tree = PodCgroups::with(CgroupFs::at(root, false), setup, None)
         .await

@@ -64,10 +64,15 @@ pub struct Setup {
     pub cgroup_root: String,
     /// `podPidsLimit`.
     pub pids_limit: Option<u64>,
-    /// `kubepods`' CPU (millicores) and memory: allocatable when enforced, else capacity.
-    pub kubepods: (u64, u64),
+    /// The node's CPU (millicores) and memory.
+    pub capacity: (u64, u64),
+    /// `kubeReserved` plus `systemReserved`: CPU (millicores) and memory.
+    pub reserved: (u64, u64),
+    /// `pods` in `enforceNodeAllocatable`: `kubepods` carries the capacity less
+    /// `reserved` (else the capacity).
+    pub enforce_pods: bool,
     /// Reservations enforced on cgroups of their own.
-    pub reserved: Vec<ReservedCgroup>,
+    pub reserved_cgroups: Vec<ReservedCgroup>,
 }
 
 /// The node's pod cgroups.
@@ -118,8 +123,10 @@ impl PodCgroups {
             driver: Driver::Cgroupfs,
             cgroup_root: "/".into(),
             pids_limit: None,
-            kubepods: (cpus.saturating_mul(1000), memory),
-            reserved: Vec::new(),
+            capacity: (cpus.saturating_mul(1000), memory),
+            reserved: (0, 0),
+            enforce_pods: true,
+            reserved_cgroups: Vec::new(),
         };
         Self::with(fs, setup, None).await
     }
@@ -130,15 +137,9 @@ impl PodCgroups {
         setup: Setup,
         systemd: Option<Systemd>,
     ) -> Result<PodCgroups, StartError> {
-        let legacy = CgroupName::kubepods(&setup.cgroup_root)
-            .parts()
-            .split_last()
-            .map(|(_, root)| {
-                let mut parts = root.to_vec();
-                parts.push(LEGACY_PARENT.into());
-                CgroupName::from_parts(parts).to_cgroupfs()
-            })
-            .unwrap_or_default();
+        let legacy = CgroupName::parse(Driver::Cgroupfs, &setup.cgroup_root)
+            .child(LEGACY_PARENT)
+            .to_cgroupfs();
         let cgroups = PodCgroups {
             fs,
             driver: setup.driver,
@@ -156,9 +157,15 @@ impl PodCgroups {
     }
 
     async fn make_tree(&self, setup: &Setup) -> Result<(), StartError> {
-        let (cpu, memory) = setup.kubepods;
+        let (shares, memory) = values::kubepods(
+            setup.capacity.0,
+            setup.capacity.1,
+            setup.reserved.0,
+            setup.reserved.1,
+            setup.enforce_pods,
+        );
         let shares = Settings {
-            cpu_shares: Some(values::milli_cpu_to_shares(cpu)),
+            cpu_shares: Some(shares),
             ..Settings::default()
         };
         self.apply(&self.kubepods, &shares).await.map_err(|e| {
@@ -168,11 +175,7 @@ impl PodCgroups {
         // with a larger reservation): said, and the pods keep running, as with the
         // kubelet (which retries; so does the next start).
         let limit = Settings {
-            memory: Some(if memory > 0 {
-                Max::Of(memory)
-            } else {
-                Max::Unlimited
-            }),
+            memory: Some(Max::from_option((memory > 0).then_some(memory))),
             ..Settings::default()
         };
         if let Err(e) = self.apply(&self.kubepods, &limit).await {
@@ -195,7 +198,7 @@ impl PodCgroups {
             })?;
         }
         *lock(&self.burstable_shares) = Some(values::MIN_SHARES);
-        for r in &setup.reserved {
+        for r in &setup.reserved_cgroups {
             self.enforce_reserved(r).map_err(StartError::Refused)?;
         }
         Ok(())
@@ -204,14 +207,7 @@ impl PodCgroups {
     /// Limits an existing reserved cgroup, as the kubelet: one that does not exist is an
     /// error naming its field.
     fn enforce_reserved(&self, r: &ReservedCgroup) -> Result<(), String> {
-        let path = match self.driver {
-            Driver::Cgroupfs => r.cgroup.clone(),
-            Driver::Systemd => CgroupName::kubepods_in(Driver::Systemd, &r.cgroup)
-                .parts()
-                .split_last()
-                .map(|(_, p)| CgroupName::from_parts(p.to_vec()).to_systemd())
-                .unwrap_or_default(),
-        };
+        let path = CgroupName::parse(self.driver, &r.cgroup).to_driver(self.driver);
         if !self.fs.exists(&path) {
             return Err(format!(
                 "{}: {:?}: the cgroup does not exist (the kubelet enforces reservations on existing cgroups only)",
@@ -220,21 +216,12 @@ impl PodCgroups {
         }
         let settings = Settings {
             cpu_shares: Some(values::milli_cpu_to_shares(r.cpu_milli)),
-            memory: Some(if r.memory > 0 {
-                Max::Of(r.memory)
-            } else {
-                Max::Unlimited
-            }),
+            memory: Some(Max::from_option((r.memory > 0).then_some(r.memory))),
             ..Settings::default()
         };
         self.fs
             .write(&path, &settings)
             .map_err(|e| format!("{}: {:?}: {e}", r.field, r.cgroup))
-    }
-
-    /// The cgroup filesystem it writes.
-    pub fn fs(&self) -> &CgroupFs {
-        &self.fs
     }
 
     /// `kubepods`' path in the cgroup filesystem (the Summary's `pods` container).

@@ -46,9 +46,11 @@ pub type Property = (&'static str, Prop);
 /// The parent slice of `name`'s slice: `kubepods-burstable.slice` for a burstable pod,
 /// the root slice `-.slice` for `kubepods`.
 pub fn parent_unit(name: &CgroupName) -> String {
-    match name.parts().split_last() {
-        Some((_, rest)) if !rest.is_empty() => CgroupName::from_parts(rest.to_vec()).systemd_unit(),
-        _ => "-.slice".into(),
+    let parent = name.parent();
+    if parent.parts().is_empty() {
+        "-.slice".into()
+    } else {
+        parent.systemd_unit()
     }
 }
 

@@ -35,17 +35,24 @@ fn setup(driver: Driver) -> Setup {
         driver,
         cgroup_root: "/".into(),
         pids_limit: Some(1024),
-        kubepods: (1500, 3 << 30),
-        reserved: Vec::new(),
+        capacity: (2000, 4 << 30),
+        reserved: (500, 1 << 30),
+        enforce_pods: true,
+        reserved_cgroups: Vec::new(),
     }
+}
+
+/// The tree of [`setup`] with the cgroupfs driver on `root`, laid out as v1 or v2.
+async fn tree(root: &Path, v2: bool) -> PodCgroups {
+    PodCgroups::with(CgroupFs::at(root, v2), setup(Driver::Cgroupfs), None)
+        .await
+        .expect("tree")
 }
 
 #[tokio::test]
 async fn the_tree_carries_allocatable_and_each_class_goes_to_its_tier() {
     let root = v1_root("tree");
-    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
-        .await
-        .expect("tree");
+    let cg = tree(&root, false).await;
     assert_eq!(read(&root.join("cpu/kubepods/cpu.shares")), "1536");
     assert_eq!(
         read(&root.join("memory/kubepods/memory.limit_in_bytes")),
@@ -106,9 +113,8 @@ async fn a_refused_allocatable_limit_is_said_and_the_tree_is_still_made() {
     let root = v1_root("refused");
     // The kernel refuses a limit below the pods' usage; here the file cannot be written.
     std::fs::create_dir_all(root.join("memory/kubepods/memory.limit_in_bytes")).expect("mkdir");
-    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
-        .await
-        .expect("the tree without the limit");
+    // Made without the limit.
+    let cg = tree(&root, false).await;
     assert_eq!(read(&root.join("cpu/kubepods/cpu.shares")), "1536");
     cg.ensure(&pod("e", "{}")).await.expect("pods still go in");
     let _ = std::fs::remove_dir_all(&root);
@@ -122,9 +128,7 @@ async fn pods_of_an_earlier_wasmlet_are_found_and_removed_where_they_run() {
     for c in ["cpu", "memory", "pids", "cpuset"] {
         std::fs::create_dir_all(root.join(c).join("wasmlet/podold/c1")).expect("mkdir");
     }
-    let cg = PodCgroups::with(CgroupFs::at(&root, false), setup(Driver::Cgroupfs), None)
-        .await
-        .expect("tree");
+    let cg = tree(&root, false).await;
     cg.ensure(&pod("new", "{}")).await.expect("ensure");
     assert_eq!(cg.pods(), ["new", "old"]);
     assert_eq!(cg.pod_cgroup("old").as_deref(), Some("/wasmlet/podold"));
@@ -140,7 +144,7 @@ async fn pods_of_an_earlier_wasmlet_are_found_and_removed_where_they_run() {
 async fn a_reservation_is_enforced_on_its_cgroup_which_must_exist() {
     let root = v1_root("reserved");
     let mut s = setup(Driver::Cgroupfs);
-    s.reserved = vec![ReservedCgroup {
+    s.reserved_cgroups = vec![ReservedCgroup {
         field: "systemReservedCgroup",
         cgroup: "/system.slice".into(),
         cpu_milli: 500,
@@ -174,9 +178,7 @@ async fn a_reservation_is_enforced_on_its_cgroup_which_must_exist() {
 async fn cgroup_v2_gets_weights_and_the_unified_limits() {
     let root = tempdir("v2");
     std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").expect("write");
-    let cg = PodCgroups::with(CgroupFs::at(&root, true), setup(Driver::Cgroupfs), None)
-        .await
-        .expect("tree");
+    let cg = tree(&root, true).await;
     assert_eq!(read(&root.join("kubepods/cpu.weight")), "59");
     assert_eq!(
         read(&root.join("kubepods/memory.max")),

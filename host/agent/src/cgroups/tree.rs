@@ -53,39 +53,50 @@ impl Qos {
 pub struct CgroupName(Vec<String>);
 
 impl CgroupName {
+    /// A cgroup as `driver` writes it, as the kubelet parses one: a cgroupfs path's
+    /// components, or a slice path's last slice split at `-` with `_` read back as `-`
+    /// (`/wasmlet.slice` → `wasmlet`); `/` and `-.slice` are the root.
+    pub fn parse(driver: Driver, path: &str) -> CgroupName {
+        let parts = match driver {
+            Driver::Cgroupfs => path
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            Driver::Systemd => {
+                let last = path.trim_end_matches('/').rsplit('/').next();
+                match last.and_then(|l| l.strip_suffix(".slice")) {
+                    Some(stem) if stem != "-" => {
+                        stem.split('-').map(|p| p.replace('_', "-")).collect()
+                    }
+                    _ => Vec::new(),
+                }
+            }
+        };
+        CgroupName(parts)
+    }
+
     /// `kubepods` under `cgroupRoot` (`/` or a cgroupfs path such as `/nodes/a`).
     pub fn kubepods(cgroup_root: &str) -> CgroupName {
-        let mut parts: Vec<String> = cgroup_root
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .map(str::to_owned)
-            .collect();
-        parts.push("kubepods".into());
-        CgroupName(parts)
+        CgroupName::kubepods_in(Driver::Cgroupfs, cgroup_root)
     }
 
     /// `kubepods` under `cgroupRoot` as `driver` writes it: a cgroupfs path, or a slice
     /// (`/wasmlet.slice` → `wasmlet-kubepods.slice`; `/` the root slice).
     pub fn kubepods_in(driver: Driver, cgroup_root: &str) -> CgroupName {
-        match driver {
-            Driver::Cgroupfs => CgroupName::kubepods(cgroup_root),
-            Driver::Systemd => {
-                let last = cgroup_root.trim_end_matches('/').rsplit('/').next();
-                let mut parts: Vec<String> = match last.and_then(|l| l.strip_suffix(".slice")) {
-                    Some(stem) if stem != "-" => {
-                        stem.split('-').map(|p| p.replace('_', "-")).collect()
-                    }
-                    _ => Vec::new(),
-                };
-                parts.push("kubepods".into());
-                CgroupName(parts)
-            }
-        }
+        CgroupName::parse(driver, cgroup_root).child("kubepods")
     }
 
-    /// A name from its components.
-    pub fn from_parts(parts: Vec<String>) -> CgroupName {
+    /// The cgroup `name` directly below this one.
+    pub fn child(&self, name: &str) -> CgroupName {
+        let mut parts = self.0.clone();
+        parts.push(name.to_owned());
         CgroupName(parts)
+    }
+
+    /// The cgroup this one is in (the root's is the root).
+    pub fn parent(&self) -> CgroupName {
+        CgroupName(self.0[..self.0.len().saturating_sub(1)].to_vec())
     }
 
     /// The tier of `qos` (`kubepods` itself for Guaranteed).
@@ -97,9 +108,7 @@ impl CgroupName {
 
     /// Pod `uid`'s cgroup in its tier.
     pub fn pod(&self, qos: Qos, uid: &str) -> CgroupName {
-        let mut tier = self.tier(qos);
-        tier.0.push(format!("pod{uid}"));
-        tier
+        self.tier(qos).child(&format!("pod{uid}"))
     }
 
     /// The components.

@@ -280,11 +280,12 @@ fn resources(
     let cpu_request = get(&res.requests, "cpu", 3).or(cpu_limit);
     let memory_limit = get(&res.limits, "memory", 0);
     let memory_request = get(&res.requests, "memory", 0).or(memory_limit);
-    let period = 100_000i64;
-    let shares = cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2));
-    let quota = cpu_limit.map_or(0, |m| {
-        (i64::try_from(m).unwrap_or(i64::MAX) * period / 1000).max(1000)
-    });
+    use crate::cgroups::values::{QUOTA_PERIOD, milli_cpu_to_quota, milli_cpu_to_shares};
+    let period = i64::try_from(QUOTA_PERIOD).unwrap_or(100_000);
+    let shares = milli_cpu_to_shares(cpu_request.unwrap_or(0));
+    let quota = cpu_limit
+        .and_then(|m| milli_cpu_to_quota(m, QUOTA_PERIOD))
+        .unwrap_or(0);
     let oom_score_adj = match qos_class(pod) {
         "Guaranteed" => -997,
         "BestEffort" => 1000,

@@ -66,8 +66,18 @@ pub(super) fn section(f: &mut File) -> Result<Option<Cgroups>> {
     for key in &enforce {
         match key.as_str() {
             "pods" => enforce_pods = true,
-            "system-reserved" => enforced.push(("systemReservedCgroup", "systemReserved")),
-            "kube-reserved" => enforced.push(("kubeReservedCgroup", "kubeReserved")),
+            "system-reserved" => enforced.push((
+                "systemReservedCgroup",
+                &f.system_reserved_cgroup,
+                "systemReserved",
+                &f.system_reserved,
+            )),
+            "kube-reserved" => enforced.push((
+                "kubeReservedCgroup",
+                &f.kube_reserved_cgroup,
+                "kubeReserved",
+                &f.kube_reserved,
+            )),
             "none" if enforce.len() == 1 => {}
             "none" => bail!(
                 "enforceNodeAllocatable: may not contain other enforcements when \"none\" is given"
@@ -78,11 +88,7 @@ pub(super) fn section(f: &mut File) -> Result<Option<Cgroups>> {
         }
     }
     let mut reserved_cgroups = Vec::new();
-    for (field, amounts) in enforced {
-        let (cgroup, map) = match field {
-            "systemReservedCgroup" => (&f.system_reserved_cgroup, &f.system_reserved),
-            _ => (&f.kube_reserved_cgroup, &f.kube_reserved),
-        };
+    for (field, cgroup, amounts, map) in enforced {
         if cgroup.is_empty() {
             bail!(
                 "enforceNodeAllocatable: enforcing {amounts} needs {field}: the cgroup the reservation is enforced on"

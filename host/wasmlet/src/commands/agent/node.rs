@@ -124,21 +124,14 @@ pub(super) async fn pod_cgroups(
     let Some(tree) = &config.cgroups else {
         return Ok(None);
     };
-    let capacity = (facts.cpus.saturating_mul(1000), facts.memory_bytes);
-    let kubepods = if tree.enforce_pods {
-        (
-            capacity.0.saturating_sub(config.reserved.cpu_millis),
-            capacity.1.saturating_sub(config.reserved.memory_bytes),
-        )
-    } else {
-        capacity
-    };
     let setup = Setup {
         driver: tree.driver,
         cgroup_root: tree.root.clone(),
         pids_limit: config.pod_pids_limit,
-        kubepods,
-        reserved: tree
+        capacity: (facts.cpus.saturating_mul(1000), facts.memory_bytes),
+        reserved: (config.reserved.cpu_millis, config.reserved.memory_bytes),
+        enforce_pods: tree.enforce_pods,
+        reserved_cgroups: tree
             .reserved
             .iter()
             .map(|r| ReservedCgroup {
