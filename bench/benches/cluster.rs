@@ -390,6 +390,7 @@ async fn queued_events(n: usize, doomed: bool) -> (HashMap<String, Duration>, u6
         reason: "Started".into(),
         message: format!("Started container c of {pod}"),
         time: std::time::SystemTime::now(),
+        regarding: None,
     };
     let queued = Instant::now();
     for i in 0..n {

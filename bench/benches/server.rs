@@ -208,6 +208,7 @@ fn https(port: u16, token: Option<&str>) -> kube::Client {
     let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("url"));
     config.accept_invalid_certs = true;
     config.auth_info.token = token.map(|t| t.to_owned().into());
+    wasmlet_cluster::connect::install_crypto_provider();
     kube::Client::try_from(config).expect("client")
 }
 
@@ -595,6 +596,7 @@ async fn exec_round_trip(n: &Node, port: u16) {
             .await
             .expect("exec");
         let base = &url[..url.find("/exec/").expect("an exec URL")];
+        wasmlet_cluster::connect::install_crypto_provider();
         kube::Client::try_from(kube::Config::new(base.parse().expect("url"))).expect("client")
     };
     let direct = time_async(budget, || async {
@@ -672,6 +674,7 @@ async fn auth_overhead(n: &Node, open_port: u16) {
     let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
         .await
         .expect("config");
+    wasmlet_cluster::connect::install_crypto_provider();
     let reviews = Arc::new(ApiReviews::new(
         kube::Client::try_from(config).expect("client"),
     ));

@@ -30,6 +30,25 @@ impl fmt::Display for Kind {
     }
 }
 
+/// A cluster-scoped object an event is about instead of a pod (a WasmletPlugin), and
+/// the controller that reports it. Its events live in `default`, as a Node's do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regarding {
+    /// `group/version` of the object.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+    /// Who reports (the event's `reportingController` and source component).
+    pub controller: String,
+}
+
+/// The namespace of events about cluster-scoped objects.
+pub const CLUSTER_EVENTS_NAMESPACE: &str = "default";
+
 /// One event about a pod, or one of its containers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -49,6 +68,9 @@ pub struct Event {
     pub message: String,
     /// When.
     pub time: std::time::SystemTime,
+    /// The object the event is about when it is not a pod (`pod` then holds its
+    /// name and UID in [`CLUSTER_EVENTS_NAMESPACE`]).
+    pub regarding: Option<Regarding>,
 }
 
 impl Event {
@@ -78,6 +100,25 @@ impl Event {
             reason: reason.to_owned(),
             message,
             time: std::time::SystemTime::now(),
+            regarding: None,
+        }
+    }
+
+    /// An event about `object`, not a pod.
+    pub fn regarding(object: Regarding, kind: Kind, reason: &str, message: String) -> Self {
+        Event {
+            pod: PodKey {
+                uid: object.uid.clone(),
+                namespace: CLUSTER_EVENTS_NAMESPACE.to_owned(),
+                name: object.name.clone(),
+            },
+            source: String::new(),
+            field_path: None,
+            kind,
+            reason: reason.to_owned(),
+            message,
+            time: std::time::SystemTime::now(),
+            regarding: Some(object),
         }
     }
 

@@ -168,7 +168,8 @@ fn time(at: std::time::SystemTime) -> Time {
     )
 }
 
-/// The Event object for `e`, from `kubelet` on `node`.
+/// The Event object for `e`, from `kubelet` on `node` (or from the controller that
+/// reports an event about another object).
 pub fn object(e: &Event, node: &str) -> k8s::Event {
     let nanos = e
         .time
@@ -176,32 +177,48 @@ pub fn object(e: &Event, node: &str) -> k8s::Event {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let now = time(e.time);
+    let (involved, component) = match &e.regarding {
+        Some(r) => (
+            k8s::ObjectReference {
+                api_version: Some(r.api_version.clone()),
+                kind: Some(r.kind.clone()),
+                name: Some(r.name.clone()),
+                uid: Some(r.uid.clone()),
+                ..Default::default()
+            },
+            r.controller.as_str(),
+        ),
+        None => (
+            k8s::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(e.pod.name.clone()),
+                namespace: Some(e.pod.namespace.clone()),
+                uid: Some(e.pod.uid.clone()),
+                field_path: e.field_path.clone(),
+                ..Default::default()
+            },
+            "kubelet",
+        ),
+    };
     k8s::Event {
         metadata: ObjectMeta {
             name: Some(format!("{}.{nanos:x}", e.pod.name)),
             namespace: Some(e.pod.namespace.clone()),
             ..Default::default()
         },
-        involved_object: k8s::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(e.pod.name.clone()),
-            namespace: Some(e.pod.namespace.clone()),
-            uid: Some(e.pod.uid.clone()),
-            field_path: e.field_path.clone(),
-            ..Default::default()
-        },
+        involved_object: involved,
         reason: Some(e.reason.clone()),
         message: Some(e.message.clone()),
         type_: Some(e.kind.to_string()),
         source: Some(k8s::EventSource {
-            component: Some("kubelet".into()),
+            component: Some(component.into()),
             host: Some(node.to_owned()),
         }),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
         count: Some(1),
-        reporting_component: Some("kubelet".into()),
+        reporting_component: Some(component.into()),
         reporting_instance: Some(node.to_owned()),
         ..Default::default()
     }

@@ -26,6 +26,7 @@ fn event(ns: &str, pod: &str, reason: &str) -> Event {
         reason: reason.into(),
         message: format!("{reason} {pod}"),
         time: SystemTime::now(),
+        regarding: None,
     }
 }
 

@@ -1,21 +1,28 @@
 //! Components fetched for WasmletPlugins: from an OCI registry (the layout the
 //! WebAssembly ecosystem uses: one `application/wasm` layer, config
 //! `application/vnd.wasm.config.v0+json`) with a pull secret's credentials, or from a
-//! ConfigMap's `binaryData`; checked against the object's sha256 and kept on the node by
-//! digest, so a restart — or an API server or registry that is gone — serves them from
-//! disk.
+//! ConfigMap's `binaryData`; checked against the object's sha256, their signature
+//! verified when the node asks for it ([`wasmlet_signing`]: cosign's signature of the
+//! artifact's manifest in the registry, or of the bytes in the ConfigMap's `KEY.sig`),
+//! and kept on the node by digest with what verified them, so a restart — or an API
+//! server or registry that is gone — serves them from disk, verified once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client as OciClient, Reference};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::warn;
+use wasmlet_signing::{Registry, Verifier};
 
 use crate::object::{Desired, Source};
 
@@ -46,25 +53,69 @@ pub struct Fetcher {
     client: kube::Client,
     /// Where pull secrets and ConfigMaps are read.
     namespace: String,
-    /// Components by digest: `<dir>/<sha256>.wasm`.
+    /// Components by digest: `<dir>/<sha256>.wasm`, and what verified them:
+    /// `<dir>/<sha256>.verified`.
     dir: PathBuf,
+    /// What signatures are checked against, when the node asks.
+    verifier: Option<Arc<Verifier>>,
 }
 
-/// The process's rustls crypto provider, once: the OCI client's TLS takes it.
-fn install_crypto_provider() {
+/// A component on the node, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// Where it is.
+    pub path: PathBuf,
+    /// The key that signed it (its id), when the node verifies signatures and one did.
+    pub verified: Option<String>,
+}
+
+/// What a node recorded about a component's signature (`<sha256>.verified`).
+#[derive(Debug, Serialize, Deserialize)]
+struct Verification {
+    /// The verifier's fingerprint when it was checked.
+    fingerprint: String,
+    /// The key that signed it; none when nothing did (and nothing was required).
+    key: Option<String>,
+}
+
+/// Where a downloaded component's signature is.
+enum Provenance {
+    /// Cosign's signature of the manifest in the registry.
+    Oci {
+        registry: Registry,
+        repository: String,
+        manifest_digest: String,
+    },
+    /// A blob signature beside the bytes (a ConfigMap's `KEY.sig`), if any.
+    Blob {
+        signature: Option<String>,
+        what: String,
+    },
+}
+
+/// The process's rustls crypto provider (ring), once: the OCI client's TLS takes it, and
+/// so does kube's client (rustls, with sigstore's aws-lc-rs compiled in as well, will not
+/// choose one itself).
+pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl Fetcher {
     /// A fetcher keeping components in `dir`, reading pull secrets and ConfigMaps from
     /// `namespace`.
-    pub fn new(client: kube::Client, namespace: &str, dir: &Path) -> std::io::Result<Self> {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        dir: &Path,
+        verifier: Option<Arc<Verifier>>,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         install_crypto_provider();
         Ok(Self {
             client,
             namespace: namespace.to_owned(),
             dir: dir.to_owned(),
+            verifier,
         })
     }
 
@@ -79,23 +130,28 @@ impl Fetcher {
     }
 
     /// The component `desired` names, on disk and checked: from the node's store when it
-    /// is there, else fetched. The error says what went wrong, naming the source.
-    pub async fn fetch(&self, desired: &Desired) -> Result<PathBuf, String> {
+    /// is there (and was verified as the node asks now), else fetched and verified. The
+    /// error says what went wrong, naming the source.
+    pub async fn fetch(&self, desired: &Desired) -> Result<Fetched, String> {
         let path = Self::path(&self.dir, &desired.sha256);
         if let Ok(bytes) = tokio::fs::read(&path).await
             && sha256_hex(&bytes) == desired.sha256
+            && let Some(verified) = self.recorded(&desired.sha256)
         {
-            return Ok(path);
+            return Ok(Fetched { path, verified });
         }
-        let bytes = tokio::time::timeout(FETCH_TIMEOUT, self.download(&desired.source))
-            .await
-            .map_err(|_| {
-                format!(
-                    "{}: no answer within {}s",
-                    describe(&desired.source, &self.namespace),
-                    FETCH_TIMEOUT.as_secs()
-                )
-            })??;
+        let (bytes, provenance) = tokio::time::timeout(
+            FETCH_TIMEOUT,
+            self.download(&desired.source, &desired.sha256),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "{}: no answer within {}s",
+                describe(&desired.source, &self.namespace),
+                FETCH_TIMEOUT.as_secs()
+            )
+        })??;
         let got = sha256_hex(&bytes);
         if got != desired.sha256 {
             return Err(format!(
@@ -104,38 +160,97 @@ impl Fetcher {
                 desired.sha256
             ));
         }
+        let verified = self.verify(&provenance, &bytes).await?;
         // Written whole, then renamed: a reader never sees half a component.
         let partial = self.dir.join(format!(".{}.partial", desired.sha256));
         tokio::fs::write(&partial, &bytes)
             .await
             .and(tokio::fs::rename(&partial, &path).await)
             .map_err(|e| format!("keeping the component in {}: {e}", self.dir.display()))?;
-        Ok(path)
+        self.record(&desired.sha256, &verified);
+        Ok(Fetched { path, verified })
     }
 
-    async fn download(&self, source: &Source) -> Result<Vec<u8>, String> {
+    /// What verified the stored component `sha256` under the node's present verifier:
+    /// `Some(key)` when that is known (`Some(None)`: nothing to verify, or nothing
+    /// signed it and nothing is required), `None` when it has to be verified (again).
+    fn recorded(&self, sha256: &str) -> Option<Option<String>> {
+        let Some(verifier) = &self.verifier else {
+            return Some(None);
+        };
+        let text = std::fs::read(self.dir.join(format!("{sha256}.verified"))).ok()?;
+        let v: Verification = serde_json::from_slice(&text).ok()?;
+        (v.fingerprint == verifier.fingerprint()).then_some(v.key)
+    }
+
+    /// Records what verified the stored component `sha256`.
+    fn record(&self, sha256: &str, key: &Option<String>) {
+        let Some(verifier) = &self.verifier else {
+            return;
+        };
+        let record = Verification {
+            fingerprint: verifier.fingerprint().to_owned(),
+            key: key.clone(),
+        };
+        let file = self.dir.join(format!("{sha256}.verified"));
+        let written = serde_json::to_vec(&record)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&file, bytes));
+        if let Err(e) = written {
+            warn!(file = %file.display(), error = %e, "recording a component's verification failed; it is verified again at its next load");
+        }
+    }
+
+    /// Checks the signature of a downloaded component as the node asks: the key that
+    /// signed it, or why it is refused (only when signatures are required; otherwise
+    /// an unverified component is said and loads).
+    async fn verify(
+        &self,
+        provenance: &Provenance,
+        bytes: &[u8],
+    ) -> Result<Option<String>, String> {
+        let Some(verifier) = &self.verifier else {
+            return Ok(None);
+        };
+        let result = match provenance {
+            Provenance::Oci {
+                registry,
+                repository,
+                manifest_digest,
+            } => {
+                verifier
+                    .verify_artifact(registry, repository, manifest_digest)
+                    .await
+            }
+            Provenance::Blob {
+                signature: Some(signature),
+                ..
+            } => verifier.verify_blob(bytes, signature),
+            Provenance::Blob {
+                signature: None,
+                what,
+            } => Err(format!("not signed: {what} has no signature beside it")),
+        };
+        match result {
+            Ok(v) => Ok(Some(v.key)),
+            Err(e) if verifier.required() => Err(format!("signature refused: {e}")),
+            Err(e) => {
+                warn!(reason = %e, "a cluster plugin's signature does not verify; loading it anyway (clusterPlugins.verification.required is false)");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The component's bytes from `source` and where its signature is; an OCI layer
+    /// must be the one with `sha256` in the manifest.
+    async fn download(
+        &self,
+        source: &Source,
+        sha256: &str,
+    ) -> Result<(Vec<u8>, Provenance), String> {
         let what = describe(source, &self.namespace);
         match source {
-            Source::ConfigMap { name, key } => {
-                let api: Api<k8s::ConfigMap> =
-                    Api::namespaced(self.client.clone(), &self.namespace);
-                let cm = api
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| format!("{what}: {e}"))?
-                    .ok_or_else(|| format!("{what}: the ConfigMap does not exist"))?;
-                if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
-                    return Ok(b.0.clone());
-                }
-                if cm.data.as_ref().is_some_and(|d| d.contains_key(key)) {
-                    return Err(format!(
-                        "{what}: the key is in data, not binaryData (a component is binary: kubectl create configmap --from-file puts it in binaryData)"
-                    ));
-                }
-                Err(format!(
-                    "{what}: the ConfigMap has no binaryData key {key:?}"
-                ))
-            }
+            Source::ConfigMap { name, key } => self.config_map(name, key, &what).await,
             Source::Oci {
                 reference,
                 pull_secret,
@@ -144,47 +259,75 @@ impl Fetcher {
                 let parsed: Reference = reference
                     .parse()
                     .map_err(|e| format!("{what}: not an OCI reference: {e}"))?;
-                let auth = match pull_secret {
+                let (auth, credentials) = match pull_secret {
                     Some(secret) => self.auth(secret, parsed.resolve_registry()).await?,
-                    None => RegistryAuth::Anonymous,
+                    None => (RegistryAuth::Anonymous, None),
                 };
                 let client = oci_client(*insecure, parsed.resolve_registry(), &auth);
-                // The manifest, then the one layer: the artifact's config blob says
-                // nothing a node uses, so it is not fetched.
-                let (manifest, _) = client
-                    .pull_image_manifest(&parsed, &auth)
-                    .await
-                    .map_err(|e| format!("{what}: {e}"))?;
-                let layer = match manifest.layers.as_slice() {
-                    [layer] if [WASM_LAYER, WASM_LAYER_V1].contains(&layer.media_type.as_str()) => {
-                        layer
-                    }
-                    layers => {
-                        let types: Vec<&str> =
-                            layers.iter().map(|l| l.media_type.as_str()).collect();
-                        return Err(format!(
-                            "{what}: a component artifact has exactly one {WASM_LAYER} layer; this one has {types:?}"
-                        ));
-                    }
+                let (bytes, manifest_digest) =
+                    pull_component(&client, &parsed, &auth, sha256, &what).await?;
+                let provenance = Provenance::Oci {
+                    registry: Registry {
+                        insecure: *insecure,
+                        credentials,
+                    },
+                    repository: format!("{}/{}", parsed.registry(), parsed.repository()),
+                    manifest_digest,
                 };
-                if layer.size > MAX_COMPONENT_BYTES {
-                    return Err(format!(
-                        "{what}: the component layer is {} bytes, more than a node takes ({MAX_COMPONENT_BYTES})",
-                        layer.size
-                    ));
-                }
-                let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
-                client
-                    .pull_blob(&parsed, layer, &mut bytes)
-                    .await
-                    .map_err(|e| format!("{what}: {e}"))?;
-                Ok(bytes)
+                Ok((bytes, provenance))
             }
         }
     }
 
-    /// The credentials for `registry` in pull secret `name`.
-    async fn auth(&self, name: &str, registry: &str) -> Result<RegistryAuth, String> {
+    /// The ConfigMap's `key` and its blob signature (`KEY.sig`, if there is one).
+    async fn config_map(
+        &self,
+        name: &str,
+        key: &str,
+        what: &str,
+    ) -> Result<(Vec<u8>, Provenance), String> {
+        let api: Api<k8s::ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let cm = api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?
+            .ok_or_else(|| format!("{what}: the ConfigMap does not exist"))?;
+        let signature_key = format!("{key}.sig");
+        let signature = cm
+            .binary_data
+            .as_ref()
+            .and_then(|d| d.get(&signature_key))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .or_else(|| {
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get(&signature_key))
+                    .cloned()
+            });
+        if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
+            let provenance = Provenance::Blob {
+                signature,
+                what: what.to_owned(),
+            };
+            return Ok((b.0.clone(), provenance));
+        }
+        if cm.data.as_ref().is_some_and(|d| d.contains_key(key)) {
+            return Err(format!(
+                "{what}: the key is in data, not binaryData (a component is binary: kubectl create configmap --from-file puts it in binaryData)"
+            ));
+        }
+        Err(format!(
+            "{what}: the ConfigMap has no binaryData key {key:?}"
+        ))
+    }
+
+    /// The credentials for `registry` in pull secret `name`, and the same as user and
+    /// password for signature lookups.
+    async fn auth(
+        &self,
+        name: &str,
+        registry: &str,
+    ) -> Result<(RegistryAuth, Option<(String, String)>), String> {
         let what = format!("pull secret {}/{name}", self.namespace);
         let api: Api<k8s::Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let secret = api
@@ -199,8 +342,71 @@ impl Fetcher {
             .ok_or_else(|| {
                 format!("{what}: no .dockerconfigjson (a kubernetes.io/dockerconfigjson Secret)")
             })?;
-        docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))
+        let auth = docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))?;
+        let credentials = match &auth {
+            RegistryAuth::Basic(user, password) => Some((user.clone(), password.clone())),
+            RegistryAuth::Anonymous | RegistryAuth::Bearer(_) => None,
+        };
+        Ok((auth, credentials))
     }
+}
+
+/// The component layer of the artifact `reference`, and the digest of the manifest that
+/// lists it: the manifest's bytes are hashed here (that digest is what a signature
+/// names), its one layer must be the component with `sha256`.
+async fn pull_component(
+    client: &OciClient,
+    reference: &Reference,
+    auth: &RegistryAuth,
+    sha256: &str,
+    what: &str,
+) -> Result<(Vec<u8>, String), String> {
+    let (raw, _) = client
+        .pull_manifest_raw(
+            reference,
+            auth,
+            &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+        )
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    let manifest_digest = format!("sha256:{}", sha256_hex(&raw));
+    if let Some(pinned) = reference.digest()
+        && pinned != manifest_digest
+    {
+        return Err(format!(
+            "{what}: the registry sent a manifest with digest {manifest_digest}"
+        ));
+    }
+    let manifest: OciImageManifest =
+        serde_json::from_slice(&raw).map_err(|e| format!("{what}: not an image manifest: {e}"))?;
+    // The config blob says nothing a node uses, so it is not fetched.
+    let layer = match manifest.layers.as_slice() {
+        [layer] if [WASM_LAYER, WASM_LAYER_V1].contains(&layer.media_type.as_str()) => layer,
+        layers => {
+            let types: Vec<&str> = layers.iter().map(|l| l.media_type.as_str()).collect();
+            return Err(format!(
+                "{what}: a component artifact has exactly one {WASM_LAYER} layer; this one has {types:?}"
+            ));
+        }
+    };
+    if layer.digest != format!("sha256:{sha256}") {
+        return Err(format!(
+            "digest mismatch: {what} is {}, the object pins sha256:{sha256}",
+            layer.digest
+        ));
+    }
+    if layer.size > MAX_COMPONENT_BYTES {
+        return Err(format!(
+            "{what}: the component layer is {} bytes, more than a node takes ({MAX_COMPONENT_BYTES})",
+            layer.size
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+    client
+        .pull_blob(reference, layer, &mut bytes)
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    Ok((bytes, manifest_digest))
 }
 
 /// An OCI client for pulls from `registry` with `auth`: one per protocol, registry and

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 pub mod dev;
+pub mod events;
 pub mod fetch;
 pub mod node;
 pub mod object;
@@ -26,6 +27,7 @@ pub mod plan;
 pub mod publish;
 pub mod status;
 
+pub use events::PluginEvents;
 pub use node::{Targets, start};
 
 /// The namespace whose Secrets and ConfigMaps plugins name, by default.
@@ -40,6 +42,9 @@ pub const DEFAULT_NAMESPACE: &str = "wasmlet-system";
 ///   grants:                         # what cluster plugins may be given (nothing by default)
 ///     network: [pod, 10.0.0.0/8]    # probe handlers may reach these
 ///     exec: false                   # probe handlers may run commands in containers
+///   verification:                   # cosign signatures, checked before a load
+///     publicKeys: [/etc/wasmlet/keys/release.pub]
+///     required: true                # refuse what no trusted key signed
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -53,6 +58,9 @@ pub struct FleetConfig {
     /// What cluster plugins may be given.
     #[serde(default)]
     pub grants: Grants,
+    /// Which signatures a component must carry.
+    #[serde(default)]
+    pub verification: wasmlet_signing::Verification,
 }
 
 fn enabled() -> bool {
@@ -69,6 +77,7 @@ impl Default for FleetConfig {
             enabled: true,
             namespace: namespace(),
             grants: Grants::default(),
+            verification: wasmlet_signing::Verification::default(),
         }
     }
 }
@@ -102,6 +111,9 @@ impl FleetConfig {
             g.parse::<wasmlet_plugin_host::probe::NetworkGrant>()
                 .map_err(|e| format!("grants.network[{i}]: {e}"))?;
         }
+        // The keys are read here too, so that a missing or broken one stops the start.
+        wasmlet_signing::Verifier::load(&self.verification)
+            .map_err(|e| format!("verification.{e}"))?;
         Ok(())
     }
 }

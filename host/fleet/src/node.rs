@@ -25,6 +25,7 @@ use wasmlet_plugin_host::Plugin;
 use wasmlet_plugin_host::chain::AdmissionChain;
 use wasmlet_plugin_host::kinds::{ClusterSource, PodSources, ProbeHandlers};
 
+use crate::events::PluginEvents;
 use crate::fetch::Fetcher;
 use crate::object::{self, Desired, Kind};
 use crate::plan::{Plan, plan};
@@ -68,7 +69,14 @@ struct Failed {
     attempt: u32,
 }
 
-type LoadResult = (String, u64, Result<String, String>);
+/// A version that loaded: the digest serving, and the key that signed it (when the node
+/// verifies and one did).
+struct Loaded {
+    digest: String,
+    verified: Option<String>,
+}
+
+type LoadResult = (String, u64, Result<Loaded, String>);
 
 struct Controller {
     node: String,
@@ -77,12 +85,17 @@ struct Controller {
     fetcher: Arc<Fetcher>,
     store: PathBuf,
     writer: Option<Writer>,
+    events: PluginEvents,
+    /// The objects' UIDs, by name (kept until a deleted one is unloaded).
+    uids: BTreeMap<String, String>,
     /// The objects as last seen, by name.
     objects: BTreeMap<String, Arc<Seen>>,
     /// The first list of objects is complete.
     listed: bool,
     labels: BTreeMap<String, String>,
     serving: BTreeMap<String, Desired>,
+    /// The key that signed each serving version, when one did.
+    signers: BTreeMap<String, String>,
     loading: BTreeMap<String, Loading>,
     failed: BTreeMap<String, Failed>,
     /// The entry last asked for per plugin (`None`: removed).
@@ -104,12 +117,17 @@ pub async fn start(
     config: &FleetConfig,
     dir: &Path,
     targets: Targets,
+    events: PluginEvents,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let verifier = wasmlet_signing::Verifier::load(&config.verification)
+        .map_err(|e| std::io::Error::other(format!("clusterPlugins.verification.{e}")))?
+        .map(Arc::new);
     let fetcher = Arc::new(Fetcher::new(
         client.clone(),
         &config.namespace,
         &dir.join("components"),
+        verifier,
     )?);
     let mut c = Controller {
         node: node.to_owned(),
@@ -118,10 +136,13 @@ pub async fn start(
         fetcher,
         store: dir.join(STATE_FILE),
         writer: Some(Writer::start(client.clone(), node.to_owned())),
+        events,
+        uids: BTreeMap::new(),
         objects: BTreeMap::new(),
         listed: false,
         labels,
         serving: BTreeMap::new(),
+        signers: BTreeMap::new(),
         loading: BTreeMap::new(),
         failed: BTreeMap::new(),
         reported: BTreeMap::new(),
@@ -167,8 +188,9 @@ impl Controller {
                 Err(e) => Err(e),
             };
             match result {
-                Ok(digest) => {
-                    info!(plugin = %d.name, digest, "serving a cluster plugin from the node's store until the API server says otherwise");
+                Ok(loaded) => {
+                    info!(plugin = %d.name, digest = loaded.digest, "serving a cluster plugin from the node's store until the API server says otherwise");
+                    self.set_signer(&d.name, loaded.verified);
                     self.serving.insert(d.name.clone(), d);
                 }
                 Err(e) => {
@@ -249,6 +271,17 @@ impl Controller {
         }
     }
 
+    fn keep_uid(&mut self, o: &object::Watched) {
+        if let (Some(name), Some(uid)) = (&o.metadata.name, &o.metadata.uid) {
+            self.uids.insert(name.clone(), uid.clone());
+        }
+    }
+
+    /// The UID of object `name`, for its events.
+    fn uid(&self, name: &str) -> String {
+        self.uids.get(name).cloned().unwrap_or_default()
+    }
+
     /// Takes a watch event into the objects; what to bring in line with them.
     fn apply(&mut self, event: Event<object::Watched>) -> Changed {
         match event {
@@ -258,6 +291,7 @@ impl Controller {
                 Changed::Nothing
             }
             Event::InitApply(o) => {
+                self.keep_uid(&o);
                 let (name, seen) = Seen::from(o);
                 self.objects.insert(name, Arc::new(seen));
                 Changed::Nothing
@@ -267,6 +301,7 @@ impl Controller {
                 Changed::All
             }
             Event::Apply(o) => {
+                self.keep_uid(&o);
                 let (name, seen) = Seen::from(o);
                 let status_only = self
                     .objects
@@ -328,7 +363,8 @@ impl Controller {
     fn reconcile_one(&mut self, name: &str) {
         let Some(seen) = self.objects.get(name).cloned() else {
             // Deleted: unloaded; its status went with it.
-            self.unload(name);
+            self.unload(name, "the WasmletPlugin was deleted");
+            self.uids.remove(name);
             self.reported.remove(name);
             self.summaries.remove(name);
             return;
@@ -344,7 +380,7 @@ impl Controller {
         let selected = object::selector(obj).map(|s| s.matches(&self.labels));
         let wanted = match selected {
             Ok(false) => {
-                self.unload(name);
+                self.unload(name, "the node no longer matches its nodeSelector");
                 self.report(name, None);
                 return;
             }
@@ -467,7 +503,7 @@ impl Controller {
     }
 
     /// A load ended.
-    fn finished(&mut self, name: &str, token: u64, result: Result<String, String>) {
+    fn finished(&mut self, name: &str, token: u64, result: Result<Loaded, String>) {
         if self.loading.get(name).is_none_or(|l| l.token != token) {
             return;
         }
@@ -476,13 +512,27 @@ impl Controller {
         };
         let d = loading.desired;
         match result {
-            Ok(digest) => {
+            Ok(loaded) => {
                 info!(
                     plugin = name,
-                    digest,
+                    digest = loaded.digest,
+                    verified_by = loaded.verified,
                     generation = d.generation,
                     "cluster plugin serving"
                 );
+                let before = self
+                    .serving
+                    .get(name)
+                    .map(|o| format!("sha256:{}", o.sha256));
+                self.events.loaded(
+                    name,
+                    &self.uid(name),
+                    d.generation,
+                    &loaded.digest,
+                    loaded.verified.as_deref(),
+                    before.as_deref(),
+                );
+                self.set_signer(name, loaded.verified);
                 if let Some(old) = self.serving.get(name)
                     && old.kind != d.kind
                 {
@@ -522,11 +572,14 @@ impl Controller {
     }
 
     /// Takes plugin `name` off the node.
-    fn unload(&mut self, name: &str) {
+    fn unload(&mut self, name: &str, why: &str) {
         self.cancel(name);
         self.failed.remove(name);
+        self.signers.remove(name);
         if let Some(d) = self.serving.remove(name) {
             self.unload_kind(name, d.kind);
+            let digest = format!("sha256:{}", d.sha256);
+            self.events.unloaded(name, &self.uid(name), &digest, why);
             info!(plugin = name, "cluster plugin unloaded");
             self.persist();
             self.set_cluster_order(None);
@@ -541,6 +594,14 @@ impl Controller {
             Kind::ProbeHandler => self.targets.probes.remove_cluster(name),
             Kind::PodSource => self.targets.sources.remove_cluster(name),
         }
+    }
+
+    /// Records the key that signed the version of `name` now serving.
+    fn set_signer(&mut self, name: &str, key: Option<String>) {
+        match key {
+            Some(k) => self.signers.insert(name.to_owned(), k),
+            None => self.signers.remove(name),
+        };
     }
 
     /// Orders the cluster's admission links by `spec.admission.order`, then name;
@@ -580,6 +641,7 @@ impl Controller {
                 Some(p) if p.state == state => p.last_transition_time.clone(),
                 _ => now_rfc3339(),
             },
+            verified: self.signers.get(name).cloned(),
         });
         let same = match (&previous, &entry) {
             (None, None) => true,
@@ -588,6 +650,18 @@ impl Controller {
         };
         if same {
             return;
+        }
+        if let Some(e) = &entry
+            && e.state == State::Failed
+            && previous
+                .as_ref()
+                .is_none_or(|p| p.state != State::Failed || p.message != e.message)
+        {
+            let generation = e.observed_generation;
+            let uid = self.uid(name);
+            let serving = e.digest.as_deref();
+            self.events
+                .refused(name, &uid, generation, &e.message, serving);
         }
         if let Some(w) = &self.writer {
             w.send(Write::Entry(name.to_owned(), entry.clone()));
@@ -660,8 +734,14 @@ async fn load(
     targets: Targets,
     desired: Desired,
     plan: Plan,
-) -> Result<String, String> {
-    fetcher.fetch(&desired).await?;
+) -> Result<Loaded, String> {
+    let verified = fetcher.fetch(&desired).await?.verified;
+    let digest = swap_in(targets, desired, plan).await?;
+    Ok(Loaded { digest, verified })
+}
+
+/// Swaps the fetched component in as `plan` says; the digest serving.
+async fn swap_in(targets: Targets, desired: Desired, plan: Plan) -> Result<String, String> {
     match plan {
         Plan::Admission(link, _) => targets
             .chain

@@ -61,6 +61,10 @@ pub struct Entry {
     /// When `state` last changed.
     #[serde(default)]
     pub last_transition_time: String,
+    /// The key that signed the digest serving (its id), when the node verifies
+    /// signatures and one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<String>,
 }
 
 impl Entry {
@@ -71,6 +75,7 @@ impl Entry {
             && self.digest == other.digest
             && self.state == other.state
             && self.message == other.message
+            && self.verified == other.verified
     }
 }
 
@@ -93,10 +98,17 @@ pub fn summary(generation: i64, entries: &[Entry]) -> Value {
             .count()
     };
     let (serving, failed) = (current(State::Loaded), current(State::Failed));
+    let verified = entries
+        .iter()
+        .filter(|e| {
+            e.observed_generation == generation && e.state == State::Loaded && e.verified.is_some()
+        })
+        .count();
     json!({
         "observedGeneration": generation,
         "nodes": entries.len(),
         "serving": serving,
+        "verified": verified,
         "failed": failed,
         "pending": entries.len() - serving - failed,
     })
@@ -274,20 +286,26 @@ mod tests {
             state,
             message: String::new(),
             last_transition_time: String::new(),
+            verified: None,
         }
     }
 
     #[test]
     fn the_summary_counts_nodes_at_the_current_generation() {
+        let signed = |mut e: Entry| {
+            e.verified = Some("sha256:0123456789abcdef".into());
+            e
+        };
         let entries = [
             entry("b", 2, State::Loaded),
             entry("a", 2, State::Failed),
-            entry("c", 1, State::Loaded),
+            signed(entry("c", 1, State::Loaded)),
             entry("d", 2, State::Pending),
+            signed(entry("e", 2, State::Loaded)),
         ];
         assert_eq!(
             summary(2, &entries),
-            json!({"observedGeneration": 2, "nodes": 4, "serving": 1, "failed": 1, "pending": 2})
+            json!({"observedGeneration": 2, "nodes": 5, "serving": 2, "verified": 1, "failed": 1, "pending": 2})
         );
         let status = json!({"nodes": entries}).to_string();
         assert_eq!(summary_writer(&status).as_deref(), Some("a"));

@@ -49,7 +49,7 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
     assert_eq!(digest, digest_of(RESTRICTED));
     c.wait_summary(
         "policy",
-        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "failed": 0, "pending": 0}),
+        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0}),
     )
     .await;
 

@@ -59,7 +59,9 @@ fn arguments() -> Vec<std::ffi::OsString> {
 }
 
 /// The log filter: `RUST_LOG` when set, else the kubelet's `--v` level (0–2: info, 3–4:
-/// debug, 5 and more: trace).
+/// debug, 5 and more: trace). Below debug, sigstore-rs says only its errors: what it
+/// warns about (a component without signatures, a registry without the referrers API)
+/// the agent says itself, naming the plugin.
 fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
     if let Ok(f) = tracing_subscriber::EnvFilter::try_from_default_env() {
         return f;
@@ -69,7 +71,7 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
         _ => 0,
     };
     match v {
-        0..=2 => "info",
+        0..=2 => "info,sigstore=error",
         3..=4 => "debug",
         _ => "trace",
     }
@@ -78,6 +80,7 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    wasmlet_cluster::connect::install_crypto_provider();
     let mut cli = Cli::parse_from(arguments());
     if let Command::Run(args) = &mut cli.command {
         args.0.as_kubelet = called_as_kubelet();

@@ -525,5 +525,6 @@ async fn kube_client(dir: &Path, url: &str) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("config");
+    let _ = rustls::crypto::ring::default_provider().install_default();
     kube::Client::try_from(config).expect("client")
 }

@@ -68,6 +68,7 @@ async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     if let Some(t) = token {
         config.auth_info.token = Some(t.to_owned().into());
     }
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = kube::Client::try_from(config).expect("client");
     let request = http::Request::get(path).body(Vec::new()).expect("request");
     match client.request_text(request).await {

@@ -121,6 +121,7 @@ pub async fn client(kubeconfig: &Path, pair: &Pair) -> Result<(kube::Client, Rot
         message,
     };
     let config = crate::connect::config(kubeconfig).await?;
+    crate::connect::install_crypto_provider();
     let mut tls = config
         .rustls_client_config()
         .map_err(|e| bad(e.to_string()))?;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1 as k8s;
 use serde_json::{Value, json};
+use wasmlet_agent::events::MemoryRecorder;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
 use wasmlet_fleet::{FleetConfig, Targets};
 use wasmlet_plugin_host::chain::AdmissionChain;
@@ -56,6 +57,8 @@ pub enum Verdict {
 /// One node.
 pub struct Node {
     pub name: String,
+    /// The plugin events the node recorded.
+    pub events: Arc<MemoryRecorder>,
     pub chain: Arc<AdmissionChain>,
     pub probes: Arc<ProbeHandlers>,
     pub sources: Arc<PodSources>,
@@ -135,6 +138,7 @@ pub async fn client(dir: &Path, url: &str) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("config");
+    wasmlet_fleet::fetch::install_crypto_provider();
     kube::Client::try_from(config).expect("client")
 }
 
@@ -216,6 +220,7 @@ impl Cluster {
                 .expect("sources"),
         );
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let events = Arc::new(MemoryRecorder::default());
         let dir = self.dir.join(name);
         let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
         wasmlet_fleet::start(
@@ -229,12 +234,14 @@ impl Cluster {
                 probes: probes.clone(),
                 sources: sources.clone(),
             },
+            wasmlet_fleet::PluginEvents::new(events.clone()),
             stopped,
         )
         .await
         .expect("start");
         Node {
             name: name.to_owned(),
+            events,
             chain,
             probes,
             sources,

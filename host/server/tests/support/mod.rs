@@ -158,6 +158,7 @@ pub async fn wasmlet_cluster_client(path: &std::path::Path) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("config");
+    let _ = rustls::crypto::ring::default_provider().install_default();
     kube::Client::try_from(config).expect("client")
 }
 
@@ -227,6 +228,7 @@ pub async fn raw(n: &Node, path: &str, token: Option<&str>) -> (u16, String) {
     if let Some(t) = token {
         config.auth_info.token = Some(t.to_owned().into());
     }
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = kube::Client::try_from(config).expect("client");
     let request = http::Request::get(path).body(Vec::new()).expect("request");
     match client.request_text(request).await {

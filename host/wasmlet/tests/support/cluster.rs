@@ -112,6 +112,7 @@ pub async fn client_from(kubeconfig: &Path) -> kube::Client {
     let config = kube::Config::from_custom_kubeconfig(k, &Default::default())
         .await
         .expect("config");
+    let _ = rustls::crypto::ring::default_provider().install_default();
     kube::Client::try_from(config).expect("client")
 }
 

@@ -84,6 +84,7 @@ pub(super) async fn start_plugins(
     config: &Config,
     facts: &NodeFacts,
     loaded: &Loaded,
+    events: wasmlet_fleet::PluginEvents,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     if !config.cluster_plugins.enabled {
@@ -106,6 +107,7 @@ pub(super) async fn start_plugins(
             probes: loaded.probes.clone(),
             sources: loaded.sources.clone(),
         },
+        events,
         stopped,
     )
     .await

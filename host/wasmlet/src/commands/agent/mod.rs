@@ -153,8 +153,15 @@ async fn run_agent(
     let (cluster, loaded) = (cluster?, Arc::new(loaded?));
     let runtime = Arc::new(connect(&endpoint).await);
     let pressure = Arc::new(wasmlet_stats::eviction::run::PressureState::default());
-    if let Some(client) = &cluster {
-        cluster::start_plugins(client, &config, &facts, &loaded, cluster_stopped.clone()).await?;
+    // Cluster mode: events go to the API server.
+    let (recorder, events) = cluster
+        .as_ref()
+        .map(|_| wasmlet_cluster::events::ApiRecorder::new())
+        .unzip();
+    if let (Some(client), Some(recorder)) = (&cluster, &recorder) {
+        let plugin_events = wasmlet_fleet::PluginEvents::new(recorder.clone());
+        let stopped = cluster_stopped.clone();
+        cluster::start_plugins(client, &config, &facts, &loaded, plugin_events, stopped).await?;
     }
     let admission = node::admission(&loaded, &facts, &pressure)?;
     let negotiated = &runtime.negotiated().version;
@@ -162,11 +169,6 @@ async fn run_agent(
         &negotiated.runtime_name,
         &negotiated.runtime_version,
     );
-    // Cluster mode: events go to the API server.
-    let (recorder, events) = cluster
-        .as_ref()
-        .map(|_| wasmlet_cluster::events::ApiRecorder::new())
-        .unzip();
     let agent = node::start(
         &config,
         runtime,

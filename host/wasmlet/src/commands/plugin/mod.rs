@@ -11,11 +11,17 @@
 //!     [--output names|yaml|json] [--timeout-ms N]
 //! wasmlet plugin push FILE.wasm oci://REGISTRY/REPO:TAG [--insecure] [--username U]
 //!     (password from $WASMLET_REGISTRY_PASSWORD)
+//! wasmlet plugin generate-key-pair [--output-key-prefix cosign]   (password: $COSIGN_PASSWORD)
+//! wasmlet plugin sign (oci://REGISTRY/REPO:TAG | FILE.wasm) --key cosign.key [--insecure] …
+//! wasmlet plugin verify (oci://REGISTRY/REPO:TAG | FILE.wasm) --key cosign.pub [--insecure] …
 //! ```
 //!
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
 //! `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
-//! when every manifest was read, 3 when some were skipped, 1 when the source failed.
+//! when every manifest was read, 3 when some were skipped, 1 when the source failed;
+//! `verify` exits 0 when a given key signed it, 3 when none did, 1 on an error.
+
+mod signing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,6 +63,16 @@ pub enum PluginCommand {
     /// `application/vnd.wasm.config.v0+json`) for WasmletPlugins to name; prints the
     /// digest they pin.
     Push(PushArgs),
+    /// Make a cosign key pair: PREFIX.key (encrypted with `COSIGN_PASSWORD`) and
+    /// PREFIX.pub, for `sign` and for the nodes' `verification.publicKeys`.
+    GenerateKeyPair(signing::GenerateArgs),
+    /// Sign a pushed component as cosign does (the signature stored in the registry
+    /// beside it), or a component file (its signature written to FILE.sig, as
+    /// `cosign sign-blob` makes it).
+    Sign(signing::SignArgs),
+    /// Check that a key signed a pushed component or a file, as a node does before it
+    /// loads it.
+    Verify(signing::VerifyArgs),
     /// Compile a component (read from standard input) into a plugin cache: what the
     /// agent runs to compile plugins outside its own process.
     #[command(hide = true)]
@@ -214,6 +230,9 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
         PluginCommand::Probe(a) => probe(a).await,
         PluginCommand::Source(a) => source(a).await,
         PluginCommand::Push(a) => push(a).await,
+        PluginCommand::GenerateKeyPair(a) => signing::generate(&a),
+        PluginCommand::Sign(a) => signing::sign(a).await,
+        PluginCommand::Verify(a) => signing::verify(a).await,
         PluginCommand::Precompile { cache_dir } => precompile(&cache_dir),
     }
 }
@@ -251,11 +270,7 @@ async fn push(args: PushArgs) -> Result<ExitCode> {
     };
     let component =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let credentials = match (&args.username, &args.password) {
-        (Some(u), Some(p)) => Some((u.clone(), p.clone())),
-        (Some(_), None) => bail!("--username: give the password in WASMLET_REGISTRY_PASSWORD"),
-        _ => None,
-    };
+    let credentials = credentials(args.username.as_ref(), args.password.as_ref())?;
     let pushed = wasmlet_fleet::publish::push(
         &component,
         &args.reference,
@@ -280,6 +295,18 @@ async fn push(args: PushArgs) -> Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// User and password for a registry, from `--username` and `WASMLET_REGISTRY_PASSWORD`.
+fn credentials(
+    username: Option<&String>,
+    password: Option<&String>,
+) -> Result<Option<(String, String)>> {
+    match (username, password) {
+        (Some(u), Some(p)) => Ok(Some((u.clone(), p.clone()))),
+        (Some(_), None) => bail!("--username: give the password in WASMLET_REGISTRY_PASSWORD"),
+        _ => Ok(None),
+    }
 }
 
 async fn source(args: SourceArgs) -> Result<ExitCode> {

@@ -1,0 +1,121 @@
+//! What a node tells about each WasmletPlugin, as Events on the object (reported by
+//! `wasmlet`, from the node): a version loaded, swapped in for another, refused (and
+//! what keeps serving), unloaded — so that `kubectl describe wasmletplugin` tells a
+//! rollout's story node by node. They go through the node's event recorder, rate
+//! limited with its other events; a refusal said again unchanged is one event counted
+//! up.
+
+use std::sync::Arc;
+
+use wasmlet_agent::events::{Event, Kind, Recorder, Regarding};
+
+use crate::object::{GROUP, KIND, VERSION};
+
+/// The reporting controller of the events.
+pub const CONTROLLER: &str = "wasmlet";
+
+/// Where a node's plugin events go (nowhere without a recorder).
+#[derive(Clone, Default)]
+pub struct PluginEvents {
+    recorder: Option<Arc<dyn Recorder>>,
+}
+
+impl std::fmt::Debug for PluginEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginEvents")
+            .field("recording", &self.recorder.is_some())
+            .finish()
+    }
+}
+
+/// How a version's signature reads in a message.
+fn signed(verified: Option<&str>) -> String {
+    verified.map_or_else(String::new, |k| format!(", signed by key {k}"))
+}
+
+impl PluginEvents {
+    /// Events recorded by `recorder`.
+    pub fn new(recorder: Arc<dyn Recorder>) -> Self {
+        Self {
+            recorder: Some(recorder),
+        }
+    }
+
+    fn record(&self, name: &str, uid: &str, kind: Kind, reason: &str, message: String) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let object = Regarding {
+            api_version: format!("{GROUP}/{VERSION}"),
+            kind: KIND.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            controller: CONTROLLER.to_owned(),
+        };
+        recorder.record(Event::regarding(object, kind, reason, message));
+    }
+
+    /// `digest` serves, in place of `before` if another version served.
+    pub fn loaded(
+        &self,
+        name: &str,
+        uid: &str,
+        generation: i64,
+        digest: &str,
+        verified: Option<&str>,
+        before: Option<&str>,
+    ) {
+        let signed = signed(verified);
+        match before {
+            Some(old) if old != digest => self.record(
+                name,
+                uid,
+                Kind::Normal,
+                "PluginSwapped",
+                format!("{digest} serves in place of {old} (generation {generation}{signed})"),
+            ),
+            _ => self.record(
+                name,
+                uid,
+                Kind::Normal,
+                "PluginLoaded",
+                format!("{digest} serves (generation {generation}{signed})"),
+            ),
+        }
+    }
+
+    /// The object's version at `generation` is refused for `reason`; `serving` keeps
+    /// serving, if anything does.
+    pub fn refused(
+        &self,
+        name: &str,
+        uid: &str,
+        generation: i64,
+        reason: &str,
+        serving: Option<&str>,
+    ) {
+        let after = serving.map_or_else(
+            || "nothing serves".to_owned(),
+            |d| format!("{d} keeps serving"),
+        );
+        self.record(
+            name,
+            uid,
+            Kind::Warning,
+            "PluginRefused",
+            format!("generation {generation} refused: {reason}; {after}"),
+        );
+    }
+
+    /// `digest` no longer serves on the node (`why`: the object is gone, or no longer
+    /// selects the node).
+    pub fn unloaded(&self, name: &str, uid: &str, digest: &str, why: &str) {
+        self.record(
+            name,
+            uid,
+            Kind::Normal,
+            "PluginUnloaded",
+            format!("{digest} unloaded: {why}"),
+        );
+    }
+}

@@ -1,0 +1,393 @@
+//! Signed cluster plugins: nodes that require a trusted key's signature load what that
+//! key signed — a cosign signature beside the artifact in a real registry (Debian's
+//! `docker-registry`, see `registry.rs`), or a blob signature beside a ConfigMap's
+//! component — and refuse, naming why, what another key signed, what nobody signed, a
+//! signature copied from another artifact and changed bytes; the version serving before
+//! keeps serving. A verified component is verified once: a node restarted without the
+//! API server serves it from its store.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use support::{Cluster, DENY_ALL, RESTRICTED, Verdict, bytes, digest_of};
+use wasmlet_fleet::FleetConfig;
+use wasmlet_signing::{Registry, Verification, keys};
+
+/// A component no node fetches before the refusals.
+const COUNTER: &str = "fixture_counter";
+
+/// A key pair in `dir`: (private key PEM, its id, public key file).
+fn key_pair(dir: &Path, name: &str) -> (Vec<u8>, String, PathBuf) {
+    let (private, public) = keys::generate(b"test").expect("key pair");
+    let file = dir.join(format!("{name}.pub"));
+    std::fs::write(&file, &public).expect("write");
+    let id = wasmlet_signing::key_id(&keys::pem_contents(public.as_bytes()).expect("der"));
+    (private.as_bytes().to_vec(), id, file)
+}
+
+fn signer(private: &[u8]) -> sigstore::crypto::SigStoreSigner {
+    keys::signer(private, b"test").expect("signer")
+}
+
+fn requiring(key: &Path) -> FleetConfig {
+    FleetConfig {
+        verification: Verification {
+            public_keys: vec![key.to_path_buf()],
+            required: true,
+        },
+        ..FleetConfig::default()
+    }
+}
+
+fn keys_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-keys-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+/// Every entry of `name` is `state` with a message containing `cause`, the digest of
+/// `serving` still serving and signed by `key`.
+fn assert_entries(c: &Cluster, name: &str, cause: &str, serving: &str, key: &str) {
+    for entry in c.object(name)["status"]["nodes"].as_array().expect("nodes") {
+        let message = entry["message"].as_str().unwrap_or_default();
+        assert!(message.contains(cause), "{cause}: {message}");
+        assert_eq!(entry["digest"], digest_of(serving), "{entry}");
+        assert_eq!(entry["verified"], key, "{entry}");
+    }
+}
+
+fn from_config_map(name: &str, plugin: &str) -> Value {
+    json!({"kind": "admission", "digest": digest_of(plugin),
+           "source": {"configMap": {"name": name, "key": "policy.wasm"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_in_config_maps_load_only_with_a_trusted_signature_and_once() {
+    let dir = keys_dir("configmap");
+    let (release, release_id, release_pub) = key_pair(&dir, "release");
+    let (other, _, _) = key_pair(&dir, "other");
+    let mut c =
+        Cluster::start_with("signed-cm", &["node-a", "node-b"], requiring(&release_pub)).await;
+    let all = |state| [("node-a", state), ("node-b", state)];
+    let sign = |key: &[u8], plugin: &str| {
+        keys::sign_blob(&signer(key), &bytes(plugin))
+            .expect("sign")
+            .into_bytes()
+    };
+
+    c.config_map_bytes(
+        "v1",
+        &[
+            ("policy.wasm", bytes(RESTRICTED)),
+            ("policy.wasm.sig", sign(&release, RESTRICTED)),
+        ],
+    )
+    .await;
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map("v1", RESTRICTED)}))
+        .await;
+    c.wait_status("policy", 1, &all("Loaded")).await;
+    assert_entries(&c, "policy", "", RESTRICTED, &release_id);
+    c.wait_summary(
+        "policy",
+        json!({"observedGeneration": 1, "nodes": 2, "serving": 2, "verified": 2, "failed": 0, "pending": 0}),
+    )
+    .await;
+
+    // Refused, each on every node, the signed version deciding meanwhile.
+    let cases: [(&str, Vec<(&str, Vec<u8>)>, &str); 3] = [
+        (
+            "other-key",
+            vec![
+                ("policy.wasm", bytes(DENY_ALL)),
+                ("policy.wasm.sig", sign(&other, DENY_ALL)),
+            ],
+            "signature refused: the signature does not verify with any trusted key",
+        ),
+        (
+            "unsigned",
+            vec![("policy.wasm", bytes(DENY_ALL))],
+            "signature refused: not signed: ConfigMap wasmlet-system/unsigned key policy.wasm has no signature beside it",
+        ),
+        (
+            // The release signature of another component beside these bytes.
+            "swapped-bytes",
+            vec![
+                ("policy.wasm", bytes(DENY_ALL)),
+                ("policy.wasm.sig", sign(&release, RESTRICTED)),
+            ],
+            "signature refused: the signature does not verify with any trusted key",
+        ),
+    ];
+    for (generation, (name, keys, cause)) in (2..).zip(cases) {
+        c.config_map_bytes(name, &keys).await;
+        c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map(name, DENY_ALL)}))
+            .await;
+        c.wait_status("policy", generation, &all("Failed")).await;
+        assert_entries(&c, "policy", cause, RESTRICTED, &release_id);
+        for n in &c.nodes {
+            assert_eq!(n.decide().await, Verdict::Admitted, "{name}");
+        }
+    }
+
+    // The story, as `kubectl describe` tells it from node-a's events.
+    let story: Vec<(String, String)> = c.nodes[0]
+        .events
+        .events()
+        .into_iter()
+        .map(|e| (e.reason, e.message))
+        .collect();
+    assert_eq!(story.len(), 4, "{story:?}");
+    assert_eq!(story[0].0, "PluginLoaded");
+    assert_eq!(
+        story[0].1,
+        format!(
+            "{} serves (generation 1, signed by key {release_id})",
+            digest_of(RESTRICTED)
+        )
+    );
+    for (generation, (reason, message)) in (2..).zip(&story[1..]) {
+        assert_eq!(reason, "PluginRefused");
+        assert!(
+            message.starts_with(&format!(
+                "generation {generation} refused: signature refused: "
+            )),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(&format!("; {} keeps serving", digest_of(RESTRICTED))),
+            "{message}"
+        );
+    }
+    let event = &c.nodes[0].events.events()[0];
+    let regarding = event.regarding.as_ref().expect("about the plugin");
+    assert_eq!(
+        (
+            regarding.kind.as_str(),
+            regarding.name.as_str(),
+            regarding.controller.as_str()
+        ),
+        ("WasmletPlugin", "policy", "wasmlet")
+    );
+    assert_eq!(
+        regarding.uid,
+        c.object("policy")["metadata"]["uid"].as_str().expect("uid")
+    );
+
+    // Verified once: without the API server (nothing to fetch the ConfigMap from), a
+    // restarted node serves the verified version from its store.
+    c.stop_api_server();
+    let node = c.restart_node(0).await;
+    node.wait(
+        |n| n.chain.names().iter().any(|l| l == "policy"),
+        "policy from the store",
+    )
+    .await;
+    assert_eq!(node.decide().await, Verdict::Admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_does_not_require_signatures_records_who_signed() {
+    let dir = keys_dir("optional");
+    let (release, release_id, release_pub) = key_pair(&dir, "release");
+    let config = FleetConfig {
+        verification: Verification {
+            public_keys: vec![release_pub],
+            required: false,
+        },
+        ..FleetConfig::default()
+    };
+    let c = Cluster::start_with("signed-optional", &["node-a"], config).await;
+    let signature = keys::sign_blob(&signer(&release), &bytes(RESTRICTED)).expect("sign");
+    c.config_map_bytes(
+        "signed",
+        &[
+            ("policy.wasm", bytes(RESTRICTED)),
+            ("policy.wasm.sig", signature.into_bytes()),
+        ],
+    )
+    .await;
+    c.config_map_bytes("unsigned", &[("policy.wasm", bytes(DENY_ALL))])
+        .await;
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map("signed", RESTRICTED)}))
+        .await;
+    c.wait_status("policy", 1, &[("node-a", "Loaded")]).await;
+    assert_eq!(
+        c.object("policy")["status"]["nodes"][0]["verified"],
+        release_id.as_str()
+    );
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map("unsigned", DENY_ALL)}))
+        .await;
+    c.wait_status("policy", 2, &[("node-a", "Loaded")]).await;
+    let entry = &c.object("policy")["status"]["nodes"][0];
+    assert_eq!(entry["digest"], digest_of(DENY_ALL));
+    assert_eq!(entry.get("verified"), None, "{entry}");
+    assert_eq!(
+        c.nodes[0].decide().await,
+        Verdict::Rejected("DeniedByPolicy".into())
+    );
+    c.delete("policy").await;
+    c.nodes[0]
+        .wait(|n| n.chain.names().is_empty(), "the plugin unloaded")
+        .await;
+    let story: Vec<String> = c.nodes[0]
+        .events
+        .events()
+        .into_iter()
+        .map(|e| format!("{}: {}", e.reason, e.message))
+        .collect();
+    assert_eq!(
+        story,
+        [
+            format!(
+                "PluginLoaded: {} serves (generation 1, signed by key {release_id})",
+                digest_of(RESTRICTED)
+            ),
+            format!(
+                "PluginSwapped: {} serves in place of {} (generation 2)",
+                digest_of(DENY_ALL),
+                digest_of(RESTRICTED)
+            ),
+            format!(
+                "PluginUnloaded: {} unloaded: the WasmletPlugin was deleted",
+                digest_of(DENY_ALL)
+            ),
+        ]
+    );
+}
+
+async fn push(addr: &str, auth: &Registry, repo: &str, plugin: &str) -> String {
+    let reference = format!("oci://{addr}/{repo}");
+    wasmlet_fleet::publish::push(
+        &bytes(plugin),
+        &reference,
+        true,
+        auth.credentials.clone(),
+        Some("wasmlet:plugin/admission-policy@0.1.0"),
+    )
+    .await
+    .expect("push");
+    reference
+}
+
+fn oci(reference: &str, plugin: &str) -> Value {
+    json!({"kind": "admission", "digest": digest_of(plugin),
+           "source": {"oci": {"reference": reference, "insecure": true, "pullSecret": "registry"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node() {
+    let Some((addr, user, password)) = wasmlet_fleet::dev::registry() else {
+        return;
+    };
+    let registry = Registry {
+        insecure: true,
+        credentials: Some((user.clone(), password.clone())),
+    };
+    let dir = keys_dir("registry");
+    let (release, release_id, release_pub) = key_pair(&dir, "release");
+    let (other, _, _) = key_pair(&dir, "other");
+    let c = Cluster::start_with(
+        "signed-registry",
+        &["node-a", "node-b", "node-c"],
+        requiring(&release_pub),
+    )
+    .await;
+    support::pull_secret(&c, &addr, &user, &password);
+    let all = |state| [("node-a", state), ("node-b", state), ("node-c", state)];
+    let run = std::process::id();
+    let repo = |tag: &str| format!("wasmlet-test/signed-{run}:{tag}");
+
+    let v1 = push(&addr, &registry, &repo("v1"), RESTRICTED).await;
+    let signed = registry.sign(&v1, signer(&release)).await.expect("sign v1");
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": oci(&v1, RESTRICTED)}))
+        .await;
+    c.wait_status("policy", 1, &all("Loaded")).await;
+    assert_entries(&c, "policy", "", RESTRICTED, &release_id);
+    c.wait_summary(
+        "policy",
+        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "verified": 3, "failed": 0, "pending": 0}),
+    )
+    .await;
+
+    // Signed by another key.
+    let by_other = push(&addr, &registry, &repo("other"), DENY_ALL).await;
+    registry
+        .sign(&by_other, signer(&other))
+        .await
+        .expect("sign");
+    // Nobody signed it.
+    let unsigned = push(&addr, &registry, &repo("unsigned"), COUNTER).await;
+    // The tag re-pushed with other bytes, v1's release signature copied beside it.
+    let repushed = push(&addr, &registry, &repo("v1"), DENY_ALL).await;
+    copy_signatures(&registry, &v1, &signed.manifest_digest, &repushed).await;
+    let cases = [
+        (
+            oci(&by_other, DENY_ALL),
+            "signature refused: not signed by a trusted key: 1 signature(s)",
+        ),
+        (
+            oci(&unsigned, COUNTER),
+            "signature refused: not signed: no cosign signature",
+        ),
+        (
+            oci(&repushed, DENY_ALL),
+            "signature refused: not signed: no cosign signature",
+        ),
+    ];
+    for (generation, (spec, cause)) in (2..).zip(cases) {
+        c.apply(json!({"metadata": {"name": "policy"}, "spec": spec}))
+            .await;
+        c.wait_status("policy", generation, &all("Failed")).await;
+        assert_entries(&c, "policy", cause, RESTRICTED, &release_id);
+        for n in &c.nodes {
+            assert_eq!(n.decide().await, Verdict::Admitted, "{cause}");
+        }
+    }
+
+    // Signed with the release key after all: every node takes it at its next attempt.
+    registry
+        .sign(&repushed, signer(&release))
+        .await
+        .expect("sign");
+    c.wait_status("policy", 4, &all("Loaded")).await;
+    for n in &c.nodes {
+        assert_eq!(n.decide().await, Verdict::Rejected("DeniedByPolicy".into()));
+    }
+}
+
+/// Stores the signatures of `original`'s manifest `digest` as the signatures of what
+/// `target` names now: a forger copying a valid signature to other bytes.
+async fn copy_signatures(registry: &Registry, original: &str, digest: &str, target: &str) {
+    use sigstore::cosign::{ClientBuilder, CosignCapabilities};
+    use sigstore::registry::{Auth, ClientConfig, ClientProtocol, OciReference};
+    let mut client = ClientBuilder::default()
+        .with_oci_client_config(ClientConfig {
+            protocol: ClientProtocol::Http,
+            ..Default::default()
+        })
+        .build()
+        .expect("client");
+    let (user, password) = registry.credentials.clone().expect("credentials");
+    let auth = Auth::Basic(user, password);
+    let original: OciReference = original.trim_start_matches("oci://").parse().expect("ref");
+    let pinned = OciReference::with_digest(
+        original.registry().to_owned(),
+        original.repository().to_owned(),
+        digest.to_owned(),
+    );
+    let layers = client
+        .trusted_signature_layers(&auth, &pinned)
+        .await
+        .expect("the original's signatures");
+    assert_eq!(layers.len(), 1);
+    let target: OciReference = target.trim_start_matches("oci://").parse().expect("ref");
+    let (signature_ref, target_digest) = client.triangulate(&target, &auth).await.expect("digest");
+    assert_ne!(target_digest, digest);
+    client
+        .push_signature(None, &auth, &signature_ref, layers)
+        .await
+        .expect("copied");
+}

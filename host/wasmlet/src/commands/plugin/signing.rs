@@ -1,0 +1,212 @@
+//! `wasmlet plugin generate-key-pair | sign | verify`: cosign's key pairs and
+//! signatures for plugin components, in a registry or beside a file.
+
+use std::io::IsTerminal as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use wasmlet_signing::{Registry, Verification, Verifier, keys};
+
+/// Arguments of `wasmlet plugin generate-key-pair`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The files' prefix: PREFIX.key and PREFIX.pub.
+    #[arg(long, default_value = "cosign")]
+    pub output_key_prefix: PathBuf,
+}
+
+/// Where a signature goes or comes from.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// A pushed component (`oci://REGISTRY/REPO:TAG`) or a component file.
+    pub target: String,
+    /// Plain HTTP (a registry on loopback without TLS).
+    #[arg(long)]
+    pub insecure: bool,
+    /// The registry user (its password from `WASMLET_REGISTRY_PASSWORD`).
+    #[arg(long)]
+    pub username: Option<String>,
+    /// The registry password.
+    #[arg(long, env = "WASMLET_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// For a file: its signature file (default FILE.sig).
+    #[arg(long)]
+    pub signature: Option<PathBuf>,
+}
+
+/// Arguments of `wasmlet plugin sign`.
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The private key (cosign's, encrypted with `COSIGN_PASSWORD`).
+    #[arg(long)]
+    pub key: PathBuf,
+}
+
+/// Arguments of `wasmlet plugin verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A public key the component may be signed with (repeatable: any of them).
+    #[arg(long, required = true)]
+    pub key: Vec<PathBuf>,
+}
+
+/// The private key's password, from `COSIGN_PASSWORD` (empty when unset).
+fn password() -> Vec<u8> {
+    std::env::var(keys::PASSWORD_ENV)
+        .unwrap_or_default()
+        .into_bytes()
+}
+
+/// Whether `target` names a registry artifact rather than a file.
+fn in_registry(target: &str) -> bool {
+    target.starts_with("oci://") || !Path::new(target).exists()
+}
+
+impl Target {
+    fn registry(&self) -> Result<Registry> {
+        Ok(Registry {
+            insecure: self.insecure,
+            credentials: super::credentials(self.username.as_ref(), self.password.as_ref())?,
+        })
+    }
+
+    fn signature_file(&self) -> PathBuf {
+        self.signature
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.sig", self.target)))
+    }
+}
+
+/// `wasmlet plugin generate-key-pair`.
+pub fn generate(args: &GenerateArgs) -> Result<ExitCode> {
+    if std::env::var_os(keys::PASSWORD_ENV).is_none() && std::io::stdin().is_terminal() {
+        eprintln!(
+            "{} is not set: the private key is encrypted with an empty password",
+            keys::PASSWORD_ENV
+        );
+    }
+    let (private, public) = keys::generate(&password()).map_err(anyhow::Error::msg)?;
+    let prefix = args.output_key_prefix.display();
+    let (key, pub_file) = (format!("{prefix}.key"), format!("{prefix}.pub"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, private.as_bytes()))
+        .with_context(|| format!("writing {key} (an existing key is never overwritten)"))?;
+    std::fs::write(&pub_file, &public).with_context(|| format!("writing {pub_file}"))?;
+    println!("private key: {key}");
+    println!("public key:  {pub_file}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wasmlet plugin sign`.
+pub async fn sign(args: SignArgs) -> Result<ExitCode> {
+    let pem = std::fs::read(&args.key).with_context(|| format!("--key: {}", args.key.display()))?;
+    let signer = keys::signer(&pem, &password())
+        .map_err(|e| anyhow::anyhow!("--key: {}: {e}", args.key.display()))?;
+    let target = &args.target;
+    if in_registry(&target.target) {
+        let signed = target
+            .registry()?
+            .sign(&target.target, signer)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        println!("signed:    {}@{}", target.target, signed.manifest_digest);
+        println!("signature: {}", signed.signature);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let bytes =
+        std::fs::read(&target.target).with_context(|| format!("reading {}", target.target))?;
+    let signature = keys::sign_blob(&signer, &bytes).map_err(anyhow::Error::msg)?;
+    let file = target.signature_file();
+    std::fs::write(&file, format!("{signature}\n"))
+        .with_context(|| format!("writing {}", file.display()))?;
+    println!("signed:    {}", target.target);
+    println!("signature: {}", file.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wasmlet plugin verify`: 0 when one of the keys signed the target, 3 when none did.
+pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
+    let keys = args
+        .key
+        .iter()
+        .map(|k| std::path::absolute(k).with_context(|| format!("--key: {}", k.display())))
+        .collect::<Result<Vec<_>>>()?;
+    let verifier = Verifier::load(&Verification {
+        public_keys: keys,
+        required: true,
+    })
+    .map_err(|e| anyhow::anyhow!("--key: {}", e.trim_start_matches("publicKeys: ")))?
+    .context("--key: no key")?;
+    let target = &args.target;
+    let result = if in_registry(&target.target) {
+        let registry = target.registry()?;
+        let digest = registry
+            .resolve(&target.target)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let text = target.target.trim_start_matches("oci://");
+        let repository = text
+            .split_once('@')
+            .map_or_else(|| strip_tag(text), |(repo, _)| repo);
+        verifier
+            .verify_artifact(&registry, repository, &digest)
+            .await
+            .map(|v| (v, format!("{repository}@{digest}")))
+    } else {
+        let bytes =
+            std::fs::read(&target.target).with_context(|| format!("reading {}", target.target))?;
+        let file = target.signature_file();
+        let signature = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading the signature {}", file.display()))?;
+        verifier
+            .verify_blob(&bytes, &signature)
+            .map(|v| (v, target.target.clone()))
+    };
+    match result {
+        Ok((verified, what)) => {
+            println!("verified: {what} signed by key {}", verified.key);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            println!("refused: {e}");
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// `REGISTRY/REPO` of `REGISTRY/REPO:TAG` (a port's colon is not a tag's).
+fn strip_tag(reference: &str) -> &str {
+    match reference.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => reference,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_tag;
+
+    #[test]
+    fn a_tag_is_stripped_and_a_port_kept() {
+        assert_eq!(
+            strip_tag("127.0.0.1:5055/team/policy:v1"),
+            "127.0.0.1:5055/team/policy"
+        );
+        assert_eq!(
+            strip_tag("127.0.0.1:5055/team/policy"),
+            "127.0.0.1:5055/team/policy"
+        );
+        assert_eq!(strip_tag("ghcr.io/team/policy:v1"), "ghcr.io/team/policy");
+    }
+}
