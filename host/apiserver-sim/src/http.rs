@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::certificates;
 use crate::store::{Event, Store, kind_of, merge, now_rfc3339, selects, status};
-use crate::{ApiServerSim, apply, crd, node_proxy};
+use crate::{ApiServerSim, apply, crd, node_proxy, policy};
 
 /// The parts of a request path.
 pub(crate) struct Target {
@@ -330,7 +330,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             )),
         },
         (Method::PUT, Some(name)) => match json_body() {
-            Ok(object) => match store.write(&key(name), object, t.sub.as_deref()) {
+            Ok(object) => match update(&mut store, &key(name), object, &t, who.as_ref()) {
                 Ok(o) => reply(StatusCode::OK, &o),
                 Err(e) => error(e),
             },
@@ -382,7 +382,16 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
                     Err(e) => error(e),
                 };
             };
-            match apply::apply(&current, &applied, &manager, force, t.sub.as_deref(), &maps) {
+            let request = policy::Request {
+                key: &key(name),
+                sub: t.sub.as_deref(),
+                operation: "UPDATE",
+                who: who.as_ref(),
+            };
+            match apply::apply(&current, &applied, &manager, force, t.sub.as_deref(), &maps)
+                .and_then(|object| {
+                    policy::admit(&store, &request, &object, Some(&current)).map(|()| object)
+                }) {
                 Ok(object) => match store.put(&key(name), &current, object) {
                     Ok(o) => reply(StatusCode::OK, &o),
                     Err(e) => error(e),
@@ -421,7 +430,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             } else {
                 Value::Null
             };
-            match store.write(&key(name), object, t.sub.as_deref()) {
+            match update(&mut store, &key(name), object, &t, who.as_ref()) {
                 Ok(o) => reply(StatusCode::OK, &o),
                 Err(e) => error(e),
             }
@@ -439,6 +448,26 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             format!("{m} is not supported on {path}"),
         )),
     }
+}
+
+/// Replaces the object at `key` with `object` (through `t`'s subresource), as `who`,
+/// once the admission policies admit it.
+fn update(
+    store: &mut Store,
+    key: &crate::Key,
+    object: Value,
+    t: &Target,
+    who: Option<&crate::tls::Identity>,
+) -> Result<Value, Value> {
+    let (old, stored) = store.updated(key, object, t.sub.as_deref())?;
+    let request = policy::Request {
+        key,
+        sub: t.sub.as_deref(),
+        operation: "UPDATE",
+        who,
+    };
+    policy::admit(store, &request, &stored, Some(&old))?;
+    store.put(key, &old, stored)
 }
 
 /// A watch: newline-delimited `{"type": ..., "object": ...}` events, from the changes

@@ -41,6 +41,9 @@
 //! - server-side apply ([`apply`]): `PATCH` with `application/apply-patch+yaml`, each
 //!   manager's fields in `metadata.managedFields`, conflicts unless `force`, keyed lists
 //!   (`x-kubernetes-list-type: map`) merged item by item.
+//! - ValidatingAdmissionPolicy ([`policy`]): the policies and bindings stored under
+//!   `admissionregistration.k8s.io` refuse the updates they deny, their CEL evaluated
+//!   over the object, the old object and who asks.
 //!
 //! Errors are `Status` objects with the API server's reasons and codes.
 //!
@@ -55,6 +58,7 @@ mod defaults;
 mod http;
 mod log_ws;
 mod node_proxy;
+mod policy;
 mod store;
 mod tls;
 
@@ -411,11 +415,17 @@ impl ApiServerSim {
 /// Writes a kubeconfig at `path` naming the double at `url` (its current context, a
 /// bearer token the double accepts like any other), for clients under test.
 pub fn write_kubeconfig(path: &std::path::Path, url: &str) -> std::io::Result<()> {
+    write_kubeconfig_as(path, url, "node-token")
+}
+
+/// As [`write_kubeconfig`], the requests carrying `token` (an identity when the double
+/// knows it: [`ApiServerSim::add_token`]).
+pub fn write_kubeconfig_as(path: &std::path::Path, url: &str, token: &str) -> std::io::Result<()> {
     std::fs::write(
         path,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
-             users:\n- name: node\n  user:\n    token: node-token\ncontexts:\n- name: sim\n  \
+             users:\n- name: node\n  user:\n    token: {token}\ncontexts:\n- name: sim\n  \
              context:\n    cluster: sim\n    user: node\ncurrent-context: sim\n"
         ),
     )

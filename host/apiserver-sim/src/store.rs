@@ -353,6 +353,19 @@ impl Store {
         new: Value,
         sub: Option<&str>,
     ) -> Result<Value, Value> {
+        let (old, stored) = self.updated(key, new, sub)?;
+        self.put(key, &old, stored)
+    }
+
+    /// The object at `key` and what a replace of it with `new` (through subresource
+    /// `sub`) would store: the preconditions checked, the fields the subresource does
+    /// not change kept.
+    pub(crate) fn updated(
+        &self,
+        key: &Key,
+        new: Value,
+        sub: Option<&str>,
+    ) -> Result<(Value, Value), Value> {
         let Some(old) = self.objects.get(key).cloned() else {
             return Err(status(
                 404,
@@ -426,7 +439,7 @@ impl Store {
             }
             s
         };
-        self.put(key, &old, stored)
+        Ok((old, stored))
     }
 
     /// Stores `new` over `old` (a change only when they differ): the next

@@ -14,10 +14,13 @@ use crate::object::{GROUP, KIND, VERSION};
 /// The reporting controller of the events.
 pub const CONTROLLER: &str = "wasmlet";
 
-/// Where a node's plugin events go (nowhere without a recorder).
+/// Where a node's plugin events go (nowhere without a recorder). Every node reports on
+/// the same object, so each message names the node (`kubectl describe` shows only the
+/// reporting controller).
 #[derive(Clone, Default)]
 pub struct PluginEvents {
     recorder: Option<Arc<dyn Recorder>>,
+    node: String,
 }
 
 impl std::fmt::Debug for PluginEvents {
@@ -34,10 +37,11 @@ fn signed(verified: Option<&str>) -> String {
 }
 
 impl PluginEvents {
-    /// Events recorded by `recorder`.
-    pub fn new(recorder: Arc<dyn Recorder>) -> Self {
+    /// Events of node `node`, recorded by `recorder`.
+    pub fn new(recorder: Arc<dyn Recorder>, node: &str) -> Self {
         Self {
             recorder: Some(recorder),
+            node: node.to_owned(),
         }
     }
 
@@ -65,21 +69,23 @@ impl PluginEvents {
         verified: Option<&str>,
         before: Option<&str>,
     ) {
-        let signed = signed(verified);
+        let (signed, node) = (signed(verified), &self.node);
         match before {
             Some(old) if old != digest => self.record(
                 name,
                 uid,
                 Kind::Normal,
                 "PluginSwapped",
-                format!("{digest} serves in place of {old} (generation {generation}{signed})"),
+                format!(
+                    "{digest} serves on {node} in place of {old} (generation {generation}{signed})"
+                ),
             ),
             _ => self.record(
                 name,
                 uid,
                 Kind::Normal,
                 "PluginLoaded",
-                format!("{digest} serves (generation {generation}{signed})"),
+                format!("{digest} serves on {node} (generation {generation}{signed})"),
             ),
         }
     }
@@ -103,7 +109,10 @@ impl PluginEvents {
             uid,
             Kind::Warning,
             "PluginRefused",
-            format!("generation {generation} refused: {reason}; {after}"),
+            format!(
+                "generation {generation} refused on {}: {reason}; {after}",
+                self.node
+            ),
         );
     }
 
@@ -115,7 +124,7 @@ impl PluginEvents {
             uid,
             Kind::Normal,
             "PluginUnloaded",
-            format!("{digest} unloaded: {why}"),
+            format!("{digest} unloaded from {}: {why}", self.node),
         );
     }
 }

@@ -245,6 +245,11 @@ async fn run(client: kube::Client, node: String, mut rx: mpsc::UnboundedReceiver
                 Ok(_) => debug!(plugin = %key.0, summary = key.1, "plugin status written"),
                 // The object is gone: nothing to say about it.
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
+                // A summary refused (deploy/'s admission policy: another node, first by
+                // name now, is the writer): that node writes it.
+                Err(kube::Error::Api(e)) if e.code == 403 && key.1 => {
+                    debug!(plugin = %key.0, reason = %e.message, "the summary is not this node's to write");
+                }
                 Err(e) => {
                     let attempt = q.attempt + 1;
                     let wait =

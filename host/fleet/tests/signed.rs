@@ -144,7 +144,7 @@ async fn components_in_config_maps_load_only_with_a_trusted_signature_and_once()
     assert_eq!(
         story[0].1,
         format!(
-            "{} serves (generation 1, signed by key {release_id})",
+            "{} serves on node-a (generation 1, signed by key {release_id})",
             digest_of(RESTRICTED)
         )
     );
@@ -152,7 +152,7 @@ async fn components_in_config_maps_load_only_with_a_trusted_signature_and_once()
         assert_eq!(reason, "PluginRefused");
         assert!(
             message.starts_with(&format!(
-                "generation {generation} refused: signature refused: "
+                "generation {generation} refused on node-a: signature refused: "
             )),
             "{message}"
         );
@@ -242,16 +242,16 @@ async fn a_node_that_does_not_require_signatures_records_who_signed() {
         story,
         [
             format!(
-                "PluginLoaded: {} serves (generation 1, signed by key {release_id})",
+                "PluginLoaded: {} serves on node-a (generation 1, signed by key {release_id})",
                 digest_of(RESTRICTED)
             ),
             format!(
-                "PluginSwapped: {} serves in place of {} (generation 2)",
+                "PluginSwapped: {} serves on node-a in place of {} (generation 2)",
                 digest_of(DENY_ALL),
                 digest_of(RESTRICTED)
             ),
             format!(
-                "PluginUnloaded: {} unloaded: the WasmletPlugin was deleted",
+                "PluginUnloaded: {} unloaded from node-a: the WasmletPlugin was deleted",
                 digest_of(DENY_ALL)
             ),
         ]

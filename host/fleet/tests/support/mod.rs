@@ -124,6 +124,8 @@ pub struct Cluster {
     pub api: ApiServerSim,
     served: Option<Served>,
     pub client: kube::Client,
+    /// The double's URL.
+    pub url: String,
     pub nodes: Vec<Node>,
     pub dir: PathBuf,
     pub config: FleetConfig,
@@ -132,8 +134,14 @@ pub struct Cluster {
 
 /// A client of the double at `url`.
 pub async fn client(dir: &Path, url: &str) -> kube::Client {
+    client_as(dir, url, "node-token").await
+}
+
+/// A client of the double at `url` whose requests carry `token`.
+pub async fn client_as(dir: &Path, url: &str, token: &str) -> kube::Client {
+    std::fs::create_dir_all(dir).expect("dir");
     let path = dir.join("kubeconfig");
-    wasmlet_apiserver_sim::write_kubeconfig(&path, url).expect("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig_as(&path, url, token).expect("kubeconfig");
     let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -185,6 +193,7 @@ impl Cluster {
         .expect("namespace");
         let mut c = Cluster {
             api,
+            url: served.url(),
             served: Some(served),
             client,
             nodes: Vec::new(),
@@ -223,8 +232,13 @@ impl Cluster {
         let events = Arc::new(MemoryRecorder::default());
         let dir = self.dir.join(name);
         let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
+        // Each node under its own identity, as real nodes are (system:node:NAME).
+        let token = format!("token-{name}");
+        self.api
+            .add_token(&token, &format!("system:node:{name}"), &["system:nodes"]);
+        let client = client_as(&dir, &self.url, &token).await;
         wasmlet_fleet::start(
-            self.client.clone(),
+            client,
             name,
             labels,
             &self.config,
@@ -234,7 +248,7 @@ impl Cluster {
                 probes: probes.clone(),
                 sources: sources.clone(),
             },
-            wasmlet_fleet::PluginEvents::new(events.clone()),
+            wasmlet_fleet::PluginEvents::new(events.clone(), name),
             stopped,
         )
         .await
@@ -248,6 +262,13 @@ impl Cluster {
             dir,
             stop,
         }
+    }
+
+    /// Starts another node following the double (its Node object made by the caller).
+    pub async fn add_node(&mut self, name: &str) -> &Node {
+        let node = self.start_node(name).await;
+        self.nodes.push(node);
+        self.nodes.last().expect("the node")
     }
 
     /// Stops node `i` and starts it again (same directory).

@@ -159,7 +159,7 @@ async fn run_agent(
         .map(|_| wasmlet_cluster::events::ApiRecorder::new())
         .unzip();
     if let (Some(client), Some(recorder)) = (&cluster, &recorder) {
-        let plugin_events = wasmlet_fleet::PluginEvents::new(recorder.clone());
+        let plugin_events = wasmlet_fleet::PluginEvents::new(recorder.clone(), &facts.name);
         let stopped = cluster_stopped.clone();
         cluster::start_plugins(client, &config, &facts, &loaded, plugin_events, stopped).await?;
     }
