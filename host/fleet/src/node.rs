@@ -43,7 +43,7 @@ const WATCH_RETRY_FIRST: Duration = Duration::from_millis(800);
 /// found within this).
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// Where cluster plugins go on the node.
+/// Where cluster plugins go on the node, and where it tells what it did with them.
 #[derive(Clone)]
 pub struct Targets {
     /// The admission chain (cluster links follow the node's own).
@@ -52,6 +52,8 @@ pub struct Targets {
     pub probes: Arc<ProbeHandlers>,
     /// The pod sources (cluster sources are polled after the node's own).
     pub sources: Arc<PodSources>,
+    /// The events on the WasmletPlugins.
+    pub events: PluginEvents,
 }
 
 /// A load the node has started.
@@ -85,7 +87,6 @@ struct Controller {
     fetcher: Arc<Fetcher>,
     store: PathBuf,
     writer: Option<Writer>,
-    events: PluginEvents,
     /// The objects' UIDs, by name (kept until a deleted one is unloaded).
     uids: BTreeMap<String, String>,
     /// The objects as last seen, by name.
@@ -117,7 +118,6 @@ pub async fn start(
     config: &FleetConfig,
     dir: &Path,
     targets: Targets,
-    events: PluginEvents,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let verifier = wasmlet_signing::Verifier::load(&config.verification)
@@ -136,7 +136,6 @@ pub async fn start(
         fetcher,
         store: dir.join(STATE_FILE),
         writer: Some(Writer::start(client.clone(), node.to_owned())),
-        events,
         uids: BTreeMap::new(),
         objects: BTreeMap::new(),
         listed: false,
@@ -524,7 +523,7 @@ impl Controller {
                     .serving
                     .get(name)
                     .map(|o| format!("sha256:{}", o.sha256));
-                self.events.loaded(
+                self.targets.events.loaded(
                     name,
                     &self.uid(name),
                     d.generation,
@@ -579,7 +578,9 @@ impl Controller {
         if let Some(d) = self.serving.remove(name) {
             self.unload_kind(name, d.kind);
             let digest = format!("sha256:{}", d.sha256);
-            self.events.unloaded(name, &self.uid(name), &digest, why);
+            self.targets
+                .events
+                .unloaded(name, &self.uid(name), &digest, why);
             info!(plugin = name, "cluster plugin unloaded");
             self.persist();
             self.set_cluster_order(None);
@@ -660,7 +661,8 @@ impl Controller {
             let generation = e.observed_generation;
             let uid = self.uid(name);
             let serving = e.digest.as_deref();
-            self.events
+            self.targets
+                .events
                 .refused(name, &uid, generation, &e.message, serving);
         }
         if let Some(w) = &self.writer {

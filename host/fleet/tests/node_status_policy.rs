@@ -103,6 +103,9 @@ impl Clients {
     }
 }
 
+/// (what, who, field manager, body, the answer).
+type Case<'a> = (&'a str, &'a str, &'a str, Value, (u16, String));
+
 fn denied(who: &str, what: &str) -> (u16, String) {
     (
         403,
@@ -137,7 +140,7 @@ async fn a_node_writes_only_its_own_entry_and_the_summary_only_when_it_is_the_wr
         let not_writer =
             "is not the writer of status.summary (the first node by name with an entry)";
         let ok = (200, String::new());
-        let cases: Vec<(&str, &str, &str, Value, (u16, String))> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "first entry on the object",
                 "node-b",

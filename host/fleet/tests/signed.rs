@@ -59,6 +59,9 @@ fn assert_entries(c: &Cluster, name: &str, cause: &str, serving: &str, key: &str
     }
 }
 
+/// A ConfigMap's (key, bytes).
+type Keys<'a> = Vec<(&'a str, Vec<u8>)>;
+
 fn from_config_map(name: &str, plugin: &str) -> Value {
     json!({"kind": "admission", "digest": digest_of(plugin),
            "source": {"configMap": {"name": name, "key": "policy.wasm"}}})
@@ -97,7 +100,7 @@ async fn components_in_config_maps_load_only_with_a_trusted_signature_and_once()
     .await;
 
     // Refused, each on every node, the signed version deciding meanwhile.
-    let cases: [(&str, Vec<(&str, Vec<u8>)>, &str); 3] = [
+    let cases: [(&str, Keys, &str); 3] = [
         (
             "other-key",
             vec![

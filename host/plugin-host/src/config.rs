@@ -28,6 +28,9 @@
 //!   - name: source-http
 //!     urls: ["http://config.local/pods/"]   # URL prefixes it may fetch
 //!     config: {url: "http://config.local/pods/node-a.yaml"}
+//!   verification:                           # the directory's components must be signed
+//!     publicKeys: [/etc/wasmlet/keys/release.pub]
+//!     required: true                        # FILE.wasm loads only with a good FILE.wasm.sig
 //! ```
 //!
 //! Components in `admission/` that the list does not name join the chain after the
@@ -48,6 +51,10 @@ use crate::{InstanceMode, Limits, convert};
 pub struct PluginsConfig {
     /// The watched plugin directory (`admission/` below it).
     pub directory: Option<PathBuf>,
+    /// The signatures the directory's components must carry (`FILE.wasm.sig` beside
+    /// each, from `wasmlet plugin sign FILE.wasm`).
+    #[serde(default)]
+    pub verification: wasmlet_signing::Verification,
     /// Where compiled components are kept between restarts.
     pub cache_directory: Option<PathBuf>,
     /// The admission chain, in order.

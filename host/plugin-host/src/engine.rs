@@ -90,6 +90,45 @@ pub struct PluginEngine {
     cache: Option<ComponentCache>,
     metrics: PluginMetrics,
     ticker: Arc<Ticker>,
+    /// Components under this directory load only as their signature allows.
+    signed: Option<Arc<SignedFiles>>,
+}
+
+/// The components of a plugin directory and the signatures they must carry: each
+/// `FILE.wasm` beside its `FILE.wasm.sig` (`wasmlet plugin sign FILE.wasm`, as
+/// `cosign sign-blob` makes it).
+#[derive(Debug)]
+struct SignedFiles {
+    directory: PathBuf,
+    verifier: Arc<wasmlet_signing::Verifier>,
+}
+
+impl SignedFiles {
+    /// Whether `wasm`, read from `path`, may load; the refusal says why.
+    fn check(&self, path: &Path, wasm: &[u8]) -> Result<(), BoxError> {
+        if !path.starts_with(&self.directory) {
+            return Ok(());
+        }
+        let sig = PathBuf::from(format!("{}.sig", path.display()));
+        let result = match std::fs::read_to_string(&sig) {
+            Ok(signature) => self.verifier.verify_blob(wasm, &signature),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(format!("not signed: no {} beside it", sig.display()))
+            }
+            Err(e) => Err(format!("{}: {e}", sig.display())),
+        };
+        match result {
+            Ok(verified) => {
+                tracing::debug!(path = %path.display(), key = verified.key, "plugin signature verified");
+                Ok(())
+            }
+            Err(e) if self.verifier.required() => Err(format!("signature refused: {e}").into()),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), reason = %e, "a plugin's signature does not verify; loading it anyway (plugins.verification.required is false)");
+                Ok(())
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for PluginEngine {
@@ -239,7 +278,24 @@ impl PluginEngine {
             cache,
             metrics: PluginMetrics::default(),
             ticker: Arc::new(Ticker { clock }),
+            signed: None,
         })
+    }
+
+    /// Loads the components under `directory` only when `verifier` accepts their
+    /// signature (`FILE.wasm.sig` beside each); a refused one is a load error naming why
+    /// (the version before keeps serving).
+    #[must_use]
+    pub fn verify_files(
+        mut self,
+        directory: PathBuf,
+        verifier: Arc<wasmlet_signing::Verifier>,
+    ) -> Self {
+        self.signed = Some(Arc::new(SignedFiles {
+            directory,
+            verifier,
+        }));
+        self
     }
 
     /// Compiles components missing from the cache in a process of their own: `program`
@@ -275,6 +331,9 @@ impl PluginEngine {
             source,
         };
         let wasm = read_component(path).map_err(load_err)?;
+        if let Some(signed) = &self.signed {
+            signed.check(path, &wasm).map_err(load_err)?;
+        }
         let digest = cache::sha256_hex(&wasm);
         let (component, outcome) = match &self.cache {
             Some(cache) => cache.load(&self.engine, &wasm, &digest),

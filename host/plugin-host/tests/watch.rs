@@ -315,3 +315,105 @@ async fn pod_sources_load_from_configuration() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Signs `wasm`'s bytes into `wasm.sig` with `key` (what `wasmlet plugin sign FILE`
+/// writes).
+fn sign(key: &[u8], wasm: &Path) {
+    let signer = wasmlet_signing::keys::signer(key, b"pw").expect("signer");
+    let bytes = std::fs::read(wasm).expect("read");
+    let signature = wasmlet_signing::keys::sign_blob(&signer, &bytes).expect("sign");
+    std::fs::write(format!("{}.sig", wasm.display()), signature).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_requires_signatures_loads_only_what_its_key_signed() {
+    let dir = temp_dir("signed");
+    let (release, release_pub) = wasmlet_signing::keys::generate(b"pw").expect("key");
+    let (rogue, _) = wasmlet_signing::keys::generate(b"pw").expect("key");
+    std::fs::write(dir.join("release.pub"), release_pub).expect("pub");
+    let verifier = wasmlet_signing::Verifier::load(&wasmlet_signing::Verification {
+        public_keys: vec![dir.join("release.pub")],
+        required: true,
+    })
+    .expect("keys")
+    .expect("enabled");
+    let engine = PluginEngine::new()
+        .expect("engine")
+        .verify_files(dir.clone(), Arc::new(verifier));
+    let chain = Arc::new(AdmissionChain::new(engine));
+
+    // Signed by the release key: loads.
+    let staged = dir.join("staged.wasm");
+    std::fs::copy(plugin("node-ports"), &staged).expect("copy");
+    sign(release.as_bytes(), &staged);
+    let live = dir.join("admission/policy.wasm");
+    std::fs::copy(
+        format!("{}.sig", staged.display()),
+        format!("{}.sig", live.display()),
+    )
+    .expect("sig");
+    install_atomically(&staged, &live);
+    let _watching = AdmissionDirectory::start(
+        chain.clone(),
+        &config(&dir, "admission: [{name: policy}]"),
+        false,
+    )
+    .await
+    .expect("start");
+    until(&chain, "Admit", Duration::from_secs(2)).await;
+    let serving = chain
+        .current("policy")
+        .expect("serving")
+        .digest()
+        .to_owned();
+
+    // Refused, each, the signed version serving on: a version signed by another key,
+    // and an unsigned one (its signature file gone).
+    std::fs::copy(plugin("fixture-deny-all"), &staged).expect("copy");
+    sign(rogue.as_bytes(), &staged);
+    std::fs::copy(
+        format!("{}.sig", staged.display()),
+        format!("{}.sig", live.display()),
+    )
+    .expect("sig");
+    install_atomically(&staged, &live);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(admit(&chain).await, "Admit");
+    assert_eq!(chain.current("policy").expect("serving").digest(), serving);
+    std::fs::remove_file(format!("{}.sig", live.display())).expect("rm");
+    std::fs::copy(plugin("fixture-deny-all"), &staged).expect("copy");
+    install_atomically(&staged, &live);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(admit(&chain).await, "Admit");
+
+    // A new process reading the directory: the unsigned file is refused, naming why.
+    let chain = Arc::new(AdmissionChain::new(
+        PluginEngine::new().expect("engine").verify_files(
+            dir.clone(),
+            Arc::new(
+                wasmlet_signing::Verifier::load(&wasmlet_signing::Verification {
+                    public_keys: vec![dir.join("release.pub")],
+                    required: true,
+                })
+                .expect("keys")
+                .expect("enabled"),
+            ),
+        ),
+    ));
+    let _again = AdmissionDirectory::start(
+        chain.clone(),
+        &config(&dir, "admission: [{name: policy}]"),
+        false,
+    )
+    .await
+    .expect("start");
+    let why = chain.unavailable("policy").expect("unavailable");
+    assert!(why.contains("signature refused: not signed: no "), "{why}");
+
+    // Signed by the release key after all: it swaps in.
+    sign(release.as_bytes(), &live);
+    install_atomically(&plugin("fixture-deny-all"), &staged);
+    std::fs::rename(&staged, &live).expect("touch");
+    until(&chain, "DeniedByPolicy", Duration::from_secs(2)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

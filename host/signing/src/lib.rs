@@ -114,10 +114,10 @@ impl Verifier {
     /// The verifier `config` describes, its keys read; `None` when it asks for nothing.
     /// The error names the key file and what is wrong with it.
     pub fn load(config: &Verification) -> Result<Option<Self>, String> {
+        config.validate()?;
         if !config.enabled() {
             return Ok(None);
         }
-        config.validate()?;
         let mut keys = Vec::new();
         for path in &config.public_keys {
             keys.push(read_key(path)?);

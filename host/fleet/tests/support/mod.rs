@@ -247,8 +247,8 @@ impl Cluster {
                 chain: chain.clone(),
                 probes: probes.clone(),
                 sources: sources.clone(),
+                events: wasmlet_fleet::PluginEvents::new(events.clone(), name),
             },
-            wasmlet_fleet::PluginEvents::new(events.clone(), name),
             stopped,
         )
         .await

@@ -323,6 +323,10 @@ impl Config {
         cluster_plugins
             .validate()
             .map_err(|e| anyhow::anyhow!("clusterPlugins.{e}"))?;
+        let plugins = f.plugins.take();
+        if let Some(p) = &plugins {
+            check_plugin_verification(p)?;
+        }
         Ok(Config {
             node_name: node.node_name,
             hostname_override: node.hostname_override,
@@ -363,7 +367,7 @@ impl Config {
                 monitor_interval: f.container_log_monitor_interval.take(),
             })?,
             resources: resources(&mut f)?,
-            plugins: f.plugins.take(),
+            plugins,
             cluster_plugins,
         })
     }
@@ -397,6 +401,18 @@ fn resources(f: &mut file::File) -> Result<Resources> {
         housekeeping_interval: f.housekeeping_interval.take(),
         node_status_max_images: f.node_status_max_images,
     })
+}
+
+/// `plugins.verification`: its keys readable, and a directory for it to verify.
+fn check_plugin_verification(p: &PluginsConfig) -> Result<()> {
+    wasmlet_signing::Verifier::load(&p.verification)
+        .map_err(|e| anyhow::anyhow!("plugins.verification.{e}"))?;
+    if p.verification.enabled() && p.directory.is_none() {
+        anyhow::bail!(
+            "plugins.verification: needs plugins.directory (its components are what is verified)"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

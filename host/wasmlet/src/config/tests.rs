@@ -341,6 +341,18 @@ fn errors_name_the_file_and_the_field() {
             "plugins: {admission: [{name: x, failurePolicy: Sometimes}]}",
             "failurePolicy",
         ),
+        (
+            "plugins: {directory: /etc/wasmlet/plugins, verification: {publicKeys: [/nonexistent/release.pub], required: true}}",
+            "plugins.verification.publicKeys: /nonexistent/release.pub:",
+        ),
+        (
+            "plugins: {verification: {required: true}}",
+            "plugins.verification.required: true needs at least one key",
+        ),
+        (
+            "clusterPlugins: {verification: {publicKeys: [keys/release.pub]}}",
+            "clusterPlugins.verification.publicKeys[0]: keys/release.pub is not an absolute path",
+        ),
     ] {
         let err = format!("{:#}", parse(text).expect_err(text));
         assert!(err.starts_with("/etc/wasmlet/config.yaml"), "{text}: {err}");

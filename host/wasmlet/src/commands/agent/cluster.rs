@@ -106,8 +106,8 @@ pub(super) async fn start_plugins(
             chain: loaded.chain.clone(),
             probes: loaded.probes.clone(),
             sources: loaded.sources.clone(),
+            events,
         },
-        events,
         stopped,
     )
     .await
