@@ -7,6 +7,11 @@
 //! `scripts/registry.sh up`), pushed before the clock starts ("cached by the registry"),
 //! else from a ConfigMap. The nodes share one wasmtime engine and compiled-component cache,
 //! as hollow nodes in one process do: one of them compiles, the others load the result.
+//! Each size runs twice: without signatures, and with every node requiring a trusted
+//! key's signature (cosign's, beside the artifact in the registry, or `KEY.sig` beside a
+//! ConfigMap's component), signed before the clock starts as a publisher signs. Then
+//! what one verification costs: a registry artifact's (signature lookup included) and a
+//! blob's.
 
 #[path = "../../host/fleet/tests/support/mod.rs"]
 mod support;
@@ -16,7 +21,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::Cluster;
 use wasmlet_bench::fmt;
+use wasmlet_fleet::FleetConfig;
 use wasmlet_plugin_host::Plugin;
+use wasmlet_signing::{Registry, Verification, Verifier, keys};
 
 fn smoke() -> bool {
     std::env::args().any(|a| a == "--smoke")
@@ -57,7 +64,27 @@ struct Round {
     writes: usize,
 }
 
-async fn round(c: &Cluster, i: usize, registry: Option<&(String, String, String)>) -> Round {
+/// The publisher's key, when nodes require signatures: (private key PEM, its public key
+/// file).
+type Signing = Option<(Vec<u8>, std::path::PathBuf)>;
+
+fn signer(key: &[u8]) -> wasmlet_signing::Signer {
+    keys::signer(key, b"bench").expect("signer")
+}
+
+fn registry_of((_, user, password): &(String, String, String)) -> Registry {
+    Registry {
+        insecure: true,
+        credentials: Some((user.clone(), password.clone())),
+    }
+}
+
+async fn round(
+    c: &Cluster,
+    i: usize,
+    registry: Option<&(String, String, String)>,
+    signing: &Signing,
+) -> Round {
     let base = support::bytes(if i.is_multiple_of(2) {
         support::DENY_ALL
     } else {
@@ -80,12 +107,22 @@ async fn round(c: &Cluster, i: usize, registry: Option<&(String, String, String)
             )
             .await
             .expect("push");
+            if let (Some((key, _)), Some(r)) = (signing, registry) {
+                registry_of(r)
+                    .sign(&reference, signer(key))
+                    .await
+                    .expect("sign");
+            }
             json!({"oci": {"reference": reference, "pullSecret": "registry", "insecure": true}})
         }
         None => {
             let name = format!("round-{i}");
-            c.config_map_bytes(&name, &[("policy.wasm", wasm.clone())])
-                .await;
+            let mut keys = vec![("policy.wasm", wasm.clone())];
+            if let Some((key, _)) = signing {
+                let signature = keys::sign_blob(&signer(key), &wasm).expect("sign");
+                keys.push(("policy.wasm.sig", signature.into_bytes()));
+            }
+            c.config_map_bytes(&name, &keys).await;
             json!({"configMap": {"name": name, "key": "policy.wasm"}})
         }
     };
@@ -155,13 +192,30 @@ async fn main() {
         }
     );
     println!(
-        "| nodes | apply → all serving p50 | max | apply → a node serving: first p50 | p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
+        "| nodes | signatures | apply → all serving p50 | max | apply → a node serving: first p50 | p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for n in sizes {
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let keys_dir = std::env::temp_dir().join(format!("wasmlet-bench-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&keys_dir).expect("dir");
+    let (private, public) = keys::generate(b"bench").expect("key");
+    let public_file = keys_dir.join("release.pub");
+    std::fs::write(&public_file, public).expect("write");
+    let required: Signing = Some((private.as_bytes().to_vec(), public_file.clone()));
+    for (n, signing) in sizes
+        .iter()
+        .flat_map(|&n| [(n, None), (n, required.clone())])
+    {
         let names: Vec<String> = (0..n).map(|i| format!("node-{i:03}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let c = Cluster::start(&format!("bench-{n}"), &names).await;
+        let config = FleetConfig {
+            verification: Verification {
+                public_keys: signing.iter().map(|(_, p)| p.clone()).collect(),
+                required: signing.is_some(),
+            },
+            ..FleetConfig::default()
+        };
+        let tag = if signing.is_some() { "signed" } else { "plain" };
+        let c = Cluster::start_with(&format!("bench-{n}-{tag}"), &names, config).await;
         if let Some((addr, user, password)) = &registry {
             support::pull_secret(&c, addr, user, password);
         }
@@ -171,7 +225,7 @@ async fn main() {
         let (mut failed, mut decided) = (0, 0);
         let mut writes = Vec::new();
         for i in 0..rounds {
-            let r = round(&c, i, registry.as_ref()).await;
+            let r = round(&c, i, registry.as_ref(), &signing).await;
             all.push(r.all);
             first.push(r.nodes.iter().copied().min().unwrap_or_default());
             per_node.extend(r.nodes);
@@ -180,7 +234,12 @@ async fn main() {
             writes.push(r.writes);
         }
         println!(
-            "| {n} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+            if signing.is_some() {
+                "required"
+            } else {
+                "none"
+            },
             fmt(pct(all.clone(), 50.0)),
             fmt(pct(all, 100.0)),
             fmt(pct(first, 50.0)),
@@ -194,4 +253,69 @@ async fn main() {
         );
         assert_eq!(failed, 0, "a decision failed during a rollout");
     }
+    verification_cost(registry.as_ref(), &required).await;
+}
+
+/// What one verification costs a load: a registry artifact's (its signature looked up in
+/// the registry) and a blob's, the median of 20.
+async fn verification_cost(registry: Option<&(String, String, String)>, signing: &Signing) {
+    let Some((key, public)) = signing else {
+        return;
+    };
+    let verifier = Verifier::load(&Verification {
+        public_keys: vec![public.clone()],
+        required: true,
+    })
+    .expect("keys")
+    .expect("enabled");
+    let wasm = variant(&support::bytes(support::RESTRICTED), "verification");
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    println!("\n### one verification (median of 20)\n");
+    println!("| what | time |");
+    println!("|---|---|");
+    let signature = keys::sign_blob(&signer(key), &wasm).expect("sign");
+    let blob: Vec<Duration> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            verifier.verify_blob(&wasm, &signature).expect("verified");
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "| a blob signature (ConfigMap, plugin directory) | {} |",
+        fmt(median(blob))
+    );
+    let Some(r) = registry else {
+        return;
+    };
+    let reference = format!("oci://{}/wasmlet-bench/verify:{}", r.0, std::process::id());
+    wasmlet_fleet::publish::push(&wasm, &reference, true, registry_of(r).credentials, None)
+        .await
+        .expect("push");
+    let signed = registry_of(r)
+        .sign(&reference, signer(key))
+        .await
+        .expect("sign");
+    let repository: wasmlet_signing::oci_client::Reference = reference
+        .trim_start_matches("oci://")
+        .parse()
+        .expect("reference");
+    // As a node reads it: through the client it pulled the component with.
+    let (client, auth) = registry_of(r).oci();
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        verifier
+            .verify_artifact(&client, &auth, &repository, &signed.manifest_digest)
+            .await
+            .expect("verified");
+        times.push(t.elapsed());
+    }
+    println!(
+        "| a registry artifact (its signature manifest and payload fetched, htpasswd) | {} |",
+        fmt(median(times))
+    );
 }

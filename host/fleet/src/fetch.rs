@@ -22,7 +22,7 @@ use oci_client::{Client as OciClient, Reference};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::warn;
-use wasmlet_signing::{Registry, Verifier};
+use wasmlet_signing::Verifier;
 
 use crate::object::{Desired, Source};
 
@@ -80,10 +80,12 @@ struct Verification {
 
 /// Where a downloaded component's signature is.
 enum Provenance {
-    /// Cosign's signature of the manifest in the registry.
+    /// Cosign's signature of the manifest in the registry, read with the client and
+    /// credentials the component was pulled with.
     Oci {
-        registry: Registry,
-        repository: String,
+        client: OciClient,
+        auth: RegistryAuth,
+        reference: Reference,
         manifest_digest: String,
     },
     /// A blob signature beside the bytes (a ConfigMap's `KEY.sig`), if any.
@@ -214,12 +216,13 @@ impl Fetcher {
         };
         let result = match provenance {
             Provenance::Oci {
-                registry,
-                repository,
+                client,
+                auth,
+                reference,
                 manifest_digest,
             } => {
                 verifier
-                    .verify_artifact(registry, repository, manifest_digest)
+                    .verify_artifact(client, auth, reference, manifest_digest)
                     .await
             }
             Provenance::Blob {
@@ -259,19 +262,17 @@ impl Fetcher {
                 let parsed: Reference = reference
                     .parse()
                     .map_err(|e| format!("{what}: not an OCI reference: {e}"))?;
-                let (auth, credentials) = match pull_secret {
+                let auth = match pull_secret {
                     Some(secret) => self.auth(secret, parsed.resolve_registry()).await?,
-                    None => (RegistryAuth::Anonymous, None),
+                    None => RegistryAuth::Anonymous,
                 };
                 let client = oci_client(*insecure, parsed.resolve_registry(), &auth);
                 let (bytes, manifest_digest) =
                     pull_component(&client, &parsed, &auth, sha256, &what).await?;
                 let provenance = Provenance::Oci {
-                    registry: Registry {
-                        insecure: *insecure,
-                        credentials,
-                    },
-                    repository: format!("{}/{}", parsed.registry(), parsed.repository()),
+                    client,
+                    auth,
+                    reference: parsed,
                     manifest_digest,
                 };
                 Ok((bytes, provenance))
@@ -321,13 +322,8 @@ impl Fetcher {
         ))
     }
 
-    /// The credentials for `registry` in pull secret `name`, and the same as user and
-    /// password for signature lookups.
-    async fn auth(
-        &self,
-        name: &str,
-        registry: &str,
-    ) -> Result<(RegistryAuth, Option<(String, String)>), String> {
+    /// The credentials for `registry` in pull secret `name`.
+    async fn auth(&self, name: &str, registry: &str) -> Result<RegistryAuth, String> {
         let what = format!("pull secret {}/{name}", self.namespace);
         let api: Api<k8s::Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let secret = api
@@ -342,12 +338,7 @@ impl Fetcher {
             .ok_or_else(|| {
                 format!("{what}: no .dockerconfigjson (a kubernetes.io/dockerconfigjson Secret)")
             })?;
-        let auth = docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))?;
-        let credentials = match &auth {
-            RegistryAuth::Basic(user, password) => Some((user.clone(), password.clone())),
-            RegistryAuth::Anonymous | RegistryAuth::Bearer(_) => None,
-        };
-        Ok((auth, credentials))
+        docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))
     }
 }
 

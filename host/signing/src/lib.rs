@@ -21,13 +21,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use sigstore::cosign::verification_constraint::{PublicKeyVerifier, VerificationConstraint};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
 pub mod keys;
 pub mod oci;
 
 pub use oci::Registry;
+/// The OCI client artifacts are read with (its `Reference`, `Client`, `RegistryAuth`).
+pub use oci_client;
+/// A private key that signs (from [`keys::signer`]).
+pub use sigstore::crypto::SigStoreSigner as Signer;
 
 /// The `verification:` section of `clusterPlugins` and `plugins`.
 ///
@@ -82,7 +85,6 @@ struct TrustedKey {
     /// called there).
     id: String,
     key: CosignVerificationKey,
-    verifier: PublicKeyVerifier,
 }
 
 /// Who signed a component, once verified.
@@ -106,7 +108,7 @@ pub fn key_id(der: &[u8]) -> String {
     format!("sha256:{}", &hex(&Sha256::digest(der))[..16])
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -167,17 +169,6 @@ impl Verifier {
                 )
             })
     }
-
-    /// The first trusted key that signed one of `layers`, cosign's simple-signing
-    /// layers already checked to name the artifact's manifest digest.
-    fn signer_of(&self, layers: &[sigstore::cosign::SignatureLayer]) -> Option<Verified> {
-        self.keys.iter().find_map(|k| {
-            layers
-                .iter()
-                .any(|l| k.verifier.verify(l).unwrap_or(false))
-                .then(|| Verified { key: k.id.clone() })
-        })
-    }
 }
 
 /// Reads a PEM public key; the error names the file.
@@ -190,12 +181,10 @@ fn read_key(path: &Path) -> Result<TrustedKey, String> {
         )
     };
     let key = CosignVerificationKey::try_from_pem(&pem).map_err(|e| bad(&e))?;
-    let verifier = PublicKeyVerifier::try_from(&pem).map_err(|e| bad(&e))?;
     let der = keys::pem_contents(&pem).map_err(|e| bad(&e))?;
     Ok(TrustedKey {
         id: key_id(&der),
         key,
-        verifier,
     })
 }
 

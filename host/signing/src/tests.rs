@@ -149,3 +149,15 @@ fn the_fingerprint_changes_with_the_keys_and_the_requirement() {
     assert_ne!(ab.fingerprint(), verifier(&[&a, &b], false).fingerprint());
     assert_ne!(ab.fingerprint(), verifier(&[&a], true).fingerprint());
 }
+
+#[test]
+fn the_signed_payload_is_cosigns_simple_signing_json() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let claim = oci::payload("127.0.0.1:5055", "team/policy", &digest);
+    assert_eq!(
+        String::from_utf8(serde_json::to_vec(&claim).expect("json")).expect("utf-8"),
+        format!(
+            r#"{{"critical":{{"identity":{{"docker-reference":"127.0.0.1:5055/team/policy"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+        )
+    );
+}

@@ -156,11 +156,13 @@ pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
             .await
             .map_err(anyhow::Error::msg)?;
         let text = target.target.trim_start_matches("oci://");
-        let repository = text
-            .split_once('@')
-            .map_or_else(|| strip_tag(text), |(repo, _)| repo);
+        let reference: wasmlet_signing::oci_client::Reference = text
+            .parse()
+            .with_context(|| format!("{text}: not an OCI reference"))?;
+        let (client, auth) = registry.oci();
+        let repository = format!("{}/{}", reference.registry(), reference.repository());
         verifier
-            .verify_artifact(&registry, repository, &digest)
+            .verify_artifact(&client, &auth, &reference, &digest)
             .await
             .map(|v| (v, format!("{repository}@{digest}")))
     } else {
@@ -182,31 +184,5 @@ pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
             println!("refused: {e}");
             Ok(ExitCode::from(3))
         }
-    }
-}
-
-/// `REGISTRY/REPO` of `REGISTRY/REPO:TAG` (a port's colon is not a tag's).
-fn strip_tag(reference: &str) -> &str {
-    match reference.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => repo,
-        _ => reference,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::strip_tag;
-
-    #[test]
-    fn a_tag_is_stripped_and_a_port_kept() {
-        assert_eq!(
-            strip_tag("127.0.0.1:5055/team/policy:v1"),
-            "127.0.0.1:5055/team/policy"
-        );
-        assert_eq!(
-            strip_tag("127.0.0.1:5055/team/policy"),
-            "127.0.0.1:5055/team/policy"
-        );
-        assert_eq!(strip_tag("ghcr.io/team/policy:v1"), "ghcr.io/team/policy");
     }
 }
