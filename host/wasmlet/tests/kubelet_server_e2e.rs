@@ -35,122 +35,14 @@ use containerd::endpoint;
 
 const NODE: &str = "kubelet-server-e2e";
 
-/// Reads from `r` until what was read contains `want` (within 20 s).
-async fn read_until(r: &mut (impl tokio::io::AsyncRead + Unpin), want: &str) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !String::from_utf8_lossy(&got).contains(want) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let n = tokio::time::timeout(left, r.read(&mut buf))
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{want:?} not read in time; got {:?}",
-                    String::from_utf8_lossy(&got)
-                )
-            })
-            .expect("read");
-        assert!(
-            n > 0,
-            "stream ended before {want:?}; got {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
-/// A raw request to the kubelet server, as a client that is not the API server.
-async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("url"));
-    config.accept_invalid_certs = true;
-    if let Some(t) = token {
-        config.auth_info.token = Some(t.to_owned().into());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_from(config).expect("client");
-    let request = http::Request::get(path).body(Vec::new()).expect("request");
-    match client.request_text(request).await {
-        Ok(body) => (200, body),
-        Err(kube::Error::Api(s)) => (s.code, s.message),
-        Err(e) => panic!("{path}: {e}"),
-    }
-}
-
 #[path = "support/spdy.rs"]
 mod spdy;
+#[path = "support/streams.rs"]
+mod streams;
 #[path = "support/websocket.rs"]
 mod websocket;
 
-/// `kubectl cp` into ks-web and back, with the commands kubectl runs: a tar stream into
-/// `tar -xmf - -C /tmp` (over SPDY, whose stdin stream a client can close, as kubectl
-/// 1.28 does), then `tar cf - cp-src` read back over WebSocket and unpacked here.
-async fn kubectl_cp_both_ways(api: &str, pods: &Api<Pod>, dir: &Path) {
-    let src = dir.join("cp-src");
-    std::fs::create_dir_all(src.join("deep")).expect("mkdir");
-    std::fs::write(src.join("notes.txt"), "copied in\n").expect("write");
-    let binary: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
-    std::fs::write(src.join("deep/blob.bin"), &binary).expect("write");
-    let tar = |args: &[&str], input: Option<&[u8]>| {
-        let mut child = std::process::Command::new("tar")
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("tar");
-        let mut stdin = child.stdin.take().expect("stdin");
-        if let Some(bytes) = input {
-            std::io::Write::write_all(&mut stdin, bytes).expect("into tar");
-        }
-        drop(stdin);
-        let out = child.wait_with_output().expect("tar");
-        assert!(out.status.success(), "tar {args:?}: {:?}", out.status);
-        out.stdout
-    };
-    let archive = tar(&["cf", "-", "-C", &dir.to_string_lossy(), "cp-src"], None);
-    let (_, out, status) = spdy::exec_stdin(
-        api,
-        "ks-web",
-        &["tar", "-xmf", "-", "-C", "/tmp"],
-        Some(&archive),
-    )
-    .await;
-    assert!(
-        status.contains("\"Success\""),
-        "tar -x in the pod: {status} {out}"
-    );
-
-    let mut back = pods
-        .exec(
-            "ks-web",
-            ["tar", "cf", "-", "-C", "/tmp", "cp-src"],
-            &AttachParams::default().stdout(true).stderr(false),
-        )
-        .await
-        .expect("exec tar cf");
-    let mut packed = Vec::new();
-    back.stdout()
-        .expect("stdout")
-        .read_to_end(&mut packed)
-        .await
-        .expect("tar stream");
-    back.join().await.expect("join");
-    let out_dir = dir.join("cp-back");
-    std::fs::create_dir_all(&out_dir).expect("mkdir");
-    tar(
-        &["xf", "-", "-C", &out_dir.to_string_lossy()],
-        Some(&packed),
-    );
-    assert_eq!(
-        std::fs::read_to_string(out_dir.join("cp-src/notes.txt")).expect("notes back"),
-        "copied in\n"
-    );
-    assert!(
-        std::fs::read(out_dir.join("cp-src/deep/blob.bin")).expect("blob back") == binary,
-        "the binary file came back unchanged"
-    );
-}
+use streams::{kubectl_cp_both_ways, raw, read_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_exec_attach_and_port_forward_reach_pods_on_containerd() {

@@ -21,16 +21,22 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
-use wasmlet_plugin_host::Plugin;
 use wasmlet_plugin_host::chain::AdmissionChain;
-use wasmlet_plugin_host::kinds::{ClusterSource, PodSources, ProbeHandlers};
+use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 
 use crate::events::PluginEvents;
+
+mod load;
+mod report;
+mod seen;
+
 use crate::fetch::Fetcher;
 use crate::object::{self, Desired, Kind};
-use crate::plan::{Plan, plan};
-use crate::status::{self, Entry, State, Write, Writer};
+use crate::plan::plan;
+use crate::status::{self, Entry, State, Writer};
 use crate::{FleetConfig, Grants};
+use load::{LoadResult, Loaded, load};
+use seen::{Changed, Seen};
 
 /// First wait before a failed load is tried again; doubled up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(5);
@@ -70,15 +76,6 @@ struct Failed {
     retry_at: Instant,
     attempt: u32,
 }
-
-/// A version that loaded: the digest serving, and the key that signed it (when the node
-/// verifies and one did).
-struct Loaded {
-    digest: String,
-    verified: Option<String>,
-}
-
-type LoadResult = (String, u64, Result<Loaded, String>);
 
 struct Controller {
     node: String,
@@ -627,213 +624,6 @@ impl Controller {
             .chain
             .set_cluster_order(links.into_iter().map(|(_, n)| n.to_owned()).collect());
     }
-
-    /// Asks for the node's entry of `name` to be `want` (generation, serving digest,
-    /// state, message), unless it already says that.
-    fn report(&mut self, name: &str, want: Option<(i64, Option<String>, State, String)>) {
-        let previous = self.reported.get(name).cloned().flatten();
-        let entry = want.map(|(generation, digest, state, message)| Entry {
-            node_name: self.node.clone(),
-            observed_generation: generation,
-            digest,
-            state,
-            message,
-            last_transition_time: match &previous {
-                Some(p) if p.state == state => p.last_transition_time.clone(),
-                _ => now_rfc3339(),
-            },
-            verified: self.signers.get(name).cloned(),
-        });
-        let same = match (&previous, &entry) {
-            (None, None) => true,
-            (Some(a), Some(b)) => a.same(b),
-            _ => false,
-        };
-        if same {
-            return;
-        }
-        if let Some(e) = &entry
-            && e.state == State::Failed
-            && previous
-                .as_ref()
-                .is_none_or(|p| p.state != State::Failed || p.message != e.message)
-        {
-            let generation = e.observed_generation;
-            let uid = self.uid(name);
-            let serving = e.digest.as_deref();
-            self.targets
-                .events
-                .refused(name, &uid, generation, &e.message, serving);
-        }
-        if let Some(w) = &self.writer {
-            w.send(Write::Entry(name.to_owned(), entry.clone()));
-        }
-        self.reported.insert(name.to_owned(), entry);
-    }
-
-    /// Writes the summaries this node is the writer of.
-    fn summarize(&mut self) {
-        let names: Vec<String> = self.objects.keys().cloned().collect();
-        for name in names {
-            self.summarize_one(&name);
-        }
-    }
-
-    /// Writes the summary of `name` if this node is its writer.
-    fn summarize_one(&mut self, name: &str) {
-        let Some(obj) = self.objects.get(name) else {
-            return;
-        };
-        if obj.summary_writer().as_deref() != Some(self.node.as_str()) {
-            return;
-        }
-        let status = obj.status();
-        let entries = status::entries(&status);
-        let generation = obj.object["metadata"]["generation"].as_i64().unwrap_or(0);
-        let summary = status::summary(generation, &entries);
-        if status["summary"] == summary {
-            // Written (by this node or another): a later different one is an overwrite.
-            if let Some(sent) = self.summaries.get_mut(name) {
-                sent.1 = sent.0 == summary;
-            }
-            return;
-        }
-        // Asked for and not yet seen written: it is on its way. Seen written, yet
-        // different now: another node's older summary landed after it — write it again.
-        if self
-            .summaries
-            .get(name)
-            .is_some_and(|(sent, landed)| *sent == summary && !landed)
-        {
-            return;
-        }
-        if let Some(w) = &self.writer {
-            w.send(Write::Summary(name.to_owned(), summary.clone()));
-        }
-        self.summaries.insert(name.to_owned(), (summary, false));
-    }
-
-    /// Records what the node serves, for a start without the API server.
-    fn persist(&self) {
-        let serving: Vec<&Desired> = self.serving.values().collect();
-        let write = serde_json::to_vec_pretty(&serving)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                let partial = self.store.with_extension("partial");
-                std::fs::write(&partial, bytes)?;
-                std::fs::rename(&partial, &self.store)
-            });
-        if let Err(e) = write {
-            warn!(file = %self.store.display(), error = %e, "recording the node's cluster plugins failed; a restart without the API server would not serve them");
-        }
-    }
-}
-
-/// Fetches the component `desired` names and swaps it in as `plan` says; the serving
-/// digest, or why it was refused (the old version keeps serving).
-async fn load(
-    fetcher: Arc<Fetcher>,
-    targets: Targets,
-    desired: Desired,
-    plan: Plan,
-) -> Result<Loaded, String> {
-    let verified = fetcher.fetch(&desired).await?.verified;
-    let digest = swap_in(targets, desired, plan).await?;
-    Ok(Loaded { digest, verified })
-}
-
-/// Swaps the fetched component in as `plan` says; the digest serving.
-async fn swap_in(targets: Targets, desired: Desired, plan: Plan) -> Result<String, String> {
-    match plan {
-        Plan::Admission(link, _) => targets
-            .chain
-            .install(&desired.name, link)
-            .await
-            .map(|p| format!("sha256:{}", p.digest()))
-            .map_err(|e| e.to_string()),
-        Plan::Probe(spec) => {
-            let engine = targets.chain.engine().clone();
-            let name = desired.name.clone();
-            let kinds = spec.kinds.clone();
-            let handler = tokio::task::spawn_blocking(move || {
-                engine.load_probe(&name, &spec.path, spec.config, spec.limits, spec.grants)
-            })
-            .await
-            .map_err(|e| format!("loading stopped: {e}"))?
-            .map_err(|e| e.to_string())?;
-            let digest = format!("sha256:{}", handler.digest());
-            targets.probes.set_cluster(Arc::new(handler), &kinds);
-            Ok(digest)
-        }
-        Plan::Source(spec) => {
-            let engine = targets.chain.engine().clone();
-            let name = desired.name.clone();
-            let (period, directory) = (spec.period, spec.grants.directory.clone());
-            let source = tokio::task::spawn_blocking(move || {
-                engine.load_source(&name, &spec.path, spec.config, spec.limits, spec.grants)
-            })
-            .await
-            .map_err(|e| format!("loading stopped: {e}"))?
-            .map_err(|e| e.to_string())?;
-            let digest = format!("sha256:{}", source.digest());
-            targets.sources.set_cluster(ClusterSource {
-                source: Arc::new(source),
-                period,
-                directory,
-            });
-            Ok(digest)
-        }
-    }
-}
-
-/// What a watch event asks the node to look at again.
-enum Changed {
-    Nothing,
-    All,
-    /// One object's spec (or the object itself).
-    One(String),
-    /// One object's status only.
-    Status(String),
-}
-
-/// An object as the controller keeps it.
-#[derive(Debug)]
-struct Seen {
-    /// Of the metadata its name and generation; its spec.
-    object: Value,
-    /// Its status, as the API server sent it.
-    status: Option<Box<serde_json::value::RawValue>>,
-}
-
-impl Seen {
-    /// The object and its name.
-    fn from(watched: object::Watched) -> (String, Seen) {
-        let name = watched.metadata.name.unwrap_or_default();
-        let mut metadata = serde_json::Map::new();
-        metadata.insert("name".into(), Value::String(name.clone()));
-        metadata.insert("generation".into(), watched.metadata.generation.into());
-        let mut object = serde_json::Map::new();
-        object.insert("metadata".into(), Value::Object(metadata));
-        object.insert("spec".into(), watched.spec);
-        let seen = Seen {
-            object: Value::Object(object),
-            status: watched.status,
-        };
-        (name, seen)
-    }
-
-    /// The status, read in full.
-    fn status(&self) -> Value {
-        self.status
-            .as_ref()
-            .and_then(|s| serde_json::from_str(s.get()).ok())
-            .unwrap_or_default()
-    }
-
-    /// The node that writes the summary.
-    fn summary_writer(&self) -> Option<String> {
-        status::summary_writer(self.status.as_ref()?.get())
-    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -849,54 +639,4 @@ fn now_rfc3339() -> String {
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn watched(generation: i64, spec: Value, status: Value) -> object::Watched {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "wasmlet.dev/v1alpha1",
-            "kind": "WasmletPlugin",
-            "metadata": {
-                "name": "policy", "generation": generation, "resourceVersion": "7",
-                "uid": "u1", "labels": {"team": "a"},
-                "managedFields": [{"manager": "wasmlet-node/n1", "operation": "Apply",
-                                   "fieldsV1": {"f:status": {}}}],
-            },
-            "spec": spec,
-            "status": status,
-        }))
-        .expect("a WasmletPlugin")
-    }
-
-    #[test]
-    fn an_object_is_kept_without_its_managed_fields_and_its_status_unread() {
-        let spec = serde_json::json!({"kind": "admission", "digest": "sha256:ab"});
-        let status = serde_json::json!({"nodes": [
-            {"nodeName": "n2", "state": "Loaded", "observedGeneration": 1},
-            {"nodeName": "n1", "state": "Pending", "observedGeneration": 1},
-        ]});
-        let w = watched(1, spec.clone(), status.clone());
-        assert_eq!(w.metadata.resource_version.as_deref(), Some("7"));
-        assert_eq!(w.metadata.uid.as_deref(), Some("u1"));
-        assert!(w.metadata.managed_fields.is_none());
-        let (name, seen) = Seen::from(w);
-        assert_eq!(name, "policy");
-        assert_eq!(
-            seen.object,
-            serde_json::json!({"metadata": {"name": "policy", "generation": 1}, "spec": spec})
-        );
-        assert_eq!(seen.status(), status);
-        assert_eq!(seen.summary_writer().as_deref(), Some("n1"));
-
-        // Another node's entry changes nothing the node compares; a new generation does.
-        let (_, later) = Seen::from(watched(1, spec.clone(), serde_json::json!({"nodes": []})));
-        assert_eq!(later.object, seen.object);
-        assert_eq!(later.summary_writer(), None);
-        let (_, next) = Seen::from(watched(2, spec, Value::Null));
-        assert_ne!(next.object, seen.object);
-        assert_eq!(next.status(), Value::Null);
-    }
 }

@@ -1,0 +1,106 @@
+//! The objects as a node keeps them, and what a watch event asks it to look at again.
+
+use serde_json::Value;
+
+use crate::object;
+use crate::status;
+
+/// What a watch event asks the node to look at again.
+pub(super) enum Changed {
+    Nothing,
+    All,
+    /// One object's spec (or the object itself).
+    One(String),
+    /// One object's status only.
+    Status(String),
+}
+
+/// An object as the controller keeps it.
+#[derive(Debug)]
+pub(super) struct Seen {
+    /// Of the metadata its name and generation; its spec.
+    pub(super) object: Value,
+    /// Its status, as the API server sent it.
+    pub(super) status: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl Seen {
+    /// The object and its name.
+    pub(super) fn from(watched: object::Watched) -> (String, Seen) {
+        let name = watched.metadata.name.unwrap_or_default();
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("name".into(), Value::String(name.clone()));
+        metadata.insert("generation".into(), watched.metadata.generation.into());
+        let mut object = serde_json::Map::new();
+        object.insert("metadata".into(), Value::Object(metadata));
+        object.insert("spec".into(), watched.spec);
+        let seen = Seen {
+            object: Value::Object(object),
+            status: watched.status,
+        };
+        (name, seen)
+    }
+
+    /// The status, read in full.
+    pub(super) fn status(&self) -> Value {
+        self.status
+            .as_ref()
+            .and_then(|s| serde_json::from_str(s.get()).ok())
+            .unwrap_or_default()
+    }
+
+    /// The node that writes the summary.
+    pub(super) fn summary_writer(&self) -> Option<String> {
+        status::summary_writer(self.status.as_ref()?.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(generation: i64, spec: Value, status: Value) -> object::Watched {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "wasmlet.dev/v1alpha1",
+            "kind": "WasmletPlugin",
+            "metadata": {
+                "name": "policy", "generation": generation, "resourceVersion": "7",
+                "uid": "u1", "labels": {"team": "a"},
+                "managedFields": [{"manager": "wasmlet-node/n1", "operation": "Apply",
+                                   "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": spec,
+            "status": status,
+        }))
+        .expect("a WasmletPlugin")
+    }
+
+    #[test]
+    fn an_object_is_kept_without_its_managed_fields_and_its_status_unread() {
+        let spec = serde_json::json!({"kind": "admission", "digest": "sha256:ab"});
+        let status = serde_json::json!({"nodes": [
+            {"nodeName": "n2", "state": "Loaded", "observedGeneration": 1},
+            {"nodeName": "n1", "state": "Pending", "observedGeneration": 1},
+        ]});
+        let w = watched(1, spec.clone(), status.clone());
+        assert_eq!(w.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(w.metadata.uid.as_deref(), Some("u1"));
+        assert!(w.metadata.managed_fields.is_none());
+        let (name, seen) = Seen::from(w);
+        assert_eq!(name, "policy");
+        assert_eq!(
+            seen.object,
+            serde_json::json!({"metadata": {"name": "policy", "generation": 1}, "spec": spec})
+        );
+        assert_eq!(seen.status(), status);
+        assert_eq!(seen.summary_writer().as_deref(), Some("n1"));
+
+        // Another node's entry changes nothing the node compares; a new generation does.
+        let (_, later) = Seen::from(watched(1, spec.clone(), serde_json::json!({"nodes": []})));
+        assert_eq!(later.object, seen.object);
+        assert_eq!(later.summary_writer(), None);
+        let (_, next) = Seen::from(watched(2, spec, Value::Null));
+        assert_ne!(next.object, seen.object);
+        assert_eq!(next.status(), Value::Null);
+    }
+}
