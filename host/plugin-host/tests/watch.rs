@@ -325,12 +325,9 @@ fn sign(key: &[u8], wasm: &Path) {
     std::fs::write(format!("{}.sig", wasm.display()), signature).expect("write");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_directory_that_requires_signatures_loads_only_what_its_key_signed() {
-    let dir = temp_dir("signed");
-    let (release, release_pub) = wasmlet_signing::keys::generate(b"pw").expect("key");
-    let (rogue, _) = wasmlet_signing::keys::generate(b"pw").expect("key");
-    std::fs::write(dir.join("release.pub"), release_pub).expect("pub");
+/// A chain whose engine loads the components under `dir` only with a signature by the
+/// key in `dir/release.pub`, following `dir`'s admission directory (policy `policy`).
+async fn signed_chain(dir: &Path) -> (Arc<AdmissionChain>, AdmissionDirectory) {
     let verifier = wasmlet_signing::Verifier::load(&wasmlet_signing::Verification {
         public_keys: vec![dir.join("release.pub")],
         required: true,
@@ -339,27 +336,51 @@ async fn a_directory_that_requires_signatures_loads_only_what_its_key_signed() {
     .expect("enabled");
     let engine = PluginEngine::new()
         .expect("engine")
-        .verify_files(dir.clone(), Arc::new(verifier));
+        .verify_files(dir.to_owned(), Arc::new(verifier));
     let chain = Arc::new(AdmissionChain::new(engine));
-
-    // Signed by the release key: loads.
-    let staged = dir.join("staged.wasm");
-    std::fs::copy(plugin("node-ports"), &staged).expect("copy");
-    sign(release.as_bytes(), &staged);
-    let live = dir.join("admission/policy.wasm");
-    std::fs::copy(
-        format!("{}.sig", staged.display()),
-        format!("{}.sig", live.display()),
-    )
-    .expect("sig");
-    install_atomically(&staged, &live);
-    let _watching = AdmissionDirectory::start(
+    let watching = AdmissionDirectory::start(
         chain.clone(),
-        &config(&dir, "admission: [{name: policy}]"),
+        &config(dir, "admission: [{name: policy}]"),
         false,
     )
     .await
     .expect("start");
+    (chain, watching)
+}
+
+/// Installs `plugin` as the live policy with `staged`'s signature made by `key` (none
+/// without a key).
+fn install_signed(plugin_file: &Path, key: Option<&[u8]>, staged: &Path, live: &Path) {
+    std::fs::copy(plugin_file, staged).expect("copy");
+    let live_sig = format!("{}.sig", live.display());
+    match key {
+        Some(k) => {
+            sign(k, staged);
+            std::fs::copy(format!("{}.sig", staged.display()), &live_sig).expect("sig");
+        }
+        None => {
+            let _ = std::fs::remove_file(&live_sig);
+        }
+    }
+    install_atomically(staged, live);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_requires_signatures_loads_only_what_its_key_signed() {
+    let dir = temp_dir("signed");
+    let (release, release_pub) = wasmlet_signing::keys::generate(b"pw").expect("key");
+    let (rogue, _) = wasmlet_signing::keys::generate(b"pw").expect("key");
+    std::fs::write(dir.join("release.pub"), release_pub).expect("pub");
+    let (staged, live) = (dir.join("staged.wasm"), dir.join("admission/policy.wasm"));
+
+    // Signed by the release key: loads.
+    install_signed(
+        &plugin("node-ports"),
+        Some(release.as_bytes()),
+        &staged,
+        &live,
+    );
+    let (chain, _watching) = signed_chain(&dir).await;
     until(&chain, "Admit", Duration::from_secs(2)).await;
     let serving = chain
         .current("policy")
@@ -369,51 +390,25 @@ async fn a_directory_that_requires_signatures_loads_only_what_its_key_signed() {
 
     // Refused, each, the signed version serving on: a version signed by another key,
     // and an unsigned one (its signature file gone).
-    std::fs::copy(plugin("fixture-deny-all"), &staged).expect("copy");
-    sign(rogue.as_bytes(), &staged);
-    std::fs::copy(
-        format!("{}.sig", staged.display()),
-        format!("{}.sig", live.display()),
-    )
-    .expect("sig");
-    install_atomically(&staged, &live);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(admit(&chain).await, "Admit");
-    assert_eq!(chain.current("policy").expect("serving").digest(), serving);
-    std::fs::remove_file(format!("{}.sig", live.display())).expect("rm");
-    std::fs::copy(plugin("fixture-deny-all"), &staged).expect("copy");
-    install_atomically(&staged, &live);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(admit(&chain).await, "Admit");
+    for key in [Some(rogue.as_bytes()), None] {
+        install_signed(&plugin("fixture-deny-all"), key, &staged, &live);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(admit(&chain).await, "Admit");
+        assert_eq!(chain.current("policy").expect("serving").digest(), serving);
+    }
 
     // A new process reading the directory: the unsigned file is refused, naming why.
-    let chain = Arc::new(AdmissionChain::new(
-        PluginEngine::new().expect("engine").verify_files(
-            dir.clone(),
-            Arc::new(
-                wasmlet_signing::Verifier::load(&wasmlet_signing::Verification {
-                    public_keys: vec![dir.join("release.pub")],
-                    required: true,
-                })
-                .expect("keys")
-                .expect("enabled"),
-            ),
-        ),
-    ));
-    let _again = AdmissionDirectory::start(
-        chain.clone(),
-        &config(&dir, "admission: [{name: policy}]"),
-        false,
-    )
-    .await
-    .expect("start");
+    let (chain, _again) = signed_chain(&dir).await;
     let why = chain.unavailable("policy").expect("unavailable");
     assert!(why.contains("signature refused: not signed: no "), "{why}");
 
     // Signed by the release key after all: it swaps in.
-    sign(release.as_bytes(), &live);
-    install_atomically(&plugin("fixture-deny-all"), &staged);
-    std::fs::rename(&staged, &live).expect("touch");
+    install_signed(
+        &plugin("fixture-deny-all"),
+        Some(release.as_bytes()),
+        &staged,
+        &live,
+    );
     until(&chain, "DeniedByPolicy", Duration::from_secs(2)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -90,6 +90,13 @@ pub struct PushArgs {
     pub file: PathBuf,
     /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
     pub reference: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// How to reach a registry.
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
     /// Plain HTTP (a registry on loopback without TLS).
     #[arg(long)]
     pub insecure: bool,
@@ -99,6 +106,17 @@ pub struct PushArgs {
     /// The registry password.
     #[arg(long, env = "WASMLET_REGISTRY_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+}
+
+impl RegistryArgs {
+    /// User and password, from `--username` and `WASMLET_REGISTRY_PASSWORD`.
+    fn credentials(&self) -> Result<Option<(String, String)>> {
+        match (&self.username, &self.password) {
+            (Some(u), Some(p)) => Ok(Some((u.clone(), p.clone()))),
+            (Some(_), None) => bail!("--username: give the password in WASMLET_REGISTRY_PASSWORD"),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// How `wasmlet plugin source` prints the pods.
@@ -270,11 +288,11 @@ async fn push(args: PushArgs) -> Result<ExitCode> {
     };
     let component =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let credentials = credentials(args.username.as_ref(), args.password.as_ref())?;
+    let credentials = args.registry.credentials()?;
     let pushed = wasmlet_fleet::publish::push(
         &component,
         &args.reference,
-        args.insecure,
+        args.registry.insecure,
         credentials,
         Some(&format!("wasmlet:plugin/{world}@0.1.0")),
     )
@@ -288,25 +306,13 @@ async fn push(args: PushArgs) -> Result<ExitCode> {
     println!(
         "#   source: {{oci: {{reference: {}{}}}}}",
         args.reference,
-        if args.insecure {
+        if args.registry.insecure {
             ", insecure: true"
         } else {
             ""
         }
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// User and password for a registry, from `--username` and `WASMLET_REGISTRY_PASSWORD`.
-fn credentials(
-    username: Option<&String>,
-    password: Option<&String>,
-) -> Result<Option<(String, String)>> {
-    match (username, password) {
-        (Some(u), Some(p)) => Ok(Some((u.clone(), p.clone()))),
-        (Some(_), None) => bail!("--username: give the password in WASMLET_REGISTRY_PASSWORD"),
-        _ => Ok(None),
-    }
 }
 
 async fn source(args: SourceArgs) -> Result<ExitCode> {

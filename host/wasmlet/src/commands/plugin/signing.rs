@@ -23,15 +23,8 @@ pub struct GenerateArgs {
 pub struct Target {
     /// A pushed component (`oci://REGISTRY/REPO:TAG`) or a component file.
     pub target: String,
-    /// Plain HTTP (a registry on loopback without TLS).
-    #[arg(long)]
-    pub insecure: bool,
-    /// The registry user (its password from `WASMLET_REGISTRY_PASSWORD`).
-    #[arg(long)]
-    pub username: Option<String>,
-    /// The registry password.
-    #[arg(long, env = "WASMLET_REGISTRY_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
+    #[command(flatten)]
+    pub registry: super::RegistryArgs,
     /// For a file: its signature file (default FILE.sig).
     #[arg(long)]
     pub signature: Option<PathBuf>,
@@ -72,8 +65,8 @@ fn in_registry(target: &str) -> bool {
 impl Target {
     fn registry(&self) -> Result<Registry> {
         Ok(Registry {
-            insecure: self.insecure,
-            credentials: super::credentials(self.username.as_ref(), self.password.as_ref())?,
+            insecure: self.registry.insecure,
+            credentials: self.registry.credentials()?,
         })
     }
 
