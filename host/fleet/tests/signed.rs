@@ -232,8 +232,12 @@ async fn a_node_that_does_not_require_signatures_records_who_signed() {
         Verdict::Rejected("DeniedByPolicy".into())
     );
     c.delete("policy").await;
+    // The event follows the unload: wait for both.
     c.nodes[0]
-        .wait(|n| n.chain.names().is_empty(), "the plugin unloaded")
+        .wait(
+            |n| n.chain.names().is_empty() && n.events.events().len() == 3,
+            "the plugin unloaded",
+        )
         .await;
     let story: Vec<String> = c.nodes[0]
         .events
