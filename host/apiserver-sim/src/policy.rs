@@ -101,13 +101,16 @@ fn bound(store: &Store) -> Vec<(Value, Value)> {
 /// Whether one of the resource rules names the request.
 fn matches(constraints: &Value, request: &Request<'_>) -> bool {
     let (group, version) = group_version(&request.key.0);
-    let resource = match request.sub {
-        Some(sub) => format!("{}/{sub}", request.key.1),
-        None => request.key.1.clone(),
-    };
     let has = |list: &Value, want: &str| {
         list.as_array()
             .is_some_and(|l| l.iter().any(|x| x == "*" || x == want))
+    };
+    let names = |list: &Value| {
+        list.as_array().is_some_and(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .any(|r| names_resource(r, &request.key.1, request.sub))
+        })
     };
     constraints["resourceRules"]
         .as_array()
@@ -117,8 +120,24 @@ fn matches(constraints: &Value, request: &Request<'_>) -> bool {
             has(&rule["apiGroups"], group)
                 && has(&rule["apiVersions"], version)
                 && has(&rule["operations"], request.operation)
-                && has(&rule["resources"], &resource)
+                && names(&rule["resources"])
         })
+}
+
+/// Whether a rule's resource entry names `resource` (through subresource `sub`), as the
+/// API server reads it: `pods`, `pods/status`, `*` (every resource, no subresource),
+/// `*/*` (every resource and subresource), `pods/*` (the subresources of pods),
+/// `*/status`.
+fn names_resource(entry: &str, resource: &str, sub: Option<&str>) -> bool {
+    if entry == "*/*" {
+        return true;
+    }
+    let (r, s) = entry.split_once('/').unwrap_or((entry, ""));
+    let resource_ok = r == "*" || r == resource;
+    match sub {
+        None => resource_ok && s.is_empty(),
+        Some(sub) => resource_ok && (s == "*" || s == sub),
+    }
 }
 
 /// `(group, version)` of an API prefix (`apis/G/V`, `api/v1`).
@@ -275,4 +294,40 @@ fn evaluate(
         return Err(refuse(code, reason, message));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_resource;
+
+    #[test]
+    fn resource_entries_name_subresources_only_when_they_say_so() {
+        let table = [
+            ("wasmletplugins", "wasmletplugins", None, true),
+            ("wasmletplugins", "wasmletplugins", Some("status"), false),
+            (
+                "wasmletplugins/status",
+                "wasmletplugins",
+                Some("status"),
+                true,
+            ),
+            ("wasmletplugins/status", "wasmletplugins", None, false),
+            ("*", "pods", None, true),
+            ("*", "pods", Some("status"), false),
+            ("*/*", "pods", Some("status"), true),
+            ("*/*", "pods", None, true),
+            ("pods/*", "pods", None, false),
+            ("pods/*", "pods", Some("log"), true),
+            ("*/status", "nodes", Some("status"), true),
+            ("*/status", "nodes", Some("proxy"), false),
+            ("pods", "nodes", None, false),
+        ];
+        for (entry, resource, sub, want) in table {
+            assert_eq!(
+                names_resource(entry, resource, sub),
+                want,
+                "{entry} {resource} {sub:?}"
+            );
+        }
+    }
 }
