@@ -14,21 +14,13 @@ use crate::object::{GROUP, KIND, VERSION};
 /// The reporting controller of the events.
 pub const CONTROLLER: &str = "wasmlet";
 
-/// Where a node's plugin events go (nowhere without a recorder). Every node reports on
+/// Where a node's plugin events go. Every node reports on
 /// the same object, so each message names the node (`kubectl describe` shows only the
 /// reporting controller).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PluginEvents {
-    recorder: Option<Arc<dyn Recorder>>,
+    recorder: Arc<dyn Recorder>,
     node: String,
-}
-
-impl std::fmt::Debug for PluginEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginEvents")
-            .field("recording", &self.recorder.is_some())
-            .finish()
-    }
 }
 
 /// How a version's signature reads in a message.
@@ -40,15 +32,12 @@ impl PluginEvents {
     /// Events of node `node`, recorded by `recorder`.
     pub fn new(recorder: Arc<dyn Recorder>, node: &str) -> Self {
         Self {
-            recorder: Some(recorder),
+            recorder,
             node: node.to_owned(),
         }
     }
 
     fn record(&self, name: &str, uid: &str, kind: Kind, reason: &str, message: String) {
-        let Some(recorder) = &self.recorder else {
-            return;
-        };
         let object = Regarding {
             api_version: format!("{GROUP}/{VERSION}"),
             kind: KIND.to_owned(),
@@ -56,7 +45,8 @@ impl PluginEvents {
             uid: uid.to_owned(),
             controller: CONTROLLER.to_owned(),
         };
-        recorder.record(Event::regarding(object, kind, reason, message));
+        self.recorder
+            .record(Event::regarding(object, kind, reason, message));
     }
 
     /// `digest` serves, in place of `before` if another version served.

@@ -68,6 +68,22 @@ pub struct PluginsConfig {
     pub sources: Vec<SourceConfig>,
 }
 
+impl PluginsConfig {
+    /// The directory whose components must be signed and what checks them, as
+    /// `verification` asks (`None`: nothing is checked). The error names the field.
+    pub fn signed_directory(&self) -> Result<Option<(PathBuf, wasmlet_signing::Verifier)>, String> {
+        let verifier = wasmlet_signing::Verifier::load(&self.verification)
+            .map_err(|e| format!("plugins.verification.{e}"))?;
+        let Some(verifier) = verifier else {
+            return Ok(None);
+        };
+        let directory = self.directory.clone().ok_or(
+            "plugins.verification: needs plugins.directory (its components are what is verified)",
+        )?;
+        Ok(Some((directory, verifier)))
+    }
+}
+
 /// One probe handler.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

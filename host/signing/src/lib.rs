@@ -105,11 +105,7 @@ pub struct Verifier {
 /// The id of a public key: `sha256:` and the first 16 hex digits of its DER form's
 /// sha256.
 pub fn key_id(der: &[u8]) -> String {
-    format!("sha256:{}", &hex(&Sha256::digest(der))[..16])
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    format!("sha256:{}", &format!("{:x}", Sha256::digest(der))[..16])
 }
 
 impl Verifier {

@@ -100,20 +100,6 @@ impl Registry {
             signature: signature_ref.to_string(),
         })
     }
-
-    /// The manifest digest `reference` names now (`REGISTRY/REPO:TAG`).
-    pub async fn resolve(&self, reference: &str) -> Result<String, String> {
-        let text = reference.strip_prefix("oci://").unwrap_or(reference);
-        let image: OciReference = text
-            .parse()
-            .map_err(|e| format!("{reference}: not an OCI reference: {e}"))?;
-        let (_, digest) = self
-            .client()?
-            .triangulate(&image, &self.auth())
-            .await
-            .map_err(|e| format!("{text}: {e}"))?;
-        Ok(digest)
-    }
 }
 
 /// `image`'s repository at `digest`.
@@ -336,7 +322,7 @@ async fn pull_payload(
 
 /// `sha256:<hex>` of `bytes`.
 fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", crate::hex(&sha2::Sha256::digest(bytes)))
+    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
 }
 
 /// The simple-signing payload cosign signs for the manifest `digest` in `repository`

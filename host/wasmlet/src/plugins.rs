@@ -160,15 +160,8 @@ pub async fn load(plugins: &PluginsConfig) -> Result<Loaded> {
         }
         None => PluginEngine::new()?,
     };
-    let engine = match wasmlet_signing::Verifier::load(&plugins.verification)
-        .map_err(|e| anyhow::anyhow!("plugins.verification.{e}"))?
-    {
-        Some(verifier) => {
-            let dir = plugins.directory.clone().context(
-                "plugins.verification: needs plugins.directory (its components are what is verified)",
-            )?;
-            engine.verify_files(dir, Arc::new(verifier))
-        }
+    let engine = match plugins.signed_directory().map_err(anyhow::Error::msg)? {
+        Some((dir, verifier)) => engine.verify_files(dir, Arc::new(verifier)),
         None => engine,
     };
     let chain = Arc::new(AdmissionChain::new(engine.clone()));

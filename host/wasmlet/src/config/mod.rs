@@ -325,7 +325,8 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("clusterPlugins.{e}"))?;
         let plugins = f.plugins.take();
         if let Some(p) = &plugins {
-            check_plugin_verification(p)?;
+            // The keys are read here too, so that a missing or broken one stops the start.
+            p.signed_directory().map_err(anyhow::Error::msg)?;
         }
         Ok(Config {
             node_name: node.node_name,
@@ -401,18 +402,6 @@ fn resources(f: &mut file::File) -> Result<Resources> {
         housekeeping_interval: f.housekeeping_interval.take(),
         node_status_max_images: f.node_status_max_images,
     })
-}
-
-/// `plugins.verification`: its keys readable, and a directory for it to verify.
-fn check_plugin_verification(p: &PluginsConfig) -> Result<()> {
-    wasmlet_signing::Verifier::load(&p.verification)
-        .map_err(|e| anyhow::anyhow!("plugins.verification.{e}"))?;
-    if p.verification.enabled() && p.directory.is_none() {
-        anyhow::bail!(
-            "plugins.verification: needs plugins.directory (its components are what is verified)"
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -143,16 +143,15 @@ pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
     .context("--key: no key")?;
     let target = &args.target;
     let result = if in_registry(&target.target) {
-        let registry = target.registry()?;
-        let digest = registry
-            .resolve(&target.target)
-            .await
-            .map_err(anyhow::Error::msg)?;
         let text = target.target.trim_start_matches("oci://");
         let reference: wasmlet_signing::oci_client::Reference = text
             .parse()
             .with_context(|| format!("{text}: not an OCI reference"))?;
-        let (client, auth) = registry.oci();
+        let (client, auth) = target.registry()?.oci();
+        let digest = client
+            .fetch_manifest_digest(&reference, &auth)
+            .await
+            .with_context(|| text.to_owned())?;
         let repository = format!("{}/{}", reference.registry(), reference.repository());
         verifier
             .verify_artifact(&client, &auth, &reference, &digest)
