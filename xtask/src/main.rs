@@ -77,8 +77,15 @@ fn run(cmd: &mut Command) -> Result {
     }
 }
 
+/// Cargo, without incremental compilation unless asked for (`CARGO_INCREMENTAL=1`): the
+/// suite builds every crate once, where incremental state only fills the disk (gigabytes
+/// on a fresh clone).
 fn cargo() -> Command {
-    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+    let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    if env::var_os("CARGO_INCREMENTAL").is_none() {
+        cargo.env("CARGO_INCREMENTAL", "0");
+    }
+    cargo
 }
 
 fn containerd(action: &str) -> Command {
@@ -216,9 +223,21 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .env("WASMLET_TEST_REGISTRY", registry)
         .env("WASMLET_REQUIRE_REGISTRY", "1"))?;
     independent_client(endpoint)?;
-    step("benchmarks compile and run once (smoke)");
+    // In the dev profile: the smoke checks that each benchmark builds and runs, which the
+    // tests' build already holds the crates for; a release build would be a second copy
+    // of every dependency (minutes, and gigabytes of disk).
+    step("benchmarks compile and run once (smoke, dev profile)");
     run(cargo()
-        .args(["bench", "-p", "wasmlet-bench", "--locked", "--", "--smoke"])
+        .args([
+            "bench",
+            "-p",
+            "wasmlet-bench",
+            "--profile",
+            "dev",
+            "--locked",
+            "--",
+            "--smoke",
+        ])
         .env("WASMLET_TEST_REGISTRY", registry))?;
     Ok(())
 }
