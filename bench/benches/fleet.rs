@@ -109,7 +109,7 @@ async fn round(
             .expect("push");
             if let (Some((key, _)), Some(r)) = (signing, registry) {
                 registry_of(r)
-                    .sign(&reference, signer(key))
+                    .sign(&reference, &signer(key))
                     .await
                     .expect("sign");
             }
@@ -211,6 +211,7 @@ async fn main() {
             verification: Verification {
                 public_keys: signing.iter().map(|(_, p)| p.clone()).collect(),
                 required: signing.is_some(),
+                ..Verification::default()
             },
             ..FleetConfig::default()
         };
@@ -265,6 +266,7 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
     let verifier = Verifier::load(&Verification {
         public_keys: vec![public.clone()],
         required: true,
+        ..Verification::default()
     })
     .expect("keys")
     .expect("enabled");
@@ -296,7 +298,7 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
         .await
         .expect("push");
     let signed = registry_of(r)
-        .sign(&reference, signer(key))
+        .sign(&reference, &signer(key))
         .await
         .expect("sign");
     let repository: wasmlet_signing::oci_client::Reference = reference

@@ -25,7 +25,9 @@ pub struct PluginEvents {
 
 /// How a version's signature reads in a message.
 fn signed(verified: Option<&str>) -> String {
-    verified.map_or_else(String::new, |k| format!(", signed by key {k}"))
+    verified.map_or_else(String::new, |k| {
+        format!(", signed by {}", wasmlet_signing::describe_signer(k))
+    })
 }
 
 impl PluginEvents {

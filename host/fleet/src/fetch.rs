@@ -235,7 +235,7 @@ impl Fetcher {
             } => Err(format!("not signed: {what} has no signature beside it")),
         };
         match result {
-            Ok(v) => Ok(Some(v.key)),
+            Ok(v) => Ok(Some(v.signer)),
             Err(e) if verifier.required() => Err(format!("signature refused: {e}")),
             Err(e) => {
                 warn!(reason = %e, "a cluster plugin's signature does not verify; loading it anyway (clusterPlugins.verification.required is false)");

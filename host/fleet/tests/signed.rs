@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use support::{Cluster, DENY_ALL, RESTRICTED, Verdict, bytes, digest_of};
 use wasmlet_fleet::FleetConfig;
+use wasmlet_signing::keyless::{Identity, Keyless};
+use wasmlet_signing::testing::FakeSigstore;
 use wasmlet_signing::{Registry, Verification, keys};
 
 /// A component no node fetches before the refusals.
@@ -36,6 +38,7 @@ fn requiring(key: &Path) -> FleetConfig {
         verification: Verification {
             public_keys: vec![key.to_path_buf()],
             required: true,
+            ..Verification::default()
         },
         ..FleetConfig::default()
     }
@@ -199,6 +202,7 @@ async fn a_node_that_does_not_require_signatures_records_who_signed() {
         verification: Verification {
             public_keys: vec![release_pub],
             required: false,
+            ..Verification::default()
         },
         ..FleetConfig::default()
     };
@@ -308,7 +312,10 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
     let repo = |tag: &str| format!("wasmlet-test/signed-{run}:{tag}");
 
     let v1 = push(&addr, &registry, &repo("v1"), RESTRICTED).await;
-    let signed = registry.sign(&v1, signer(&release)).await.expect("sign v1");
+    let signed = registry
+        .sign(&v1, &signer(&release))
+        .await
+        .expect("sign v1");
     c.apply(json!({"metadata": {"name": "policy"}, "spec": oci(&v1, RESTRICTED)}))
         .await;
     c.wait_status("policy", 1, &all("Loaded")).await;
@@ -322,7 +329,7 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
     // Signed by another key.
     let by_other = push(&addr, &registry, &repo("other"), DENY_ALL).await;
     registry
-        .sign(&by_other, signer(&other))
+        .sign(&by_other, &signer(&other))
         .await
         .expect("sign");
     // Nobody signed it.
@@ -333,7 +340,7 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
     let cases = [
         (
             oci(&by_other, DENY_ALL),
-            "signature refused: not signed by a trusted key: 1 signature(s)",
+            "signature refused: not signed by a trusted key or identity: 1 signature(s)",
         ),
         (
             oci(&unsigned, COUNTER),
@@ -356,7 +363,7 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
 
     // Signed with the release key after all: every node takes it at its next attempt.
     registry
-        .sign(&repushed, signer(&release))
+        .sign(&repushed, &signer(&release))
         .await
         .expect("sign");
     c.wait_status("policy", 4, &all("Loaded")).await;
@@ -365,36 +372,127 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
     }
 }
 
+/// The release workflow a keyless node trusts, and its OpenID Connect issuer.
+const RELEASE: &str = "https://ci.test.invalid/acme/policies/.ci/release.yml@refs/heads/main";
+const ISSUER: &str = "https://token.ci.test.invalid";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_signed_artifacts_load_only_by_a_trusted_identity() {
+    let Some((addr, user, password)) = wasmlet_fleet::dev::registry() else {
+        return;
+    };
+    let registry = Registry {
+        insecure: true,
+        credentials: Some((user.clone(), password.clone())),
+    };
+    // A Fulcio and a Rekor of the test's own; the nodes trust them through the trusted
+    // root file, as a cluster trusts public Sigstore's.
+    let sigstore = FakeSigstore::new();
+    let dir = keys_dir("keyless");
+    let root = dir.join("trusted_root.json");
+    std::fs::write(&root, sigstore.trusted_root()).expect("root");
+    let config = FleetConfig {
+        verification: Verification {
+            keyless: Some(Keyless {
+                trusted_root: root,
+                identities: vec![Identity {
+                    issuer: Some(ISSUER.into()),
+                    subject: Some(RELEASE.into()),
+                    ..Identity::default()
+                }],
+            }),
+            required: true,
+            ..Verification::default()
+        },
+        ..FleetConfig::default()
+    };
+    let c = Cluster::start_with("signed-keyless", &["node-a", "node-b"], config).await;
+    support::pull_secret(&c, &addr, &user, &password);
+    let all = |state| [("node-a", state), ("node-b", state)];
+    let run = std::process::id();
+    let repo = |tag: &str| format!("wasmlet-test/keyless-{run}:{tag}");
+
+    let v1 = push(&addr, &registry, &repo("v1"), RESTRICTED).await;
+    sigstore
+        .sign_artifact(&registry, &v1, RELEASE, ISSUER)
+        .await
+        .expect("sign v1");
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": oci(&v1, RESTRICTED)}))
+        .await;
+    c.wait_status("policy", 1, &all("Loaded")).await;
+    let signer = format!("{RELEASE} ({ISSUER})");
+    assert_entries(&c, "policy", "", RESTRICTED, &signer);
+
+    // Signed keyless too, by a workflow of another repository.
+    let fork = push(&addr, &registry, &repo("fork"), DENY_ALL).await;
+    sigstore
+        .sign_artifact(
+            &registry,
+            &fork,
+            "https://ci.test.invalid/mallory/policies/.ci/release.yml@refs/heads/main",
+            ISSUER,
+        )
+        .await
+        .expect("sign fork");
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": oci(&fork, DENY_ALL)}))
+        .await;
+    c.wait_status("policy", 2, &all("Failed")).await;
+    assert_entries(
+        &c,
+        "policy",
+        "keyless: signed by https://ci.test.invalid/mallory/policies/.ci/release.yml@refs/heads/main (issuer https://token.ci.test.invalid), not a trusted identity",
+        RESTRICTED,
+        &signer,
+    );
+    for n in &c.nodes {
+        assert_eq!(n.decide().await, Verdict::Admitted);
+    }
+    // The trusted workflow signs it as well: the signatures sit side by side, and the
+    // nodes take it at their next attempt.
+    sigstore
+        .sign_artifact(&registry, &fork, RELEASE, ISSUER)
+        .await
+        .expect("sign again");
+    c.wait_status("policy", 2, &all("Loaded")).await;
+    assert_entries(&c, "policy", "", DENY_ALL, &signer);
+}
+
 /// Stores the signatures of `original`'s manifest `digest` as the signatures of what
 /// `target` names now: a forger copying a valid signature to other bytes.
 async fn copy_signatures(registry: &Registry, original: &str, digest: &str, target: &str) {
-    use sigstore::cosign::{ClientBuilder, CosignCapabilities};
-    use sigstore::registry::{Auth, ClientConfig, ClientProtocol, OciReference};
-    let mut client = ClientBuilder::default()
-        .with_oci_client_config(ClientConfig {
-            protocol: ClientProtocol::Http,
-            ..Default::default()
-        })
-        .build()
-        .expect("client");
-    let (user, password) = registry.credentials.clone().expect("credentials");
-    let auth = Auth::Basic(user, password);
-    let original: OciReference = original.trim_start_matches("oci://").parse().expect("ref");
-    let pinned = OciReference::with_digest(
-        original.registry().to_owned(),
-        original.repository().to_owned(),
-        digest.to_owned(),
-    );
-    let layers = client
-        .trusted_signature_layers(&auth, &pinned)
+    use wasmlet_signing::oci::{self, SIGNATURE_ANNOTATION};
+    use wasmlet_signing::oci_client::Reference;
+    use wasmlet_signing::oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
+    let (client, auth) = registry.oci();
+    let original: Reference = original.trim_start_matches("oci://").parse().expect("ref");
+    let (raw, _) = client
+        .pull_manifest_raw(
+            &oci::signature_reference(&original, digest),
+            &auth,
+            &[OCI_IMAGE_MEDIA_TYPE],
+        )
         .await
         .expect("the original's signatures");
-    assert_eq!(layers.len(), 1);
-    let target: OciReference = target.trim_start_matches("oci://").parse().expect("ref");
-    let (signature_ref, target_digest) = client.triangulate(&target, &auth).await.expect("digest");
-    assert_ne!(target_digest, digest);
-    client
-        .push_signature(None, &auth, &signature_ref, layers)
+    let manifest: OciImageManifest = serde_json::from_slice(&raw).expect("manifest");
+    assert_eq!(manifest.layers.len(), 1);
+    let annotations = manifest.layers[0].annotations.clone().expect("annotations");
+    assert!(annotations.contains_key(SIGNATURE_ANNOTATION));
+    let target: Reference = target.trim_start_matches("oci://").parse().expect("ref");
+    let target_digest = client
+        .fetch_manifest_digest(&target, &auth)
         .await
-        .expect("copied");
+        .expect("digest");
+    assert_ne!(target_digest, digest);
+    // The original's payload (it names the original's manifest) and signature.
+    let payload = oci::payload_bytes(&original, digest);
+    oci::attach(
+        &client,
+        &auth,
+        &target,
+        &target_digest,
+        payload,
+        annotations,
+    )
+    .await
+    .expect("copied");
 }

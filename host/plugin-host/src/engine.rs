@@ -119,7 +119,7 @@ impl SignedFiles {
         };
         match result {
             Ok(verified) => {
-                tracing::debug!(path = %path.display(), key = verified.key, "plugin signature verified");
+                tracing::debug!(path = %path.display(), signer = verified.signer, "plugin signature verified");
                 Ok(())
             }
             Err(e) if self.verifier.required() => Err(format!("signature refused: {e}").into()),

@@ -331,6 +331,7 @@ async fn signed_chain(dir: &Path) -> (Arc<AdmissionChain>, AdmissionDirectory) {
     let verifier = wasmlet_signing::Verifier::load(&wasmlet_signing::Verification {
         public_keys: vec![dir.join("release.pub")],
         required: true,
+        ..Default::default()
     })
     .expect("keys")
     .expect("enabled");

@@ -9,9 +9,14 @@
 //! `FILE.sig`. Keys are cosign's: `cosign.key` (encrypted with `COSIGN_PASSWORD`) and
 //! `cosign.pub`.
 //!
+//! Or keyless, as `cosign sign` signs without `--key`: a Fulcio certificate naming the
+//! signer and a Rekor bundle beside the signature (annotations of the signature layer;
+//! for a file, the `cosign sign-blob --bundle` JSON in `FILE.sig`), checked offline
+//! against a trusted root file and the identities a node trusts ([`keyless`]).
+//!
 //! A node checks before it loads ([`Verifier`]), as its configuration asks
-//! ([`Verification`]): with `required`, a component no trusted key signed is refused and
-//! the reason named; without, the signer is recorded when there is one.
+//! ([`Verification`]): with `required`, a component no trusted key or identity signed
+//! is refused and the reason named; without, the signer is recorded when there is one.
 //!
 //! The formats and the cryptography are sigstore-rs' (the crate Kubewarden verifies
 //! policies with); this crate decides what is looked up, against which keys, and what
@@ -19,12 +24,16 @@
 
 use std::path::{Path, PathBuf};
 
+use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
+pub mod keyless;
 pub mod keys;
 pub mod oci;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use oci::Registry;
 /// The OCI client artifacts are read with (its `Reference`, `Client`, `RegistryAuth`).
@@ -37,6 +46,9 @@ pub use sigstore::crypto::SigStoreSigner as Signer;
 /// ```yaml
 /// verification:
 ///   publicKeys: [/etc/wasmlet/keys/release.pub]   # cosign public keys (PEM)
+///   keyless:                                      # and/or Fulcio certificates
+///     trustedRoot: /etc/wasmlet/sigstore/trusted_root.json
+///     identities: [{issuer: https://accounts.google.com, subject: release@acme.example}]
 ///   required: true                                # refuse what none of them signed
 /// ```
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -46,7 +58,11 @@ pub struct Verification {
     /// generate-key-pair` writes `cosign.pub`).
     #[serde(default)]
     pub public_keys: Vec<PathBuf>,
-    /// Refuse a component none of the keys signed. Without it a signature is checked
+    /// Keyless signatures: the identities trusted and the trusted root they are
+    /// checked against.
+    #[serde(default)]
+    pub keyless: Option<keyless::Keyless>,
+    /// Refuse a component none of the keys or identities signed. Without it a signature is checked
     /// and recorded when there is one, and an unsigned component still loads.
     #[serde(default)]
     pub required: bool,
@@ -55,10 +71,15 @@ pub struct Verification {
 impl Verification {
     /// Checks the values; the error names the field below `verification`.
     pub fn validate(&self) -> Result<(), String> {
-        if self.required && self.public_keys.is_empty() {
+        if self.required && !self.enabled() {
             return Err(
-                "required: true needs at least one key in publicKeys (nothing could verify)".into(),
+                "required: true needs at least one key in publicKeys or keyless identities \
+                 (nothing could verify)"
+                    .into(),
             );
+        }
+        if let Some(keyless) = &self.keyless {
+            keyless.validate().map_err(|e| format!("keyless.{e}"))?;
         }
         for (i, p) in self.public_keys.iter().enumerate() {
             if !p.is_absolute() {
@@ -73,7 +94,7 @@ impl Verification {
 
     /// Whether anything is to be checked.
     pub fn enabled(&self) -> bool {
-        !self.public_keys.is_empty()
+        !self.public_keys.is_empty() || self.keyless.is_some()
     }
 }
 
@@ -90,14 +111,26 @@ struct TrustedKey {
 /// Who signed a component, once verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    /// The key's id (`sha256:` and 16 hex digits of its DER form's digest).
-    pub key: String,
+    /// The key's id (`sha256:` and 16 hex digits of its DER form's digest), or for a
+    /// keyless signature the certificate's `SUBJECT (ISSUER)`.
+    pub signer: String,
 }
 
-/// Checks signatures against a node's trusted keys.
+/// How a signer reads in a message: `key sha256:…`, or a keyless certificate's
+/// `SUBJECT (ISSUER)` as it is.
+pub fn describe_signer(signer: &str) -> String {
+    if signer.starts_with("sha256:") {
+        format!("key {signer}")
+    } else {
+        signer.to_owned()
+    }
+}
+
+/// Checks signatures against a node's trusted keys and identities.
 #[derive(Debug)]
 pub struct Verifier {
     keys: Vec<TrustedKey>,
+    keyless: Option<keyless::KeylessVerifier>,
     required: bool,
     fingerprint: String,
 }
@@ -120,11 +153,20 @@ impl Verifier {
         for path in &config.public_keys {
             keys.push(read_key(path)?);
         }
+        let keyless = config
+            .keyless
+            .as_ref()
+            .map(keyless::KeylessVerifier::load)
+            .transpose()?;
         let mut ids: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
         ids.sort_unstable();
-        let fingerprint = format!("required={} keys={}", config.required, ids.join(","));
+        let mut fingerprint = format!("required={} keys={}", config.required, ids.join(","));
+        if let Some(k) = &keyless {
+            fingerprint.push_str(&format!(" keyless({})", k.fingerprint));
+        }
         Ok(Some(Self {
             keys,
+            keyless,
             required: config.required,
             fingerprint,
         }))
@@ -141,29 +183,81 @@ impl Verifier {
         &self.fingerprint
     }
 
-    /// The ids of the trusted keys, for messages.
-    fn key_ids(&self) -> String {
-        let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
-        ids.join(", ")
+    /// What is trusted, for messages: the key ids, the number of keyless identities.
+    fn trusted(&self) -> String {
+        let mut said = Vec::new();
+        if !self.keys.is_empty() {
+            let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
+            said.push(format!("key {}", ids.join(", ")));
+        }
+        if self.keyless.is_some() {
+            said.push("keyless identity".to_owned());
+        }
+        said.join(" or ")
     }
 
-    /// Verifies a blob signature (base64, as `cosign sign-blob` prints it) of `bytes`.
-    pub fn verify_blob(&self, bytes: &[u8], signature: &str) -> Result<Verified, String> {
-        let signature = signature.trim();
+    /// The trusted key whose signature `signature` (base64) of `signed` verifies.
+    fn by_key(&self, signed: &[u8], signature: &str) -> Option<Verified> {
         self.keys
             .iter()
             .find(|k| {
                 k.key
-                    .verify_signature(Signature::Base64Encoded(signature.as_bytes()), bytes)
+                    .verify_signature(
+                        Signature::Base64Encoded(signature.trim().as_bytes()),
+                        signed,
+                    )
                     .is_ok()
             })
-            .map(|k| Verified { key: k.id.clone() })
-            .ok_or_else(|| {
-                format!(
-                    "the signature does not verify with any trusted key ({})",
-                    self.key_ids()
-                )
+            .map(|k| Verified {
+                signer: k.id.clone(),
             })
+    }
+
+    /// Verifies a keyless signature of `signed`; the error says why it is refused.
+    fn by_identity(
+        &self,
+        signed: &[u8],
+        evidence: keyless::Evidence<'_>,
+    ) -> Result<Verified, String> {
+        let keyless = self
+            .keyless
+            .as_ref()
+            .ok_or("a keyless signature, and no keyless identity is trusted")?;
+        keyless
+            .verify(signed, evidence)
+            .map(|signer| Verified { signer })
+    }
+
+    /// Verifies a file's signature of `bytes`: base64, as `cosign sign-blob` prints it,
+    /// or the JSON of `cosign sign-blob --bundle` (keyless: certificate and Rekor
+    /// bundle).
+    pub fn verify_blob(&self, bytes: &[u8], signature: &str) -> Result<Verified, String> {
+        let signature = signature.trim();
+        if !signature.starts_with('{') {
+            return self.by_key(bytes, signature).ok_or_else(|| {
+                format!(
+                    "the signature does not verify with any trusted {}",
+                    self.trusted()
+                )
+            });
+        }
+        let bundle: keyless::BlobBundle = serde_json::from_str(signature)
+            .map_err(|e| format!("not a cosign signature bundle: {e}"))?;
+        if let Some(v) = self.by_key(bytes, &bundle.base64_signature) {
+            return Ok(v);
+        }
+        let certificate = base64::engine::general_purpose::STANDARD
+            .decode(bundle.cert.trim())
+            .map_err(|e| format!("the bundle's cert is not base64: {e}"))?;
+        self.by_identity(
+            bytes,
+            keyless::Evidence {
+                signature: &bundle.base64_signature,
+                certificate: &certificate,
+                bundle: &bundle.rekor_bundle,
+            },
+        )
+        .map_err(|e| format!("the keyless signature is refused: {e}"))
     }
 }
 

@@ -25,6 +25,7 @@ fn verifier(keys: &[&Path], required: bool) -> Verifier {
     Verifier::load(&Verification {
         public_keys: keys.iter().map(|p| p.to_path_buf()).collect(),
         required,
+        ..Default::default()
     })
     .expect("load")
     .expect("enabled")
@@ -43,8 +44,8 @@ fn a_blob_verifies_with_its_key_only_and_only_unchanged() {
         .verify_blob(b"component bytes", &signature)
         .expect("verifies");
     let der = keys::pem_contents(&std::fs::read(&pub_a).expect("read")).expect("der");
-    assert_eq!(verified.key, key_id(&der));
-    assert!(verified.key.starts_with("sha256:") && verified.key.len() == 7 + 16);
+    assert_eq!(verified.signer, key_id(&der));
+    assert!(verified.signer.starts_with("sha256:") && verified.signer.len() == 7 + 16);
 
     let err = a
         .verify_blob(b"component bytez", &signature)
@@ -92,6 +93,7 @@ fn configuration_errors_name_the_field_and_the_file() {
     let err = Verifier::load(&Verification {
         public_keys: vec![missing.clone()],
         required: true,
+        ..Default::default()
     })
     .expect_err("missing file");
     assert!(
@@ -108,6 +110,7 @@ fn configuration_errors_name_the_field_and_the_file() {
     let err = Verifier::load(&Verification {
         public_keys: vec![not_a_key.clone()],
         required: false,
+        ..Default::default()
     })
     .expect_err("junk");
     assert!(err.contains("not a PEM public key"), "{err}");
@@ -115,6 +118,7 @@ fn configuration_errors_name_the_field_and_the_file() {
     let err = Verification {
         public_keys: vec![],
         required: true,
+        ..Default::default()
     }
     .validate()
     .expect_err("required without keys");
@@ -125,6 +129,7 @@ fn configuration_errors_name_the_field_and_the_file() {
     let err = Verification {
         public_keys: vec![PathBuf::from("keys/a.pub")],
         required: false,
+        ..Default::default()
     }
     .validate()
     .expect_err("relative");

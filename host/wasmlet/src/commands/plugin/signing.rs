@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use wasmlet_signing::keyless::{Identity, Keyless};
 use wasmlet_signing::{Registry, Verification, Verifier, keys};
 
 /// Arguments of `wasmlet plugin generate-key-pair`.
@@ -40,14 +41,62 @@ pub struct SignArgs {
     pub key: PathBuf,
 }
 
-/// Arguments of `wasmlet plugin verify`.
+/// Arguments of `wasmlet plugin verify`: keys, or a keyless identity (cosign's flag
+/// names), or both.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub target: Target,
     /// A public key the component may be signed with (repeatable: any of them).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "trusted_root")]
     pub key: Vec<PathBuf>,
+    /// Keyless: Sigstore's trusted root file (trusted_root.json) certificates and log
+    /// entries are checked against, offline.
+    #[arg(long, requires = "identity", requires = "issuer")]
+    pub trusted_root: Option<PathBuf>,
+    /// Keyless: the signer the certificate must name (an email or a URI).
+    #[arg(long, group = "identity", requires = "trusted_root")]
+    pub certificate_identity: Option<String>,
+    /// Keyless: a regular expression the certificate's signer must match whole.
+    #[arg(long, group = "identity", requires = "trusted_root")]
+    pub certificate_identity_regexp: Option<String>,
+    /// Keyless: the OpenID Connect issuer the certificate must name.
+    #[arg(long, group = "issuer", requires = "trusted_root")]
+    pub certificate_oidc_issuer: Option<String>,
+    /// Keyless: a regular expression the certificate's issuer must match whole.
+    #[arg(long, group = "issuer", requires = "trusted_root")]
+    pub certificate_oidc_issuer_regexp: Option<String>,
+}
+
+impl VerifyArgs {
+    /// The verification these flags ask for; the error names the flag.
+    fn verification(&self) -> Result<Verification> {
+        let absolute = |flag: &str, p: &Path| {
+            std::path::absolute(p).with_context(|| format!("--{flag}: {}", p.display()))
+        };
+        let public_keys = self
+            .key
+            .iter()
+            .map(|k| absolute("key", k))
+            .collect::<Result<Vec<_>>>()?;
+        let keyless = match &self.trusted_root {
+            Some(root) => Some(Keyless {
+                trusted_root: absolute("trusted-root", root)?,
+                identities: vec![Identity {
+                    issuer: self.certificate_oidc_issuer.clone(),
+                    issuer_reg_exp: self.certificate_oidc_issuer_regexp.clone(),
+                    subject: self.certificate_identity.clone(),
+                    subject_reg_exp: self.certificate_identity_regexp.clone(),
+                }],
+            }),
+            None => None,
+        };
+        Ok(Verification {
+            public_keys,
+            keyless,
+            required: true,
+        })
+    }
 }
 
 /// The private key's password, from `COSIGN_PASSWORD` (empty when unset).
@@ -110,7 +159,7 @@ pub async fn sign(args: SignArgs) -> Result<ExitCode> {
     if in_registry(&target.target) {
         let signed = target
             .registry()?
-            .sign(&target.target, signer)
+            .sign(&target.target, &signer)
             .await
             .map_err(anyhow::Error::msg)?;
         println!("signed:    {}@{}", target.target, signed.manifest_digest);
@@ -128,19 +177,32 @@ pub async fn sign(args: SignArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `wasmlet plugin verify`: 0 when one of the keys signed the target, 3 when none did.
-pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
-    let keys = args
-        .key
+/// Names the flag of a verification error (`publicKeys: …` → `--key: …`).
+fn flag_error(e: &str) -> anyhow::Error {
+    let flags = [
+        ("publicKeys: ", "--key: "),
+        ("keyless.trustedRoot: ", "--trusted-root: "),
+        (
+            "keyless.identities[0].subjectRegExp: ",
+            "--certificate-identity-regexp: ",
+        ),
+        (
+            "keyless.identities[0].issuerRegExp: ",
+            "--certificate-oidc-issuer-regexp: ",
+        ),
+    ];
+    flags
         .iter()
-        .map(|k| std::path::absolute(k).with_context(|| format!("--key: {}", k.display())))
-        .collect::<Result<Vec<_>>>()?;
-    let verifier = Verifier::load(&Verification {
-        public_keys: keys,
-        required: true,
-    })
-    .map_err(|e| anyhow::anyhow!("--key: {}", e.trim_start_matches("publicKeys: ")))?
-    .context("--key: no key")?;
+        .find_map(|(field, flag)| e.strip_prefix(field).map(|rest| format!("{flag}{rest}")))
+        .map_or_else(|| anyhow::anyhow!("{e}"), anyhow::Error::msg)
+}
+
+/// `wasmlet plugin verify`: 0 when one of the keys or the keyless identity signed the
+/// target, 3 when none did.
+pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
+    let verifier = Verifier::load(&args.verification()?)
+        .map_err(|e| flag_error(&e))?
+        .context("--key: no key")?;
     let target = &args.target;
     let result = if in_registry(&target.target) {
         let text = target.target.trim_start_matches("oci://");
@@ -169,7 +231,10 @@ pub async fn verify(args: VerifyArgs) -> Result<ExitCode> {
     };
     match result {
         Ok((verified, what)) => {
-            println!("verified: {what} signed by key {}", verified.key);
+            println!(
+                "verified: {what} signed by {}",
+                wasmlet_signing::describe_signer(&verified.signer)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

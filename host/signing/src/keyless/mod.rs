@@ -1,0 +1,230 @@
+//! Keyless signatures: a short-lived certificate from Sigstore's Fulcio naming who
+//! signed (an email, or a workload's URI such as a CI workflow) and the OpenID Connect
+//! issuer that vouched for them, and the Rekor transparency log's signed timestamp of
+//! the signature — what `cosign sign` makes without `--key`. Checked offline against a
+//! trusted root file, as `cosign verify --trusted-root … --certificate-identity …
+//! --certificate-oidc-issuer …` checks them with `--offline`:
+//!
+//! 1. the log entry's signed timestamp verifies with a log key of the trusted root,
+//!    valid at the time the entry was taken;
+//! 2. the entry records this signature, by this certificate, of these bytes;
+//! 3. the certificate chains, for code signing, to a certificate authority of the
+//!    trusted root, and both were valid at that time;
+//! 4. the signature verifies with the certificate's key;
+//! 5. the certificate's subject and issuer are one of the trusted identities.
+//!
+//! Not checked: the certificate transparency log's timestamp embedded in the
+//! certificate (cosign checks it too).
+
+mod cert;
+pub(crate) mod rekor;
+mod root;
+
+use std::path::PathBuf;
+
+use regex::Regex;
+use serde::Deserialize;
+use sigstore::crypto::Signature;
+
+/// The `keyless:` section of `verification`.
+///
+/// ```yaml
+/// keyless:
+///   trustedRoot: /etc/wasmlet/sigstore/trusted_root.json
+///   identities:
+///   - issuer: https://token.actions.githubusercontent.com
+///     subject: https://github.com/acme/policies/.github/workflows/release.yml@refs/heads/main
+///   - issuer: https://accounts.google.com
+///     subjectRegExp: '.*@acme\.example'
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Keyless {
+    /// Sigstore's `trusted_root.json`: the certificate authorities and transparency
+    /// logs to trust (public Sigstore's, or a private deployment's).
+    pub trusted_root: PathBuf,
+    /// Who may sign: a certificate is accepted when one of these matches it.
+    #[serde(default)]
+    pub identities: Vec<Identity>,
+}
+
+/// A signer's identity: the certificate's subject (email or URI) and its OpenID Connect
+/// issuer, each exactly or by a regular expression that must match the whole value.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Identity {
+    /// The issuer, exactly (`https://token.actions.githubusercontent.com`).
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// The issuer, by a regular expression matching all of it.
+    #[serde(default)]
+    pub issuer_reg_exp: Option<String>,
+    /// The subject, exactly: an email or a URI.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The subject, by a regular expression matching all of it.
+    #[serde(default)]
+    pub subject_reg_exp: Option<String>,
+}
+
+impl Keyless {
+    /// Checks the values; the error names the field below `keyless`.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.trusted_root.is_absolute() {
+            return Err(format!(
+                "trustedRoot: {} is not an absolute path",
+                self.trusted_root.display()
+            ));
+        }
+        if self.identities.is_empty() {
+            return Err(
+                "identities: at least one is needed (any certificate of the trusted root's \
+                 authorities would do otherwise)"
+                    .into(),
+            );
+        }
+        for (i, identity) in self.identities.iter().enumerate() {
+            Matcher::new(identity).map_err(|e| format!("identities[{i}].{e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// One string rule: exact or a whole-value regular expression.
+#[derive(Debug)]
+enum Rule {
+    Exact(String),
+    Pattern(Regex),
+}
+
+impl Rule {
+    /// The rule of a field pair; the error names the field.
+    fn new(name: &str, exact: Option<&String>, pattern: Option<&String>) -> Result<Self, String> {
+        match (exact, pattern) {
+            (Some(e), None) => Ok(Rule::Exact(e.clone())),
+            (None, Some(p)) => Regex::new(&format!("^(?:{p})$"))
+                .map(Rule::Pattern)
+                .map_err(|e| format!("{name}RegExp: {e}")),
+            (Some(_), Some(_)) => Err(format!("{name}: give {name} or {name}RegExp, not both")),
+            (None, None) => Err(format!("{name}: {name} or {name}RegExp is required")),
+        }
+    }
+
+    fn matches(&self, value: &str) -> bool {
+        match self {
+            Rule::Exact(e) => e == value,
+            Rule::Pattern(p) => p.is_match(value),
+        }
+    }
+}
+
+/// A compiled identity.
+#[derive(Debug)]
+struct Matcher {
+    issuer: Rule,
+    subject: Rule,
+}
+
+impl Matcher {
+    fn new(identity: &Identity) -> Result<Self, String> {
+        Ok(Self {
+            issuer: Rule::new(
+                "issuer",
+                identity.issuer.as_ref(),
+                identity.issuer_reg_exp.as_ref(),
+            )?,
+            subject: Rule::new(
+                "subject",
+                identity.subject.as_ref(),
+                identity.subject_reg_exp.as_ref(),
+            )?,
+        })
+    }
+}
+
+/// What a keyless signature carries beside the signed bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Evidence<'a> {
+    /// The signature, base64.
+    pub(crate) signature: &'a str,
+    /// The signing certificate, PEM.
+    pub(crate) certificate: &'a [u8],
+    /// The Rekor bundle.
+    pub(crate) bundle: &'a rekor::Bundle,
+}
+
+/// Verifies keyless signatures against a trusted root and identities.
+#[derive(Debug)]
+pub(crate) struct KeylessVerifier {
+    root: root::Root,
+    identities: Vec<Matcher>,
+    /// What it trusts, for the verifier's fingerprint.
+    pub(crate) fingerprint: String,
+}
+
+impl KeylessVerifier {
+    /// Reads the trusted root; the error names the file.
+    pub(crate) fn load(config: &Keyless) -> Result<Self, String> {
+        config.validate().map_err(|e| format!("keyless.{e}"))?;
+        let root =
+            root::read(&config.trusted_root).map_err(|e| format!("keyless.trustedRoot: {e}"))?;
+        let identities = config
+            .identities
+            .iter()
+            .map(Matcher::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut described: Vec<String> =
+            config.identities.iter().map(|i| format!("{i:?}")).collect();
+        described.sort_unstable();
+        let fingerprint = format!("root={} identities={}", root.digest, described.join(";"));
+        Ok(Self {
+            root,
+            identities,
+            fingerprint,
+        })
+    }
+
+    /// Verifies `evidence` for `signed`; on success, who signed: `SUBJECT (ISSUER)`.
+    pub(crate) fn verify(&self, signed: &[u8], evidence: Evidence<'_>) -> Result<String, String> {
+        let bundle = evidence.bundle;
+        let at = bundle.verify(&self.root)?;
+        let der = cert::der_of(evidence.certificate)?;
+        bundle.records(signed, evidence.signature, &der)?;
+        let leaf = cert::verify(&der, &self.root, at)?;
+        leaf.key
+            .verify_signature(
+                Signature::Base64Encoded(evidence.signature.trim().as_bytes()),
+                signed,
+            )
+            .map_err(|_| {
+                format!(
+                    "the signature does not verify with the key of {}'s certificate",
+                    leaf.subject
+                )
+            })?;
+        if !self
+            .identities
+            .iter()
+            .any(|m| m.issuer.matches(&leaf.issuer) && m.subject.matches(&leaf.subject))
+        {
+            return Err(format!(
+                "signed by {} (issuer {}), not a trusted identity",
+                leaf.subject, leaf.issuer
+            ));
+        }
+        Ok(format!("{} ({})", leaf.subject, leaf.issuer))
+    }
+}
+
+/// A `cosign sign-blob --bundle` file: the signature, the certificate (PEM, base64)
+/// and the Rekor bundle.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BlobBundle {
+    pub(crate) base64_signature: String,
+    pub(crate) cert: String,
+    pub(crate) rekor_bundle: rekor::Bundle,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,353 @@
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::testing::{FakeSigstore, KeylessSignature, now};
+use crate::{Verification, Verified, Verifier};
+
+use super::{Identity, Keyless};
+
+const ISSUER: &str = "https://issuer.test.invalid";
+const RELEASE: &str = "https://ci.test.invalid/acme/policies/release@refs/heads/main";
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wasmlet-keyless-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    d
+}
+
+fn exact(issuer: &str, subject: &str) -> Identity {
+    Identity {
+        issuer: Some(issuer.into()),
+        subject: Some(subject.into()),
+        ..Default::default()
+    }
+}
+
+/// A verifier trusting `sigstore`'s root (written to `dir`) and `identities`.
+fn verifier(dir: &Path, sigstore: &FakeSigstore, identities: Vec<Identity>) -> Verifier {
+    let root = dir.join("trusted_root.json");
+    std::fs::write(&root, sigstore.trusted_root()).expect("root");
+    Verifier::load(&Verification {
+        keyless: Some(Keyless {
+            trusted_root: root,
+            identities,
+        }),
+        required: true,
+        ..Default::default()
+    })
+    .expect("load")
+    .expect("enabled")
+}
+
+fn refused(v: &Verifier, bytes: &[u8], signed: &KeylessSignature) -> String {
+    v.verify_blob(bytes, &signed.blob_bundle())
+        .expect_err("refused")
+}
+
+#[test]
+fn a_keyless_signature_by_a_trusted_identity_verifies() {
+    let sigstore = FakeSigstore::new();
+    let v = verifier(&dir("ok"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let signed = sigstore.sign(b"component", RELEASE, ISSUER);
+    assert_eq!(
+        v.verify_blob(b"component", &signed.blob_bundle()),
+        Ok(Verified {
+            signer: format!("{RELEASE} ({ISSUER})")
+        })
+    );
+    // An email subject, matched by a whole-value expression.
+    let v = verifier(
+        &dir("regexp"),
+        &sigstore,
+        vec![Identity {
+            issuer: Some(ISSUER.into()),
+            subject_reg_exp: Some(r".*@acme\.example".into()),
+            ..Default::default()
+        }],
+    );
+    let by_mail = sigstore.sign(b"component", "release@acme.example", ISSUER);
+    assert!(v.verify_blob(b"component", &by_mail.blob_bundle()).is_ok());
+    // The expression matches the whole subject, not a part of it.
+    let lookalike = sigstore.sign(b"component", "release@acme.example.evil", ISSUER);
+    let err = refused(&v, b"component", &lookalike);
+    assert!(
+        err.contains("signed by release@acme.example.evil (issuer https://issuer.test.invalid), not a trusted identity"),
+        "{err}"
+    );
+}
+
+#[test]
+fn another_identity_or_issuer_is_refused_naming_who_signed() {
+    let sigstore = FakeSigstore::new();
+    let v = verifier(&dir("identity"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let other = sigstore.sign(b"component", "https://ci.test.invalid/mallory/fork", ISSUER);
+    let err = refused(&v, b"component", &other);
+    assert!(
+        err.contains("signed by https://ci.test.invalid/mallory/fork (issuer https://issuer.test.invalid), not a trusted identity"),
+        "{err}"
+    );
+    let other_issuer = sigstore.sign(b"component", RELEASE, "https://other.test.invalid");
+    let err = refused(&v, b"component", &other_issuer);
+    assert!(
+        err.contains("(issuer https://other.test.invalid), not a trusted identity"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_certificate_from_another_authority_or_a_log_not_trusted_is_refused() {
+    let trusted = FakeSigstore::new();
+    let stranger = FakeSigstore::new();
+    let v = verifier(&dir("authority"), &trusted, vec![exact(ISSUER, RELEASE)]);
+    // Everything by another Sigstore: its log is not in the trusted root.
+    let err = refused(
+        &v,
+        b"component",
+        &stranger.sign(b"component", RELEASE, ISSUER),
+    );
+    assert!(
+        err.contains("which the trusted root does not list"),
+        "{err}"
+    );
+    // Another authority's certificate, logged by the trusted log.
+    let mut forged = stranger.sign(b"component", RELEASE, ISSUER);
+    forged.bundle = serde_json::to_string(&trusted.log_entry(
+        b"component",
+        &forged.signature,
+        &forged.certificate,
+        now(),
+    ))
+    .expect("bundle");
+    let err = refused(&v, b"component", &forged);
+    assert!(
+        err.contains("was not issued, valid at")
+            && err.contains("by a certificate authority of the trusted root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_log_entry_of_something_else_or_a_forged_timestamp_is_refused() {
+    let sigstore = FakeSigstore::new();
+    let v = verifier(&dir("entry"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let genuine = sigstore.sign(b"component", RELEASE, ISSUER);
+    // The signed bytes changed.
+    let err = refused(&v, b"tampered", &genuine);
+    assert!(err.contains("records a signature of other bytes"), "{err}");
+    // Another signature of the same bytes, with the genuine certificate and entry.
+    let mut swapped = genuine.clone();
+    swapped.signature = sigstore.sign(b"component", RELEASE, ISSUER).signature;
+    let err = refused(&v, b"component", &swapped);
+    assert!(err.contains("records another signature"), "{err}");
+    // Another certificate than the one logged.
+    let mut recertified = genuine.clone();
+    recertified.certificate = sigstore.sign(b"component", RELEASE, ISSUER).certificate;
+    let err = refused(&v, b"component", &recertified);
+    assert!(err.contains("records another certificate"), "{err}");
+    // The entry changed after the log signed it.
+    let mut bundle: serde_json::Value = serde_json::from_str(&genuine.bundle).expect("json");
+    bundle["Payload"]["logIndex"] = 99.into();
+    let mut edited = genuine.clone();
+    edited.bundle = bundle.to_string();
+    let err = refused(&v, b"component", &edited);
+    assert!(err.contains("signed timestamp does not verify"), "{err}");
+}
+
+#[test]
+fn a_signature_logged_after_the_certificate_expired_is_refused() {
+    let sigstore = FakeSigstore::new();
+    let v = verifier(&dir("expired"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let mut late = sigstore.sign(b"component", RELEASE, ISSUER);
+    late.bundle = serde_json::to_string(&sigstore.log_entry(
+        b"component",
+        &late.signature,
+        &late.certificate,
+        now() + 3600,
+    ))
+    .expect("bundle");
+    let err = refused(&v, b"component", &late);
+    assert!(err.contains("was not issued, valid at"), "{err}");
+    // An old signature stays valid: its certificate was valid when it was logged.
+    let old = sigstore.sign_at(b"component", RELEASE, ISSUER, now() - 6 * 3600);
+    assert!(v.verify_blob(b"component", &old.blob_bundle()).is_ok());
+}
+
+#[test]
+fn a_bundle_signed_with_a_trusted_key_verifies_by_the_key() {
+    let d = dir("bundle-key");
+    let (private, public) = crate::keys::generate(b"pw").expect("keys");
+    let public_path = d.join("k.pub");
+    std::fs::write(&public_path, public).expect("write");
+    let signer = crate::keys::signer(private.as_bytes(), b"pw").expect("signer");
+    let signature = crate::keys::sign_blob(&signer, b"component").expect("sign");
+    let bundle = serde_json::json!({
+        "base64Signature": signature,
+        "cert": STANDARD.encode("not used"),
+        "rekorBundle": {"SignedEntryTimestamp": "", "Payload": {"body": "", "integratedTime": 0, "logIndex": 0, "logID": ""}}
+    });
+    let v = Verifier::load(&Verification {
+        public_keys: vec![public_path],
+        required: true,
+        ..Default::default()
+    })
+    .expect("load")
+    .expect("enabled");
+    assert!(v.verify_blob(b"component", &bundle.to_string()).is_ok());
+    // Without keyless identities, a keyless bundle is refused saying so.
+    let sigstore = FakeSigstore::new();
+    let keyless = sigstore.sign(b"component", RELEASE, ISSUER);
+    let err = v
+        .verify_blob(b"component", &keyless.blob_bundle())
+        .expect_err("no identities");
+    assert!(err.contains("no keyless identity is trusted"), "{err}");
+}
+
+#[test]
+fn keyless_configuration_errors_name_the_field() {
+    let d = dir("config");
+    let with = |keyless: Keyless| Verification {
+        keyless: Some(keyless),
+        required: true,
+        ..Default::default()
+    };
+    let err = with(Keyless {
+        trusted_root: "root.json".into(),
+        identities: vec![exact(ISSUER, RELEASE)],
+    })
+    .validate()
+    .expect_err("relative");
+    assert!(
+        err.starts_with("keyless.trustedRoot: root.json is not an absolute path"),
+        "{err}"
+    );
+    let err = with(Keyless {
+        trusted_root: d.join("root.json"),
+        identities: vec![],
+    })
+    .validate()
+    .expect_err("no identities");
+    assert!(err.starts_with("keyless.identities: at least one"), "{err}");
+    let err = with(Keyless {
+        trusted_root: d.join("root.json"),
+        identities: vec![Identity {
+            issuer: Some(ISSUER.into()),
+            subject_reg_exp: Some("(".into()),
+            ..Default::default()
+        }],
+    })
+    .validate()
+    .expect_err("bad expression");
+    assert!(
+        err.starts_with("keyless.identities[0].subjectRegExp:"),
+        "{err}"
+    );
+    let err = with(Keyless {
+        trusted_root: d.join("root.json"),
+        identities: vec![Identity {
+            subject: Some(RELEASE.into()),
+            ..Default::default()
+        }],
+    })
+    .validate()
+    .expect_err("no issuer");
+    assert!(
+        err.starts_with("keyless.identities[0].issuer: issuer or issuerRegExp is required"),
+        "{err}"
+    );
+    // The trusted root is read at load: a missing or foreign file names itself.
+    let missing = d.join("missing.json");
+    let err = Verifier::load(&with(Keyless {
+        trusted_root: missing.clone(),
+        identities: vec![exact(ISSUER, RELEASE)],
+    }))
+    .expect_err("missing");
+    assert!(
+        err.starts_with(&format!("keyless.trustedRoot: {}:", missing.display())),
+        "{err}"
+    );
+    let junk = d.join("junk.json");
+    std::fs::write(&junk, r#"{"tlogs": 3}"#).expect("write");
+    let err = Verifier::load(&with(Keyless {
+        trusted_root: junk,
+        identities: vec![exact(ISSUER, RELEASE)],
+    }))
+    .expect_err("junk");
+    assert!(err.contains("not a Sigstore trusted root"), "{err}");
+}
+
+#[test]
+fn the_fingerprint_changes_with_the_root_and_the_identities() {
+    let sigstore = FakeSigstore::new();
+    let a = verifier(&dir("fp-a"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let b = verifier(&dir("fp-b"), &sigstore, vec![exact(ISSUER, "someone@else")]);
+    let c = verifier(
+        &dir("fp-c"),
+        &FakeSigstore::new(),
+        vec![exact(ISSUER, RELEASE)],
+    );
+    assert_ne!(a.fingerprint(), b.fingerprint());
+    assert_ne!(a.fingerprint(), c.fingerprint());
+    assert_eq!(
+        a.fingerprint(),
+        verifier(&dir("fp-a2"), &sigstore, vec![exact(ISSUER, RELEASE)]).fingerprint()
+    );
+}
+
+/// A public entry of the public-good Rekor log (`testdata/`): the entry as the log
+/// signed it and the certificate it records.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PublicEntry {
+    certificate: String,
+    signed_entry_timestamp: String,
+    body: String,
+    integrated_time: i64,
+    log_index: i64,
+    #[serde(rename = "logID")]
+    log_id: String,
+}
+
+/// Public Sigstore's own data, checked offline with its trusted root: the log's
+/// signature over a real entry, and a real Fulcio certificate's chain, subject and
+/// issuer (a GitHub Actions release workflow).
+#[test]
+fn public_sigstore_entries_and_certificates_verify_offline() {
+    let root = super::root::parse(include_bytes!(
+        "../../testdata/public-good-trusted-root.json"
+    ))
+    .expect("public-good trusted root");
+    let entry: PublicEntry =
+        serde_json::from_str(include_str!("../../testdata/public-good-rekor-entry.json"))
+            .expect("entry");
+    let bundle = super::rekor::Bundle {
+        signed_entry_timestamp: entry.signed_entry_timestamp,
+        payload: super::rekor::Entry {
+            body: entry.body,
+            integrated_time: entry.integrated_time,
+            log_index: entry.log_index,
+            log_id: entry.log_id,
+        },
+    };
+    let at = bundle.verify(&root).expect("the log signed this entry");
+    assert_eq!(at, 1_775_719_409);
+    let der = STANDARD.decode(&entry.certificate).expect("base64");
+    let leaf = super::cert::verify(&der, &root, at).expect("Fulcio issued it");
+    assert_eq!(
+        leaf.subject,
+        "https://github.com/kubewarden/kubewarden-controller/.github/workflows/release.yml@refs/tags/v1.34.0"
+    );
+    assert_eq!(leaf.issuer, "https://token.actions.githubusercontent.com");
+
+    // The entry changed by one field: the log's signature no longer holds.
+    let mut edited = bundle.clone();
+    edited.payload.log_index += 1;
+    assert!(edited.verify(&root).is_err());
+    // The certificate ten minutes after it expired.
+    let err = super::cert::verify(&der, &root, at + 3600)
+        .err()
+        .expect("expired");
+    assert!(err.contains("was not issued, valid at"), "{err}");
+}

@@ -1,0 +1,264 @@
+//! A stand-in for Sigstore's Fulcio and Rekor, for tests: a certificate authority that
+//! issues short-lived code-signing certificates as Fulcio does (the subject as an email
+//! or URI subject alternative name, the OpenID Connect issuer in Sigstore's extensions)
+//! and a transparency log key that signs entry timestamps as Rekor does, with the
+//! trusted root file that trusts both. What it makes is verified by the same code as
+//! public Sigstore's signatures.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use oci_client::Reference;
+use rcgen::{
+    BasicConstraints, CertificateParams, CustomExtension, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PublicKeyData,
+    SanType, SigningKey,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::keyless::rekor::{Bundle, Entry};
+use crate::oci::{self, Registry};
+
+/// How long a certificate is valid: Fulcio's ten minutes.
+const CERTIFICATE_LIFETIME: i64 = 600;
+
+/// A keyless signature: what cosign stores beside the signed bytes.
+#[derive(Debug, Clone)]
+pub struct KeylessSignature {
+    /// The signature, base64.
+    pub signature: String,
+    /// The signing certificate, PEM.
+    pub certificate: String,
+    /// The Rekor bundle, JSON.
+    pub bundle: String,
+}
+
+impl KeylessSignature {
+    /// The `cosign sign-blob --bundle` file of this signature.
+    pub fn blob_bundle(&self) -> String {
+        let bundle: serde_json::Value =
+            serde_json::from_str(&self.bundle).unwrap_or(serde_json::Value::Null);
+        json!({
+            "base64Signature": self.signature,
+            "cert": STANDARD.encode(&self.certificate),
+            "rekorBundle": bundle,
+        })
+        .to_string()
+    }
+}
+
+/// A Fulcio and a Rekor of the test's own.
+pub struct FakeSigstore {
+    ca: Issuer<'static, KeyPair>,
+    ca_der: Vec<u8>,
+    log: KeyPair,
+    /// The hex sha256 of the log key's DER form.
+    log_id: String,
+}
+
+impl std::fmt::Debug for FakeSigstore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeSigstore")
+            .field("log_id", &self.log_id)
+            .finish()
+    }
+}
+
+/// Now, in seconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn at(secs: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A DER UTF8String.
+fn utf8_string(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut der = vec![0x0c];
+    match bytes.len() {
+        n @ 0..0x80 => der.push(n as u8),
+        n @ 0x80..0x100 => der.extend([0x81, n as u8]),
+        n => der.extend([0x82, (n >> 8) as u8, n as u8]),
+    }
+    der.extend_from_slice(bytes);
+    der
+}
+
+impl FakeSigstore {
+    /// A new certificate authority (ECDSA P-384, as Fulcio's) and log key (P-256, as
+    /// Rekor's).
+    pub fn new() -> Self {
+        let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).expect("CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "wasmlet test sigstore");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.not_before = at(now() - 86_400);
+        params.not_after = at(now() + 86_400 * 365);
+        let ca_der = params.self_signed(&ca_key).expect("CA").der().to_vec();
+        let log = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("log key");
+        let log_id = format!("{:x}", Sha256::digest(log.subject_public_key_info()));
+        Self {
+            ca: Issuer::new(params, ca_key),
+            ca_der,
+            log,
+            log_id,
+        }
+    }
+
+    /// The trusted root file (`trusted_root.json`) that trusts this authority and log.
+    pub fn trusted_root(&self) -> String {
+        let log_der = self.log.subject_public_key_info();
+        json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [{
+                "baseUrl": "https://rekor.test.invalid",
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": {
+                    "rawBytes": STANDARD.encode(&log_der),
+                    "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                    "validFor": {"start": "2020-01-01T00:00:00Z"}
+                },
+                "logId": {"keyId": STANDARD.encode(Sha256::digest(&log_der))}
+            }],
+            "certificateAuthorities": [{
+                "subject": {"organization": "wasmlet", "commonName": "wasmlet test sigstore"},
+                "uri": "https://fulcio.test.invalid",
+                "certChain": {"certificates": [{"rawBytes": STANDARD.encode(&self.ca_der)}]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"}
+            }],
+            "ctlogs": [],
+            "timestampAuthorities": []
+        })
+        .to_string()
+    }
+
+    /// Signs `bytes` as `subject` (an email when it has an `@`, else a URI) vouched for
+    /// by `issuer`, now.
+    pub fn sign(&self, bytes: &[u8], subject: &str, issuer: &str) -> KeylessSignature {
+        self.sign_at(bytes, subject, issuer, now())
+    }
+
+    /// Signs `bytes` with a certificate issued at `issued` and logged at `issued + 1`.
+    pub fn sign_at(
+        &self,
+        bytes: &[u8],
+        subject: &str,
+        issuer: &str,
+        issued: i64,
+    ) -> KeylessSignature {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("signing key");
+        let certificate = self.certificate(&key, subject, issuer, issued);
+        let signature = STANDARD.encode(key.sign(bytes).expect("sign"));
+        let bundle = self.log_entry(bytes, &signature, &certificate, issued + 1);
+        KeylessSignature {
+            signature,
+            certificate,
+            bundle: serde_json::to_string(&bundle).expect("bundle"),
+        }
+    }
+
+    /// A code-signing certificate for `key` as Fulcio issues it.
+    fn certificate(&self, key: &KeyPair, subject: &str, issuer: &str, issued: i64) -> String {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        let name = subject.try_into().expect("an IA5 subject");
+        params.subject_alt_names = vec![if subject.contains('@') {
+            SanType::Rfc822Name(name)
+        } else {
+            SanType::URI(name)
+        }];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        params.custom_extensions = vec![
+            CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 1], issuer.into()),
+            CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, 8],
+                utf8_string(issuer),
+            ),
+        ];
+        params.not_before = at(issued);
+        params.not_after = at(issued + CERTIFICATE_LIFETIME);
+        params.signed_by(key, &self.ca).expect("certificate").pem()
+    }
+
+    /// The Rekor bundle of a `hashedrekord` entry of `signature` of `bytes` by
+    /// `certificate`, taken at `integrated_time`.
+    pub fn log_entry(
+        &self,
+        bytes: &[u8],
+        signature: &str,
+        certificate: &str,
+        integrated_time: i64,
+    ) -> Bundle {
+        let body = json!({
+            "apiVersion": "0.0.1",
+            "kind": "hashedrekord",
+            "spec": {
+                "data": {"hash": {"algorithm": "sha256", "value": format!("{:x}", Sha256::digest(bytes))}},
+                "signature": {
+                    "content": signature,
+                    "publicKey": {"content": STANDARD.encode(certificate)}
+                }
+            }
+        });
+        let payload = Entry {
+            body: STANDARD.encode(body.to_string()),
+            integrated_time,
+            log_index: 1,
+            log_id: self.log_id.clone(),
+        };
+        let signed = serde_json_canonicalizer::to_vec(&payload).expect("canonical");
+        Bundle {
+            signed_entry_timestamp: STANDARD.encode(self.log.sign(&signed).expect("SET")),
+            payload,
+        }
+    }
+
+    /// Signs the artifact `reference` in `registry` keyless and stores the signature
+    /// beside it as cosign does (certificate and bundle annotations); returns the
+    /// artifact's manifest digest.
+    pub async fn sign_artifact(
+        &self,
+        registry: &Registry,
+        reference: &str,
+        subject: &str,
+        issuer: &str,
+    ) -> Result<String, String> {
+        let image: Reference = reference
+            .trim_start_matches("oci://")
+            .parse()
+            .map_err(|e| format!("{reference}: {e}"))?;
+        let (client, auth) = registry.oci();
+        let digest = match image.digest() {
+            Some(d) => d.to_owned(),
+            None => client
+                .fetch_manifest_digest(&image, &auth)
+                .await
+                .map_err(|e| format!("{reference}: {e}"))?,
+        };
+        let payload = oci::payload_bytes(&image, &digest);
+        let signed = self.sign(&payload, subject, issuer);
+        let annotations = BTreeMap::from([
+            (oci::SIGNATURE_ANNOTATION.to_owned(), signed.signature),
+            (oci::CERTIFICATE_ANNOTATION.to_owned(), signed.certificate),
+            (oci::BUNDLE_ANNOTATION.to_owned(), signed.bundle),
+        ]);
+        oci::attach(&client, &auth, &image, &digest, payload, annotations).await?;
+        Ok(digest)
+    }
+}
+
+impl Default for FakeSigstore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
