@@ -1,8 +1,8 @@
 //! A stand-in for Sigstore's Fulcio and Rekor, for tests: a certificate authority that
 //! issues short-lived code-signing certificates as Fulcio does (the subject as an email
-//! or URI subject alternative name, the OpenID Connect issuer in Sigstore's extensions)
-//! and a transparency log key that signs entry timestamps as Rekor does, with the
-//! trusted root file that trusts both. What it makes is verified by the same code as
+//! or URI subject alternative name, the OpenID Connect issuer in Sigstore's extensions,
+//! a certificate transparency log's timestamp embedded), a transparency log key that
+//! signs entry timestamps as Rekor does, and the trusted root file that trusts them. What it makes is verified by the same code as
 //! public Sigstore's signatures.
 
 use std::collections::BTreeMap;
@@ -19,6 +19,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::keyless::rekor::{Bundle, Entry};
+use crate::keyless::sct;
 use crate::oci::{self, Registry};
 
 /// How long a certificate is valid: Fulcio's ten minutes.
@@ -49,13 +50,18 @@ impl KeylessSignature {
     }
 }
 
-/// A Fulcio and a Rekor of the test's own.
+/// A Fulcio (with its certificate transparency log) and a Rekor of the test's own.
 pub struct FakeSigstore {
     ca: Issuer<'static, KeyPair>,
     ca_der: Vec<u8>,
+    /// The sha256 of the CA key's DER form (the issuer key hash of timestamps).
+    ca_key_hash: Vec<u8>,
     log: KeyPair,
     /// The hex sha256 of the log key's DER form.
     log_id: String,
+    /// The certificate transparency log; `None`: certificates carry no timestamps and
+    /// the trusted root lists no such log (a private deployment without one).
+    ct_log: Option<KeyPair>,
 }
 
 impl std::fmt::Debug for FakeSigstore {
@@ -105,19 +111,48 @@ impl FakeSigstore {
         params.not_before = at(now() - 86_400);
         params.not_after = at(now() + 86_400 * 365);
         let ca_der = params.self_signed(&ca_key).expect("CA").der().to_vec();
+        let ca_key_hash = Sha256::digest(ca_key.subject_public_key_info()).to_vec();
         let log = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("log key");
         let log_id = format!("{:x}", Sha256::digest(log.subject_public_key_info()));
+        let ct_log = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("CT log key");
         Self {
             ca: Issuer::new(params, ca_key),
             ca_der,
+            ca_key_hash,
             log,
             log_id,
+            ct_log: Some(ct_log),
+        }
+    }
+
+    /// One without a certificate transparency log.
+    pub fn without_ct_log() -> Self {
+        Self {
+            ct_log: None,
+            ..Self::new()
         }
     }
 
     /// The trusted root file (`trusted_root.json`) that trusts this authority and log.
     pub fn trusted_root(&self) -> String {
         let log_der = self.log.subject_public_key_info();
+        let ct_logs: Vec<serde_json::Value> = self
+            .ct_log
+            .iter()
+            .map(|ct| {
+                let der = ct.subject_public_key_info();
+                json!({
+                    "baseUrl": "https://ctfe.test.invalid",
+                    "hashAlgorithm": "SHA2_256",
+                    "publicKey": {
+                        "rawBytes": STANDARD.encode(&der),
+                        "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                        "validFor": {"start": "2020-01-01T00:00:00Z"}
+                    },
+                    "logId": {"keyId": STANDARD.encode(Sha256::digest(&der))}
+                })
+            })
+            .collect();
         json!({
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
             "tlogs": [{
@@ -136,7 +171,7 @@ impl FakeSigstore {
                 "certChain": {"certificates": [{"rawBytes": STANDARD.encode(&self.ca_der)}]},
                 "validFor": {"start": "2020-01-01T00:00:00Z"}
             }],
-            "ctlogs": [],
+            "ctlogs": ct_logs,
             "timestampAuthorities": []
         })
         .to_string()
@@ -156,8 +191,30 @@ impl FakeSigstore {
         issuer: &str,
         issued: i64,
     ) -> KeylessSignature {
+        self.sign_with(bytes, subject, issuer, issued, true)
+    }
+
+    /// Signs `bytes` now with a certificate that carries no certificate transparency
+    /// timestamp.
+    pub fn sign_without_timestamp(
+        &self,
+        bytes: &[u8],
+        subject: &str,
+        issuer: &str,
+    ) -> KeylessSignature {
+        self.sign_with(bytes, subject, issuer, now(), false)
+    }
+
+    fn sign_with(
+        &self,
+        bytes: &[u8],
+        subject: &str,
+        issuer: &str,
+        issued: i64,
+        timestamped: bool,
+    ) -> KeylessSignature {
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("signing key");
-        let certificate = self.certificate(&key, subject, issuer, issued);
+        let certificate = self.certificate(&key, subject, issuer, issued, timestamped);
         let signature = STANDARD.encode(key.sign(bytes).expect("sign"));
         let bundle = self.log_entry(bytes, &signature, &certificate, issued + 1);
         KeylessSignature {
@@ -167,8 +224,16 @@ impl FakeSigstore {
         }
     }
 
-    /// A code-signing certificate for `key` as Fulcio issues it.
-    fn certificate(&self, key: &KeyPair, subject: &str, issuer: &str, issued: i64) -> String {
+    /// A code-signing certificate for `key` as Fulcio issues it, with the CT log's
+    /// timestamp when there is a log and `timestamped`.
+    fn certificate(
+        &self,
+        key: &KeyPair,
+        subject: &str,
+        issuer: &str,
+        issued: i64,
+        timestamped: bool,
+    ) -> String {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
         let name = subject.try_into().expect("an IA5 subject");
         params.subject_alt_names = vec![if subject.contains('@') {
@@ -187,7 +252,31 @@ impl FakeSigstore {
         ];
         params.not_before = at(issued);
         params.not_after = at(issued + CERTIFICATE_LIFETIME);
-        params.signed_by(key, &self.ca).expect("certificate").pem()
+        let serial: [u8; 16] = Sha256::digest(key.subject_public_key_info())[..16]
+            .try_into()
+            .expect("16 bytes");
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+        let precertificate = params.signed_by(key, &self.ca).expect("certificate");
+        let Some(ct) = self.ct_log.as_ref().filter(|_| timestamped) else {
+            return precertificate.pem();
+        };
+        // The log's timestamp over the certificate as issued, then the certificate
+        // issued again with it (as Fulcio does with its precertificate).
+        let (tbs, _) = sct::split(precertificate.der()).expect("TBS");
+        let timestamp = u64::try_from(issued).unwrap_or(0) * 1000;
+        let signed = sct::signed_data(timestamp, &self.ca_key_hash, &tbs, &[]);
+        let signature = ct.sign(&signed).expect("SCT");
+        let log_id = Sha256::digest(ct.subject_public_key_info());
+        let list = sct::encode_list(&log_id, timestamp, &signature);
+        params
+            .custom_extensions
+            .push(CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 11129, 2, 4, 2],
+                sct::extension_value(&list),
+            ));
+        let certificate = params.signed_by(key, &self.ca).expect("certificate");
+        debug_assert_eq!(sct::split(certificate.der()).map(|(t, _)| t), Some(tbs));
+        certificate.pem()
     }
 
     /// The Rekor bundle of a `hashedrekord` entry of `signature` of `bytes` by

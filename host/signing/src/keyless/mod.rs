@@ -10,15 +10,15 @@
 //! 2. the entry records this signature, by this certificate, of these bytes;
 //! 3. the certificate chains, for code signing, to a certificate authority of the
 //!    trusted root, and both were valid at that time;
-//! 4. the signature verifies with the certificate's key;
-//! 5. the certificate's subject and issuer are one of the trusted identities.
-//!
-//! Not checked: the certificate transparency log's timestamp embedded in the
-//! certificate (cosign checks it too).
+//! 4. when the trusted root lists certificate transparency logs, the certificate
+//!    carries a timestamp (SCT) by one of them;
+//! 5. the signature verifies with the certificate's key;
+//! 6. the certificate's subject and issuer are one of the trusted identities.
 
 mod cert;
 pub(crate) mod rekor;
 mod root;
+pub(crate) mod sct;
 
 use std::path::PathBuf;
 
@@ -191,6 +191,7 @@ impl KeylessVerifier {
         let der = cert::der_of(evidence.certificate)?;
         bundle.records(signed, evidence.signature, &der)?;
         let leaf = cert::verify(&der, &self.root, at)?;
+        sct::verify(&der, &self.root)?;
         leaf.key
             .verify_signature(
                 Signature::Base64Encoded(evidence.signature.trim().as_bytes()),

@@ -10,7 +10,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use sigstore::crypto::CosignVerificationKey;
 use sigstore_protobuf_specs::dev::sigstore::common::v1::TimeRange;
-use sigstore_protobuf_specs::dev::sigstore::trustroot::v1::TrustedRoot;
+use sigstore_protobuf_specs::dev::sigstore::trustroot::v1::{TransparencyLogInstance, TrustedRoot};
 
 /// A time range in seconds since the epoch; an open end is unbounded.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,8 +52,11 @@ pub(crate) struct Log {
 #[derive(Debug)]
 pub(crate) struct Root {
     pub(crate) authorities: Vec<Authority>,
-    /// Logs by id: the hex sha256 of the key's DER form (a Rekor entry's `logID`).
+    /// Transparency logs by id: the hex sha256 of the key's DER form (a Rekor
+    /// entry's `logID`).
     pub(crate) logs: BTreeMap<String, Log>,
+    /// Certificate transparency logs, by the same id (an SCT's log id).
+    pub(crate) ct_logs: BTreeMap<String, Log>,
     /// `sha256:<hex>` of the file: what a verified component was verified under.
     pub(crate) digest: String,
 }
@@ -93,27 +96,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
             valid: Validity::from(ca.valid_for.as_ref()),
         });
     }
-    let mut logs = BTreeMap::new();
-    for (i, log) in root.tlogs.iter().enumerate() {
-        let public = log
-            .public_key
-            .as_ref()
-            .ok_or_else(|| format!("tlogs[{i}]: no publicKey"))?;
-        let der = public
-            .raw_bytes
-            .as_deref()
-            .ok_or_else(|| format!("tlogs[{i}].publicKey: no rawBytes"))?;
-        let key = CosignVerificationKey::try_from_der(der)
-            .map_err(|e| format!("tlogs[{i}].publicKey: not a key this can verify with ({e})"))?;
-        let id = format!("{:x}", Sha256::digest(der));
-        logs.insert(
-            id,
-            Log {
-                key,
-                valid: Validity::from(public.valid_for.as_ref()),
-            },
-        );
-    }
+    let logs = read_logs("tlogs", &root.tlogs)?;
+    let ct_logs = read_logs("ctlogs", &root.ctlogs)?;
     if authorities.is_empty() {
         return Err("no certificateAuthorities: no keyless certificate could verify".into());
     }
@@ -123,6 +107,35 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
     Ok(Root {
         authorities,
         logs,
+        ct_logs,
         digest: format!("sha256:{:x}", Sha256::digest(bytes)),
     })
+}
+
+/// The logs of `field` by id; the error names the entry.
+fn read_logs(
+    field: &str,
+    instances: &[TransparencyLogInstance],
+) -> Result<BTreeMap<String, Log>, String> {
+    let mut logs = BTreeMap::new();
+    for (i, log) in instances.iter().enumerate() {
+        let public = log
+            .public_key
+            .as_ref()
+            .ok_or_else(|| format!("{field}[{i}]: no publicKey"))?;
+        let der = public
+            .raw_bytes
+            .as_deref()
+            .ok_or_else(|| format!("{field}[{i}].publicKey: no rawBytes"))?;
+        let key = CosignVerificationKey::try_from_der(der)
+            .map_err(|e| format!("{field}[{i}].publicKey: not a key this can verify with ({e})"))?;
+        logs.insert(
+            format!("{:x}", Sha256::digest(der)),
+            Log {
+                key,
+                valid: Validity::from(public.valid_for.as_ref()),
+            },
+        );
+    }
+    Ok(logs)
 }

@@ -176,6 +176,50 @@ fn a_signature_logged_after_the_certificate_expired_is_refused() {
 }
 
 #[test]
+fn a_certificate_needs_a_timestamp_of_a_ct_log_the_root_lists() {
+    let sigstore = FakeSigstore::new();
+    let d = dir("sct");
+    let v = verifier(&d, &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let untimestamped = sigstore.sign_without_timestamp(b"component", RELEASE, ISSUER);
+    let err = refused(&v, b"component", &untimestamped);
+    assert!(
+        err.contains("carries no certificate transparency timestamp (SCT)"),
+        "{err}"
+    );
+    // A root that lists another CT log than the one that gave the timestamp.
+    let mut root: serde_json::Value = serde_json::from_str(&sigstore.trusted_root()).expect("json");
+    let other = FakeSigstore::new().trusted_root();
+    let other: serde_json::Value = serde_json::from_str(&other).expect("json");
+    root["ctlogs"] = other["ctlogs"].clone();
+    let path = d.join("other-ct.json");
+    std::fs::write(&path, root.to_string()).expect("write");
+    let v = Verifier::load(&Verification {
+        keyless: Some(Keyless {
+            trusted_root: path,
+            identities: vec![exact(ISSUER, RELEASE)],
+        }),
+        required: true,
+        ..Default::default()
+    })
+    .expect("load")
+    .expect("enabled");
+    let err = refused(
+        &v,
+        b"component",
+        &sigstore.sign(b"component", RELEASE, ISSUER),
+    );
+    assert!(
+        err.contains("none of the signing certificate's 1 certificate transparency timestamp(s) is by a log of the trusted root"),
+        "{err}"
+    );
+    // A deployment without a CT log lists none: certificates need no timestamp.
+    let private = FakeSigstore::without_ct_log();
+    let v = verifier(&dir("sct-none"), &private, vec![exact(ISSUER, RELEASE)]);
+    let signed = private.sign(b"component", RELEASE, ISSUER);
+    assert!(v.verify_blob(b"component", &signed.blob_bundle()).is_ok());
+}
+
+#[test]
 fn a_bundle_signed_with_a_trusted_key_verifies_by_the_key() {
     let d = dir("bundle-key");
     let (private, public) = crate::keys::generate(b"pw").expect("keys");
@@ -340,6 +384,8 @@ fn public_sigstore_entries_and_certificates_verify_offline() {
         "https://github.com/kubewarden/kubewarden-controller/.github/workflows/release.yml@refs/tags/v1.34.0"
     );
     assert_eq!(leaf.issuer, "https://token.actions.githubusercontent.com");
+    // Its certificate transparency timestamp, by public Sigstore's CT log.
+    super::sct::verify(&der, &root).expect("the CT log's timestamp");
 
     // The entry changed by one field: the log's signature no longer holds.
     let mut edited = bundle.clone();
