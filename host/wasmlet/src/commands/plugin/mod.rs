@@ -14,12 +14,15 @@
 //! wasmlet plugin generate-key-pair [--output-key-prefix cosign]   (password: $COSIGN_PASSWORD)
 //! wasmlet plugin sign (oci://REGISTRY/REPO:TAG | FILE.wasm) --key cosign.key [--insecure] …
 //! wasmlet plugin verify (oci://REGISTRY/REPO:TAG | FILE.wasm) --key cosign.pub [--insecure] …
+//! wasmlet plugin verify (oci://REGISTRY/REPO:TAG | FILE.wasm) --trusted-root trusted_root.json \
+//!     --certificate-identity[-regexp] ID --certificate-oidc-issuer[-regexp] ISSUER   (keyless)
 //! ```
 //!
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
 //! `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
 //! when every manifest was read, 3 when some were skipped, 1 when the source failed;
-//! `verify` exits 0 when a given key signed it, 3 when none did, 1 on an error.
+//! `verify` exits 0 when a given key or the keyless identity signed it, 3 when none did,
+//! 1 on an error.
 
 mod signing;
 
