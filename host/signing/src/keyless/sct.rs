@@ -181,6 +181,7 @@ pub(crate) fn signed_data(
 }
 
 /// A TLS-encoded list of one timestamp by log `log_id` (ECDSA with SHA-256).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn encode_list(log_id: &[u8], timestamp: u64, signature: &[u8]) -> Vec<u8> {
     let mut sct = vec![0u8];
     sct.extend_from_slice(log_id);
@@ -195,6 +196,7 @@ pub(crate) fn encode_list(log_id: &[u8], timestamp: u64, signature: &[u8]) -> Ve
 }
 
 /// The DER OCTET STRING of `list`: the extension's value.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn extension_value(list: &[u8]) -> Vec<u8> {
     encode(0x04, list)
 }
