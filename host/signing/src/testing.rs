@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use oci_client::Reference;
 use rcgen::{
     BasicConstraints, CertificateParams, CustomExtension, ExtendedKeyUsagePurpose, IsCa, Issuer,
     KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PublicKeyData,
@@ -84,6 +83,21 @@ fn at(secs: i64) -> time::OffsetDateTime {
     time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
 }
 
+/// A trusted root's entry for a log (Rekor or CT) at `url` with `key`.
+fn log_instance(url: &str, key: &KeyPair) -> serde_json::Value {
+    let der = key.subject_public_key_info();
+    json!({
+        "baseUrl": url,
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": STANDARD.encode(&der),
+            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+            "validFor": {"start": "2020-01-01T00:00:00Z"}
+        },
+        "logId": {"keyId": STANDARD.encode(Sha256::digest(&der))}
+    })
+}
+
 /// A DER UTF8String.
 fn utf8_string(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
@@ -135,36 +149,14 @@ impl FakeSigstore {
 
     /// The trusted root file (`trusted_root.json`) that trusts this authority and log.
     pub fn trusted_root(&self) -> String {
-        let log_der = self.log.subject_public_key_info();
         let ct_logs: Vec<serde_json::Value> = self
             .ct_log
             .iter()
-            .map(|ct| {
-                let der = ct.subject_public_key_info();
-                json!({
-                    "baseUrl": "https://ctfe.test.invalid",
-                    "hashAlgorithm": "SHA2_256",
-                    "publicKey": {
-                        "rawBytes": STANDARD.encode(&der),
-                        "keyDetails": "PKIX_ECDSA_P256_SHA_256",
-                        "validFor": {"start": "2020-01-01T00:00:00Z"}
-                    },
-                    "logId": {"keyId": STANDARD.encode(Sha256::digest(&der))}
-                })
-            })
+            .map(|ct| log_instance("https://ctfe.test.invalid", ct))
             .collect();
         json!({
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
-            "tlogs": [{
-                "baseUrl": "https://rekor.test.invalid",
-                "hashAlgorithm": "SHA2_256",
-                "publicKey": {
-                    "rawBytes": STANDARD.encode(&log_der),
-                    "keyDetails": "PKIX_ECDSA_P256_SHA_256",
-                    "validFor": {"start": "2020-01-01T00:00:00Z"}
-                },
-                "logId": {"keyId": STANDARD.encode(Sha256::digest(&log_der))}
-            }],
+            "tlogs": [log_instance("https://rekor.test.invalid", &self.log)],
             "certificateAuthorities": [{
                 "subject": {"organization": "wasmlet", "commonName": "wasmlet test sigstore"},
                 "uri": "https://fulcio.test.invalid",
@@ -322,18 +314,8 @@ impl FakeSigstore {
         subject: &str,
         issuer: &str,
     ) -> Result<String, String> {
-        let image: Reference = reference
-            .trim_start_matches("oci://")
-            .parse()
-            .map_err(|e| format!("{reference}: {e}"))?;
         let (client, auth) = registry.oci();
-        let digest = match image.digest() {
-            Some(d) => d.to_owned(),
-            None => client
-                .fetch_manifest_digest(&image, &auth)
-                .await
-                .map_err(|e| format!("{reference}: {e}"))?,
-        };
+        let (image, digest) = oci::resolve(&client, &auth, reference).await?;
         let payload = oci::payload_bytes(&image, &digest);
         let signed = self.sign(&payload, subject, issuer);
         let annotations = BTreeMap::from([

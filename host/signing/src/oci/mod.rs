@@ -16,7 +16,7 @@ use sha2::Digest as _;
 use sigstore::cosign::payload::SimpleSigning;
 use sigstore::registry::OciReference;
 
-pub use sign::{Signed, attach};
+pub use sign::{Signed, attach, resolve};
 pub use verify::VERIFY_TIMEOUT;
 
 /// The media type of a cosign signature layer (a simple-signing payload).

@@ -32,18 +32,8 @@ impl Registry {
     /// allowed) with `signer` and stores the signature beside it, keeping the
     /// signatures already there.
     pub async fn sign(&self, reference: &str, signer: &SigStoreSigner) -> Result<Signed, String> {
-        let text = reference.strip_prefix("oci://").unwrap_or(reference);
-        let image: Reference = text
-            .parse()
-            .map_err(|e| format!("{reference}: not an OCI reference: {e}"))?;
         let (client, auth) = self.oci();
-        let digest = match image.digest() {
-            Some(d) => d.to_owned(),
-            None => client
-                .fetch_manifest_digest(&image, &auth)
-                .await
-                .map_err(|e| format!("{text}: {e}"))?,
-        };
+        let (image, digest) = resolve(&client, &auth, reference).await?;
         let payload = payload_bytes(&image, &digest);
         let signature = crate::keys::sign_blob(signer, &payload)?;
         let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), signature)]);
@@ -53,6 +43,27 @@ impl Registry {
             signature: stored.whole(),
         })
     }
+}
+
+/// The artifact `reference` names (`REGISTRY/REPO:TAG` or `@sha256:…`, `oci://`
+/// allowed) and its manifest digest: the one it pins, else the tag's now.
+pub async fn resolve(
+    client: &OciClient,
+    auth: &RegistryAuth,
+    reference: &str,
+) -> Result<(Reference, String), String> {
+    let text = reference.strip_prefix("oci://").unwrap_or(reference);
+    let image: Reference = text
+        .parse()
+        .map_err(|e| format!("{reference}: not an OCI reference: {e}"))?;
+    let digest = match image.digest() {
+        Some(d) => d.to_owned(),
+        None => client
+            .fetch_manifest_digest(&image, auth)
+            .await
+            .map_err(|e| format!("{text}: {e}"))?,
+    };
+    Ok((image, digest))
 }
 
 /// Adds a signature layer (`payload`, its `annotations`) to the signatures of the
