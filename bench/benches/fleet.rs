@@ -257,6 +257,42 @@ async fn main() {
     verification_cost(registry.as_ref(), &required).await;
 }
 
+/// Twenty keyless verifications of a file's `cosign sign-blob --bundle` signature,
+/// against a Fulcio/Rekor stand-in's trusted root.
+fn keyless_cost(wasm: &[u8]) -> Vec<Duration> {
+    use wasmlet_signing::keyless::{Identity, Keyless};
+    let (subject, issuer) = (
+        "https://ci.example/acme/release",
+        "https://token.ci.example",
+    );
+    let sigstore = wasmlet_signing::testing::FakeSigstore::new();
+    let root = std::env::temp_dir().join(format!("wasmlet-bench-root-{}.json", std::process::id()));
+    std::fs::write(&root, sigstore.trusted_root()).expect("root");
+    let verifier = Verifier::load(&Verification {
+        keyless: Some(Keyless {
+            trusted_root: root.clone(),
+            identities: vec![Identity {
+                issuer: Some(issuer.into()),
+                subject: Some(subject.into()),
+                ..Identity::default()
+            }],
+        }),
+        required: true,
+        ..Verification::default()
+    })
+    .expect("keyless")
+    .expect("enabled");
+    let _ = std::fs::remove_file(&root);
+    let bundle = sigstore.sign(wasm, subject, issuer).blob_bundle();
+    (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            verifier.verify_blob(wasm, &bundle).expect("verified");
+            t.elapsed()
+        })
+        .collect()
+}
+
 /// What one verification costs a load: a registry artifact's (its signature looked up in
 /// the registry) and a blob's, the median of 20.
 async fn verification_cost(registry: Option<&(String, String, String)>, signing: &Signing) {
@@ -289,6 +325,10 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
     println!(
         "| a blob signature (ConfigMap, plugin directory) | {} |",
         fmt(median(blob))
+    );
+    println!(
+        "| a keyless blob signature (Rekor timestamp, certificate chain, CT timestamp, identity) | {} |",
+        fmt(median(keyless_cost(&wasm)))
     );
     let Some(r) = registry else {
         return;
