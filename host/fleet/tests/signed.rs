@@ -4,7 +4,8 @@
 //! component — and refuse, naming why, what another key signed, what nobody signed, a
 //! signature copied from another artifact and changed bytes; the version serving before
 //! keeps serving. A verified component is verified once: a node restarted without the
-//! API server serves it from its store.
+//! API server serves it from its store. Keyless signatures count by identity, at
+//! cosign's tag or as a Sigstore bundle referring to the manifest (cosign 3).
 
 mod support;
 
@@ -455,6 +456,22 @@ async fn keyless_signed_artifacts_load_only_by_a_trusted_identity() {
         .expect("sign again");
     c.wait_status("policy", 2, &all("Loaded")).await;
     assert_entries(&c, "policy", "", DENY_ALL, &signer);
+
+    // Signed as cosign 3 signs by default: a Sigstore bundle stored as a referrer of
+    // the manifest (in the referrers tag: this registry has no referrers API).
+    let v3 = push(&addr, &registry, &repo("v3"), COUNTER).await;
+    let (client, auth) = registry.oci();
+    let (_, digest) = wasmlet_signing::oci::resolve(&client, &auth, &v3)
+        .await
+        .expect("digest");
+    let bundle = sigstore.image_bundle(&digest, RELEASE, ISSUER);
+    wasmlet_signing::testing::attach_referrer(&registry, &v3, &bundle)
+        .await
+        .expect("referrer");
+    c.apply(json!({"metadata": {"name": "policy"}, "spec": oci(&v3, COUNTER)}))
+        .await;
+    c.wait_status("policy", 3, &all("Loaded")).await;
+    assert_entries(&c, "policy", "", COUNTER, &signer);
 }
 
 /// Stores the signatures of `original`'s manifest `digest` as the signatures of what

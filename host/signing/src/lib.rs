@@ -12,7 +12,9 @@
 //! Or keyless, as `cosign sign` signs without `--key`: a Fulcio certificate naming the
 //! signer and a Rekor bundle beside the signature (annotations of the signature layer;
 //! for a file, the `cosign sign-blob --bundle` JSON in `FILE.sig`), checked offline
-//! against a trusted root file and the identities a node trusts ([`keyless`]).
+//! against a trusted root file and the identities a node trusts ([`keyless`]). Cosign
+//! 3's Sigstore bundles — stored as OCI referrers of the artifact, or a file's
+//! `FILE.sig` — are read too ([`bundle`]).
 //!
 //! A node checks before it loads ([`Verifier`]), as its configuration asks
 //! ([`Verification`]): with `required`, a component no trusted key or identity signed
@@ -29,6 +31,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
+pub mod bundle;
 pub mod keyless;
 pub mod keys;
 pub mod oci;
@@ -184,7 +187,7 @@ impl Verifier {
     }
 
     /// What is trusted, for messages: the key ids, the number of keyless identities.
-    fn trusted(&self) -> String {
+    pub(crate) fn trusted(&self) -> String {
         let mut said = Vec::new();
         if !self.keys.is_empty() {
             let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
@@ -197,7 +200,7 @@ impl Verifier {
     }
 
     /// The trusted key whose signature `signature` (base64) of `signed` verifies.
-    fn by_key(&self, signed: &[u8], signature: &str) -> Option<Verified> {
+    pub(crate) fn by_key(&self, signed: &[u8], signature: &str) -> Option<Verified> {
         self.keys
             .iter()
             .find(|k| {
@@ -214,7 +217,7 @@ impl Verifier {
     }
 
     /// Verifies a keyless signature of `signed`; the error says why it is refused.
-    fn by_identity(
+    pub(crate) fn by_identity(
         &self,
         signed: &[u8],
         evidence: keyless::Evidence<'_>,
@@ -228,9 +231,9 @@ impl Verifier {
             .map(|signer| Verified { signer })
     }
 
-    /// Verifies a file's signature of `bytes`: base64, as `cosign sign-blob` prints it,
-    /// or the JSON of `cosign sign-blob --bundle` (keyless: certificate and Rekor
-    /// bundle).
+    /// Verifies a file's signature of `bytes`: base64, as `cosign sign-blob` prints it;
+    /// the JSON of cosign 2's `sign-blob --bundle` (keyless: certificate and Rekor
+    /// bundle); or a Sigstore bundle, as cosign 3's `sign-blob --bundle` writes it.
     pub fn verify_blob(&self, bytes: &[u8], signature: &str) -> Result<Verified, String> {
         let signature = signature.trim();
         if !signature.starts_with('{') {
@@ -241,20 +244,44 @@ impl Verifier {
                 )
             });
         }
-        let bundle: keyless::BlobBundle = serde_json::from_str(signature)
+        let json: serde_json::Value = serde_json::from_str(signature)
+            .map_err(|e| format!("not a signature bundle (JSON): {e}"))?;
+        if json["mediaType"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(bundle::MEDIA_TYPE_PREFIX))
+        {
+            return self
+                .verify_sigstore_bundle(signature.as_bytes(), bundle::Subject::Bytes(bytes))
+                .map_err(|r| match r {
+                    bundle::Refusal::Foreign => {
+                        "the Sigstore bundle is a signature of other bytes".to_owned()
+                    }
+                    bundle::Refusal::Untrusted(None) => format!(
+                        "the Sigstore bundle's signature is by no trusted {}",
+                        self.trusted()
+                    ),
+                    bundle::Refusal::Untrusted(Some(why)) => {
+                        format!("the keyless signature is refused: {why}")
+                    }
+                });
+        }
+        let bundle: keyless::BlobBundle = serde_json::from_value(json)
             .map_err(|e| format!("not a cosign signature bundle: {e}"))?;
         if let Some(v) = self.by_key(bytes, &bundle.base64_signature) {
             return Ok(v);
         }
-        let certificate = base64::engine::general_purpose::STANDARD
+        let pem = base64::engine::general_purpose::STANDARD
             .decode(bundle.cert.trim())
             .map_err(|e| format!("the bundle's cert is not base64: {e}"))?;
+        let certificate = keyless::certificate_der(&pem)
+            .map_err(|e| format!("the keyless signature is refused: {e}"))?;
         self.by_identity(
             bytes,
             keyless::Evidence {
                 signature: &bundle.base64_signature,
                 certificate: &certificate,
                 bundle: &bundle.rekor_bundle,
+                dsse_payload: None,
             },
         )
         .map_err(|e| format!("the keyless signature is refused: {e}"))

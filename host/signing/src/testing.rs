@@ -98,6 +98,145 @@ fn log_instance(url: &str, key: &KeyPair) -> serde_json::Value {
     })
 }
 
+/// The payload type of an in-toto statement.
+const IN_TOTO: &str = "application/vnd.in-toto+json";
+
+/// The in-toto statement cosign 3 signs for the manifest `digest`.
+pub fn statement(digest: &str) -> Vec<u8> {
+    json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"digest": {"sha256": digest.trim_start_matches("sha256:")}, "annotations": {}}],
+        "predicateType": "https://sigstore.dev/cosign/sign/v1"
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A Sigstore bundle (v0.3) of an image signed with a key: the DSSE envelope of the
+/// statement naming the manifest `digest`, the key named by hint, no log entry.
+pub fn key_signed_image_bundle(signer: &crate::Signer, digest: &str) -> String {
+    let payload = statement(digest);
+    let signature = signer
+        .sign(&crate::bundle::pae(IN_TOTO, &payload))
+        .expect("sign");
+    json!({
+        "mediaType": crate::bundle::ARTIFACT_TYPE,
+        "verificationMaterial": {"publicKey": {"hint": "release"}, "tlogEntries": []},
+        "dsseEnvelope": {
+            "payload": STANDARD.encode(&payload),
+            "payloadType": IN_TOTO,
+            "signatures": [{"sig": STANDARD.encode(signature)}]
+        }
+    })
+    .to_string()
+}
+
+/// A bundle's `tlogEntries` item for a Rekor entry of `kind`.
+fn tlog_entry(entry: &Bundle, kind: &str) -> serde_json::Value {
+    let key_id: Vec<u8> = (0..entry.payload.log_id.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&entry.payload.log_id[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    json!({
+        "logIndex": entry.payload.log_index.to_string(),
+        "logId": {"keyId": STANDARD.encode(key_id)},
+        "kindVersion": {"kind": kind, "version": "0.0.1"},
+        "integratedTime": entry.payload.integrated_time.to_string(),
+        "inclusionPromise": {"signedEntryTimestamp": entry.signed_entry_timestamp},
+        "canonicalizedBody": entry.payload.body
+    })
+}
+
+/// Stores `bundle` as a referrer of the manifest `digest` in `image`'s repository, as
+/// cosign 3 does: a manifest of artifact type [`crate::bundle::ARTIFACT_TYPE`] whose
+/// subject is the artifact, listed in the referrers tag `sha256-<hex>` (the registry
+/// has no referrers API).
+pub async fn attach_referrer(
+    registry: &Registry,
+    reference: &str,
+    bundle: &str,
+) -> Result<String, String> {
+    use oci_client::Reference;
+    use oci_client::manifest::{OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE};
+    let (client, auth) = registry.oci();
+    let (image, digest) = oci::resolve(&client, &auth, reference).await?;
+    let failed = |e: &dyn std::fmt::Display| format!("storing a referrer of {digest}: {e}");
+    client
+        .auth(&image, &auth, oci_client::RegistryOperation::Push)
+        .await
+        .map_err(|e| failed(&e))?;
+    let sha = |b: &[u8]| format!("sha256:{:x}", Sha256::digest(b));
+    let empty = b"{}".to_vec();
+    for blob in [empty.clone(), bundle.as_bytes().to_vec()] {
+        let d = sha(&blob);
+        client
+            .push_blob(&image, blob, &d)
+            .await
+            .map_err(|e| failed(&e))?;
+    }
+    let (subject_raw, _) = client
+        .pull_manifest_raw(&image, &auth, &[OCI_IMAGE_MEDIA_TYPE])
+        .await
+        .map_err(|e| failed(&e))?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_IMAGE_MEDIA_TYPE,
+        "artifactType": crate::bundle::ARTIFACT_TYPE,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(&empty), "size": empty.len()},
+        "layers": [{"mediaType": crate::bundle::ARTIFACT_TYPE, "digest": sha(bundle.as_bytes()), "size": bundle.len()}],
+        "subject": {"mediaType": OCI_IMAGE_MEDIA_TYPE, "digest": digest, "size": subject_raw.len()}
+    })
+    .to_string();
+    let manifest_digest = sha(manifest.as_bytes());
+    let at = |r: String| {
+        Reference::with_digest(
+            image.registry().to_owned(),
+            image.repository().to_owned(),
+            r,
+        )
+    };
+    let content_type = |t: &'static str| http::HeaderValue::from_static(t);
+    client
+        .push_manifest_raw(
+            &at(manifest_digest.clone()),
+            manifest.clone(),
+            content_type(OCI_IMAGE_MEDIA_TYPE),
+        )
+        .await
+        .map_err(|e| failed(&e))?;
+    // The referrers tag: an index of every referrer, this one added.
+    let tag = Reference::with_tag(
+        image.registry().to_owned(),
+        image.repository().to_owned(),
+        digest.replace(':', "-"),
+    );
+    let mut index = match client
+        .pull_manifest_raw(&tag, &auth, &[OCI_IMAGE_INDEX_MEDIA_TYPE])
+        .await
+    {
+        Ok((raw, _)) => serde_json::from_slice(&raw).map_err(|e| failed(&e))?,
+        Err(_) => {
+            json!({"schemaVersion": 2, "mediaType": OCI_IMAGE_INDEX_MEDIA_TYPE, "manifests": []})
+        }
+    };
+    if let Some(list) = index["manifests"].as_array_mut() {
+        list.push(json!({
+            "mediaType": OCI_IMAGE_MEDIA_TYPE,
+            "digest": manifest_digest,
+            "size": manifest.len(),
+            "artifactType": crate::bundle::ARTIFACT_TYPE
+        }));
+    }
+    client
+        .push_manifest_raw(
+            &tag,
+            index.to_string(),
+            content_type(OCI_IMAGE_INDEX_MEDIA_TYPE),
+        )
+        .await
+        .map_err(|e| failed(&e))?;
+    Ok(digest)
+}
+
 /// A DER UTF8String.
 fn utf8_string(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
@@ -291,6 +430,12 @@ impl FakeSigstore {
                 }
             }
         });
+        self.log(&body, integrated_time)
+    }
+
+    /// The log's entry of `body`, taken at `integrated_time`, with its signed entry
+    /// timestamp.
+    fn log(&self, body: &serde_json::Value, integrated_time: i64) -> Bundle {
         let payload = Entry {
             body: STANDARD.encode(body.to_string()),
             integrated_time,
@@ -302,6 +447,65 @@ impl FakeSigstore {
             signed_entry_timestamp: STANDARD.encode(self.log.sign(&signed).expect("SET")),
             payload,
         }
+    }
+
+    /// A Sigstore bundle (v0.3), as cosign 3 signs an image keyless: a DSSE envelope of
+    /// an in-toto statement naming the manifest `digest`, signed as `subject` vouched
+    /// for by `issuer`, with its `dsse` Rekor entry.
+    pub fn image_bundle(&self, digest: &str, subject: &str, issuer: &str) -> String {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("signing key");
+        let issued = now();
+        let certificate = self.certificate(&key, subject, issuer, issued, true);
+        let payload = statement(digest);
+        let signature = key
+            .sign(&crate::bundle::pae(IN_TOTO, &payload))
+            .expect("sign");
+        let body = json!({
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
+            "spec": {
+                "payloadHash": {"algorithm": "sha256", "value": format!("{:x}", Sha256::digest(&payload))},
+                "signatures": [{
+                    "signature": STANDARD.encode(&signature),
+                    "verifier": STANDARD.encode(&certificate)
+                }]
+            }
+        });
+        let entry = self.log(&body, issued + 1);
+        let der = crate::keyless::certificate_der(certificate.as_bytes()).expect("der");
+        json!({
+            "mediaType": crate::bundle::ARTIFACT_TYPE,
+            "verificationMaterial": {
+                "certificate": {"rawBytes": STANDARD.encode(der)},
+                "tlogEntries": [tlog_entry(&entry, "dsse")]
+            },
+            "dsseEnvelope": {
+                "payload": STANDARD.encode(&payload),
+                "payloadType": IN_TOTO,
+                "signatures": [{"sig": STANDARD.encode(&signature)}]
+            }
+        })
+        .to_string()
+    }
+
+    /// A Sigstore bundle of `bytes` signed as `subject` (`cosign sign-blob --bundle` of
+    /// cosign 3): a message signature with its `hashedrekord` entry.
+    pub fn file_bundle(&self, bytes: &[u8], subject: &str, issuer: &str) -> String {
+        let signed = self.sign(bytes, subject, issuer);
+        let entry: Bundle = serde_json::from_str(&signed.bundle).expect("entry");
+        let der = crate::keyless::certificate_der(signed.certificate.as_bytes()).expect("der");
+        json!({
+            "mediaType": crate::bundle::ARTIFACT_TYPE,
+            "verificationMaterial": {
+                "certificate": {"rawBytes": STANDARD.encode(der)},
+                "tlogEntries": [tlog_entry(&entry, "hashedrekord")]
+            },
+            "messageSignature": {
+                "messageDigest": {"algorithm": "SHA2_256", "digest": STANDARD.encode(Sha256::digest(bytes))},
+                "signature": signed.signature
+            }
+        })
+        .to_string()
     }
 
     /// Signs the artifact `reference` in `registry` keyless and stores the signature

@@ -147,10 +147,18 @@ impl Matcher {
 pub(crate) struct Evidence<'a> {
     /// The signature, base64.
     pub(crate) signature: &'a str,
-    /// The signing certificate, PEM.
+    /// The signing certificate, DER.
     pub(crate) certificate: &'a [u8],
-    /// The Rekor bundle.
+    /// The Rekor entry and its signed timestamp.
     pub(crate) bundle: &'a rekor::Bundle,
+    /// For a DSSE envelope, its payload (the entry records its hash, not the signed
+    /// bytes').
+    pub(crate) dsse_payload: Option<&'a [u8]>,
+}
+
+/// The DER form of a PEM certificate.
+pub(crate) fn certificate_der(pem: &[u8]) -> Result<Vec<u8>, String> {
+    cert::der_of(pem)
 }
 
 /// Verifies keyless signatures against a trusted root and identities.
@@ -188,10 +196,10 @@ impl KeylessVerifier {
     pub(crate) fn verify(&self, signed: &[u8], evidence: Evidence<'_>) -> Result<String, String> {
         let bundle = evidence.bundle;
         let at = bundle.verify(&self.root)?;
-        let der = cert::der_of(evidence.certificate)?;
-        bundle.records(signed, evidence.signature, &der)?;
-        let leaf = cert::verify(&der, &self.root, at)?;
-        sct::verify(&der, &self.root)?;
+        let der = evidence.certificate;
+        bundle.records(signed, evidence.signature, der, evidence.dsse_payload)?;
+        let leaf = cert::verify(der, &self.root, at)?;
+        sct::verify(der, &self.root)?;
         leaf.key
             .verify_signature(
                 Signature::Base64Encoded(evidence.signature.trim().as_bytes()),

@@ -7,6 +7,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sigstore::crypto::Signature;
 
@@ -34,43 +35,6 @@ pub struct Entry {
     /// The hex sha256 of the log key's DER form.
     #[serde(rename = "logID")]
     pub log_id: String,
-}
-
-/// The body of a `hashedrekord` (v0.0.1) or `rekord` entry, as far as it is checked.
-#[derive(Debug, Deserialize)]
-struct Body {
-    kind: String,
-    spec: Spec,
-}
-
-#[derive(Debug, Deserialize)]
-struct Spec {
-    data: Data,
-    signature: SignatureSpec,
-}
-
-#[derive(Debug, Deserialize)]
-struct Data {
-    hash: Hash,
-}
-
-#[derive(Debug, Deserialize)]
-struct Hash {
-    algorithm: String,
-    value: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SignatureSpec {
-    content: String,
-    public_key: PublicKeySpec,
-}
-
-#[derive(Debug, Deserialize)]
-struct PublicKeySpec {
-    /// The certificate's PEM, base64.
-    content: String,
 }
 
 impl Bundle {
@@ -112,41 +76,72 @@ impl Bundle {
     }
 
     /// Checks that the entry records `signature` (base64) of `signed` by the
-    /// certificate whose DER form is `certificate`.
+    /// certificate whose DER form is `certificate`: a `hashedrekord` (or `rekord`) entry
+    /// of the signed bytes' hash, or for a DSSE envelope a `dsse` entry of its payload's
+    /// hash.
     pub(crate) fn records(
         &self,
         signed: &[u8],
         signature: &str,
         certificate: &[u8],
+        dsse_payload: Option<&[u8]>,
     ) -> Result<(), String> {
         let raw = STANDARD
             .decode(self.payload.body.as_bytes())
             .map_err(|e| format!("the Rekor entry's body is not base64: {e}"))?;
-        let body: Body = serde_json::from_slice(&raw)
+        let body: Value = serde_json::from_slice(&raw)
             .map_err(|e| format!("the Rekor entry's body is not a signature record: {e}"))?;
-        if body.kind != "hashedrekord" && body.kind != "rekord" {
-            return Err(format!(
-                "the Rekor entry is a {}, not a signature record (hashedrekord)",
-                body.kind
-            ));
-        }
-        let hash = &body.spec.data.hash;
-        if !hash.algorithm.eq_ignore_ascii_case("sha256")
-            || !hash
-                .value
-                .eq_ignore_ascii_case(&format!("{:x}", Sha256::digest(signed)))
+        let kind = body["kind"].as_str().unwrap_or_default();
+        let spec = &body["spec"];
+        let (hash, recorded) = match (kind, dsse_payload) {
+            ("hashedrekord" | "rekord", None) => (
+                &spec["data"]["hash"],
+                vec![(
+                    &spec["signature"]["content"],
+                    &spec["signature"]["publicKey"]["content"],
+                )],
+            ),
+            ("dsse", Some(_)) => (
+                &spec["payloadHash"],
+                spec["signatures"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| (&s["signature"], &s["verifier"]))
+                    .collect(),
+            ),
+            (kind, _) => {
+                return Err(format!(
+                    "the Rekor entry is a {kind:?} entry, not a record of this kind of signature"
+                ));
+            }
+        };
+        let hashed = dsse_payload.unwrap_or(signed);
+        let algorithm = hash["algorithm"].as_str().unwrap_or_default();
+        let value = hash["value"].as_str().unwrap_or_default();
+        if !algorithm.eq_ignore_ascii_case("sha256")
+            || !value.eq_ignore_ascii_case(&format!("{:x}", Sha256::digest(hashed)))
         {
             return Err("the Rekor entry records a signature of other bytes".into());
         }
-        let decode = |b64: &str| STANDARD.decode(b64.trim().as_bytes()).ok();
-        if decode(&body.spec.signature.content).is_none()
-            || decode(&body.spec.signature.content) != decode(signature)
-        {
+        let decode = |v: &Value| {
+            v.as_str()
+                .and_then(|b64| STANDARD.decode(b64.trim().as_bytes()).ok())
+        };
+        let ours = STANDARD.decode(signature.trim().as_bytes()).ok();
+        let by_us: Vec<&(&Value, &Value)> = recorded
+            .iter()
+            .filter(|(sig, _)| ours.is_some() && decode(sig) == ours)
+            .collect();
+        if by_us.is_empty() {
             return Err("the Rekor entry records another signature".into());
         }
-        let logged = decode(&body.spec.signature.public_key.content)
-            .and_then(|pem| super::cert::der_of(&pem).ok());
-        if logged.as_deref() != Some(certificate) {
+        let by_this_certificate = by_us.iter().any(|(_, verifier)| {
+            decode(verifier)
+                .and_then(|pem| super::cert::der_of(&pem).ok())
+                .is_some_and(|der| der == certificate)
+        });
+        if !by_this_certificate {
             return Err("the Rekor entry records another certificate".into());
         }
         Ok(())

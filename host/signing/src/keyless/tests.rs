@@ -147,6 +147,23 @@ fn a_log_entry_of_something_else_or_a_forged_timestamp_is_refused() {
     recertified.certificate = sigstore.sign(b"component", RELEASE, ISSUER).certificate;
     let err = refused(&v, b"component", &recertified);
     assert!(err.contains("records another certificate"), "{err}");
+    // A signature the log recorded faithfully, which the certificate's key did not make.
+    let mut forged = genuine.clone();
+    forged.signature = sigstore.sign(b"component", RELEASE, ISSUER).signature;
+    forged.bundle = serde_json::to_string(&sigstore.log_entry(
+        b"component",
+        &forged.signature,
+        &forged.certificate,
+        now(),
+    ))
+    .expect("bundle");
+    let err = refused(&v, b"component", &forged);
+    assert!(
+        err.contains(&format!(
+            "the signature does not verify with the key of {RELEASE}'s certificate"
+        )),
+        "{err}"
+    );
     // The entry changed after the log signed it.
     let mut bundle: serde_json::Value = serde_json::from_str(&genuine.bundle).expect("json");
     bundle["Payload"]["logIndex"] = 99.into();
@@ -396,4 +413,129 @@ fn public_sigstore_entries_and_certificates_verify_offline() {
         .err()
         .expect("expired");
     assert!(err.contains("was not issued, valid at"), "{err}");
+}
+
+/// A verifier trusting public Sigstore's root (`testdata/`) and `identities`.
+fn public_good(identities: Vec<Identity>) -> Verifier {
+    Verifier::load(&Verification {
+        keyless: Some(Keyless {
+            trusted_root: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/public-good-trusted-root.json"),
+            identities,
+        }),
+        required: true,
+        ..Default::default()
+    })
+    .expect("load")
+    .expect("enabled")
+}
+
+/// A real cosign 3 image signature from public Sigstore (`testdata/`: a Sigstore bundle
+/// v0.3 of kubewarden-controller's v1.34.0 release, a DSSE envelope with its Rekor
+/// entry), verified offline end to end: statement, log entry, chain, CT timestamp,
+/// signature, identity.
+#[test]
+fn a_public_sigstore_bundle_of_an_image_verifies_offline() {
+    use crate::bundle::{Refusal, Subject};
+    const WORKFLOW: &str = "https://github.com/kubewarden/kubewarden-controller/.github/workflows/release.yml@refs/tags/v1.34.0";
+    const ACTIONS: &str = "https://token.actions.githubusercontent.com";
+    const MANIFEST: &str =
+        "sha256:c811d58de79c92f03214e63aa339484e488d694ae8a6283b5f3f17a9faf50172";
+    let json = include_bytes!("../../testdata/public-good-bundle-v0.3.json");
+    let v = public_good(vec![exact(ACTIONS, WORKFLOW)]);
+    let verified = v
+        .verify_sigstore_bundle(json, Subject::Manifest(MANIFEST))
+        .expect("verifies");
+    assert_eq!(verified.signer, format!("{WORKFLOW} ({ACTIONS})"));
+    // About another manifest: it does not count.
+    let other = format!("sha256:{}", "0".repeat(64));
+    assert!(matches!(
+        v.verify_sigstore_bundle(json, Subject::Manifest(&other)),
+        Err(Refusal::Foreign)
+    ));
+    // Another identity is refused, naming who signed.
+    let v = public_good(vec![exact(
+        ACTIONS,
+        "https://github.com/acme/policies/.github/workflows/release.yml@refs/heads/main",
+    )]);
+    match v.verify_sigstore_bundle(json, Subject::Manifest(MANIFEST)) {
+        Err(Refusal::Untrusted(Some(why))) => {
+            assert!(
+                why.contains(&format!(
+                    "signed by {WORKFLOW} (issuer {ACTIONS}), not a trusted identity"
+                )),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn cosign_3_file_bundles_verify_by_identity_and_only_for_their_bytes() {
+    let sigstore = FakeSigstore::new();
+    let v = verifier(&dir("file-bundle"), &sigstore, vec![exact(ISSUER, RELEASE)]);
+    let bundle = sigstore.file_bundle(b"component", RELEASE, ISSUER);
+    assert_eq!(
+        v.verify_blob(b"component", &bundle),
+        Ok(Verified {
+            signer: format!("{RELEASE} ({ISSUER})")
+        })
+    );
+    let err = v
+        .verify_blob(b"tampered", &bundle)
+        .expect_err("other bytes");
+    assert!(
+        err.contains("the Sigstore bundle is a signature of other bytes"),
+        "{err}"
+    );
+    let other = sigstore.file_bundle(b"component", "https://ci.test.invalid/mallory", ISSUER);
+    let err = v
+        .verify_blob(b"component", &other)
+        .expect_err("other identity");
+    assert!(err.contains("not a trusted identity"), "{err}");
+}
+
+#[test]
+fn cosign_3_image_bundles_verify_by_key_or_identity() {
+    use crate::bundle::{Refusal, Subject};
+    let manifest = format!("sha256:{}", "ab".repeat(32));
+    let sigstore = FakeSigstore::new();
+    let v = verifier(
+        &dir("image-bundle"),
+        &sigstore,
+        vec![exact(ISSUER, RELEASE)],
+    );
+    let bundle = sigstore.image_bundle(&manifest, RELEASE, ISSUER);
+    assert!(
+        v.verify_sigstore_bundle(bundle.as_bytes(), Subject::Manifest(&manifest))
+            .is_ok()
+    );
+    // The statement names another manifest.
+    let other = format!("sha256:{}", "cd".repeat(32));
+    assert!(matches!(
+        v.verify_sigstore_bundle(bundle.as_bytes(), Subject::Manifest(&other)),
+        Err(Refusal::Foreign)
+    ));
+    // Signed with a key (`cosign sign --key`): the trusted key verifies it, and only it.
+    let d = dir("image-bundle-key");
+    let (private, public) = crate::keys::generate(b"pw").expect("keys");
+    std::fs::write(d.join("k.pub"), public).expect("write");
+    let signer = crate::keys::signer(private.as_bytes(), b"pw").expect("signer");
+    let keyed = crate::testing::key_signed_image_bundle(&signer, &manifest);
+    let by_key = Verifier::load(&Verification {
+        public_keys: vec![d.join("k.pub")],
+        required: true,
+        ..Default::default()
+    })
+    .expect("load")
+    .expect("enabled");
+    let verified = by_key
+        .verify_sigstore_bundle(keyed.as_bytes(), Subject::Manifest(&manifest))
+        .expect("by the key");
+    assert!(verified.signer.starts_with("sha256:"));
+    assert!(matches!(
+        v.verify_sigstore_bundle(keyed.as_bytes(), Subject::Manifest(&manifest)),
+        Err(Refusal::Untrusted(None))
+    ));
 }

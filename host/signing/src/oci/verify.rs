@@ -14,22 +14,26 @@ use super::{
     BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLE_SIGNING,
     manifest_unknown, payload_bytes, sha256_digest, signature_reference,
 };
-use crate::keyless::{Evidence, rekor};
+use crate::bundle::{MEDIA_TYPE_PREFIX, Refusal, Subject};
+use crate::keyless::{Evidence, certificate_der, rekor};
 use crate::{Verified, Verifier};
 
 /// How long looking up signatures may take.
 pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The largest signature layer read.
+/// The largest signature layer or bundle read.
 const MAX_PAYLOAD: i64 = 1 << 20;
+/// The most Sigstore bundles looked at for one manifest.
+const MAX_BUNDLES: usize = 16;
 
 impl Verifier {
     /// Verifies the artifact in `repository` (a reference in it: its registry and
     /// repository are what count) whose manifest has `manifest_digest`: one of its cosign
-    /// signatures (the manifest tagged `sha256-<hex>.sig` beside it) must be by a trusted
-    /// key. Two requests through the caller's `client` (which keeps its registry
-    /// session): the signature manifest, then its layers. The error says what was found
-    /// instead.
+    /// signatures must be by a trusted key or identity — at cosign's tag
+    /// (`sha256-<hex>.sig`, one request through the caller's `client`, which keeps its
+    /// registry session, when the payload is the one cosign writes), else among the
+    /// Sigstore bundles referring to the manifest (cosign 3's default). The error says
+    /// what was found instead.
     pub async fn verify_artifact(
         &self,
         client: &OciClient,
@@ -40,7 +44,7 @@ impl Verifier {
         let repo = format!("{}/{}", repository.registry(), repository.repository());
         let signatures = signature_reference(repository, manifest_digest);
         let tag = signatures.tag().unwrap_or_default().to_owned();
-        let lookup = self.signed_by(client, auth, &signatures, manifest_digest);
+        let lookup = self.lookup(client, auth, repository, &signatures, manifest_digest);
         let found = tokio::time::timeout(VERIFY_TIMEOUT, lookup)
             .await
             .map_err(|_| {
@@ -53,13 +57,22 @@ impl Verifier {
         match found {
             Lookup::Signed(v) => Ok(v),
             Lookup::Unsigned => Err(format!(
-                "not signed: no cosign signature of {repo}@{manifest_digest} (looked for {repo}:{tag})"
+                "not signed: no cosign signature of {repo}@{manifest_digest} (looked for {repo}:{tag} and Sigstore bundles referring to it)"
             )),
             Lookup::Untrusted {
                 signatures,
+                bundles,
                 foreign,
                 refused,
             } => {
+                let signatures = match bundles {
+                    0 => format!(
+                        "{signatures} signature(s) of {repo}@{manifest_digest} at {repo}:{tag}"
+                    ),
+                    b => format!(
+                        "{signatures} signature(s) of {repo}@{manifest_digest} at {repo}:{tag} and {b} Sigstore bundle(s) referring to it"
+                    ),
+                };
                 let copied = if foreign > 0 {
                     format!(" ({foreign} of them for another manifest)")
                 } else {
@@ -71,11 +84,98 @@ impl Verifier {
                     format!("; keyless: {}", refused.join("; "))
                 };
                 Err(format!(
-                    "not signed by a trusted key or identity: {signatures} signature(s) of {repo}@{manifest_digest} at {repo}:{tag}{copied}, none by a trusted {}{keyless}",
+                    "not signed by a trusted key or identity: {signatures}{copied}, none by a trusted {}{keyless}",
                     self.trusted()
                 ))
             }
         }
+    }
+
+    /// The signatures at cosign's tag `signatures`, then, when none is trusted, the
+    /// Sigstore bundles referring to the manifest.
+    async fn lookup(
+        &self,
+        client: &OciClient,
+        auth: &RegistryAuth,
+        repository: &Reference,
+        signatures: &Reference,
+        manifest_digest: &str,
+    ) -> Result<Lookup, String> {
+        let tagged = self
+            .signed_by(client, auth, signatures, manifest_digest)
+            .await?;
+        if let Lookup::Signed(_) = tagged {
+            return Ok(tagged);
+        }
+        let referring = self
+            .bundles_of(client, auth, repository, manifest_digest)
+            .await?;
+        Ok(tagged.and(referring))
+    }
+
+    /// The Sigstore bundles referring to the manifest (the OCI referrers API, or the
+    /// referrers tag `sha256-<hex>` where the registry has no such API), checked.
+    async fn bundles_of(
+        &self,
+        client: &OciClient,
+        auth: &RegistryAuth,
+        repository: &Reference,
+        manifest_digest: &str,
+    ) -> Result<Lookup, String> {
+        let (registry, repo) = (repository.registry(), repository.repository());
+        let subject = Reference::with_digest(
+            registry.to_owned(),
+            repo.to_owned(),
+            manifest_digest.to_owned(),
+        );
+        client.store_auth_if_needed(registry, auth).await;
+        let index = client
+            .pull_referrers(&subject, None)
+            .await
+            .map_err(|e| format!("the referrers of {subject}: {e}"))?;
+        let (mut bundles, mut foreign, mut refused) = (0, 0, Vec::new());
+        let referrers = index.manifests.iter().filter(|m| {
+            m.artifact_type
+                .as_deref()
+                .is_some_and(|t| t.starts_with(MEDIA_TYPE_PREFIX))
+        });
+        for referrer in referrers.take(MAX_BUNDLES) {
+            let at = Reference::with_digest(
+                registry.to_owned(),
+                repo.to_owned(),
+                referrer.digest.clone(),
+            );
+            let (raw, _) = client
+                .pull_manifest_raw(&at, auth, &[OCI_IMAGE_MEDIA_TYPE])
+                .await
+                .map_err(|e| format!("{at}: {e}"))?;
+            let manifest: OciImageManifest = serde_json::from_slice(&raw)
+                .map_err(|e| format!("{at}: not an image manifest: {e}"))?;
+            for layer in manifest
+                .layers
+                .iter()
+                .filter(|l| l.media_type.starts_with(MEDIA_TYPE_PREFIX))
+            {
+                let json = pull_payload(client, &at, layer).await?;
+                bundles += 1;
+                match self.verify_sigstore_bundle(&json, Subject::Manifest(manifest_digest)) {
+                    Ok(v) => return Ok(Lookup::Signed(v)),
+                    Err(Refusal::Foreign) => foreign += 1,
+                    Err(Refusal::Untrusted(Some(why))) => refused.push(why),
+                    Err(Refusal::Untrusted(None)) => {}
+                }
+            }
+        }
+        Ok(if bundles == 0 {
+            Lookup::Unsigned
+        } else {
+            Lookup::Untrusted {
+                signatures: 0,
+                bundles,
+                foreign,
+                refused,
+            }
+        })
     }
 
     /// Reads the signature manifest `signatures` and checks its layers.
@@ -132,6 +232,7 @@ impl Verifier {
         } else {
             Lookup::Untrusted {
                 signatures: layers,
+                bundles: 0,
                 foreign,
                 refused,
             }
@@ -157,12 +258,14 @@ impl Verifier {
             return Err(None);
         };
         let bundle = rekor::Bundle::parse(bundle)?;
+        let certificate = certificate_der(certificate.as_bytes())?;
         self.by_identity(
             payload,
             Evidence {
                 signature,
-                certificate: certificate.as_bytes(),
+                certificate: &certificate,
                 bundle: &bundle,
+                dsse_payload: None,
             },
         )
         .map_err(Some)
@@ -177,11 +280,47 @@ enum Lookup {
     /// This many signatures, none by a trusted key; `foreign` of them name another
     /// manifest.
     Untrusted {
+        /// At cosign's tag.
         signatures: usize,
+        /// Sigstore bundles referring to the manifest.
+        bundles: usize,
         foreign: usize,
         /// Why keyless signatures among them were refused.
         refused: Vec<String>,
     },
+}
+
+impl Lookup {
+    /// What two lookups found together.
+    fn and(self, other: Lookup) -> Lookup {
+        match (self, other) {
+            (Lookup::Signed(v), _) | (_, Lookup::Signed(v)) => Lookup::Signed(v),
+            (Lookup::Unsigned, Lookup::Unsigned) => Lookup::Unsigned,
+            (Lookup::Unsigned, found) | (found, Lookup::Unsigned) => found,
+            (
+                Lookup::Untrusted {
+                    signatures,
+                    bundles,
+                    foreign,
+                    mut refused,
+                },
+                Lookup::Untrusted {
+                    signatures: s,
+                    bundles: b,
+                    foreign: f,
+                    refused: r,
+                },
+            ) => {
+                refused.extend(r);
+                Lookup::Untrusted {
+                    signatures: signatures + s,
+                    bundles: bundles + b,
+                    foreign: foreign + f,
+                    refused,
+                }
+            }
+        }
+    }
 }
 
 /// An annotation of a cosign signature layer.
