@@ -42,6 +42,12 @@ fn verifier(dir: &Path, sigstore: &FakeSigstore, identities: Vec<Identity>) -> V
     .expect("enabled")
 }
 
+/// `signed`'s signature of `component` logged again by `log` at `at` (its bundle).
+fn relogged(log: &FakeSigstore, signed: &KeylessSignature, at: i64) -> String {
+    let entry = log.log_entry(b"component", &signed.signature, &signed.certificate, at);
+    serde_json::to_string(&entry).expect("bundle")
+}
+
 /// Asserts that `signed` of `bytes` is refused with a reason containing `cause`.
 fn assert_refused(v: &Verifier, bytes: &[u8], signed: &KeylessSignature, cause: &str) {
     let err = v
@@ -117,13 +123,7 @@ fn a_certificate_from_another_authority_or_a_log_not_trusted_is_refused() {
     );
     // Another authority's certificate, logged by the trusted log.
     let mut forged = stranger.sign(b"component", RELEASE, ISSUER);
-    forged.bundle = serde_json::to_string(&trusted.log_entry(
-        b"component",
-        &forged.signature,
-        &forged.certificate,
-        now(),
-    ))
-    .expect("bundle");
+    forged.bundle = relogged(&trusted, &forged, now());
     assert_refused(
         &v,
         b"component",
@@ -160,13 +160,7 @@ fn a_log_entry_of_something_else_or_a_forged_timestamp_is_refused() {
     // A signature the log recorded faithfully, which the certificate's key did not make.
     let mut forged = genuine.clone();
     forged.signature = sigstore.sign(b"component", RELEASE, ISSUER).signature;
-    forged.bundle = serde_json::to_string(&sigstore.log_entry(
-        b"component",
-        &forged.signature,
-        &forged.certificate,
-        now(),
-    ))
-    .expect("bundle");
+    forged.bundle = relogged(&sigstore, &forged, now());
     assert_refused(
         &v,
         b"component",
@@ -191,13 +185,7 @@ fn a_signature_logged_after_the_certificate_expired_is_refused() {
     let sigstore = FakeSigstore::new();
     let v = verifier(&dir("expired"), &sigstore, vec![exact(ISSUER, RELEASE)]);
     let mut late = sigstore.sign(b"component", RELEASE, ISSUER);
-    late.bundle = serde_json::to_string(&sigstore.log_entry(
-        b"component",
-        &late.signature,
-        &late.certificate,
-        now() + 3600,
-    ))
-    .expect("bundle");
+    late.bundle = relogged(&sigstore, &late, now() + 3600);
     assert_refused(&v, b"component", &late, "was not issued, valid at");
     // An old signature stays valid: its certificate was valid when it was logged.
     let old = sigstore.sign_at(b"component", RELEASE, ISSUER, now() - 6 * 3600);
