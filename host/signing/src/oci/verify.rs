@@ -107,10 +107,16 @@ impl Verifier {
         if let Lookup::Signed(_) = tagged {
             return Ok(tagged);
         }
-        let referring = self
+        match self
             .bundles_of(client, auth, repository, manifest_digest)
-            .await?;
-        Ok(tagged.and(referring))
+            .await
+        {
+            Ok(referring) => Ok(tagged.and(referring)),
+            // Signatures were found and none is trusted: that is the answer, whatever
+            // the referrers would have said.
+            Err(_) if matches!(tagged, Lookup::Untrusted { .. }) => Ok(tagged),
+            Err(e) => Err(e),
+        }
     }
 
     /// The Sigstore bundles referring to the manifest (the OCI referrers API, or the
