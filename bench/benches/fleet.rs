@@ -257,15 +257,13 @@ async fn main() {
     verification_cost(registry.as_ref(), &required).await;
 }
 
-/// Twenty keyless verifications of a file's `cosign sign-blob --bundle` signature,
-/// against a Fulcio/Rekor stand-in's trusted root.
-fn keyless_cost(wasm: &[u8]) -> Vec<Duration> {
+/// A verifier trusting `sigstore`'s root and the identity `subject` of `issuer`.
+fn keyless_verifier(
+    sigstore: &wasmlet_signing::testing::FakeSigstore,
+    subject: &str,
+    issuer: &str,
+) -> Verifier {
     use wasmlet_signing::keyless::{Identity, Keyless};
-    let (subject, issuer) = (
-        "https://ci.example/acme/release",
-        "https://token.ci.example",
-    );
-    let sigstore = wasmlet_signing::testing::FakeSigstore::new();
     let root = std::env::temp_dir().join(format!("wasmlet-bench-root-{}.json", std::process::id()));
     std::fs::write(&root, sigstore.trusted_root()).expect("root");
     let verifier = Verifier::load(&Verification {
@@ -283,6 +281,18 @@ fn keyless_cost(wasm: &[u8]) -> Vec<Duration> {
     .expect("keyless")
     .expect("enabled");
     let _ = std::fs::remove_file(&root);
+    verifier
+}
+
+/// Twenty keyless verifications of a file's `cosign sign-blob --bundle` signature,
+/// against a Fulcio/Rekor stand-in's trusted root.
+fn keyless_cost(wasm: &[u8]) -> Vec<Duration> {
+    let (subject, issuer) = (
+        "https://ci.example/acme/release",
+        "https://token.ci.example",
+    );
+    let sigstore = wasmlet_signing::testing::FakeSigstore::new();
+    let verifier = keyless_verifier(&sigstore, subject, issuer);
     let bundle = sigstore.sign(wasm, subject, issuer).blob_bundle();
     (0..20)
         .map(|_| {
@@ -360,4 +370,57 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
         "| a registry artifact (its signature manifest fetched, htpasswd; the payload is the one cosign writes for it) | {} |",
         fmt(median(times))
     );
+    let bundled = format!(
+        "oci://{}/wasmlet-bench/verify:{}-v3",
+        r.0,
+        std::process::id()
+    );
+    let variant_bytes = variant(&wasm, "cosign-3");
+    wasmlet_fleet::publish::push(
+        &variant_bytes,
+        &bundled,
+        true,
+        registry_of(r).credentials,
+        None,
+    )
+    .await
+    .expect("push");
+    let times = referrer_cost(&registry_of(r), &bundled).await;
+    println!(
+        "| a registry artifact signed as cosign 3 does, the node's first (`.sig` tag asked first: none; the referrers tag, the referrer's manifest and bundle; keyless) | {} |",
+        fmt(times[0])
+    );
+    println!(
+        "| the same, then (the repository's signatures known to be bundles: asked first) | {} |",
+        fmt(median(times[1..].to_vec()))
+    );
+}
+
+/// Twenty verifications of an artifact whose only signature is a keyless Sigstore
+/// bundle referring to it, as a node reads it.
+async fn referrer_cost(registry: &Registry, reference: &str) -> Vec<Duration> {
+    let (subject, issuer) = (
+        "https://ci.example/acme/release",
+        "https://token.ci.example",
+    );
+    let sigstore = wasmlet_signing::testing::FakeSigstore::new();
+    let (client, auth) = registry.oci();
+    let (repository, digest) = wasmlet_signing::oci::resolve(&client, &auth, reference)
+        .await
+        .expect("digest");
+    let bundle = sigstore.image_bundle(&digest, subject, issuer);
+    wasmlet_signing::testing::attach_referrer(registry, reference, &bundle)
+        .await
+        .expect("referrer");
+    let verifier = keyless_verifier(&sigstore, subject, issuer);
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        verifier
+            .verify_artifact(&client, &auth, &repository, &digest)
+            .await
+            .expect("verified");
+        times.push(t.elapsed());
+    }
+    times
 }

@@ -136,6 +136,8 @@ pub struct Verifier {
     keyless: Option<keyless::KeylessVerifier>,
     required: bool,
     fingerprint: String,
+    /// Where signatures were found before, so that the next lookup asks there first.
+    learned: std::sync::Mutex<oci::Learned>,
 }
 
 /// The id of a public key: `sha256:` and the first 16 hex digits of its DER form's
@@ -172,6 +174,7 @@ impl Verifier {
             keyless,
             required: config.required,
             fingerprint,
+            learned: std::sync::Mutex::default(),
         }))
     }
 

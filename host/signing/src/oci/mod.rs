@@ -17,6 +17,7 @@ use sigstore::cosign::payload::SimpleSigning;
 use sigstore::registry::OciReference;
 
 pub use sign::{Signed, attach, resolve};
+pub(crate) use verify::Learned;
 pub use verify::VERIFY_TIMEOUT;
 
 /// The media type of a cosign signature layer (a simple-signing payload).

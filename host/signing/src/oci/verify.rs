@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use std::collections::HashSet;
+
 use oci_client::manifest::{
-    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest,
+    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor,
+    OciImageIndex, OciImageManifest,
 };
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client as OciClient, Reference};
@@ -91,8 +94,9 @@ impl Verifier {
         }
     }
 
-    /// The signatures at cosign's tag `signatures`, then, when none is trusted, the
-    /// Sigstore bundles referring to the manifest.
+    /// The signatures at cosign's tag `signatures` and the Sigstore bundles referring
+    /// to the manifest: first where this repository's signatures were found last time
+    /// (cosign's tag until then), the other only when that finds none trusted.
     async fn lookup(
         &self,
         client: &OciClient,
@@ -101,26 +105,47 @@ impl Verifier {
         signatures: &Reference,
         manifest_digest: &str,
     ) -> Result<Lookup, String> {
-        let tagged = self
-            .signed_by(client, auth, signatures, manifest_digest)
-            .await?;
-        if let Lookup::Signed(_) = tagged {
-            return Ok(tagged);
+        let repo = format!("{}/{}", repository.registry(), repository.repository());
+        let bundles_first = self.learned().bundled.contains(&repo);
+        let tagged = || self.signed_by(client, auth, signatures, manifest_digest);
+        let referring = || self.bundles_of(client, auth, repository, manifest_digest);
+        let (first, from_bundles) = if bundles_first {
+            (referring().await, true)
+        } else {
+            (tagged().await, false)
+        };
+        let found = match first {
+            Ok(Lookup::Signed(v)) => Ok((Lookup::Signed(v), from_bundles)),
+            first => {
+                let second = if bundles_first {
+                    tagged().await
+                } else {
+                    referring().await
+                };
+                either(first, second).map(|l| (l, !from_bundles))
+            }
+        };
+        if let Ok((Lookup::Signed(_), by_bundle)) = &found {
+            let mut learned = self.learned();
+            if *by_bundle {
+                learned.bundled.insert(repo);
+            } else {
+                learned.bundled.remove(&repo);
+            }
         }
-        match self
-            .bundles_of(client, auth, repository, manifest_digest)
-            .await
-        {
-            Ok(referring) => Ok(tagged.and(referring)),
-            // Signatures were found and none is trusted: that is the answer, whatever
-            // the referrers would have said.
-            Err(_) if matches!(tagged, Lookup::Untrusted { .. }) => Ok(tagged),
-            Err(e) => Err(e),
-        }
+        found.map(|(l, _)| l)
     }
 
-    /// The Sigstore bundles referring to the manifest (the OCI referrers API, or the
-    /// referrers tag `sha256-<hex>` where the registry has no such API), checked.
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The Sigstore bundles referring to the manifest, checked: from the referrers tag
+    /// `sha256-<hex>` (registries without the referrers API, where cosign writes it),
+    /// else from the OCI referrers API — the API first on a registry where it answered
+    /// before.
     async fn bundles_of(
         &self,
         client: &OciClient,
@@ -134,11 +159,7 @@ impl Verifier {
             repo.to_owned(),
             manifest_digest.to_owned(),
         );
-        client.store_auth_if_needed(registry, auth).await;
-        let index = client
-            .pull_referrers(&subject, None)
-            .await
-            .map_err(|e| format!("the referrers of {subject}: {e}"))?;
+        let index = self.referrers(client, auth, &subject).await?;
         let (mut bundles, mut foreign, mut refused) = (0, 0, Vec::new());
         let referrers = index.manifests.iter().filter(|m| {
             m.artifact_type
@@ -182,6 +203,42 @@ impl Verifier {
                 refused,
             }
         })
+    }
+
+    /// The referrers index of `subject`: the referrers tag, else the referrers API (the
+    /// API alone on a registry where it answered before).
+    async fn referrers(
+        &self,
+        client: &OciClient,
+        auth: &RegistryAuth,
+        subject: &Reference,
+    ) -> Result<OciImageIndex, String> {
+        let registry = subject.registry().to_owned();
+        let failed = |e: &dyn std::fmt::Display| format!("the referrers of {subject}: {e}");
+        if !self.learned().referrers_api.contains(&registry) {
+            let tag = Reference::with_tag(
+                registry.clone(),
+                subject.repository().to_owned(),
+                subject.digest().unwrap_or_default().replace(':', "-"),
+            );
+            match client
+                .pull_manifest_raw(&tag, auth, &[OCI_IMAGE_INDEX_MEDIA_TYPE])
+                .await
+            {
+                Ok((raw, _)) => return serde_json::from_slice(&raw).map_err(|e| failed(&e)),
+                Err(e) if manifest_unknown(&e) => {}
+                Err(e) => return Err(failed(&e)),
+            }
+        }
+        client.store_auth_if_needed(&registry, auth).await;
+        let index = client
+            .pull_referrers(subject, None)
+            .await
+            .map_err(|e| failed(&e))?;
+        if !index.manifests.is_empty() {
+            self.learned().referrers_api.insert(registry);
+        }
+        Ok(index)
     }
 
     /// Reads the signature manifest `signatures` and checks its layers.
@@ -294,6 +351,28 @@ enum Lookup {
         /// Why keyless signatures among them were refused.
         refused: Vec<String>,
     },
+}
+
+/// What a verifier learned about where signatures are.
+#[derive(Debug, Default)]
+pub(crate) struct Learned {
+    /// Repositories (`registry/repository`) whose last verified signature was a
+    /// Sigstore bundle referring to the artifact.
+    bundled: HashSet<String>,
+    /// Registries whose referrers API listed referrers.
+    referrers_api: HashSet<String>,
+}
+
+/// What two lookups found together, when the second may have failed: a failure does
+/// not replace untrusted signatures the first found.
+fn either(first: Result<Lookup, String>, second: Result<Lookup, String>) -> Result<Lookup, String> {
+    match (first, second) {
+        (Ok(a), Ok(b)) => Ok(a.and(b)),
+        (Ok(found @ Lookup::Untrusted { .. }), Err(_))
+        | (Err(_), Ok(found @ Lookup::Untrusted { .. })) => Ok(found),
+        (Ok(Lookup::Signed(v)), _) | (_, Ok(Lookup::Signed(v))) => Ok(Lookup::Signed(v)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
 }
 
 impl Lookup {
