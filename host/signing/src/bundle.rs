@@ -102,6 +102,11 @@ impl Verifier {
                 Refusal::Untrusted(Some("the bundle has no transparency log entry".to_owned()))
             })?;
         let log = rekor_bundle(entry).map_err(|e| Refusal::Untrusted(Some(e)))?;
+        if let (Some(keyless), Some(inclusion)) = (&self.keyless, &entry.inclusion_proof) {
+            keyless
+                .verify_inclusion(&entry.canonicalized_body, inclusion, &log.payload.log_id)
+                .map_err(|e| Refusal::Untrusted(Some(e)))?;
+        }
         self.by_identity(
             &parts.signed,
             Evidence {

@@ -449,6 +449,34 @@ impl FakeSigstore {
         }
     }
 
+    /// The inclusion proof of `body` as the log's fourth entry of six, with the
+    /// checkpoint the log signs.
+    pub fn inclusion_proof(&self, body: &[u8]) -> serde_json::Value {
+        use crate::keyless::proof;
+        let mut leaves: Vec<[u8; 32]> = (0u8..6).map(|i| proof::leaf_hash(&[i])).collect();
+        leaves[3] = proof::leaf_hash(body);
+        let (root, path) = proof::tree(&leaves, 3);
+        let text = format!(
+            "rekor.test.invalid - 1\n{}\n{}\n",
+            leaves.len(),
+            STANDARD.encode(root)
+        );
+        let mut signature = self.log_id_bytes()[..4].to_vec();
+        signature.extend(self.log.sign(text.as_bytes()).expect("checkpoint"));
+        json!({
+            "logIndex": "3",
+            "rootHash": STANDARD.encode(root),
+            "treeSize": leaves.len().to_string(),
+            "hashes": path.iter().map(|h| STANDARD.encode(h)).collect::<Vec<_>>(),
+            "checkpoint": {"envelope": format!("{text}\n— rekor.test.invalid {}\n", STANDARD.encode(signature))}
+        })
+    }
+
+    /// The log's id, raw.
+    fn log_id_bytes(&self) -> Vec<u8> {
+        Sha256::digest(self.log.subject_public_key_info()).to_vec()
+    }
+
     /// A Sigstore bundle (v0.3), as cosign 3 signs an image keyless: a DSSE envelope of
     /// an in-toto statement naming the manifest `digest`, signed as `subject` vouched
     /// for by `issuer`, with its `dsse` Rekor entry.
@@ -473,11 +501,13 @@ impl FakeSigstore {
         });
         let entry = self.log(&body, issued + 1);
         let der = crate::keyless::certificate_der(certificate.as_bytes()).expect("der");
+        let mut tlog = tlog_entry(&entry, "dsse");
+        tlog["inclusionProof"] = self.inclusion_proof(body.to_string().as_bytes());
         json!({
             "mediaType": crate::bundle::ARTIFACT_TYPE,
             "verificationMaterial": {
                 "certificate": {"rawBytes": STANDARD.encode(der)},
-                "tlogEntries": [tlog_entry(&entry, "dsse")]
+                "tlogEntries": [tlog]
             },
             "dsseEnvelope": {
                 "payload": STANDARD.encode(&payload),

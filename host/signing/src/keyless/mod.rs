@@ -6,7 +6,8 @@
 //! --certificate-oidc-issuer …` checks them with `--offline`:
 //!
 //! 1. the log entry's signed timestamp verifies with a log key of the trusted root,
-//!    valid at the time the entry was taken;
+//!    valid at the time the entry was taken (and a Sigstore bundle's inclusion proof,
+//!    when it carries one, leads to a tree the log signed);
 //! 2. the entry records this signature, by this certificate, of these bytes;
 //! 3. the certificate chains, for code signing, to a certificate authority of the
 //!    trusted root, and both were valid at that time;
@@ -16,6 +17,7 @@
 //! 6. the certificate's subject and issuer are one of the trusted identities.
 
 mod cert;
+pub(crate) mod proof;
 pub(crate) mod rekor;
 mod root;
 pub(crate) mod sct;
@@ -190,6 +192,17 @@ impl KeylessVerifier {
             identities,
             fingerprint,
         })
+    }
+
+    /// Checks an entry's inclusion proof (`body`: the entry, canonical) against the
+    /// log `log_id` (hex) of the trusted root.
+    pub(crate) fn verify_inclusion(
+        &self,
+        body: &[u8],
+        inclusion: &sigstore_protobuf_specs::dev::sigstore::rekor::v1::InclusionProof,
+        log_id: &str,
+    ) -> Result<(), String> {
+        proof::verify(body, inclusion, log_id, &self.root)
     }
 
     /// Verifies `evidence` for `signed`; on success, who signed: `SUBJECT (ISSUER)`.

@@ -445,6 +445,14 @@ fn a_public_sigstore_bundle_of_an_image_verifies_offline() {
         .verify_sigstore_bundle(json, Subject::Manifest(MANIFEST))
         .expect("verifies");
     assert_eq!(verified.signer, format!("{WORKFLOW} ({ACTIONS})"));
+    // Its inclusion proof was checked too: one hash of the path changed, it fails.
+    let mut bent: serde_json::Value = serde_json::from_slice(json).expect("json");
+    bent["verificationMaterial"]["tlogEntries"][0]["inclusionProof"]["hashes"][5] =
+        STANDARD.encode([0u8; 32]).into();
+    match v.verify_sigstore_bundle(bent.to_string().as_bytes(), Subject::Manifest(MANIFEST)) {
+        Err(Refusal::Untrusted(Some(why))) => assert!(why.contains("inclusion proof"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     // About another manifest: it does not count.
     let other = format!("sha256:{}", "0".repeat(64));
     assert!(matches!(
@@ -509,6 +517,38 @@ fn cosign_3_image_bundles_verify_by_key_or_identity() {
         v.verify_sigstore_bundle(bundle.as_bytes(), Subject::Manifest(&manifest))
             .is_ok()
     );
+    // Its inclusion proof altered, or its checkpoint signed by another log.
+    let json: serde_json::Value = serde_json::from_str(&bundle).expect("json");
+    let proof = json["verificationMaterial"]["tlogEntries"][0]["inclusionProof"].clone();
+    let mut bent = proof.clone();
+    bent["hashes"][0] = STANDARD.encode([7u8; 32]).into();
+    let stranger = FakeSigstore::new().inclusion_proof(b"anything");
+    let signature_of = |p: &serde_json::Value| {
+        let note = p["checkpoint"]["envelope"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        note.split_once("\n\n")
+            .map(|(text, sig)| (text.to_owned(), sig.to_owned()))
+    };
+    let ((text, _), (_, foreign)) = (
+        signature_of(&proof).expect("note"),
+        signature_of(&stranger).expect("note"),
+    );
+    let mut resigned = proof.clone();
+    resigned["checkpoint"]["envelope"] = format!("{text}\n\n{foreign}").into();
+    for (altered, cause) in [
+        (bent, "does not lead from the entry to its root hash"),
+        (resigned, "the checkpoint is not signed by log"),
+    ] {
+        let mut edited = json.clone();
+        edited["verificationMaterial"]["tlogEntries"][0]["inclusionProof"] = altered;
+        match v.verify_sigstore_bundle(edited.to_string().as_bytes(), Subject::Manifest(&manifest))
+        {
+            Err(Refusal::Untrusted(Some(why))) => assert!(why.contains(cause), "{cause}: {why}"),
+            other => panic!("{cause}: {other:?}"),
+        }
+    }
     // The statement names another manifest.
     let other = format!("sha256:{}", "cd".repeat(32));
     assert!(matches!(
