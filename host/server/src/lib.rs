@@ -21,6 +21,7 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod dev;
 pub mod logs;
 pub mod nodelogs;
 pub mod proxy;

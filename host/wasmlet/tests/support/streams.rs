@@ -37,19 +37,7 @@ pub async fn read_until(r: &mut (impl tokio::io::AsyncRead + Unpin), want: &str)
 
 /// A raw request to the kubelet server, as a client that is not the API server.
 pub async fn raw(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().expect("url"));
-    config.accept_invalid_certs = true;
-    if let Some(t) = token {
-        config.auth_info.token = Some(t.to_owned().into());
-    }
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_from(config).expect("client");
-    let request = http::Request::get(path).body(Vec::new()).expect("request");
-    match client.request_text(request).await {
-        Ok(body) => (200, body),
-        Err(kube::Error::Api(s)) => (s.code, s.message),
-        Err(e) => panic!("{path}: {e}"),
-    }
+    wasmlet_server::dev::get(port, path, token).await
 }
 
 /// `kubectl cp` into ks-web and back, with the commands kubectl runs: a tar stream into
