@@ -57,6 +57,10 @@ pub(crate) struct Root {
     pub(crate) logs: BTreeMap<String, Log>,
     /// Certificate transparency logs, by the same id (an SCT's log id).
     pub(crate) ct_logs: BTreeMap<String, Log>,
+    /// Every certificate of the authorities' chains as an issuer: its subject (DER) and
+    /// the sha256 of its key (DER) — what a certificate transparency timestamp names
+    /// its certificate's issuer by.
+    pub(crate) issuers: Vec<(Vec<u8>, Vec<u8>)>,
     /// `sha256:<hex>` of the file: what a verified component was verified under.
     pub(crate) digest: String,
 }
@@ -72,6 +76,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
     let root: TrustedRoot = serde_json::from_slice(bytes)
         .map_err(|e| format!("not a Sigstore trusted root (trusted_root.json): {e}"))?;
     let mut authorities = Vec::new();
+    let mut issuers = Vec::new();
     for (i, ca) in root.certificate_authorities.iter().enumerate() {
         let chain: Vec<Vec<u8>> = ca
             .cert_chain
@@ -83,12 +88,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
             return Err(format!("certificateAuthorities[{i}]: no certificates"));
         }
         for (j, der) in chain.iter().enumerate() {
+            let bad = |e: &dyn std::fmt::Display| {
+                format!(
+                    "certificateAuthorities[{i}].certChain.certificates[{j}]: not a certificate ({e})"
+                )
+            };
             webpki::EndEntityCert::try_from(&pki_types::CertificateDer::from(der.as_slice()))
-                .map_err(|e| {
-                    format!(
-                        "certificateAuthorities[{i}].certChain.certificates[{j}]: not a certificate ({e})"
-                    )
-                })?;
+                .map_err(|e| bad(&e))?;
+            issuers.push(issuer(der).map_err(|e| bad(&e))?);
         }
         authorities.push(Authority {
             uri: ca.uri.clone(),
@@ -106,10 +113,21 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
     }
     Ok(Root {
         authorities,
+        issuers,
         logs,
         ct_logs,
         digest: format!("sha256:{:x}", Sha256::digest(bytes)),
     })
+}
+
+/// A certificate's subject (DER) and the sha256 of its key (DER).
+fn issuer(der: &[u8]) -> Result<(Vec<u8>, Vec<u8>), x509_cert::der::Error> {
+    use x509_cert::der::{Decode, Encode};
+    let tbs = x509_cert::Certificate::from_der(der)?
+        .tbs_certificate()
+        .clone();
+    let key = tbs.subject_public_key_info().to_der()?;
+    Ok((tbs.subject().to_der()?, Sha256::digest(key).to_vec()))
 }
 
 /// The logs of `field` by id; the error names the entry.

@@ -4,7 +4,6 @@
 //! entry). Checked when the trusted root lists certificate transparency logs, as cosign
 //! checks them; a private deployment without such logs lists none.
 
-use sha2::{Digest, Sha256};
 use sigstore::crypto::Signature;
 use x509_cert::Certificate;
 use x509_cert::der::{Decode, Encode};
@@ -247,17 +246,14 @@ pub(crate) fn verify(leaf: &[u8], root: &Root) -> Result<(), String> {
 
 /// The sha256 of the key of each trusted certificate that could have issued `leaf`
 /// (its subject is the leaf's issuer).
-fn issuer_key_hashes(leaf: &[u8], root: &Root) -> Vec<Vec<u8>> {
-    let Ok(leaf) = Certificate::from_der(leaf) else {
+fn issuer_key_hashes<'r>(leaf: &[u8], root: &'r Root) -> Vec<&'r [u8]> {
+    let issuer = Certificate::from_der(leaf).and_then(|c| c.tbs_certificate().issuer().to_der());
+    let Ok(issuer) = issuer else {
         return Vec::new();
     };
-    let issuer = leaf.tbs_certificate().issuer();
-    root.authorities
+    root.issuers
         .iter()
-        .flat_map(|ca| &ca.chain)
-        .filter_map(|der| Certificate::from_der(der).ok())
-        .filter(|ca| ca.tbs_certificate().subject() == issuer)
-        .filter_map(|ca| ca.tbs_certificate().subject_public_key_info().to_der().ok())
-        .map(|spki| Sha256::digest(spki).to_vec())
+        .filter(|(subject, _)| *subject == issuer)
+        .map(|(_, key_hash)| key_hash.as_slice())
         .collect()
 }
