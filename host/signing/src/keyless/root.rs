@@ -123,9 +123,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Root, String> {
 /// A certificate's subject (DER) and the sha256 of its key (DER).
 fn issuer(der: &[u8]) -> Result<(Vec<u8>, Vec<u8>), x509_cert::der::Error> {
     use x509_cert::der::{Decode, Encode};
-    let tbs = x509_cert::Certificate::from_der(der)?
-        .tbs_certificate()
-        .clone();
+    let cert = x509_cert::Certificate::from_der(der)?;
+    let tbs = cert.tbs_certificate();
     let key = tbs.subject_public_key_info().to_der()?;
     Ok((tbs.subject().to_der()?, Sha256::digest(key).to_vec()))
 }
