@@ -266,6 +266,121 @@ async fn admin_client(c: &Cluster) -> kube::Client {
     node_client(&path).await
 }
 
+/// `kubeadm init` writes the control-plane node's `kubelet.conf` with its client
+/// certificate inline. As the kubelet's certificate manager, the node stores it as its
+/// first client certificate (`kubelet-client-current.pem`, which kubeadm's
+/// kubelet-finalize phase looks for) and renews it through a CSR at once; kubelet.conf
+/// then pointed at the store (what kubelet-finalize writes) works, and a restart adopts
+/// nothing again.
+#[tokio::test]
+async fn an_embedded_client_certificate_is_stored_and_renewed_at_once() {
+    let c = Cluster::start("embedded", true).await;
+    let now = SystemTime::now();
+    let (cert, key) = c
+        .api
+        .issue_client_certificate(
+            "system:node:cp-1",
+            &["system:nodes"],
+            now - Duration::from_secs(60),
+            now + Duration::from_secs(365 * 86_400),
+        )
+        .expect("kubeadm's certificate");
+    let ca = c.api.cluster_ca_pem().expect("ca");
+    let kubeconfig = |user: String| {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: k\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: system:node:cp-1@k\n  context: {{cluster: k, user: system:node:cp-1}}\ncurrent-context: system:node:cp-1@k\nusers:\n- name: system:node:cp-1\n  user:\n{user}",
+            c.served.url(),
+            base64_encode(&ca),
+        )
+    };
+    std::fs::write(
+        c.kubeconfig(),
+        kubeconfig(format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            base64_encode(&cert),
+            base64_encode(&key)
+        )),
+    )
+    .expect("kubelet.conf");
+    assert!(bootstrap::embeds_certificate(&c.kubeconfig()));
+    let adopted = wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), &c.store())
+        .expect("adopt")
+        .expect("stored");
+    assert_eq!(adopted.cert_pem, cert);
+    let current = c.dir.join("pki/kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("a link to the stored pair");
+    assert!(
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kubelet-client-2") && n.ends_with(".pem")),
+        "{target:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&current).expect("current"),
+        format!("{cert}{key}")
+    );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let _client = rotating_client(
+        &c.kubeconfig(),
+        &adopted,
+        c.store(),
+        "cp-1",
+        None,
+        true,
+        stopped,
+    )
+    .await
+    .expect("client");
+    // Renewed now, not at 70-90 % of a year: a CSR by the node itself, approved through
+    // selfnodeclient, its certificate stored.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let renewed = loop {
+        // The stored file holds the certificate, then its key.
+        if let Some(p) = c.store().current()
+            && !p.cert_pem.starts_with(&cert)
+        {
+            break p;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not renewed: {:?}",
+            c.csrs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(c.csrs()[0]["spec"]["username"], "system:node:cp-1");
+    let _ = stop.send(true);
+    // kubelet-finalize points kubelet.conf at the store: that works, and is no longer
+    // adopted from.
+    let file = current.display();
+    std::fs::write(
+        c.kubeconfig(),
+        kubeconfig(format!(
+            "    client-certificate: {file}\n    client-key: {file}\n"
+        )),
+    )
+    .expect("finalized kubelet.conf");
+    assert!(!bootstrap::embeds_certificate(&c.kubeconfig()));
+    assert!(
+        wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), &c.store())
+            .expect("adopt")
+            .is_none()
+    );
+    assert_eq!(
+        bootstrap::kubeconfig_certificate(&c.kubeconfig())
+            .expect("reads")
+            .expect("a certificate")
+            .not_after,
+        renewed.not_after
+    );
+    let nodes: Api<Node> = Api::all(node_client(&c.kubeconfig()).await);
+    nodes
+        .list(&ListParams::default())
+        .await
+        .expect("the finalized kubelet.conf works");
+}
+
 #[tokio::test]
 async fn the_client_certificate_rotates_and_new_connections_use_it() {
     let c = Cluster::start("rotate", true).await;
@@ -274,9 +389,17 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
     assert!(c.bootstrap("node-d").await.expect("bootstrap"));
     let first = c.store().current().expect("first");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let client = rotating_client(&c.kubeconfig(), &first, c.store(), "node-d", None, stopped)
-        .await
-        .expect("client");
+    let client = rotating_client(
+        &c.kubeconfig(),
+        &first,
+        c.store(),
+        "node-d",
+        None,
+        false,
+        stopped,
+    )
+    .await
+    .expect("client");
     // Within 90 % of 4 s a second CSR, made by the node itself, approved through
     // selfnodeclient.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -334,9 +457,17 @@ async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
     assert!(c.bootstrap(name).await.expect("bootstrap"));
     let first = c.store().current().expect("first");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let client = rotating_client(&c.kubeconfig(), &first, c.store(), name, None, stopped)
-        .await
-        .expect("client");
+    let client = rotating_client(
+        &c.kubeconfig(),
+        &first,
+        c.store(),
+        name,
+        None,
+        false,
+        stopped,
+    )
+    .await
+    .expect("client");
     let timing = wasmlet_cluster::node::Timing {
         update: Duration::from_millis(300),
         report: Duration::from_millis(600),
@@ -347,7 +478,15 @@ async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
         served,
         dir: _,
     } = c;
-    let node = support::Node::start_on("rotating-node", api.clone(), served, client, timing).await;
+    let addr = served.addr;
+    let node = support::Node::start_on(
+        "rotating-node",
+        api.clone(),
+        (Some(served), addr),
+        client,
+        timing,
+    )
+    .await;
     let ready = |n: &serde_json::Value| {
         n["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter()

@@ -27,16 +27,29 @@ fn current_context(file: &Kubeconfig) -> Option<&kube::config::Context> {
         .and_then(|c| c.context.as_ref())
 }
 
-/// The client certificate `kubeconfig` uses (a file or inline data), if it has one.
-pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, String> {
+/// The credentials of `kubeconfig`'s current user, if it names one.
+fn auth_info(path: &Path) -> Result<Option<kube::config::AuthInfo>, String> {
     let file = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
     let user = current_context(&file).map(|c| c.user.clone().unwrap_or_default());
-    let Some(auth) = file
+    Ok(file
         .auth_infos
-        .iter()
+        .into_iter()
         .find(|a| Some(&a.name) == user.as_ref())
-        .and_then(|a| a.auth_info.as_ref())
-    else {
+        .and_then(|a| a.auth_info))
+}
+
+/// Whether `kubeconfig` carries its client certificate inline
+/// (`client-certificate-data`), as the `kubelet.conf` of a `kubeadm init` node does.
+pub fn embeds_certificate(path: &Path) -> bool {
+    auth_info(path)
+        .ok()
+        .flatten()
+        .is_some_and(|a| a.client_certificate_data.is_some())
+}
+
+/// The client certificate `kubeconfig` uses (a file or inline data), if it has one.
+pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, String> {
+    let Some(auth) = auth_info(path)? else {
         return Ok(None);
     };
     let relative = |p: &str| path.parent().unwrap_or(Path::new("/")).join(p);

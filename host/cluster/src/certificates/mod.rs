@@ -13,16 +13,46 @@ pub mod store;
 
 use std::time::Duration;
 
+/// What the kubelet's certificate manager does with kubeadm's `kubelet.conf` of a
+/// control-plane node (a client certificate written into the file, and an empty store):
+/// the certificate is stored as the first `kubelet-client-<timestamp>.pem` with
+/// `kubelet-client-current.pem` pointing at it, and is to be renewed through a CSR at
+/// once. kubeadm's kubelet-finalize phase then points `kubelet.conf` at the current file,
+/// so the node's identity rotates from then on. Returns the stored pair, `None` when
+/// the store has a pair already or the kubeconfig refers to files.
+pub fn adopt_embedded(
+    kubeconfig: &std::path::Path,
+    store: &store::Store,
+) -> Result<Option<store::Pair>, CertError> {
+    if store.current().is_some() || !bootstrap::embeds_certificate(kubeconfig) {
+        return Ok(None);
+    }
+    let invalid = |message: String| CertError::Kubeconfig {
+        path: kubeconfig.display().to_string(),
+        message,
+    };
+    let Some(pair) = bootstrap::kubeconfig_certificate(kubeconfig).map_err(invalid)? else {
+        return Ok(None);
+    };
+    let stored = store.save(&pair.cert_pem, &pair.key_pem)?;
+    tracing::info!(
+        cert = %store.current_path().display(),
+        "the kubeconfig's client certificate is stored; a new one is requested now"
+    );
+    Ok(Some(stored))
+}
+
 /// A client for the API server `kubeconfig` names whose client certificate is kept
 /// renewed: it starts with `pair`, and a [`rotation::Rotation`] of `store` (with
-/// `fallback`, the kubeconfig's own certificate, while the store has none) hands each new
-/// one to it until `stop`.
+/// `fallback`, the kubeconfig's own certificate, while the store has none; renewing at
+/// once with `renew_now`) hands each new one to it until `stop`.
 pub async fn rotating_client(
     kubeconfig: &std::path::Path,
     pair: &store::Pair,
     store: store::Store,
     node: &str,
     fallback: Option<store::Pair>,
+    renew_now: bool,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<kube::Client, CertError> {
     let (client, rotating) = client::client(kubeconfig, pair).await?;
@@ -35,6 +65,7 @@ pub async fn rotating_client(
             }
         }),
         fallback,
+        renew_now,
     }
     .spawn(client.clone(), stop);
     Ok(client)

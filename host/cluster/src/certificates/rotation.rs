@@ -34,6 +34,9 @@ pub struct Rotation {
     pub publish: Publish,
     /// The pair in use while the store has none (a kubeconfig's own certificate).
     pub fallback: Option<Pair>,
+    /// Renew at once rather than at the current pair's deadline (a pair just adopted
+    /// from a kubeconfig, as the kubelet's certificate manager forces).
+    pub renew_now: bool,
 }
 
 impl Rotation {
@@ -62,11 +65,15 @@ impl Rotation {
         if let Some(pair) = self.current().filter(|p| p.valid_at(SystemTime::now())) {
             (self.publish)(&pair);
         }
+        let mut renew_now = self.renew_now;
         loop {
             let due = match self.current() {
-                Some(p) if p.valid_at(SystemTime::now()) => p.deadline(jittered_fraction()),
+                Some(p) if p.valid_at(SystemTime::now()) && !renew_now => {
+                    p.deadline(jittered_fraction())
+                }
                 _ => SystemTime::now(),
             };
+            renew_now = false;
             let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
             tracing::info!(
                 signer = self.request.signer,

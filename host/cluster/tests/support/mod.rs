@@ -77,15 +77,16 @@ impl Node {
         let kubeconfig = dir.join("kubeconfig");
         wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
         let client = connect::client(&kubeconfig).await.expect("client");
-        Self::start_on(test, api, served, client, Default::default()).await
+        let addr = served.addr;
+        Self::start_on(test, api, (Some(served), addr), client, Default::default()).await
     }
 
-    /// The node on `api` (served by `served`) through `client`, its status and lease
-    /// kept with `timing`.
+    /// The node on `api` (served by `served` on `addr`, or not served at all yet)
+    /// through `client`, its status and lease kept with `timing`.
     pub async fn start_on(
         test: &str,
         api: ApiServerSim,
-        served: Served,
+        (served, addr): (Option<Served>, SocketAddr),
         client: kube::Client,
         timing: node::Timing,
     ) -> Node {
@@ -167,8 +168,8 @@ impl Node {
         );
         let node = Node {
             api,
-            addr: served.addr,
-            served: Some(served),
+            addr,
+            served,
             client,
             cri,
             agent,

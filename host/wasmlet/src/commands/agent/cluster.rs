@@ -42,12 +42,16 @@ pub(super) async fn connect(
     }
     let in_use = bootstrap::kubeconfig_certificate(kubeconfig)
         .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
+    let adopted = certificates::adopt_embedded(kubeconfig, &store)
+        .context("rotateCertificates: storing the kubeconfig's client certificate")?;
     let Some(pair) = store.current().or(in_use.clone()) else {
         info!("rotateCertificates: the kubeconfig has no client certificate to rotate");
         return Ok(Some(wasmlet_cluster::connect::client(kubeconfig).await?));
     };
+    let renew_now = adopted.is_some();
     let client =
-        certificates::rotating_client(kubeconfig, &pair, store, node, in_use, stop).await?;
+        certificates::rotating_client(kubeconfig, &pair, store, node, in_use, renew_now, stop)
+            .await?;
     Ok(Some(client))
 }
 
@@ -72,6 +76,7 @@ pub(super) fn serving_certificate(
             Err(e) => tracing::warn!("serving certificate not used: {e}"),
         }),
         fallback: None,
+        renew_now: false,
     }
     .spawn(client.clone(), stop);
     slot
