@@ -250,18 +250,18 @@ impl StatusManager {
         self.mark(uid);
     }
 
-    /// Sets or clears why a container waits.
-    pub fn set_waiting(&self, uid: &str, container: &str, waiting: Option<Waiting>) {
+    /// Sets or clears why a container waits; returns why it waited before.
+    pub fn set_waiting(
+        &self,
+        uid: &str,
+        container: &str,
+        waiting: Option<Waiting>,
+    ) -> Option<Waiting> {
         let mut guard = self.write();
-        if let Some(e) = guard.1.get_mut(uid) {
-            match waiting {
-                Some(w) => {
-                    e.waiting.insert(container.to_owned(), w);
-                }
-                None => {
-                    e.waiting.remove(container);
-                }
-            }
+        let e = guard.1.get_mut(uid)?;
+        match waiting {
+            Some(w) => e.waiting.insert(container.to_owned(), w),
+            None => e.waiting.remove(container),
         }
     }
 

@@ -101,6 +101,64 @@ async fn a_failing_sub_path_expansion_waits_until_the_pod_is_fixed() {
     agent.shutdown().await;
 }
 
+/// A container that exited while its configuration could not be made (here a
+/// subPathExpr whose annotation went away; on a control-plane node after a reboot, what
+/// the API server was to supply) is not crash-looping: the back-off advances when a
+/// container is created again, not at each failed configuration, so once the
+/// configuration can be made it starts at the next try — not minutes later in
+/// CrashLoopBackOff.
+#[tokio::test(start_paused = true)]
+async fn configuration_errors_do_not_advance_the_crash_loop_back_off() {
+    let (_sim, agent, _events) = start_recording("config-backoff");
+    let with = |extra: &str| {
+        pod(&SUBPATH_POD
+            .replace("EXTRA", extra)
+            .replace("tail -f /dev/null", "sleep 1; exit 1"))
+    };
+    send(&agent, vec![with(r#","mysubpath":"mypath""#)]).await;
+    wait_for(
+        &agent,
+        "var-expansion",
+        "Running",
+        Duration::from_secs(5),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    // The annotation goes while the container runs; it exits a second later.
+    send(&agent, vec![with("")]).await;
+    let broken = tokio::time::Instant::now();
+    let mut reasons = Vec::new();
+    while broken.elapsed() < Duration::from_secs(150) {
+        let pods = agent.ctx.statuses.pods();
+        if let Some(p) = pods.iter().find(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("var-expansion"))
+        }) && let Some((r, _)) = waiting_reason(p, "dapi-container")
+            && reasons.last() != Some(&r)
+        {
+            reasons.push(r);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(reasons, ["CreateContainerConfigError"]);
+    send(&agent, vec![with(r#","mysubpath":"mypath""#)]).await;
+    let p = wait_for(
+        &agent,
+        "var-expansion",
+        "restarted",
+        Duration::from_secs(11),
+        |p| container(p, "dapi-container").restart_count == 1,
+    )
+    .await;
+    assert!(
+        waiting_reason(&p, "dapi-container").is_none_or(|(r, _)| r != "CrashLoopBackOff"),
+        "{p:?}"
+    );
+    agent.shutdown().await;
+}
+
 const DEADLINE_POD: &str = r#"{"metadata":{"name":"deadline","uid":"deadline-1"},"spec":{DEADLINE
     "containers":[{"name":"main","image":"localhost/busybox:latest","command":["sleep","3600"]}]}}"#;
 

@@ -15,8 +15,8 @@ use tracing::warn;
 use wasmlet_agent::criconfig::services::ServiceSource;
 use wasmlet_agent::volumes::BoxFuture;
 
-/// How long a container start waits for the first list of Services before it fails with
-/// the kubelet's error (and is tried again).
+/// How long a container start of a pod from the API server waits for the first list of
+/// Services before it fails with the kubelet's error (and is tried again).
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// The kubelet's words when Services were never listed.
@@ -68,11 +68,14 @@ impl ServiceSource for ServiceWatch {
     fn services<'a>(
         &'a self,
         namespace: &'a str,
+        wait: bool,
     ) -> BoxFuture<'a, Result<Vec<k8s::Service>, String>> {
         Box::pin(async move {
-            match tokio::time::timeout(FIRST_LIST_WAIT, self.store.wait_until_ready()).await {
-                Ok(Ok(())) => {}
-                _ => return Err(NOT_LISTED.to_owned()),
+            if wait {
+                match tokio::time::timeout(FIRST_LIST_WAIT, self.store.wait_until_ready()).await {
+                    Ok(Ok(())) => {}
+                    _ => return Err(NOT_LISTED.to_owned()),
+                }
             }
             Ok(self
                 .store

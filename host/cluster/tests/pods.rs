@@ -171,7 +171,7 @@ async fn containers_get_the_service_variables_from_one_watch() {
     let services = n.agent.ctx.services.clone().expect("a Service source");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !services
-        .services("default")
+        .services("default", true)
         .await
         .unwrap_or_default()
         .iter()
@@ -302,6 +302,59 @@ fn static_pod(image_tag: &str) -> Value {
         "spec": {"containers": [{"name": "c", "image": format!("localhost/busybox:{image_tag}"),
             "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
     })
+}
+
+/// A control-plane node: its API server is one of its static pods, so nothing a static
+/// pod needs may wait for the API server — the Service variables included (the kubelet
+/// exempts static pods from waiting for the first list of Services). Once the API server
+/// answers, the mirror pod follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pods_start_before_the_api_server_was_ever_reached() {
+    let dir = Node::dir("no-apiserver");
+    let api = wasmlet_apiserver_sim::ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let addr = served.addr;
+    let kubeconfig = dir.join("kubeconfig");
+    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
+    let client = wasmlet_cluster::connect::client(&kubeconfig)
+        .await
+        .expect("client");
+    served.stop();
+    let mut n = Node::start_on(
+        "no-apiserver",
+        api,
+        (None, addr),
+        client,
+        Default::default(),
+    )
+    .await;
+    n.set_static(vec![static_pod("latest")]).await;
+    let started = Instant::now();
+    let name = format!("etcd-{}", n.name);
+    while !n.running_containers().await.iter().any(|(p, _)| *p == name) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the static pod's container did not start without an API server: {:?}",
+            n.agent.ctx.statuses.pods()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Services were never listed: the container gets none of their variables.
+    let env = n.cri.container_config("c").expect("created").envs;
+    assert!(
+        env.iter().all(|e| !e.key.starts_with("KUBERNETES_")),
+        "{env:?}"
+    );
+
+    // The API server comes up (as the static pod would): the mirror pod follows.
+    n.served = Some(n.api.serve(n.addr).await.expect("serve"));
+    n.wait(&format!("{name} Running"), Duration::from_secs(20), |p| {
+        phase(p) == "Running"
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

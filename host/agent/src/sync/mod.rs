@@ -139,6 +139,14 @@ fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
     }
 }
 
+/// Whether two reasons a container waits are the same cause: the same reason, and for
+/// anything but a back-off (whose message counts its delay up) the same message.
+fn same_cause(a: &Waiting, b: &Waiting) -> bool {
+    a.reason == b.reason
+        && (a.message == b.message
+            || matches!(a.reason.as_str(), "CrashLoopBackOff" | "ImagePullBackOff"))
+}
+
 fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.min(b)))
 }
@@ -159,7 +167,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         if let Some(services) = &self.services {
-            match services.services(namespace).await {
+            // Static pods never wait for the API server: on a control-plane node it is
+            // one of them (the kubelet exempts them the same way).
+            match services.services(namespace, !pod::is_static(pod)).await {
                 Ok(all) => {
                     let links = pod
                         .spec
@@ -506,7 +516,20 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     if let Some(id) = n.created {
                         touched.containers.push((id, sandbox_id.clone()));
                     }
-                    self.statuses.set_waiting(&key.uid, &name, Some(n.waiting));
+                    let before =
+                        self.statuses
+                            .set_waiting(&key.uid, &name, Some(n.waiting.clone()));
+                    if !before.is_some_and(|b| same_cause(&b, &n.waiting)) {
+                        // Said in the agent's own log once per cause: events cannot
+                        // reach an API server that is down (or one of these pods).
+                        warn!(
+                            pod = %key,
+                            container = %name,
+                            reason = %n.waiting.reason,
+                            "container not started: {}",
+                            n.waiting.message
+                        );
+                    }
                     requeue = min_instant(requeue, n.retry);
                 }
             }
@@ -558,3 +581,32 @@ mod start;
 mod stop;
 
 pub use stop::ContainerOps;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_is_its_reason_and_message_but_a_back_off_counting_up_is_one_cause() {
+        let config = waiting("CreateContainerConfigError", "configmap \"a\" not found");
+        assert!(same_cause(&config, &config.clone()));
+        assert!(!same_cause(
+            &config,
+            &waiting("CreateContainerConfigError", "secret \"b\" not found")
+        ));
+        assert!(!same_cause(
+            &config,
+            &waiting("CreateContainerError", "configmap \"a\" not found")
+        ));
+        assert!(same_cause(
+            &waiting(
+                "CrashLoopBackOff",
+                "back-off 10s restarting failed container=c"
+            ),
+            &waiting(
+                "CrashLoopBackOff",
+                "back-off 20s restarting failed container=c"
+            )
+        ));
+    }
+}

@@ -61,54 +61,14 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         pod_ip: &str,
         refs: &criconfig::EnvData,
     ) -> Result<String, NotStarted> {
-        let key = PodKey::of(pod);
-        let backoff_key = format!("{}/{}", key.uid, c.name);
         let previous = rt.latest(&c.name);
-        let now = Instant::now();
-        if let Some(prev) = previous.filter(|p| p.state == State::Exited) {
-            let failed_at = self.clock.instant_of(if prev.finished_at > 0 {
-                prev.finished_at
-            } else {
-                prev.created_at
-            });
-            let mut backoff = Self::lock(&self.crash_backoff);
-            backoff.seed(
-                &backoff_key,
-                failed_at,
-                u32::try_from(prev.restart_count).unwrap_or(0),
-            );
-            if let Some(at) = backoff.retry_at(&backoff_key, failed_at, now) {
-                let delay = backoff.delay(&backoff_key).unwrap_or_default();
-                self.events.record(Event::warning(
-                    pod,
-                    Some(&c.name),
-                    "BackOff",
-                    format!(
-                        "Back-off restarting failed container {} in pod {}_{}({})",
-                        c.name, key.name, key.namespace, key.uid
-                    ),
-                ));
-                return Err(NotStarted {
-                    waiting: waiting(
-                        "CrashLoopBackOff",
-                        format!(
-                            "back-off {}s restarting failed container={} pod={}_{}({})",
-                            delay.as_secs(),
-                            c.name,
-                            key.name,
-                            key.namespace,
-                            key.uid
-                        ),
-                    ),
-                    retry: at,
-                    created: None,
-                });
-            }
-            backoff.next(&backoff_key, failed_at);
-        }
+        // The crash-loop back-off advances when a container is about to be created
+        // again, not when the agent could not even make its configuration: a
+        // configuration of the agent's own that fails is not the container's crash.
+        let restarting = self.crash_loop_gate(pod, c, previous)?;
         let restart_count = previous.map_or(0, |p| p.restart_count + 1);
         self.ensure_image(pod, c).await?;
-        let retry = now + ERROR_RETRY;
+        let retry = Instant::now() + ERROR_RETRY;
         let failed = |reason: &str, message: String| {
             // The kubelet's event for a container it could not create: `Failed`.
             self.events.record(Event::warning(
@@ -160,6 +120,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 ns.target_id = id;
             }
         }
+        if let Some(failed_at) = restarting {
+            Self::lock(&self.crash_backoff)
+                .next(&format!("{}/{}", pod::uid(pod), c.name), failed_at);
+        }
         let id = self
             .pacer
             .run(
@@ -192,7 +156,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             });
         }
         self.metrics.started_containers.inc();
-        info!(pod = %key, container = %c.name, id = %id, restart_count, "started container");
+        info!(pod = %PodKey::of(pod), container = %c.name, id = %id, restart_count, "started container");
         self.events.record(Event::normal(
             pod,
             Some(&c.name),
@@ -205,7 +169,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 .run_hook(pod, c, hook, &id, pod_ip, POST_START_TIMEOUT)
                 .await
         {
-            warn!(pod = %key, container = %c.name, "PostStartHook failed: {message}");
+            warn!(pod = %PodKey::of(pod), container = %c.name, "PostStartHook failed: {message}");
             self.events.record(Event::warning(
                 pod,
                 Some(&c.name),
@@ -223,6 +187,61 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             });
         }
         Ok(id)
+    }
+
+    /// CrashLoopBackOff: a container that exited waits out its back-off before it is
+    /// created again. `Ok(Some(finished))`: it may restart now, and the back-off is to
+    /// advance from its finish when it is created; `Ok(None)`: a first start.
+    fn crash_loop_gate(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        previous: Option<&crate::runtime::ContainerInfo>,
+    ) -> Result<Option<Instant>, NotStarted> {
+        let Some(prev) = previous.filter(|p| p.state == State::Exited) else {
+            return Ok(None);
+        };
+        let key = PodKey::of(pod);
+        let backoff_key = format!("{}/{}", key.uid, c.name);
+        let failed_at = self.clock.instant_of(if prev.finished_at > 0 {
+            prev.finished_at
+        } else {
+            prev.created_at
+        });
+        let mut backoff = Self::lock(&self.crash_backoff);
+        backoff.seed(
+            &backoff_key,
+            failed_at,
+            u32::try_from(prev.restart_count).unwrap_or(0),
+        );
+        let Some(at) = backoff.retry_at(&backoff_key, failed_at, Instant::now()) else {
+            return Ok(Some(failed_at));
+        };
+        let delay = backoff.delay(&backoff_key).unwrap_or_default();
+        self.events.record(Event::warning(
+            pod,
+            Some(&c.name),
+            "BackOff",
+            format!(
+                "Back-off restarting failed container {} in pod {}_{}({})",
+                c.name, key.name, key.namespace, key.uid
+            ),
+        ));
+        Err(NotStarted {
+            waiting: waiting(
+                "CrashLoopBackOff",
+                format!(
+                    "back-off {}s restarting failed container={} pod={}_{}({})",
+                    delay.as_secs(),
+                    c.name,
+                    key.name,
+                    key.namespace,
+                    key.uid
+                ),
+            ),
+            retry: at,
+            created: None,
+        })
     }
 
     pub(super) async fn ensure_image(
