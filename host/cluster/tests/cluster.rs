@@ -100,6 +100,22 @@ async fn a_node_registers_is_adopted_after_a_restart_and_reports_status() {
         stored["status"]["nodeInfo"]["containerRuntimeVersion"],
         "containerd://1.7.24"
     );
+    // The Kubernetes version it implements, wasmlet's own as semantic-version build
+    // metadata: what version-skew checks (kubeadm's upgrade policy) parse and compare.
+    let version = stored["status"]["nodeInfo"]["kubeletVersion"]
+        .as_str()
+        .expect("kubeletVersion");
+    let build = version
+        .strip_prefix("v1.28.7+")
+        .unwrap_or_else(|| panic!("{version} is not v1.28.7+BUILD"));
+    assert!(build.starts_with("wasmlet."), "{version}");
+    assert!(
+        build
+            .split('.')
+            .all(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')),
+        "{version}: build metadata must be dot-separated [0-9A-Za-z-] identifiers"
+    );
+    assert_eq!(stored["status"]["nodeInfo"]["kubeProxyVersion"], version);
 
     // The agent restarts with a new label: the same Node is adopted, not replaced.
     let mut f2 = f.clone();

@@ -26,11 +26,6 @@ mod containerd;
 mod node;
 mod server;
 
-/// The Kubernetes version whose kubelet wasmlet stands in for (its KubeletConfiguration,
-/// its flags, the conformance tests it passes): what `--version` says, as kubeadm's
-/// preflight reads it.
-pub const KUBERNETES_VERSION: &str = "1.28.7";
-
 /// Arguments of `wasmlet up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -70,10 +65,7 @@ impl Args for RunArgs {
 /// `wasmlet run` (or `kubelet`).
 pub async fn run(args: RunArgs) -> Result<()> {
     if args.0.version() {
-        println!(
-            "Kubernetes v{KUBERNETES_VERSION}+wasmlet.{}",
-            env!("CARGO_PKG_VERSION")
-        );
+        println!("Kubernetes {}", wasmlet_cluster::node::kubelet_version());
         return Ok(());
     }
     let config = Config::from_flags(&args.0)?;
