@@ -231,11 +231,7 @@ impl Controller {
                     Some(Err(e)) => {
                         if !failing {
                             failing = true;
-                            let hint = if e.to_string().contains("404") {
-                                " (is the WasmletPlugin CRD installed? kubectl apply -f deploy/wasmletplugin-crd.yaml)"
-                            } else {
-                                ""
-                            };
+                            let hint = watch_hint(&e.to_string());
                             warn!(error = %e, "listing or watching WasmletPlugins failed{hint}; the node keeps serving the cluster plugins it has and retries");
                         } else {
                             debug!(error = %e, retry_in = ?delay, "listing or watching WasmletPlugins failed again");
@@ -639,4 +635,15 @@ fn now_rfc3339() -> String {
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+/// What an operator can do about a failed list or watch of WasmletPlugins, said with
+/// the first failure (the retries that follow are quiet, with a growing pause).
+fn watch_hint(error: &str) -> &'static str {
+    if error.contains("404") {
+        " (is the WasmletPlugin CRD installed? kubectl apply -f deploy/wasmletplugin-crd.yaml)"
+    } else if error.contains("403") || error.contains("forbidden") {
+        " (nodes may not read WasmletPlugins yet: apply deploy/wasmletplugin-rbac.yaml once per cluster)"
+    } else {
+        ""
+    }
 }
