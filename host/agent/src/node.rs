@@ -41,6 +41,9 @@ pub struct Reserved {
     pub memory_bytes: u64,
     /// Ephemeral storage, in bytes.
     pub ephemeral_storage_bytes: u64,
+    /// Process IDs (`pid`): kept from the pods' `kubepods` cgroup when `pods` is
+    /// enforced.
+    pub pids: u64,
 }
 
 impl Reserved {
@@ -52,6 +55,7 @@ impl Reserved {
             ephemeral_storage_bytes: self
                 .ephemeral_storage_bytes
                 .saturating_add(other.ephemeral_storage_bytes),
+            pids: self.pids.saturating_add(other.pids),
         }
     }
 }
@@ -239,6 +243,7 @@ mod tests {
                 cpu_millis: 100,
                 memory_bytes: 512 << 20,
                 ephemeral_storage_bytes: 0,
+                pids: 0,
             },
         };
         let node = facts.object(false, "container runtime is down", "2026-11-22T10:00:00Z");

@@ -318,6 +318,7 @@ async fn tree_at(root: &std::path::Path) -> Arc<PodCgroups> {
         reserved: (0, 0),
         enforce_pods: true,
         reserved_cgroups: Vec::new(),
+        kubepods_pids: None,
     };
     let tree = PodCgroups::with(CgroupFs::at(root, false), setup, None)
         .await

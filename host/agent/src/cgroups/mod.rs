@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1 as k8s;
 
 pub mod fs;
+mod private_bus;
 pub mod systemd;
 pub mod tree;
 pub mod values;
@@ -73,6 +74,9 @@ pub struct Setup {
     pub enforce_pods: bool,
     /// Reservations enforced on cgroups of their own.
     pub reserved_cgroups: Vec<ReservedCgroup>,
+    /// `kubepods`' pids limit: the node's pid capacity ([`values::node_pid_capacity`]),
+    /// less the `pid` reservations when `pods` is enforced. `None`: not known, no limit.
+    pub kubepods_pids: Option<u64>,
 }
 
 /// The node's pod cgroups.
@@ -114,7 +118,7 @@ impl PodCgroups {
     }
 
     /// The tree `wasmlet run` makes with the kubelet's defaults (the cgroupfs driver,
-    /// root `/`, nothing reserved) on `/sys/fs/cgroup`, for a node of `cpus` CPUs and
+    /// root `/`, nothing reserved; no pids limit on `kubepods`) on `/sys/fs/cgroup`, for a node of `cpus` CPUs and
     /// `memory` bytes: for benchmarks and tools.
     pub async fn node_default(cpus: u64, memory: u64) -> Result<PodCgroups, StartError> {
         let fs = CgroupFs::detect(std::path::Path::new("/sys/fs/cgroup"))
@@ -127,6 +131,7 @@ impl PodCgroups {
             reserved: (0, 0),
             enforce_pods: true,
             reserved_cgroups: Vec::new(),
+            kubepods_pids: None,
         };
         Self::with(fs, setup, None).await
     }
@@ -166,6 +171,7 @@ impl PodCgroups {
         );
         let shares = Settings {
             cpu_shares: Some(shares),
+            pids: setup.kubepods_pids.map(Max::Of),
             ..Settings::default()
         };
         self.apply(&self.kubepods, &shares).await.map_err(|e| {

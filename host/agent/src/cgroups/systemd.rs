@@ -13,9 +13,6 @@ use zbus::zvariant::{OwnedObjectPath, Value};
 use super::tree::CgroupName;
 use super::values::{Max, QUOTA_PERIOD, Settings, shares_to_weight};
 
-/// systemd's "infinity" for limits.
-const INFINITY: u64 = u64::MAX;
-
 /// A unit property's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prop {
@@ -77,22 +74,18 @@ pub fn slice_properties(name: &CgroupName, v2: bool) -> Vec<Property> {
     ]
 }
 
-fn max_or_infinity(m: Max) -> u64 {
-    match m {
-        Max::Unlimited => INFINITY,
-        Max::Of(n) => n,
-    }
-}
-
-/// The unit properties for `settings`: cgroup v1 `MemoryLimit`/`CPUShares`, v2
+/// The unit properties for `settings`, as runc's systemd driver gives them for the
+/// kubelet's resource configurations: cgroup v1 `MemoryLimit`/`CPUShares`, v2
 /// `MemoryMax`/`CPUWeight`; the CFS quota as `CPUQuotaPerSecUSec` rounded up to a whole
 /// percent of a CPU (systemd keeps percents: a child must still fit its own quota), with
-/// the period; `TasksMax`.
+/// its period; `TasksMax`. A limit that is absent is not a property at all (a new slice
+/// has none): the kubelet leaves it out of the resource configuration, and runc sets
+/// only what is there.
 pub fn resource_properties(settings: &Settings, v2: bool) -> Vec<Property> {
     let mut props = Vec::new();
-    if let Some(m) = settings.memory {
+    if let Some(Max::Of(m)) = settings.memory {
         let name = if v2 { "MemoryMax" } else { "MemoryLimit" };
-        props.push((name, Prop::U64(max_or_infinity(m))));
+        props.push((name, Prop::U64(m)));
     }
     if let Some(shares) = settings.cpu_shares {
         props.push(if v2 {
@@ -101,19 +94,16 @@ pub fn resource_properties(settings: &Settings, v2: bool) -> Vec<Property> {
             ("CPUShares", Prop::U64(shares))
         });
     }
-    if let Some(quota) = settings.cpu_quota {
+    if let Some(Max::Of(quota)) = settings.cpu_quota {
         props.push(("CPUQuotaPeriodUSec", Prop::U64(QUOTA_PERIOD)));
-        let per_sec = match quota {
-            Max::Unlimited => INFINITY,
-            Max::Of(q) => {
-                let per_sec = q.saturating_mul(1_000_000) / QUOTA_PERIOD;
-                per_sec.div_ceil(10_000) * 10_000
-            }
-        };
-        props.push(("CPUQuotaPerSecUSec", Prop::U64(per_sec)));
+        let per_sec = quota.saturating_mul(1_000_000) / QUOTA_PERIOD;
+        props.push((
+            "CPUQuotaPerSecUSec",
+            Prop::U64(per_sec.div_ceil(10_000) * 10_000),
+        ));
     }
-    if let Some(p) = settings.pids {
-        props.push(("TasksMax", Prop::U64(max_or_infinity(p))));
+    if let Some(Max::Of(pids)) = settings.pids {
+        props.push(("TasksMax", Prop::U64(pids)));
     }
     props
 }
@@ -154,35 +144,66 @@ pub struct Systemd {
 }
 
 /// Where systemd listens to root without the system bus.
-const PRIVATE_SOCKET: &str = "unix:path=/run/systemd/private";
+const PRIVATE_SOCKET: &str = "/run/systemd/private";
+
+/// How long connecting to systemd (and its first answer) may take, each way.
+const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long one call to systemd's manager may take.
+const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Systemd {
     /// Connects over the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, else
     /// `/run/dbus/system_bus_socket`), else systemd's private socket, and asks for
-    /// systemd's version to know it answers. The error says what was tried.
+    /// systemd's version to know it answers; each way within [`CONNECT_DEADLINE`]. The
+    /// error says what was tried.
     pub async fn connect() -> Result<Systemd, String> {
-        let bus = match zbus::Connection::system().await {
-            Ok(c) => Self::over(c).await,
-            Err(e) => Err(format!("the system bus: {e}")),
-        };
-        match bus {
-            Ok(s) => Ok(s),
-            Err(bus_error) => {
-                let private = async {
-                    let address: zbus::Address = PRIVATE_SOCKET.try_into()?;
-                    zbus::connection::Builder::address(address)?
-                        .p2p()
-                        .build()
-                        .await
-                }
+        let bus = async {
+            let connection = zbus::connection::Builder::system()
+                .map_err(|e| e.to_string())?
+                .method_timeout(CALL_DEADLINE)
+                .build()
                 .await
-                .map_err(|e| format!("{PRIVATE_SOCKET}: {e}"));
-                match private {
-                    Ok(c) => Self::over(c).await,
-                    Err(e) => Err(format!("{bus_error}; {e}")),
-                }
+                .map_err(|e| e.to_string())?;
+            Self::over(connection).await
+        };
+        let bus_error = match within(bus).await {
+            Ok(s) => {
+                tracing::info!("systemd reached over the system bus");
+                return Ok(s);
             }
+            Err(e) => format!("the system bus: {e}"),
+        };
+        match within(Self::private(std::path::Path::new(PRIVATE_SOCKET))).await {
+            Ok(s) => {
+                tracing::info!(
+                    socket = PRIVATE_SOCKET,
+                    "systemd reached on its private socket ({bus_error})"
+                );
+                Ok(s)
+            }
+            Err(e) => Err(format!("{bus_error}; {PRIVATE_SOCKET}: {e}")),
         }
+    }
+
+    /// systemd's manager on its private socket at `path` (a peer-to-peer connection,
+    /// whose messages carry systemd's name as their sender: see [`super::private_bus`]).
+    pub async fn private(path: &std::path::Path) -> Result<Systemd, String> {
+        let stream = tokio::net::UnixStream::connect(path)
+            .await
+            .map_err(|e| e.to_string())?;
+        Self::private_stream(stream).await
+    }
+
+    /// systemd's manager as a peer on `stream` (its private socket, connected).
+    pub async fn private_stream(stream: tokio::net::UnixStream) -> Result<Systemd, String> {
+        let connection = zbus::connection::Builder::socket(super::private_bus::split(stream))
+            .p2p()
+            .method_timeout(CALL_DEADLINE)
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
+        Self::over(connection).await
     }
 
     /// systemd's manager over `connection`, once it answered.
@@ -246,6 +267,15 @@ impl Systemd {
             }
         }
     }
+}
+
+/// `attempt`, or an error once [`CONNECT_DEADLINE`] has passed.
+async fn within<T>(
+    attempt: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(CONNECT_DEADLINE, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {CONNECT_DEADLINE:?}")))
 }
 
 #[cfg(test)]
@@ -326,13 +356,9 @@ mod tests {
             pids: Some(Max::Unlimited),
             ..Settings::default()
         };
-        let props = resource_properties(&none, false);
-        assert_eq!(
-            get(&props, "CPUQuotaPerSecUSec"),
-            Some(&Prop::U64(u64::MAX))
-        );
-        assert_eq!(get(&props, "MemoryLimit"), Some(&Prop::U64(u64::MAX)));
-        assert_eq!(get(&props, "TasksMax"), Some(&Prop::U64(u64::MAX)));
+        // No quota, no memory limit, no pids limit (a Burstable pod's CPU without a
+        // limit, podPidsLimit unset): none of them, the period included.
+        assert!(resource_properties(&none, false).is_empty());
         assert!(resource_properties(&Settings::default(), false).is_empty());
     }
 }

@@ -39,6 +39,7 @@ fn setup(driver: Driver) -> Setup {
         reserved: (500, 1 << 30),
         enforce_pods: true,
         reserved_cgroups: Vec::new(),
+        kubepods_pids: Some(30_000),
     }
 }
 
@@ -60,6 +61,8 @@ async fn the_tree_carries_allocatable_and_each_class_goes_to_its_tier() {
     );
     assert_eq!(read(&root.join("cpu/kubepods/besteffort/cpu.shares")), "2");
     assert_eq!(read(&root.join("cpu/kubepods/burstable/cpu.shares")), "2");
+    // The node's pid capacity less the pid reservation, as the kubelet limits kubepods.
+    assert_eq!(read(&root.join("pids/kubepods/pids.max")), "30000");
 
     let g = pod("g", "{limits: {cpu: '1', memory: 128Mi}}");
     let b = pod("b", "{requests: {cpu: 500m}}");
@@ -295,6 +298,92 @@ mod systemd_bus {
         }
     }
 
+    /// The stand-in's write half: every message it sends carries systemd's name as its
+    /// sender, as systemd's own messages on its private socket do.
+    #[derive(Debug)]
+    struct AsSystemdSends(tokio::net::unix::OwnedWriteHalf);
+
+    #[async_trait::async_trait]
+    impl zbus::connection::socket::WriteHalf for AsSystemdSends {
+        async fn sendmsg(
+            &mut self,
+            buffer: &[u8],
+            fds: &[std::os::fd::BorrowedFd<'_>],
+        ) -> std::io::Result<usize> {
+            self.0.sendmsg(buffer, fds).await
+        }
+
+        async fn close(&mut self) -> std::io::Result<()> {
+            self.0.close().await
+        }
+
+        async fn send_message(&mut self, msg: &zbus::Message) -> zbus::Result<()> {
+            let bytes =
+                super::super::private_bus::with_sender(msg.data(), "org.freedesktop.systemd1");
+            let mut sent = 0;
+            while sent < bytes.len() {
+                sent += self.0.sendmsg(&bytes[sent..], &[]).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// systemd's private socket: a peer-to-peer connection whose every message names
+    /// `org.freedesktop.systemd1` as its sender (what zbus alone cannot read). The
+    /// driver's calls go through and their answers come back.
+    #[tokio::test]
+    async fn systemds_private_socket_is_talked_to_as_systemd_answers_there() {
+        let root = v1_root("systemd-private");
+        let calls = Arc::new(StdMutex::new(Calls::default()));
+        let (a, b) = tokio::net::UnixStream::pair().expect("pair");
+        let (read, write) = a.into_split();
+        let split = zbus::connection::socket::Split::<
+            Box<dyn zbus::connection::socket::ReadHalf>,
+            Box<dyn zbus::connection::socket::WriteHalf>,
+        >::new(Box::new(read), Box::new(AsSystemdSends(write)));
+        let manager = Manager {
+            root: root.clone(),
+            calls: calls.clone(),
+        };
+        let server = zbus::connection::Builder::socket(split)
+            .server(zbus::Guid::generate())
+            .expect("server")
+            .p2p()
+            .serve_at("/org/freedesktop/systemd1", manager)
+            .expect("serve")
+            .build();
+        let client = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            Systemd::private_stream(b),
+        );
+        let (server, client) = tokio::join!(server, client);
+        let _server = server.expect("server");
+        let systemd = client
+            .expect("answered in time")
+            .expect("systemd answers on its private socket");
+        let name = CgroupName::parse(Driver::Cgroupfs, "/kubepods/burstable");
+        systemd
+            .ensure(&name, &Settings::default(), false)
+            .await
+            .expect("started");
+        systemd.stop(&name).await.expect("stopped");
+        let seen: Vec<String> = calls
+            .lock()
+            .expect("calls")
+            .0
+            .iter()
+            .map(|c| format!("{} {}", c.0, c.1))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "start kubepods-burstable.slice replace",
+                "stop kubepods-burstable.slice replace"
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[tokio::test]
     async fn slices_are_started_and_set_through_systemds_manager() {
         let root = v1_root("systemd");
@@ -356,16 +445,8 @@ mod systemd_bus {
             .rfind(|c| c.0 == "set")
             .expect("the pod's resources set");
         let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "MemoryLimit",
-                "CPUShares",
-                "CPUQuotaPeriodUSec",
-                "CPUQuotaPerSecUSec",
-                "TasksMax"
-            ]
-        );
+        // No CPU limit: no quota and no period, as the kubelet gives systemd.
+        assert_eq!(names, ["MemoryLimit", "CPUShares", "TasksMax"]);
         assert!(set[0].1.contains(&(64u64 << 20).to_string()), "{set:?}");
         assert!(set[1].1.contains("512"), "{set:?}");
         let (_, _, started) = seen

@@ -222,6 +222,16 @@ pub fn burstable_shares<'a>(pods: impl IntoIterator<Item = &'a PodResources>) ->
 /// The `besteffort` tier's shares.
 pub const BESTEFFORT_SHARES: u64 = MIN_SHARES;
 
+/// The node's pid capacity as the kubelet counts it: the smaller of `kernel.pid_max`
+/// and `kernel.threads-max` (either may be unreadable; neither: unknown).
+pub fn node_pid_capacity(pid_max: Option<&str>, threads_max: Option<&str>) -> Option<u64> {
+    [pid_max, threads_max]
+        .into_iter()
+        .flatten()
+        .filter_map(|text| text.trim().parse::<u64>().ok())
+        .min()
+}
+
 /// `kubepods`' settings with node allocatable enforced (`enforceNodeAllocatable:
 /// [pods]`): capacity less `kubeReserved` and `systemReserved` (the hard eviction
 /// threshold is not taken off here: it is kept from scheduling, not from the pods'
@@ -250,6 +260,18 @@ mod tests {
 
     fn pod(yaml: &str) -> k8s::Pod {
         serde_yaml_ng::from_str(yaml).expect("pod")
+    }
+
+    #[test]
+    fn the_node_pid_capacity_is_the_smaller_kernel_limit() {
+        // As /proc/sys/kernel/{pid_max,threads-max} read, newline included.
+        assert_eq!(
+            node_pid_capacity(Some("4194304\n"), Some("191903\n")),
+            Some(191_903)
+        );
+        assert_eq!(node_pid_capacity(Some("32768\n"), None), Some(32_768));
+        assert_eq!(node_pid_capacity(Some("x"), Some("")), None);
+        assert_eq!(node_pid_capacity(None, None), None);
     }
 
     #[test]

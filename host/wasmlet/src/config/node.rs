@@ -134,10 +134,7 @@ pub(super) fn reserved(field: &str, map: &Quantities) -> Result<Reserved> {
             "ephemeral-storage" => {
                 r.ephemeral_storage_bytes = parse_quantity(value, 0).map_err(at)?;
             }
-            // Accepted; the agent limits pids per pod (podPidsLimit), not per node.
-            "pid" => {
-                parse_quantity(value, 0).map_err(at)?;
-            }
+            "pid" => r.pids = parse_quantity(value, 0).map_err(at)?,
             other => bail!(
                 "{field}.{other}: not a resource that can be reserved (cpu, memory, ephemeral-storage, pid)"
             ),

@@ -245,6 +245,7 @@ fn cluster_fields_set_labels_taints_reservations_timing_and_limits() {
             cpu_millis: 600,
             memory_bytes: 512 << 20,
             ephemeral_storage_bytes: 1 << 30,
+            pids: 1000,
         }
     );
     assert_eq!(

@@ -112,6 +112,23 @@ pub(super) fn start(
     ))
 }
 
+/// `kubepods`' pids limit, as the kubelet sets it: the node's pid capacity
+/// (`kernel.pid_max` or `kernel.threads-max`, the smaller), less the `pid` reservations
+/// when `pods` is enforced.
+fn kubepods_pids(config: &Config, enforce_pods: bool) -> Option<u64> {
+    let read = |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok();
+    let capacity = wasmlet_agent::cgroups::values::node_pid_capacity(
+        read("pid_max").as_deref(),
+        read("threads-max").as_deref(),
+    )?;
+    let reserved = if enforce_pods {
+        config.reserved.pids
+    } else {
+        0
+    };
+    Some(capacity.saturating_sub(reserved))
+}
+
 /// The pods' cgroup tree as configured: `kubepods` with allocatable (capacity when
 /// `enforceNodeAllocatable` leaves out `pods`), the tiers, the reserved cgroups. Where
 /// this process cannot make cgroups (no cgroup filesystem, not root) pods go where the
@@ -131,6 +148,7 @@ pub(super) async fn pod_cgroups(
         capacity: (facts.cpus.saturating_mul(1000), facts.memory_bytes),
         reserved: (config.reserved.cpu_millis, config.reserved.memory_bytes),
         enforce_pods: tree.enforce_pods,
+        kubepods_pids: kubepods_pids(config, tree.enforce_pods),
         reserved_cgroups: tree
             .reserved
             .iter()
