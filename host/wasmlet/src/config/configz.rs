@@ -10,6 +10,9 @@ use super::Config;
 /// Go's duration text (`1m0s`, `500ms`), as the kubelet prints its durations.
 fn go_duration(d: Duration) -> String {
     let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
     if ms < 1000 {
         return format!("{ms}ms");
     }
@@ -88,7 +91,20 @@ impl Config {
             "containerLogMaxFiles": self.log_rotation.policy.max_files,
             "containerLogMaxWorkers": self.log_rotation.workers,
             "containerLogMonitorInterval": go_duration(self.log_rotation.interval),
+            "shutdownGracePeriod": go_duration(self.shutdown.grace),
+            "shutdownGracePeriodCriticalPods": go_duration(self.shutdown.critical),
         });
+        if self.shutdown.by_priority
+            && let Some(o) = v.as_object_mut()
+        {
+            let groups: Vec<Value> = self
+                .shutdown
+                .groups
+                .iter()
+                .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.grace_seconds}))
+                .collect();
+            o.insert("shutdownGracePeriodByPodPriority".into(), groups.into());
+        }
         if let (Some(s), Some(o)) = (server, v.as_object_mut()) {
             o.insert("address".into(), s.addr.ip().to_string().into());
             o.insert("port".into(), s.addr.port().into());
@@ -145,6 +161,7 @@ mod tests {
         assert_eq!(go_duration(Duration::from_secs(120)), "2m0s");
         assert_eq!(go_duration(Duration::from_secs(20)), "20s");
         assert_eq!(go_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(go_duration(Duration::ZERO), "0s");
         assert_eq!(go_duration(Duration::from_secs(3630)), "1h0m30s");
     }
 

@@ -129,9 +129,9 @@ pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ("logging", Ignored(None)),
     ("enableSystemLogHandler", Ignored(Some("true"))),
     ("enableSystemLogQuery", Ignored(None)),
-    ("shutdownGracePeriod", Ignored(None)),
-    ("shutdownGracePeriodCriticalPods", Ignored(None)),
-    ("shutdownGracePeriodByPodPriority", Ignored(None)),
+    ("shutdownGracePeriod", Implemented),
+    ("shutdownGracePeriodCriticalPods", Implemented),
+    ("shutdownGracePeriodByPodPriority", Implemented),
     ("reservedMemory", Ignored(None)),
     ("enableProfilingHandler", Ignored(Some("true"))),
     ("enableDebugFlagsHandler", Ignored(Some("true"))),
@@ -274,7 +274,7 @@ mod tests {
     fn zeros_and_defaults_pass_quietly() {
         let mut m = mapping(
             "cpuManagerReconcilePeriod: 0s\nlogging: {flushFrequency: 0, options: {json: {infoBufferSize: '0'}}, verbosity: 0}\n\
-             memorySwap: {}\nruntimeRequestTimeout: 0s\nshutdownGracePeriod: 0s\n\
+             memorySwap: {}\nruntimeRequestTimeout: 0s\nhttpCheckFrequency: 0s\n\
              streamingConnectionIdleTimeout: 4h0m0s\nfailSwapOn: true\nmemoryThrottlingFactor: 0.9\n\
              cpuManagerPolicy: none\nsyncFrequency: 0s\n",
         )

@@ -156,6 +156,17 @@ pub(super) struct File {
     pub allowed_unsafe_sysctls: Vec<String>,
     pub register_with_taints: Vec<Taint>,
     pub container_runtime_endpoint: String,
+    pub shutdown_grace_period: Dur,
+    pub shutdown_grace_period_critical_pods: Dur,
+    pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGroup>,
+}
+
+/// One `shutdownGracePeriodByPodPriority` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub(super) struct ShutdownGroup {
+    pub priority: i32,
+    pub shutdown_grace_period_seconds: i64,
 }
 
 /// Reads configuration text into a mapping of fields (an empty file is no fields).

@@ -98,6 +98,7 @@ mod pods;
 mod resources;
 mod runtime;
 mod server;
+pub mod shutdown;
 
 pub use defaults::RUNTIME_ENDPOINT as DEFAULT_RUNTIME_ENDPOINT;
 pub use flags::{Given, Invocation};
@@ -176,6 +177,8 @@ pub struct Config {
     /// `clusterPlugins`: WasmletPlugins followed in cluster mode, and what they may be
     /// given.
     pub cluster_plugins: wasmlet_fleet::FleetConfig,
+    /// Graceful node shutdown.
+    pub shutdown: shutdown::Shutdown,
 }
 
 /// `p` when it is absolute (or not given); otherwise an error naming `field`.
@@ -257,6 +260,7 @@ impl Config {
             limits: Limits::default(),
             log_rotation: wasmlet_logs::Rotation::default(),
             resources: Resources::development(),
+            shutdown: shutdown::Shutdown::default(),
             plugins: None,
             cluster_plugins: wasmlet_fleet::FleetConfig::default(),
         }
@@ -368,6 +372,7 @@ impl Config {
                 monitor_interval: f.container_log_monitor_interval.take(),
             })?,
             resources: resources(&mut f)?,
+            shutdown: shutdown::section(&mut f)?,
             plugins,
             cluster_plugins,
         })

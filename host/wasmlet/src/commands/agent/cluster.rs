@@ -130,6 +130,8 @@ pub(super) struct Reported {
     pub pressure: Arc<PressureState>,
     /// Events for the API server.
     pub events: Option<wasmlet_cluster::events::EventQueue>,
+    /// Whether the node is shutting down (then it is not ready).
+    pub shutdown: wasmlet_shutdown::ShutdownState,
 }
 
 /// Registers the node and keeps its status, its lease and its mirror pods.
@@ -152,12 +154,14 @@ pub(super) fn start_node(
             runtime_version,
             port,
             pressure,
+            shutdown,
             ..
         } = &reported;
         let (version, port, pressure) = (runtime_version.clone(), *port, pressure.clone());
+        let shutdown = shutdown.clone();
         move || NodeState {
             images: images.get(),
-            not_ready: agent.readiness().err(),
+            not_ready: shutdown.not_ready().or_else(|| agent.readiness().err()),
             runtime_version: version.clone(),
             port,
             pressure: {

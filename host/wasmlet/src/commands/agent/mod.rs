@@ -155,7 +155,8 @@ async fn run_agent(
         let stopped = cluster_stopped.clone();
         cluster::start_plugins(client, &config, &facts, &loaded, plugin_events, stopped).await?;
     }
-    let admission = node::admission(&loaded, &facts, &pressure)?;
+    let shutdown = wasmlet_shutdown::ShutdownState::default();
+    let admission = node::admission(&loaded, &facts, &pressure, &shutdown)?;
     let negotiated = &runtime.negotiated().version;
     let runtime_version = wasmlet_cluster::node::runtime_version(
         &negotiated.runtime_name,
@@ -188,12 +189,14 @@ async fn run_agent(
     if let Some(dir) = own_containerd {
         tokio::spawn(containerd::supervise(agent.clone(), dir));
     }
+    node::graceful_shutdown(&config, &agent, shutdown.clone(), cluster_stopped.clone());
     if let Some(client) = cluster {
         let reported = cluster::Reported {
             runtime_version,
             port,
             pressure,
             events,
+            shutdown,
         };
         cluster::start_node(client, &config, &agent, reported, cluster_stopped);
     }

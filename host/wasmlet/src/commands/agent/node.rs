@@ -42,18 +42,24 @@ pub(super) fn facts(config: &Config) -> NodeFacts {
     facts
 }
 
-/// Admission: the plugins' chain, then the eviction manager's own check (no BestEffort
-/// pods under memory pressure, none under disk pressure).
+/// Admission: the node's own checks (no pods while it shuts down; the eviction
+/// manager's: no BestEffort pods under memory pressure, none under disk pressure), then
+/// the plugins' chain.
 pub(super) fn admission(
     loaded: &Loaded,
     facts: &NodeFacts,
     pressure: &Arc<PressureState>,
+    shutdown: &wasmlet_shutdown::ShutdownState,
 ) -> Result<Admission> {
     let node = convert::node(&facts.object(true, "", &wasmlet_agent::time::now_rfc3339()))
         .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
     let node_check: wasmlet_agent::syncloop::NodeCheck = {
-        let pressure = pressure.clone();
-        Arc::new(move |pod| wasmlet_stats::eviction::admit(&pressure.current(), pod))
+        let (pressure, shutdown) = (pressure.clone(), shutdown.clone());
+        Arc::new(move |pod| {
+            shutdown
+                .admit()
+                .or_else(|| wasmlet_stats::eviction::admit(&pressure.current(), pod))
+        })
     };
     Ok(Admission {
         chain: loaded.chain.clone(),
@@ -110,6 +116,21 @@ pub(super) fn start(
         Some(admission),
         Some(loaded.sources.clone()),
     ))
+}
+
+/// Graceful node shutdown, when configured: the agent's pods stopped by priority when
+/// systemd-logind announces a shutdown (it holds a delay lock of logind until then).
+pub(super) fn graceful_shutdown(
+    config: &Config,
+    agent: &Arc<Agent<CriClient>>,
+    state: wasmlet_shutdown::ShutdownState,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if config.shutdown.groups.is_empty() {
+        return;
+    }
+    let pods = Arc::new(wasmlet_shutdown::AgentPods(agent.clone()));
+    wasmlet_shutdown::Manager::new(config.shutdown.groups.clone(), pods, state).spawn(stop);
 }
 
 /// `kubepods`' pids limit, as the kubelet sets it: the node's pid capacity
