@@ -82,9 +82,11 @@ impl Config {
             "nodeStatusUpdateFrequency": go_duration(self.timing.update),
             "nodeStatusReportFrequency": go_duration(self.timing.report),
             "nodeLeaseDurationSeconds": self.timing.lease_seconds,
-            "kubeAPIQPS": self.limits.api_qps,
+            // int32 in the kubelet's types: a decoder of KubeletConfiguration refuses
+            // `50.0` (e2e_node's set-up reads /configz).
+            "kubeAPIQPS": self.limits.api_qps.round() as i64,
             "kubeAPIBurst": self.limits.api_burst,
-            "eventRecordQPS": self.limits.event_qps,
+            "eventRecordQPS": self.limits.event_qps.round() as i64,
             "eventBurst": self.limits.event_burst,
             "enableServer": server.is_some(),
             "containerLogMaxSize": quantity(self.log_rotation.policy.max_bytes),
@@ -177,6 +179,9 @@ mod tests {
         assert_eq!(z["port"], 10250);
         assert_eq!(z["maxParallelStartCalls"], 8, "4 per CPU");
         assert_eq!(z["syncFrequency"], "1m0s");
+        // int32 fields are integers, as Go decodes them.
+        assert!(z["eventRecordQPS"].is_i64(), "{}", z["eventRecordQPS"]);
+        assert!(z["kubeAPIQPS"].is_i64(), "{}", z["kubeAPIQPS"]);
         assert_eq!(z["authorization"]["mode"], "AlwaysAllow");
         assert_eq!(z["authentication"]["anonymous"]["enabled"], false);
         assert_eq!(z["authentication"]["webhook"]["cacheTTL"], "2m0s");

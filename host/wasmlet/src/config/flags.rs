@@ -245,6 +245,7 @@ const FLAGS: &[(&str, Target)] = &[
     ("reserved-cpus", Ignored(Str)),
     ("reserved-memory", Ignored(Str)),
     ("runonce", Ignored(Bool)),
+    ("runtime-cgroups", Ignored(Str)),
     ("runtime-request-timeout", Ignored(Str)),
     ("seccomp-default", Ignored(Bool)),
     ("serialize-image-pulls", Ignored(Bool)),
@@ -678,6 +679,58 @@ mod tests {
                     "{path}"
                 );
             }
+        }
+    }
+    /// Every flag `kubelet --help` of Kubernetes 1.28.7 lists is in the table (the
+    /// upstream kubelet's own list): kubeadm, e2e_node and operators pass any of them.
+    #[test]
+    fn every_kubelet_128_flag_is_taken() {
+        const KUBELET_128: &str = "\
+address allowed-unsafe-sysctls anonymous-auth application-metrics-count-limit
+         authentication-token-webhook authentication-token-webhook-cache-ttl
+         authorization-mode authorization-webhook-cache-authorized-ttl
+         authorization-webhook-cache-unauthorized-ttl boot-id-file bootstrap-kubeconfig
+         cert-dir cgroup-driver cgroup-root cgroups-per-qos client-ca-file cloud-config
+         cloud-provider cluster-dns cluster-domain config config-dir container-hints
+         container-log-max-files container-log-max-size container-runtime-endpoint containerd
+         containerd-namespace contention-profiling cpu-cfs-quota cpu-cfs-quota-period
+         cpu-manager-policy cpu-manager-policy-options cpu-manager-reconcile-period
+         enable-controller-attach-detach enable-debugging-handlers enable-load-reader
+         enable-server enforce-node-allocatable event-burst event-qps event-storage-age-limit
+         event-storage-event-limit eviction-hard eviction-max-pod-grace-period
+         eviction-minimum-reclaim eviction-pressure-transition-period eviction-soft
+         eviction-soft-grace-period exit-on-lock-contention
+         experimental-allocatable-ignore-eviction experimental-mounter-path fail-swap-on
+         feature-gates file-check-frequency global-housekeeping-interval hairpin-mode
+         healthz-bind-address healthz-port help hostname-override housekeeping-interval
+         http-check-frequency image-credential-provider-bin-dir
+         image-credential-provider-config image-gc-high-threshold image-gc-low-threshold
+         image-service-endpoint keep-terminated-pod-volumes kernel-memcg-notification
+         kube-api-burst kube-api-content-type kube-api-qps kube-reserved kube-reserved-cgroup
+         kubeconfig kubelet-cgroups local-storage-capacity-isolation lock-file
+         log-cadvisor-usage log-flush-frequency log-json-info-buffer-size
+         log-json-split-stream logging-format machine-id-file make-iptables-util-chains
+         manifest-url manifest-url-header max-open-files max-pods maximum-dead-containers
+         maximum-dead-containers-per-container memory-manager-policy
+         minimum-container-ttl-duration minimum-image-ttl-duration node-ip node-labels
+         node-status-max-images node-status-update-frequency oom-score-adj pod-cidr
+         pod-infra-container-image pod-manifest-path pod-max-pids pods-per-core port
+         protect-kernel-defaults provider-id qos-reserved read-only-port register-node
+         register-schedulable register-with-taints registry-burst registry-qps reserved-cpus
+         reserved-memory resolv-conf root-dir rotate-certificates rotate-server-certificates
+         runonce runtime-cgroups runtime-request-timeout seccomp-default
+         serialize-image-pulls storage-driver-buffer-duration storage-driver-db
+         storage-driver-host storage-driver-password storage-driver-secure
+         storage-driver-table storage-driver-user streaming-connection-idle-timeout
+         sync-frequency system-cgroups system-reserved system-reserved-cgroup tls-cert-file
+         tls-cipher-suites tls-min-version tls-private-key-file topology-manager-policy
+         topology-manager-policy-options topology-manager-scope v version vmodule
+         volume-plugin-dir volume-stats-agg-period";
+        for flag in KUBELET_128.split_whitespace() {
+            assert!(
+                flag == "help" || FLAGS.iter().any(|(n, _)| *n == flag),
+                "--{flag} is the kubelet's and missing from the table"
+            );
         }
     }
 }
