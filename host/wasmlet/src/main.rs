@@ -61,7 +61,10 @@ fn arguments() -> Vec<std::ffi::OsString> {
 /// The log filter: `RUST_LOG` when set, else the kubelet's `--v` level (0–2: info, 3–4:
 /// debug, 5 and more: trace). Below debug, sigstore-rs says only its errors: what it
 /// warns about (a component without signatures, a registry without the referrers API)
-/// the agent says itself, naming the plugin.
+/// the agent says itself, naming the plugin. So does kube-runtime's watcher, which warns
+/// at every failed list or watch (a node without the RBAC for WasmletPlugins, every few
+/// seconds for good): each of the agent's watches says its first failure itself, naming
+/// what failed and what to do, and retries quietly.
 fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
     if let Ok(f) = tracing_subscriber::EnvFilter::try_from_default_env() {
         return f;
@@ -71,7 +74,7 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
         _ => 0,
     };
     match v {
-        0..=2 => "info,sigstore=error",
+        0..=2 => "info,sigstore=error,kube_runtime::watcher=error",
         3..=4 => "debug",
         _ => "trace",
     }
