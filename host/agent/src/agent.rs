@@ -195,6 +195,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             volume_source: options.volumes.clone(),
             services: options.services.clone(),
             volumes_ready: Mutex::default(),
+            said: Mutex::default(),
             pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
         });
         let due = Arc::new(DueQueue::new());

@@ -111,6 +111,9 @@ pub struct SyncContext<R> {
     pub volumes_ready: Mutex<std::collections::HashMap<String, Instant>>,
     /// Turns for the runtime's heavy calls.
     pub pacer: pacing::Pacer,
+    /// What keeps each pod from starting as last logged (its sandbox, its volumes), by
+    /// UID: a cause is logged once, not at every retry.
+    pub said: Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -137,6 +140,19 @@ fn waiting(reason: &str, message: impl Into<String>) -> Waiting {
         reason: reason.to_owned(),
         message: message.into(),
     }
+}
+
+/// Whether `cause` differs from what was said last for `uid`; remembers it.
+fn first_time(
+    said: &mut std::collections::HashMap<String, String>,
+    uid: &str,
+    cause: &str,
+) -> bool {
+    if said.get(uid).is_some_and(|c| c == cause) {
+        return false;
+    }
+    said.insert(uid.to_owned(), cause.to_owned());
+    true
 }
 
 /// Whether two reasons a container waits are the same cause: the same reason, and for
@@ -240,6 +256,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             Ok(written) => {
                 if refresh {
                     Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
+                    Self::lock(&self.said).remove(&key.uid);
                 }
                 if mounted.is_some() && !written.is_empty() {
                     info!(pod = %key, volumes = ?written, "volumes updated");
@@ -247,12 +264,22 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 true
             }
             Err(e) => {
-                warn!(pod = %key, "{e}");
+                let message = e.to_string();
+                if self.say_once(&key.uid, &message) {
+                    warn!(pod = %key, "{message}");
+                } else {
+                    debug!(pod = %key, "{message}");
+                }
                 self.events
-                    .record(Event::warning(pod, None, "FailedMount", e.to_string()));
+                    .record(Event::warning(pod, None, "FailedMount", message));
                 mounted.is_some()
             }
         }
+    }
+
+    /// Whether `cause` is new for pod `uid` (and to be logged), remembering it.
+    fn say_once(&self, uid: &str, cause: &str) -> bool {
+        first_time(&mut Self::lock(&self.said), uid, cause)
     }
 
     /// Locks `m`, whether or not a panic poisoned it.
@@ -442,6 +469,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let (sandbox_id, pod_ip) = if actions.create_sandbox {
             match self.create_sandbox(pod, &sandbox_config).await {
                 Ok((id, ip, status)) => {
+                    Self::lock(&self.said).remove(&key.uid);
                     match status {
                         Some(sandbox) => touched.read.push(sandbox),
                         None => touched.sandboxes.push(id.clone()),
@@ -449,7 +477,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     (id, ip)
                 }
                 Err(e) => {
-                    warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                    if self.say_once(&key.uid, &e) {
+                        warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                    } else {
+                        debug!(pod = %key, "Failed to create pod sandbox: {e}");
+                    }
                     self.events.record(Event::warning(
                         pod,
                         None,
@@ -585,6 +617,19 @@ pub use stop::ContainerOps;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_level_cause_is_said_once_until_it_changes() {
+        let mut said = std::collections::HashMap::new();
+        assert!(first_time(&mut said, "a", "no sandbox: refused"));
+        assert!(!first_time(&mut said, "a", "no sandbox: refused"));
+        assert!(first_time(&mut said, "b", "no sandbox: refused"), "per pod");
+        assert!(first_time(&mut said, "a", "configmap \"x\" not found"));
+        assert!(
+            first_time(&mut said, "a", "no sandbox: refused"),
+            "back again"
+        );
+    }
 
     #[test]
     fn a_cause_is_its_reason_and_message_but_a_back_off_counting_up_is_one_cause() {

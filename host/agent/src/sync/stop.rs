@@ -156,6 +156,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         self.cache.remove(&key.uid, observed);
         Self::lock(&self.volumes_ready).remove(&key.uid);
+        Self::lock(&self.said).remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
         info!(pod = %key, "pod removed from the runtime");
