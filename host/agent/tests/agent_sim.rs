@@ -28,6 +28,11 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
     // The pods' cgroup tree in a directory laid out as cgroup v1.
     let mut opts = options("basic");
     let cgroup_root = opts.root_dir.join("cgroup");
+    let containers_dir = opts
+        .pod_logs_dir
+        .parent()
+        .expect("parent")
+        .join("containers");
     opts.pod_cgroups = Some(tree_at(&cgroup_root).await);
     let sim = Arc::new(Simulator::new());
     let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);
@@ -69,6 +74,21 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
         std::fs::read_to_string(pod_cgroup.join("pids.max")).expect("podPidsLimit"),
         "100"
     );
+    // The container's log is linked where the kubelet links it for log shippers
+    // (`/var/log/containers/<pod>_<namespace>_<container>-<id>.log`).
+    let id = c
+        .container_id
+        .as_deref()
+        .and_then(|i| i.split("://").nth(1))
+        .expect("id");
+    let name = p.metadata.name.as_deref().expect("name");
+    let link = containers_dir.join(format!("{name}_default_main-{id}.log"));
+    let target = std::fs::read_link(&link).expect("the log link");
+    assert!(
+        target.ends_with("main/0.log") && target.exists(),
+        "{}",
+        target.display()
+    );
 
     // Removing it stops it, then removes its containers, sandbox and cgroup.
     send(&agent, vec![]).await;
@@ -86,6 +106,10 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
     }
     assert!(agent.ctx.statuses.is_empty());
     assert!(!pod_cgroup.exists(), "the pod's cgroup is removed with it");
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "the log link goes with the container"
+    );
     agent.shutdown().await;
 }
 

@@ -130,6 +130,30 @@ pub fn pod_log_directory(ctx: &NodeContext, namespace: &str, name: &str, uid: &s
     ctx.pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
 }
 
+/// Where the kubelet links each container's log for log shippers (the legacy log path,
+/// `/var/log/containers/<pod>_<namespace>_<container>-<id>.log`): `containers/` beside the
+/// pod log directory, the file name cut to ext4's 255 bytes.
+pub fn legacy_log_symlink(
+    ctx: &NodeContext,
+    (pod, namespace): (&str, &str),
+    container: &str,
+    id: &str,
+) -> PathBuf {
+    const SUFFIX: &str = ".log";
+    let dir = ctx
+        .pod_logs_dir
+        .parent()
+        .unwrap_or(std::path::Path::new("/"))
+        .join("containers");
+    let mut name = format!("{pod}_{namespace}_{container}-{id}");
+    let mut max = 255 - SUFFIX.len();
+    while max > 0 && !name.is_char_boundary(max) {
+        max -= 1;
+    }
+    name.truncate(max);
+    dir.join(name + SUFFIX)
+}
+
 /// The directory holding the pod's volumes and files.
 pub fn pod_dir(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
     ctx.pods_dir.join(pod::uid(pod))

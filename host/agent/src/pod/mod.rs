@@ -151,6 +151,32 @@ pub fn source(pod: &k8s::Pod) -> &str {
         .map_or("", String::as_str)
 }
 
+/// The kubelet's operating-system checks at admission, after its general predicates: a
+/// pod labelled `kubernetes.io/os` for another system, or whose `spec.os.name` is not
+/// this node's (`linux`), is refused with the kubelet's reason and message.
+pub fn os_rejection(pod: &k8s::Pod) -> Option<(String, String)> {
+    const OS: &str = "linux";
+    let label = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("kubernetes.io/os"));
+    if label.is_some_and(|os| os != OS) {
+        return Some((
+            "PodOSSelectorNodeLabelDoesNotMatch".into(),
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+        ));
+    }
+    let field = pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if field.is_some_and(|os| os.name != OS) {
+        return Some((
+            "PodOSNotSupported".into(),
+            "Failed to admit pod as the OS field doesn't match node OS".into(),
+        ));
+    }
+    None
+}
+
 /// Whether the pod came from a file, URL or plugin rather than the API server: the
 /// API server knows it only through its mirror pod.
 pub fn is_static(pod: &k8s::Pod) -> bool {
@@ -376,6 +402,30 @@ mod tests {
 
     const WEB: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},
         "spec":{"containers":[{"name":"web","image":"localhost/busybox:latest"}]}}"#;
+
+    #[test]
+    fn pods_for_another_os_are_refused_with_the_kubelets_reasons() {
+        let linux = pod(
+            r#"{"metadata":{"name":"a","labels":{"kubernetes.io/os":"linux"}},
+            "spec":{"os":{"name":"linux"},"containers":[]}}"#,
+        );
+        assert_eq!(os_rejection(&linux), None);
+        let field =
+            pod(r#"{"metadata":{"name":"w"},"spec":{"os":{"name":"windows"},"containers":[]}}"#);
+        assert_eq!(
+            os_rejection(&field).map(|r| r.0).as_deref(),
+            Some("PodOSNotSupported")
+        );
+        let label = pod(
+            r#"{"metadata":{"name":"w","labels":{"kubernetes.io/os":"windows"}},
+            "spec":{"os":{"name":"windows"},"containers":[]}}"#,
+        );
+        assert_eq!(
+            os_rejection(&label).map(|r| r.0).as_deref(),
+            Some("PodOSSelectorNodeLabelDoesNotMatch"),
+            "the label is checked first"
+        );
+    }
 
     #[test]
     fn static_pods_get_a_stable_uid_and_the_node_suffix() {

@@ -124,6 +124,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             Self::lock(&self.crash_backoff)
                 .next(&format!("{}/{}", pod::uid(pod), c.name), failed_at);
         }
+        let log = criconfig::log_directory(pod, &self.node).join(&config.log_path);
         let id = self
             .pacer
             .run(
@@ -155,6 +156,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 created: Some(id),
             });
         }
+        self.link_log(pod, c, &id, &log);
         self.metrics.started_containers.inc();
         info!(pod = %PodKey::of(pod), container = %c.name, id = %id, restart_count, "started container");
         self.events.record(Event::normal(
@@ -187,6 +189,24 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             });
         }
         Ok(id)
+    }
+
+    /// Links the container's log where log shippers read the kubelet's
+    /// (`/var/log/containers`), once the log is there, as the kubelet does.
+    fn link_log(&self, pod: &k8s::Pod, c: &k8s::Container, id: &str, log: &std::path::Path) {
+        if !log.exists() {
+            return;
+        }
+        let key = PodKey::of(pod);
+        let link =
+            criconfig::legacy_log_symlink(&self.node, (&key.name, &key.namespace), &c.name, id);
+        if let Some(dir) = link.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = std::fs::remove_file(&link);
+        if let Err(e) = std::os::unix::fs::symlink(log, &link) {
+            debug!(pod = %key, container = %c.name, link = %link.display(), "log link not made: {e}");
+        }
     }
 
     /// CrashLoopBackOff: a container that exited waits out its back-off before it is

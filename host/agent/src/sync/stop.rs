@@ -122,6 +122,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
     }
 
+    /// Removes a removed container's link in `/var/log/containers`.
+    fn unlink_log(&self, rt: &PodRuntime, container: &str, id: &str) {
+        let link =
+            criconfig::legacy_log_symlink(&self.node, (&rt.name, &rt.namespace), container, id);
+        let _ = std::fs::remove_file(link);
+    }
+
     /// Removes a stopped pod's containers, sandboxes and directories.
     pub async fn cleanup_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
         let key = PodKey::of(pod);
@@ -130,6 +137,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             let rt = self.refresh(&key.uid).await?;
             for c in &rt.containers {
                 self.runtime.remove_container(&c.id).await?;
+                self.unlink_log(&rt, &c.name, &c.id);
             }
             for s in &rt.sandboxes {
                 self.runtime.stop_pod_sandbox(&s.id).await?;
@@ -176,8 +184,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 used_sandboxes.push(&c.sandbox_id);
                 continue;
             }
-            if let Err(e) = self.runtime.remove_container(&c.id).await {
-                debug!(container = %c.id, "garbage collection: {e}");
+            match self.runtime.remove_container(&c.id).await {
+                Ok(()) => self.unlink_log(rt, &c.name, &c.id),
+                Err(e) => debug!(container = %c.id, "garbage collection: {e}"),
             }
         }
         for (i, s) in rt.sandboxes.iter().enumerate() {

@@ -135,12 +135,12 @@ impl Simulator {
     /// driver would (stdout first, then stderr; one CRI log line per line). Nothing is
     /// written when the pod's log directory does not exist (tests without an agent).
     pub(super) fn write_start_log(path: &str, stdout: &[u8], stderr: &[u8], at_nanos: i64) {
-        if path.is_empty() || (stdout.is_empty() && stderr.is_empty()) {
+        if path.is_empty() {
             return;
         }
         // The runtime makes the container's own directory under the pod's log
-        // directory, as containerd does; a pod log directory that is not there means
-        // nobody reads logs.
+        // directory, and the log file even when nothing is written to it, as containerd
+        // does; a pod log directory that is not there means nobody reads logs.
         let file_path = std::path::Path::new(path);
         if let Some(dir) = file_path.parent()
             && dir.parent().is_some_and(std::path::Path::exists)

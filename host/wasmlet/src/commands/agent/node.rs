@@ -43,8 +43,8 @@ pub(super) fn facts(config: &Config) -> NodeFacts {
 }
 
 /// Admission: the node's own checks (no pods while it shuts down; the eviction
-/// manager's: no BestEffort pods under memory pressure, none under disk pressure), then
-/// the plugins' chain.
+/// manager's: no BestEffort pods under memory pressure, none under disk pressure; none
+/// for another operating system), then the plugins' chain.
 pub(super) fn admission(
     loaded: &Loaded,
     facts: &NodeFacts,
@@ -59,6 +59,7 @@ pub(super) fn admission(
             shutdown
                 .admit()
                 .or_else(|| wasmlet_stats::eviction::admit(&pressure.current(), pod))
+                .or_else(|| wasmlet_agent::pod::os_rejection(pod))
         })
     };
     Ok(Admission {
