@@ -31,6 +31,7 @@ pub use env::{EnvData, expand};
 pub(crate) use env::{field_ref, resource_ref};
 pub use mounts::{
     ETC_HOSTS, empty_dir_path, expand_sub_path, hostname_and_domain, hosts_file_content,
+    kernel_hostname,
 };
 
 /// The node facts pod configurations depend on.
@@ -220,7 +221,9 @@ pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto:
     let hostname = if host_network {
         String::new()
     } else {
-        hostname_and_domain(pod, ctx).0
+        // Too long a name stops the sandbox before this is asked for
+        // (`kernel_hostname`, at its creation).
+        kernel_hostname(pod, ctx).unwrap_or_else(|_| hostname_and_domain(pod, ctx).0)
     };
     let port_mappings = pod::containers(pod)
         .iter()

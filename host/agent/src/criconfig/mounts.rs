@@ -186,7 +186,8 @@ pub(super) fn mounts(
 }
 
 /// The pod's hostname and, with a subdomain, its domain
-/// (`<subdomain>.<namespace>.svc.<clusterDomain>`), as the kubelet derives them.
+/// (`<subdomain>.<namespace>.svc.<clusterDomain>`; with no cluster domain it ends in
+/// `svc.`), as the kubelet derives them.
 pub fn hostname_and_domain(pod: &k8s::Pod, ctx: &NodeContext) -> (String, Option<String>) {
     let spec = pod.spec.as_ref();
     let mut name = spec
@@ -200,13 +201,38 @@ pub fn hostname_and_domain(pod: &k8s::Pod, ctx: &NodeContext) -> (String, Option
         .filter(|s| !s.is_empty())
         .map(|sub| {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            if ctx.cluster_domain.is_empty() {
-                format!("{sub}.{ns}.svc")
-            } else {
-                format!("{sub}.{ns}.svc.{}", ctx.cluster_domain)
-            }
+            format!("{sub}.{ns}.svc.{}", ctx.cluster_domain)
         });
     (name, domain)
+}
+
+/// The longest name the kernel keeps as a hostname (its `nodename` field, 65 bytes with
+/// the terminating zero).
+const FQDN_MAX: usize = 64;
+
+/// The hostname the pod's sandbox gets: its hostname, or with `setHostnameAsFQDN` and a
+/// subdomain its fully qualified name — refused, in the kubelet's words, when longer than
+/// the kernel keeps (the sandbox is then not made).
+pub fn kernel_hostname(pod: &k8s::Pod, ctx: &NodeContext) -> Result<String, String> {
+    let (name, domain) = hostname_and_domain(pod, ctx);
+    let as_fqdn = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.set_hostname_as_fqdn)
+        .unwrap_or(false);
+    match domain {
+        Some(domain) if as_fqdn => {
+            let fqdn = format!("{name}.{domain}");
+            if fqdn.len() > FQDN_MAX {
+                return Err(format!(
+                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
+                    fqdn.len()
+                ));
+            }
+            Ok(fqdn)
+        }
+        _ => Ok(name),
+    }
 }
 
 fn host_aliases(pod: &k8s::Pod) -> String {

@@ -413,6 +413,47 @@ fn the_managed_hosts_file_and_who_mounts_it() {
     );
 }
 
+/// The pod's FQDN: `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>`, ending in
+/// `svc.` without a cluster domain; the sandbox's hostname with `setHostnameAsFQDN`, and
+/// refused (no sandbox) when longer than the kernel's 64 bytes.
+#[test]
+fn the_fqdn_and_the_sandbox_hostname_are_the_kubelets() {
+    let dir = tempdir("fqdn");
+    let mut node = ctx(&dir);
+    let fqdn = |sub: &str| {
+        pod(&format!(
+            r#"{{"metadata":{{"name":"web","namespace":"shop"}},"spec":{{
+              "hostname":"web-0","subdomain":"{sub}","setHostnameAsFQDN":true,
+              "containers":[{{"name":"c","image":"i"}}]}}}}"#
+        ))
+    };
+    let p = fqdn("db");
+    assert_eq!(
+        hostname_and_domain(&p, &node).1.as_deref(),
+        Some("db.shop.svc.")
+    );
+    assert_eq!(
+        kernel_hostname(&p, &node).as_deref(),
+        Ok("web-0.db.shop.svc.")
+    );
+    node.cluster_domain = "cluster.local".into();
+    assert_eq!(
+        sandbox_config(&p, 0, &node).hostname,
+        "web-0.db.shop.svc.cluster.local"
+    );
+    let long = fqdn(&"d".repeat(40));
+    let e = kernel_hostname(&long, &node).expect_err("too long");
+    assert!(
+        e.starts_with("failed to construct FQDN from pod hostname and cluster domain, FQDN web-0.")
+            && e.ends_with("is too long (64 characters is the max, 69 characters requested)"),
+        "{e}"
+    );
+    // Without setHostnameAsFQDN the hostname is the short name.
+    let short = pod(r#"{"metadata":{"name":"web","namespace":"shop"},"spec":{
+          "hostname":"web-0","subdomain":"db","containers":[{"name":"c","image":"i"}]}}"#);
+    assert_eq!(sandbox_config(&short, 0, &node).hostname, "web-0");
+}
+
 /// The four dnsPolicy values against a node with and without a cluster DNS.
 #[test]
 fn dns_policies_as_the_kubelet_forms_them() {

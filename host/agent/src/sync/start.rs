@@ -9,6 +9,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         pod: &k8s::Pod,
         config: &proto::PodSandboxConfig,
     ) -> Result<(String, String, Option<Sandbox>), String> {
+        criconfig::kernel_hostname(pod, &self.node)?;
         let _ = std::fs::create_dir_all(&config.log_directory);
         if let Some(cgroups) = &self.node.pod_cgroups {
             // The kubelet's words when its pod cgroup cannot be made.
