@@ -238,7 +238,18 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                             self.workers.update(pod);
                         }
                     }
-                    Op::Reconcile => self.ctx.statuses.set_pod(pod),
+                    Op::Reconcile => {
+                        // A readiness gate's condition set through the API changes Ready
+                        // at once, not at the pod's next sync.
+                        let gated = pod.spec.as_ref().is_some_and(|s| {
+                            s.readiness_gates.as_ref().is_some_and(|g| !g.is_empty())
+                        });
+                        let uid = pod::uid(&pod).to_owned();
+                        self.ctx.statuses.set_pod(pod);
+                        if gated {
+                            self.ctx.update_status(&uid);
+                        }
+                    }
                     Op::Remove => self.remove(pod),
                     Op::Delete => self.delete(pod),
                 }

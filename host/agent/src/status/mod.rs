@@ -292,6 +292,76 @@ fn condition(
     }
 }
 
+/// The conditions the agent makes itself; the pod's other conditions are others' (a
+/// readiness gate's, set through the API) and are kept as they are.
+const OWN_CONDITIONS: [&str; 6] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+    "DisruptionTarget",
+];
+
+/// The pod's conditions that others set (its readiness gates' among them), as the pod
+/// has them.
+fn others_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
+    input
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Ready: the containers' readiness, and then every readiness gate's condition True
+/// (else `ReadinessGatesNotReady`, naming each gate as the kubelet does).
+fn ready_condition(
+    containers_ready: bool,
+    (reason, message): (Option<&str>, Option<String>),
+    input: &Input<'_>,
+) -> k8s::PodCondition {
+    if !containers_ready {
+        return condition("Ready", false, reason, message, input);
+    }
+    let conditions = others_conditions(input);
+    let unready: Vec<String> = input
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|gate| {
+            let kind = gate.condition_type.as_str();
+            match conditions.iter().find(|c| c.type_ == kind) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{kind}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{kind}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if unready.is_empty() {
+        return condition("Ready", true, None, None, input);
+    }
+    condition(
+        "Ready",
+        false,
+        Some("ReadinessGatesNotReady"),
+        Some(unready.join(", ")),
+        input,
+    )
+}
+
 fn names(list: &[&str]) -> String {
     format!("[{}]", list.join(" "))
 }
@@ -435,7 +505,7 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
                 .then(|| format!("containers with incomplete status: {}", names(&incomplete))),
             input,
         ),
-        condition("Ready", ready, ready_reason, ready_message.clone(), input),
+        ready_condition(ready, (ready_reason, ready_message.clone()), input),
         condition("ContainersReady", ready, ready_reason, ready_message, input),
         condition("PodScheduled", true, None, None, input),
     ];
@@ -450,6 +520,7 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
             input,
         ));
     }
+    conditions.extend(others_conditions(input));
     let mut pod_ips: Vec<String> = match sandbox {
         _ if host_network => vec![input.host_ip.to_owned()],
         Some(s) => s.ips.clone(),

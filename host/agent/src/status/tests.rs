@@ -133,6 +133,72 @@ fn a_running_pod_is_ready_when_its_probe_passes() {
     assert!(c.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
 }
 
+/// Readiness gates (`Pod readiness gate`): Ready waits for each gate's condition, set by
+/// others through the API, to be True; ContainersReady does not; those conditions are
+/// kept in the status.
+#[test]
+fn ready_waits_for_every_readiness_gate() {
+    let mut p = pod("Always", &[], &[("web", false)]);
+    let gate = |kind: &str| k8s::PodReadinessGate {
+        condition_type: kind.into(),
+    };
+    p.spec.as_mut().expect("spec").readiness_gates =
+        Some(vec![gate("example.com/one"), gate("example.com/two")]);
+    let rt = runtime(vec![info("web", 1, State::Running, 0)]);
+    let none = BTreeMap::new();
+    let s = status(&p, &rt, &none, true);
+    let ready = s
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready");
+    assert_eq!(
+        (
+            ready.status.as_str(),
+            ready.reason.as_deref(),
+            ready.message.as_deref()
+        ),
+        (
+            "False",
+            Some("ReadinessGatesNotReady"),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/one\" does not exist., corresponding condition of pod readiness gate \"example.com/two\" does not exist."
+            )
+        )
+    );
+    assert_eq!(cond(&s, "ContainersReady").0, "True");
+    let set = |one: &str, two: &str| k8s::PodStatus {
+        conditions: Some(vec![
+            k8s::PodCondition {
+                type_: "example.com/one".into(),
+                status: one.into(),
+                ..Default::default()
+            },
+            k8s::PodCondition {
+                type_: "example.com/two".into(),
+                status: two.into(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    p.status = Some(set("True", "False"));
+    let s = status(&p, &rt, &none, true);
+    assert_eq!(
+        cond(&s, "Ready"),
+        (
+            "False".into(),
+            Some(
+                "the status of pod readiness gate \"example.com/two\" is not \"True\", but False"
+                    .into()
+            )
+        )
+    );
+    assert_eq!(cond(&s, "example.com/one").0, "True", "kept in the status");
+    p.status = Some(set("True", "True"));
+    assert_eq!(cond(&status(&p, &rt, &none, true), "Ready").0, "True");
+}
+
 #[test]
 fn crash_loop_shows_waiting_with_the_last_termination() {
     let p = pod("Always", &[], &[("c", false)]);
