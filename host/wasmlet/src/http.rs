@@ -5,7 +5,8 @@
 //! - read-only (`address:readOnlyPort`, 127.0.0.1:10255): `GET /pods` (a v1 PodList with
 //!   current statuses), `GET /metrics` (Prometheus text: the kubelet's metric names and
 //!   the plugins'), `GET /plugins` (loaded plugins, digest and version), `GET /node` (the
-//!   node with its Ready condition), and `/healthz`.
+//!   node with its Ready condition), `GET /stats/summary` (`?only_cpu_and_memory=true`)
+//!   and `GET /metrics/resource` as the kubelet serves them there, and `/healthz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct Endpoints {
     pub plugins: Arc<Loaded>,
     /// Every metric.
     pub registry: Arc<Registry>,
+    /// The node's usage samples.
+    pub stats: Arc<wasmlet_stats::Stats>,
 }
 
 type Shared = Arc<Endpoints>;
@@ -40,6 +43,37 @@ fn json(value: &impl serde::Serialize) -> Response {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+/// `GET /stats/summary[?only_cpu_and_memory=true]`: the latest usage sample (503 until
+/// the first is taken).
+async fn summary(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    let Some(latest) = s.stats.latest() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "failed to get node info: the first stats sample is not taken yet",
+        )
+            .into_response();
+    };
+    let only = query.is_some_and(|q| q.split('&').any(|p| p == "only_cpu_and_memory=true"));
+    if only {
+        json(&latest.summary.cpu_and_memory())
+    } else {
+        json(&latest.summary)
+    }
+}
+
+/// `GET /metrics/resource`: the resource metrics of the latest sample.
+async fn resource_metrics(State(s): State<Shared>) -> Response {
+    let body = wasmlet_stats::metrics::resource(s.stats.latest().as_deref());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn healthz(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
@@ -160,6 +194,8 @@ pub async fn start(
             .route("/metrics", get(metrics))
             .route("/plugins", get(plugins))
             .route("/node", get(node))
+            .route("/stats/summary", get(summary))
+            .route("/metrics/resource", get(resource_metrics))
             .with_state(shared);
         serve(read_only_addr, router, "read-only endpoint").await?;
     }

@@ -163,6 +163,36 @@ fn static_pods_on_containerd_behave_like_the_kubelets() {
     );
     assert_eq!(web["status"]["qosClass"], "Guaranteed");
     eprintln!("web Ready after {:?}", started.elapsed());
+    // Its log is linked where the kubelet links logs for shippers (`containers/` beside
+    // the pod log directory), to the log containerd writes.
+    let web_id = container(&web, "web")["containerID"]
+        .as_str()
+        .and_then(|id| id.split("://").nth(1))
+        .expect("container id")
+        .to_owned();
+    let link = h.dir.join(format!(
+        "root/containers/web-{}_default_web-{web_id}.log",
+        h.node
+    ));
+    let logged = std::fs::read_to_string(&link).expect("the log through its link");
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()),
+        "{}",
+        link.display()
+    );
+    assert!(logged.is_empty() || logged.contains(" stdout ") || logged.contains(" stderr "));
+    // The read-only port serves the stats Summary, as the kubelet's does.
+    let summary = (0..300)
+        .find_map(|_| {
+            let got = get(&h.read_only, "/stats/summary").filter(|(code, _)| *code == 200);
+            if got.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            got
+        })
+        .expect("/stats/summary on the read-only port");
+    let summary: serde_json::Value = serde_json::from_str(&summary.1).expect("json");
+    assert_eq!(summary["node"]["nodeName"], h.node.as_str());
 
     // Its limits are the container's cgroup limits (cgroup v1 here).
     let rt = tokio::runtime::Builder::new_current_thread()

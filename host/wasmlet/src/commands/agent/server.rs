@@ -37,6 +37,7 @@ pub(super) async fn listen(
             agent: s.agent.clone(),
             plugins: s.loaded.clone(),
             registry: s.registry.clone(),
+            stats: s.stats.clone(),
         },
         std::net::SocketAddr::new(config.healthz.0, config.healthz.1),
         std::net::SocketAddr::new(config.read_only.0, config.read_only.1),
