@@ -456,6 +456,15 @@ impl Store {
             new["metadata"]["generation"] = json!(generation + 1);
         }
         new["metadata"]["resourceVersion"] = json!(self.next_rv());
+        // Deleted, its grace over, and its last finalizer taken off: gone now.
+        if !new["metadata"]["deletionTimestamp"].is_null()
+            && finalizers(&new) == 0
+            && new["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(0)
+        {
+            self.objects.remove(key);
+            self.emit("DELETED", key, &new);
+            return Ok(new);
+        }
         self.objects.insert(key.clone(), new.clone());
         self.emit("MODIFIED", key, &new);
         Ok(new)
@@ -505,11 +514,16 @@ impl Store {
             && old["spec"]["nodeName"]
                 .as_str()
                 .is_some_and(|n| !n.is_empty());
-        if bound && grace > 0 {
+        // With finalizers (or a bound pod's grace) the object is only marked: a
+        // deletionTimestamp, the grace left; it goes when the last finalizer is taken off
+        // with no grace left (what the API server does).
+        if (bound && grace > 0) || finalizers(&old) > 0 {
             let mut marked = old.clone();
             if marked["metadata"]["deletionTimestamp"].is_null() {
                 marked["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
             }
+            // Only a bound pod is deleted gracefully; anything else has no grace.
+            let grace = if bound { grace } else { 0 };
             let shorter = marked["metadata"]["deletionGracePeriodSeconds"]
                 .as_i64()
                 .map_or(grace, |g| g.min(grace));
@@ -546,6 +560,13 @@ impl Store {
         }
         Ok(old)
     }
+}
+
+/// How many finalizers hold `object`.
+fn finalizers(object: &Value) -> usize {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .map_or(0, Vec::len)
 }
 
 /// The API server's rules for a pod's ephemeral containers: names unique among all the

@@ -82,11 +82,12 @@ impl Store {
             Event::Apply(p) => {
                 let uid = uid(&p);
                 // A change of status alone (most often the agent's own patch coming back)
-                // is nothing to act on: kept, not reported.
-                let same = self
-                    .pods
-                    .get(&uid)
-                    .is_some_and(|old| !pod::differ_semantically(old, &p));
+                // is nothing to act on: kept, not reported — unless it is a readiness
+                // gate's condition, set by others, which the pod's Ready follows.
+                let same = self.pods.get(&uid).is_some_and(|old| {
+                    !pod::differ_semantically(old, &p)
+                        && pod::gate_conditions(old) == pod::gate_conditions(&p)
+                });
                 if !same {
                     if pod::is_mirror(&p) {
                         self.mirrors_changed = true;

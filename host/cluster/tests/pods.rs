@@ -296,6 +296,163 @@ async fn a_pod_deleted_gracefully_is_stopped_and_then_deleted_for_good() {
     assert_eq!(phase(n.stored("stays").as_ref()), "Running");
 }
 
+/// `Deleted pods handling`: a pod deleted through the API reaches a final phase before
+/// the agent lets it go — Failed when a container ended non-zero (restartPolicy Always
+/// too), Succeeded when all ended 0, Failed when it never started — seen while a
+/// finalizer holds the object, as the node conformance tests hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_pods_end_in_a_final_phase_before_they_go() {
+    let n = Node::start("final-phase").await;
+    let held = |name: &str, policy: &str, command: &str, image: &str| -> k8s::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default",
+                "finalizers": ["example.com/hold"]},
+            "spec": {"nodeName": n.name, "restartPolicy": policy,
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{"name": "c", "image": image,
+                    "imagePullPolicy": "Never", "command": ["sh", "-c", command]}]}
+        }))
+        .expect("pod")
+    };
+    let cases = [
+        (
+            "fails",
+            "Always",
+            "trap 'exit 1' TERM; while true; do sleep 1; done",
+            "localhost/busybox:latest",
+            "Running",
+            "Failed",
+        ),
+        (
+            "succeeds",
+            "Always",
+            "trap 'exit 0' TERM; while true; do sleep 1; done",
+            "localhost/busybox:latest",
+            "Running",
+            "Succeeded",
+        ),
+        (
+            "on-failure",
+            "OnFailure",
+            "trap 'exit 2' TERM; while true; do sleep 1; done",
+            "localhost/busybox:latest",
+            "Running",
+            "Failed",
+        ),
+        (
+            "pending",
+            "Always",
+            "sleep 3600",
+            "localhost/no-such-image:1",
+            "Pending",
+            "Failed",
+        ),
+    ];
+    for (name, policy, command, image, _, _) in cases {
+        n.pods()
+            .create(&PostParams::default(), &held(name, policy, command, image))
+            .await
+            .expect("create");
+    }
+    for (name, _, _, _, before, _) in cases {
+        n.wait(&format!("{name} {before}"), Duration::from_secs(10), |p| {
+            phase(p) == before
+        })
+        .await;
+    }
+    for (name, ..) in cases {
+        n.pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for (name, _, _, _, _, after) in cases {
+        n.wait(&format!("{name} {after}"), Duration::from_secs(15), |p| {
+            phase(p) == after
+        })
+        .await;
+    }
+    // The finalizer off: gone.
+    for (name, ..) in cases {
+        n.pods()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .expect("unhold");
+        n.wait(&format!("{name} gone"), Duration::from_secs(10), |p| {
+            p.is_none()
+        })
+        .await;
+    }
+}
+
+/// `Pod readiness gates`: a pod with readiness gates runs, but is Ready only once every
+/// gate's condition — set by others on the pod's status — is True, and not Ready again
+/// when one turns False.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_the_readiness_gates_set_through_the_api() {
+    let n = Node::start("gates").await;
+    let gated: k8s::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "gated", "namespace": "default"},
+        "spec": {"nodeName": n.name,
+            "readinessGates": [{"conditionType": "example.com/one"}, {"conditionType": "example.com/two"}],
+            "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+    }))
+    .expect("pod");
+    n.pods()
+        .create(&PostParams::default(), &gated)
+        .await
+        .expect("create");
+    let ready = |p: Option<&Value>| -> Option<String> {
+        p?["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .and_then(|c| c["status"].as_str().map(str::to_owned))
+    };
+    n.wait("gated Running", Duration::from_secs(10), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    assert_eq!(ready(n.stored("gated").as_ref()).as_deref(), Some("False"));
+    let set = |one: &str, two: &str| {
+        json!({"status": {"conditions": [
+            {"type": "example.com/one", "status": one},
+            {"type": "example.com/two", "status": two},
+        ]}})
+    };
+    let pods = n.pods();
+    let patch = |body: Value| {
+        let pods = pods.clone();
+        async move {
+            pods.patch_status(
+                "gated",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(body),
+            )
+            .await
+            .expect("patch the gates")
+        }
+    };
+    patch(set("True", "False")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ready(n.stored("gated").as_ref()).as_deref(), Some("False"));
+    patch(set("True", "True")).await;
+    n.wait("gated Ready", Duration::from_secs(10), |p| {
+        ready(p).as_deref() == Some("True")
+    })
+    .await;
+    patch(set("False", "True")).await;
+    n.wait("gated not Ready again", Duration::from_secs(10), |p| {
+        ready(p).as_deref() == Some("False")
+    })
+    .await;
+}
+
 fn static_pod(image_tag: &str) -> Value {
     json!({
         "metadata": {"name": "etcd", "namespace": "default", "labels": {"tier": "control"}},

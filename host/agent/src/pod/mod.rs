@@ -177,6 +177,24 @@ pub fn os_rejection(pod: &k8s::Pod) -> Option<(String, String)> {
     None
 }
 
+/// The statuses of the conditions the pod's readiness gates name, as its status has them
+/// (others set them through the API; the pod's Ready follows them).
+pub fn gate_conditions(pod: &k8s::Pod) -> Vec<(String, Option<String>)> {
+    let Some(gates) = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()) else {
+        return Vec::new();
+    };
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    gates
+        .iter()
+        .map(|g| {
+            let status = conditions
+                .and_then(|cs| cs.iter().find(|c| c.type_ == g.condition_type))
+                .map(|c| c.status.clone());
+            (g.condition_type.clone(), status)
+        })
+        .collect()
+}
+
 /// Whether the pod came from a file, URL or plugin rather than the API server: the
 /// API server knows it only through its mirror pod.
 pub fn is_static(pod: &k8s::Pod) -> bool {

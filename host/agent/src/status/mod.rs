@@ -59,6 +59,9 @@ pub struct Input<'a> {
     /// `DisruptionTarget` condition says so too, reason `TerminationByKubelet` and the
     /// eviction's message (the kubelet's PodDisruptionConditions, on by default in 1.28).
     pub disruption: bool,
+    /// The pod was deleted through the API and nothing of it runs any more: its phase is
+    /// final (the kubelet's `podIsTerminal` and TerminatePod).
+    pub terminal: bool,
 }
 
 fn time(s: Option<String>) -> Option<Time> {
@@ -292,6 +295,42 @@ fn condition(
     }
 }
 
+/// A deleted pod's app containers that never reached a terminated state count as failed:
+/// nothing says they succeeded (the kubelet's TerminatePod words).
+fn end_unterminated(statuses: &mut [k8s::ContainerStatus]) {
+    for s in statuses {
+        if s.state.as_ref().is_some_and(|st| st.terminated.is_some()) {
+            continue;
+        }
+        s.ready = false;
+        s.started = Some(false);
+        s.state = Some(k8s::ContainerState {
+            terminated: Some(k8s::ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("ContainerStatusUnknown".into()),
+                message: Some(
+                    "The container could not be located when the pod was terminated".into(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+}
+
+/// A deleted pod's final phase: Succeeded when every app container ended with 0, else
+/// Failed, whatever the restart policy.
+fn final_phase(apps: &[k8s::ContainerStatus]) -> &'static str {
+    let succeeded = !apps.is_empty()
+        && apps.iter().all(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    if succeeded { "Succeeded" } else { "Failed" }
+}
+
 /// The conditions the agent makes itself; the pod's other conditions are others' (a
 /// readiness gate's, set through the API) and are kept as they are.
 const OWN_CONDITIONS: [&str; 6] = [
@@ -428,10 +467,13 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     } else {
         "PodInitializing"
     };
-    let app_statuses: Vec<k8s::ContainerStatus> = pod::containers(pod)
+    let mut app_statuses: Vec<k8s::ContainerStatus> = pod::containers(pod)
         .iter()
         .map(|c| container_status(c, input, app_default))
         .collect();
+    if input.terminal {
+        end_unterminated(&mut app_statuses);
+    }
     // Ephemeral containers: never ready (no probes), never part of the phase.
     let ephemeral_statuses: Vec<k8s::ContainerStatus> = pod::ephemeral_containers(pod)
         .iter()
@@ -452,6 +494,7 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
                 "Failed"
             }
         }
+        _ if input.terminal => final_phase(&app_statuses),
         _ => phase(pod, &init_statuses, &app_statuses),
     };
     let terminal = matches!(phase, "Succeeded" | "Failed");

@@ -93,6 +93,7 @@ fn status(
         now: "2026-11-22T10:00:01Z",
         evicted: None,
         disruption: false,
+        terminal: false,
     })
 }
 
@@ -197,6 +198,52 @@ fn ready_waits_for_every_readiness_gate() {
     assert_eq!(cond(&s, "example.com/one").0, "True", "kept in the status");
     p.status = Some(set("True", "True"));
     assert_eq!(cond(&status(&p, &rt, &none, true), "Ready").0, "True");
+}
+
+/// A pod deleted through the API ends in a final phase once nothing of it runs (the
+/// kubelet's terminal status, written before its final delete): Succeeded when every
+/// container ended with 0, Failed otherwise — whatever the restart policy — and a
+/// container that never ran (deleted while Pending) counts as failed.
+#[test]
+fn a_deleted_pod_ends_in_a_final_phase() {
+    let none = BTreeMap::new();
+    let probes = |_: &str| ProbeView::default();
+    let ended = |p: &k8s::Pod, rt: &PodRuntime| {
+        compute(&Input {
+            pod: p,
+            runtime: rt,
+            runtime_name: "containerd",
+            host_ip: "192.168.1.2",
+            waiting: &none,
+            probes: &probes,
+            start_time: Some("2026-11-22T10:00:00Z"),
+            previous: None,
+            now: "2026-11-22T10:00:01Z",
+            evicted: None,
+            disruption: false,
+            terminal: true,
+        })
+    };
+    let always = pod("Always", &[], &[("web", false)]);
+    let failed = runtime(vec![info("web", 1, State::Exited, 137)]);
+    assert_eq!(ended(&always, &failed).phase.as_deref(), Some("Failed"));
+    let on_failure = pod("OnFailure", &[], &[("web", false)]);
+    assert_eq!(ended(&on_failure, &failed).phase.as_deref(), Some("Failed"));
+    let zero = runtime(vec![info("web", 1, State::Exited, 0)]);
+    assert_eq!(ended(&always, &zero).phase.as_deref(), Some("Succeeded"));
+    // Deleted while Pending: never ran.
+    let s = ended(&always, &runtime(Vec::new()));
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    let c = &s.container_statuses.as_ref().expect("statuses")[0];
+    let t = c
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .expect("terminated");
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref()),
+        (137, Some("ContainerStatusUnknown"))
+    );
 }
 
 #[test]
@@ -398,6 +445,7 @@ fn a_pod_evicted_for_pressure_is_a_disruption_target_and_a_deadline_is_not() {
             now: "2026-11-22T10:00:01Z",
             evicted: Some((reason, message)),
             disruption,
+            terminal: false,
         })
     };
     let s = ended("Evicted", true);
