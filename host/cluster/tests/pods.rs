@@ -467,18 +467,8 @@ fn static_pod(image_tag: &str) -> Value {
 /// answers, the mirror pod follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_pods_start_before_the_api_server_was_ever_reached() {
-    let dir = Node::dir("no-apiserver");
-    let api = wasmlet_apiserver_sim::ApiServerSim::new();
-    let served = api
-        .serve("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("serve");
+    let (api, served, client) = Node::served_double(&Node::dir("no-apiserver")).await;
     let addr = served.addr;
-    let kubeconfig = dir.join("kubeconfig");
-    wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
-    let client = wasmlet_cluster::connect::client(&kubeconfig)
-        .await
-        .expect("client");
     served.stop();
     let mut n = Node::start_on(
         "no-apiserver",

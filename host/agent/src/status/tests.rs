@@ -71,6 +71,29 @@ fn runtime(containers: Vec<ContainerInfo>) -> PodRuntime {
     rt
 }
 
+/// The input of `pod` on `rt` as the tests give it, nothing ended by the node.
+fn input<'a>(
+    pod: &'a k8s::Pod,
+    rt: &'a PodRuntime,
+    waiting: &'a BTreeMap<String, Waiting>,
+    probes: &'a dyn Fn(&str) -> ProbeView,
+) -> Input<'a> {
+    Input {
+        pod,
+        runtime: rt,
+        runtime_name: "containerd",
+        host_ip: "192.168.1.2",
+        waiting,
+        probes,
+        start_time: Some("2026-11-22T10:00:00Z"),
+        previous: None,
+        now: "2026-11-22T10:00:01Z",
+        evicted: None,
+        disruption: false,
+        terminal: false,
+    }
+}
+
 fn status(
     pod: &k8s::Pod,
     rt: &PodRuntime,
@@ -81,20 +104,7 @@ fn status(
         ready: Some(ready),
         started: Some(true),
     };
-    compute(&Input {
-        pod,
-        runtime: rt,
-        runtime_name: "containerd",
-        host_ip: "192.168.1.2",
-        waiting,
-        probes: &probes,
-        start_time: Some("2026-11-22T10:00:00Z"),
-        previous: None,
-        now: "2026-11-22T10:00:01Z",
-        evicted: None,
-        disruption: false,
-        terminal: false,
-    })
+    compute(&input(pod, rt, waiting, &probes))
 }
 
 fn cond(s: &k8s::PodStatus, kind: &str) -> (String, Option<String>) {
@@ -210,18 +220,8 @@ fn a_deleted_pod_ends_in_a_final_phase() {
     let probes = |_: &str| ProbeView::default();
     let ended = |p: &k8s::Pod, rt: &PodRuntime| {
         compute(&Input {
-            pod: p,
-            runtime: rt,
-            runtime_name: "containerd",
-            host_ip: "192.168.1.2",
-            waiting: &none,
-            probes: &probes,
-            start_time: Some("2026-11-22T10:00:00Z"),
-            previous: None,
-            now: "2026-11-22T10:00:01Z",
-            evicted: None,
-            disruption: false,
             terminal: true,
+            ..input(p, rt, &none, &probes)
         })
     };
     let always = pod("Always", &[], &[("web", false)]);
@@ -434,18 +434,9 @@ fn a_pod_evicted_for_pressure_is_a_disruption_target_and_a_deadline_is_not() {
         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 90Mi. ";
     let ended = |reason: &'static str, disruption: bool| {
         compute(&Input {
-            pod: &p,
-            runtime: &rt,
-            runtime_name: "containerd",
-            host_ip: "192.168.1.2",
-            waiting: &none,
-            probes: &probes,
-            start_time: Some("2026-11-22T10:00:00Z"),
-            previous: None,
-            now: "2026-11-22T10:00:01Z",
             evicted: Some((reason, message)),
             disruption,
-            terminal: false,
+            ..input(&p, &rt, &none, &probes)
         })
     };
     let s = ended("Evicted", true);

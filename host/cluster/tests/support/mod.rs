@@ -67,8 +67,8 @@ impl Node {
         dir
     }
 
-    pub async fn start(test: &str) -> Node {
-        let dir = Self::dir(test);
+    /// The double served on a free port, and a client of it (its kubeconfig in `dir`).
+    pub async fn served_double(dir: &std::path::Path) -> (ApiServerSim, Served, kube::Client) {
         let api = ApiServerSim::new();
         let served = api
             .serve("127.0.0.1:0".parse().expect("addr"))
@@ -77,6 +77,11 @@ impl Node {
         let kubeconfig = dir.join("kubeconfig");
         wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
         let client = connect::client(&kubeconfig).await.expect("client");
+        (api, served, client)
+    }
+
+    pub async fn start(test: &str) -> Node {
+        let (api, served, client) = Self::served_double(&Self::dir(test)).await;
         let addr = served.addr;
         Self::start_on(test, api, (Some(served), addr), client, Default::default()).await
     }
