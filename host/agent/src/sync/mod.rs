@@ -451,7 +451,6 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             self.read_back(pod, touched).await;
             return SyncResult::new(WorkOutcome::Finished);
         }
-        let mut requeue = None;
         if actions.kill_pod && !rt.sandboxes.is_empty() {
             info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
             let stopped = self.stop_everything(pod, &rt, grace, &mut touched).await;
@@ -538,15 +537,42 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 .await;
             results.push((c.name.clone(), r));
         }
+        let mut requeue = self.record_starts(&key, results, &sandbox_id, &mut touched);
+        self.read_back(pod, touched).await;
+        // Sync again when activeDeadlineSeconds runs out (the start time is known once
+        // the first status is).
+        if let Some(deadline) = self.statuses.deadline(&key.uid) {
+            let at = self
+                .clock
+                .instant_of(deadline.saturating_mul(1_000_000_000));
+            requeue = min_instant(requeue, at);
+        }
+        SyncResult {
+            outcome: WorkOutcome::Synced,
+            requeue,
+        }
+    }
+
+    /// Takes what each container start gave into the status (why it waits, or that it
+    /// no longer does) and what to read back; a new cause of waiting is logged once.
+    /// Returns when the pod wants its next sync.
+    fn record_starts(
+        &self,
+        key: &PodKey,
+        results: Vec<(String, Result<String, NotStarted>)>,
+        sandbox_id: &str,
+        touched: &mut Touched,
+    ) -> Option<Instant> {
+        let mut requeue = None;
         for (name, r) in results {
             match r {
                 Ok(id) => {
-                    touched.containers.push((id, sandbox_id.clone()));
+                    touched.containers.push((id, sandbox_id.to_owned()));
                     self.statuses.set_waiting(&key.uid, &name, None);
                 }
                 Err(n) => {
                     if let Some(id) = n.created {
-                        touched.containers.push((id, sandbox_id.clone()));
+                        touched.containers.push((id, sandbox_id.to_owned()));
                     }
                     let before =
                         self.statuses
@@ -566,19 +592,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 }
             }
         }
-        self.read_back(pod, touched).await;
-        // Sync again when activeDeadlineSeconds runs out (the start time is known once
-        // the first status is).
-        if let Some(deadline) = self.statuses.deadline(&key.uid) {
-            let at = self
-                .clock
-                .instant_of(deadline.saturating_mul(1_000_000_000));
-            requeue = min_instant(requeue, at);
-        }
-        SyncResult {
-            outcome: WorkOutcome::Synced,
-            requeue,
-        }
+        requeue
     }
 
     /// Marks the pod Failed with the kubelet's reason and message, and says so in an

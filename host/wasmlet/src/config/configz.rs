@@ -96,17 +96,7 @@ impl Config {
             "shutdownGracePeriod": go_duration(self.shutdown.grace),
             "shutdownGracePeriodCriticalPods": go_duration(self.shutdown.critical),
         });
-        if self.shutdown.by_priority
-            && let Some(o) = v.as_object_mut()
-        {
-            let groups: Vec<Value> = self
-                .shutdown
-                .groups
-                .iter()
-                .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.grace_seconds}))
-                .collect();
-            o.insert("shutdownGracePeriodByPodPriority".into(), groups.into());
-        }
+        self.shutdown_fields(&mut v);
         if let (Some(s), Some(o)) = (server, v.as_object_mut()) {
             o.insert("address".into(), s.addr.ip().to_string().into());
             o.insert("port".into(), s.addr.port().into());
@@ -150,6 +140,24 @@ impl Config {
             );
         }
         v
+    }
+}
+
+impl Config {
+    /// `shutdownGracePeriodByPodPriority`, when the groups were given that way.
+    fn shutdown_fields(&self, v: &mut Value) {
+        if !self.shutdown.by_priority {
+            return;
+        }
+        let groups: Vec<Value> = self
+            .shutdown
+            .groups
+            .iter()
+            .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.grace_seconds}))
+            .collect();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("shutdownGracePeriodByPodPriority".into(), groups.into());
+        }
     }
 }
 
