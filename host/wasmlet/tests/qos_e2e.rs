@@ -139,24 +139,16 @@ impl Drop for Cleanup {
     }
 }
 
-/// Every pod spinning: each class gets what the kubelet gives it.
+/// Every pod spinning: each class gets what the kubelet gives it. The BestEffort pods
+/// start first: once the Guaranteed and Burstable ones spin, a BestEffort container's
+/// own start (runc's init runs in its cgroup, 2 shares) can take minutes on 2 cores.
 fn cpu_contention(h: &Harness, kubepods: &str) {
-    h.write(
-        "guaranteed.yaml",
-        &spinner("guaranteed", 1, "{limits: {cpu: '1', memory: 32Mi}}"),
-    );
-    h.write(
-        "burstable.yaml",
-        &spinner("burstable", 2, "{requests: {cpu: 500m}}"),
-    );
     for i in 1..=4 {
         h.write(
             &format!("besteffort-{i}.yaml"),
             &spinner(&format!("besteffort-{i}"), 2, "{}"),
         );
     }
-    let g = h.wait_pod("guaranteed", "Running", Duration::from_secs(60), running);
-    let b = h.wait_pod("burstable", "Running", Duration::from_secs(60), running);
     let e: Vec<Value> = (1..=4)
         .map(|i| {
             h.wait_pod(
@@ -167,6 +159,16 @@ fn cpu_contention(h: &Harness, kubepods: &str) {
             )
         })
         .collect();
+    h.write(
+        "guaranteed.yaml",
+        &spinner("guaranteed", 1, "{limits: {cpu: '1', memory: 32Mi}}"),
+    );
+    h.write(
+        "burstable.yaml",
+        &spinner("burstable", 2, "{requests: {cpu: 500m}}"),
+    );
+    let g = h.wait_pod("guaranteed", "Running", Duration::from_secs(60), running);
+    let b = h.wait_pod("burstable", "Running", Duration::from_secs(60), running);
     assert_eq!(g["status"]["qosClass"], "Guaranteed");
     assert_eq!(b["status"]["qosClass"], "Burstable");
     let cgroups: Vec<String> = [
