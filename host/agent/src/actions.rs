@@ -17,6 +17,9 @@ pub struct Kill {
     /// Why, the kubelet's wording (`Container web failed liveness probe, will be
     /// restarted`).
     pub message: String,
+    /// The failed probe's own `terminationGracePeriodSeconds`, which the kubelet uses
+    /// instead of the pod's for a liveness or startup kill.
+    pub grace: Option<i64>,
 }
 
 /// What a sync does.
@@ -228,6 +231,7 @@ pub fn compute(
                         id: s.id.clone(),
                         name: c.name.clone(),
                         message: format!("Container {} is in an unknown state", c.name),
+                        grace: None,
                     });
                 }
                 actions.start.push(i);
@@ -235,17 +239,21 @@ pub fn compute(
             continue;
         };
         let mut restart = restart_on_failure(pod);
-        let message = if !status.hash.is_empty() && status.hash != container_hash(c) {
+        let own_grace =
+            |p: &Option<k8s::Probe>| p.as_ref().and_then(|p| p.termination_grace_period_seconds);
+        let (message, grace) = if !status.hash.is_empty() && status.hash != container_hash(c) {
             restart = true;
-            format!("Container {} definition changed", c.name)
+            (format!("Container {} definition changed", c.name), None)
         } else {
             match probe(&status.id) {
-                Some(ProbeFailure::Liveness) => {
-                    format!("Container {} failed liveness probe", c.name)
-                }
-                Some(ProbeFailure::Startup) => {
-                    format!("Container {} failed startup probe", c.name)
-                }
+                Some(ProbeFailure::Liveness) => (
+                    format!("Container {} failed liveness probe", c.name),
+                    own_grace(&c.liveness_probe),
+                ),
+                Some(ProbeFailure::Startup) => (
+                    format!("Container {} failed startup probe", c.name),
+                    own_grace(&c.startup_probe),
+                ),
                 None => {
                     keep += 1;
                     continue;
@@ -262,6 +270,7 @@ pub fn compute(
             id: status.id.clone(),
             name: c.name.clone(),
             message,
+            grace,
         });
     }
     if keep == 0 && actions.start.is_empty() {
@@ -455,7 +464,22 @@ mod tests {
             a.kill[0].message,
             "Container a failed liveness probe, will be restarted"
         );
+        assert_eq!(a.kill[0].grace, None, "the pod's grace period");
         assert!(!a.kill_pod);
+        // A probe with a grace period of its own: the kill uses it.
+        let mut own = p.clone();
+        if let Some(s) = own.spec.as_mut() {
+            s.containers[0].liveness_probe = Some(k8s::Probe {
+                termination_grace_period_seconds: Some(10),
+                ..Default::default()
+            });
+        }
+        let rt_own = Rt::new(true).with(&own, "a", State::Running, 0);
+        let own_id = rt_own.0.latest("a").expect("a").id.clone();
+        let a = compute(&own, &rt_own.0, &|id: &str| {
+            (id == own_id).then_some(ProbeFailure::Liveness)
+        });
+        assert_eq!(a.kill[0].grace, Some(10));
 
         let never = pod("Never", &[], &["a"]);
         let rt = Rt::new(true).with(&never, "a", State::Running, 0);

@@ -256,6 +256,29 @@ async fn init_containers_run_first_in_order() {
     agent.shutdown().await;
 }
 
+/// A liveness probe with a `terminationGracePeriodSeconds` of its own: the kill after it
+/// fails waits that long for the container (which ignores SIGTERM), not the pod's 600 s.
+#[tokio::test(start_paused = true)]
+async fn a_probe_s_own_grace_period_ends_its_kill() {
+    let (_sim, agent, _events) = start_recording("probe-grace");
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=5s"}},"spec":{"terminationGracePeriodSeconds":600,"containers":[
+            {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
+             "livenessProbe":{"exec":{"command":["cat","/tmp/healthy"]},"periodSeconds":2,"failureThreshold":2,
+               "terminationGracePeriodSeconds":3}}]}}"#,
+        )],
+    )
+    .await;
+    // Fails from 5 s on; two failures 2 s apart; then the probe's 3 s.
+    wait_for(&agent, "live", "restarted", Duration::from_secs(20), |p| {
+        container(p, "c").restart_count >= 1
+    })
+    .await;
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_the_container() {
     let (_sim, agent, events) = start_recording("liveness");

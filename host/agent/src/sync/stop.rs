@@ -36,6 +36,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .sandbox()
             .and_then(|s| s.ips.first().cloned())
             .unwrap_or_default();
+        // A failed probe's own grace period stands in for the pod's (the kubelet's
+        // probe-level terminationGracePeriodSeconds).
+        let grace = k.grace.unwrap_or(grace);
         if let Err(e) = self.ops.stop_container(pod, spec, &k.id, &ip, grace).await {
             warn!(pod = %PodKey::of(pod), container = %k.name, "StopContainer failed: {e}");
         }
