@@ -241,9 +241,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                     Op::Reconcile => {
                         // A readiness gate's condition set through the API changes Ready
                         // at once, not at the pod's next sync.
-                        let gated = pod.spec.as_ref().is_some_and(|s| {
-                            s.readiness_gates.as_ref().is_some_and(|g| !g.is_empty())
-                        });
+                        let gated = !pod::gate_conditions(&pod).is_empty();
                         let uid = pod::uid(&pod).to_owned();
                         self.ctx.statuses.set_pod(pod);
                         if gated {

@@ -303,9 +303,11 @@ async fn an_embedded_client_certificate_is_stored_and_renewed_at_once() {
     )
     .expect("kubelet.conf");
     assert!(bootstrap::embeds_certificate(&c.kubeconfig()));
-    let adopted = wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), &c.store())
-        .expect("adopt")
-        .expect("stored");
+    let in_use = bootstrap::kubeconfig_certificate(&c.kubeconfig()).expect("reads");
+    let adopted =
+        wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), in_use.as_ref(), &c.store())
+            .expect("adopt")
+            .expect("stored");
     assert_eq!(adopted.cert_pem, cert);
     let current = c.dir.join("pki/kubelet-client-current.pem");
     let target = std::fs::read_link(&current).expect("a link to the stored pair");
@@ -362,8 +364,9 @@ async fn an_embedded_client_certificate_is_stored_and_renewed_at_once() {
     )
     .expect("finalized kubelet.conf");
     assert!(!bootstrap::embeds_certificate(&c.kubeconfig()));
+    let in_use = bootstrap::kubeconfig_certificate(&c.kubeconfig()).expect("reads");
     assert!(
-        wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), &c.store())
+        wasmlet_cluster::certificates::adopt_embedded(&c.kubeconfig(), in_use.as_ref(), &c.store())
             .expect("adopt")
             .is_none()
     );

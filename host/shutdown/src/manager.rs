@@ -276,7 +276,8 @@ async fn inhibit(login: &Login1Proxy<'_>) -> Result<OwnedFd, String> {
 /// within the grace period).
 pub struct AgentPods<R>(pub Arc<Agent<R>>);
 
-fn info(pod: &k8s::Pod) -> Option<PodInfo> {
+/// An unfinished pod as the plan sees it.
+fn pod_info(pod: &k8s::Pod) -> Option<PodInfo> {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return None;
@@ -293,7 +294,13 @@ fn info(pod: &k8s::Pod) -> Option<PodInfo> {
 
 impl<R: CriRuntime + 'static> Pods for AgentPods<R> {
     fn active(&self) -> Vec<PodInfo> {
-        self.0.ctx.statuses.pods().iter().filter_map(info).collect()
+        self.0
+            .ctx
+            .statuses
+            .pods()
+            .iter()
+            .filter_map(pod_info)
+            .collect()
     }
 
     fn kill(&self, uid: &str, grace: Duration) {

@@ -118,8 +118,8 @@ impl PodCgroups {
     }
 
     /// The tree `wasmlet run` makes with the kubelet's defaults (the cgroupfs driver,
-    /// root `/`, nothing reserved; no pids limit on `kubepods`) on `/sys/fs/cgroup`, for a node of `cpus` CPUs and
-    /// `memory` bytes: for benchmarks and tools.
+    /// root `/`, nothing reserved; no pids limit on `kubepods`) on `/sys/fs/cgroup`, for
+    /// a node of `cpus` CPUs and `memory` bytes: for benchmarks and tools.
     pub async fn node_default(cpus: u64, memory: u64) -> Result<PodCgroups, StartError> {
         let fs = CgroupFs::detect(std::path::Path::new("/sys/fs/cgroup"))
             .map_err(StartError::Unavailable)?;

@@ -134,6 +134,14 @@ fn u32_at(message: &[u8], at: usize) -> io::Result<u32> {
     })
 }
 
+/// `n` in the byte order of `message` (its first byte).
+fn u32_bytes(message: &[u8], n: u32) -> [u8; 4] {
+    match message[0] {
+        b'l' => n.to_le_bytes(),
+        _ => n.to_be_bytes(),
+    }
+}
+
 fn align8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
@@ -204,10 +212,7 @@ fn without_sender(message: &[u8]) -> io::Result<Vec<u8>> {
             out.extend_from_slice(&message[align8(end)..fields_end]);
         }
         let len = u32::try_from(out.len() - FIXED).map_err(|_| invalid("a header too long"))?;
-        out[12..16].copy_from_slice(&match message[0] {
-            b'l' => len.to_le_bytes(),
-            _ => len.to_be_bytes(),
-        });
+        out[12..16].copy_from_slice(&u32_bytes(message, len));
         out.resize(align8(out.len()), 0);
         out.extend_from_slice(&message[body_start..]);
         return Ok(out);
@@ -224,21 +229,15 @@ pub(super) fn with_sender(message: &[u8], sender: &str) -> Vec<u8> {
     let body_start = align8(FIXED + fields_len);
     let mut out = message[..FIXED + fields_len].to_vec();
     out.resize(align8(out.len()), 0);
-    let u32_bytes = |n: usize| {
-        let n = u32::try_from(n).expect("short");
-        match message[0] {
-            b'l' => n.to_le_bytes(),
-            _ => n.to_be_bytes(),
-        }
-    };
+    let short = |n: usize| u32::try_from(n).expect("short");
     // The field's code and signature, then the string (4-aligned: the field starts at a
     // multiple of 8 and these are 4 bytes).
     out.extend_from_slice(&[SENDER, 1, b's', 0]);
-    out.extend_from_slice(&u32_bytes(sender.len()));
+    out.extend_from_slice(&u32_bytes(message, short(sender.len())));
     out.extend_from_slice(sender.as_bytes());
     out.push(0);
     let new_len = out.len() - FIXED;
-    out[12..16].copy_from_slice(&u32_bytes(new_len));
+    out[12..16].copy_from_slice(&u32_bytes(message, short(new_len)));
     out.resize(align8(out.len()), 0);
     out.extend_from_slice(&message[body_start..]);
     out

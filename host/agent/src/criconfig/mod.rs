@@ -148,10 +148,12 @@ pub fn legacy_log_symlink(
         .join("containers");
     let mut name = format!("{pod}_{namespace}_{container}-{id}");
     let mut max = 255 - SUFFIX.len();
-    while max > 0 && !name.is_char_boundary(max) {
-        max -= 1;
+    if name.len() > max {
+        while !name.is_char_boundary(max) {
+            max -= 1;
+        }
+        name.truncate(max);
     }
-    name.truncate(max);
     dir.join(name + SUFFIX)
 }
 

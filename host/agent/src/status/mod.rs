@@ -367,26 +367,16 @@ fn ready_condition(
     if !containers_ready {
         return condition("Ready", false, reason, message, input);
     }
-    let conditions = others_conditions(input);
-    let unready: Vec<String> = input
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
+    let unready: Vec<String> = pod::gate_conditions(input.pod)
         .into_iter()
-        .flatten()
-        .filter_map(|gate| {
-            let kind = gate.condition_type.as_str();
-            match conditions.iter().find(|c| c.type_ == kind) {
-                None => Some(format!(
-                    "corresponding condition of pod readiness gate \"{kind}\" does not exist."
-                )),
-                Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate \"{kind}\" is not \"True\", but {}",
-                    c.status
-                )),
-                Some(_) => None,
-            }
+        .filter_map(|(kind, status)| match status.as_deref() {
+            None => Some(format!(
+                "corresponding condition of pod readiness gate \"{kind}\" does not exist."
+            )),
+            Some("True") => None,
+            Some(status) => Some(format!(
+                "the status of pod readiness gate \"{kind}\" is not \"True\", but {status}"
+            )),
         })
         .collect();
     if unready.is_empty() {

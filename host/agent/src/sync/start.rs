@@ -121,9 +121,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 ns.target_id = id;
             }
         }
-        if let Some(failed_at) = restarting {
-            Self::lock(&self.crash_backoff)
-                .next(&format!("{}/{}", pod::uid(pod), c.name), failed_at);
+        if let Some((backoff_key, failed_at)) = restarting {
+            Self::lock(&self.crash_backoff).next(&backoff_key, failed_at);
         }
         let log = criconfig::log_directory(pod, &self.node).join(&config.log_path);
         let id = self
@@ -211,14 +210,15 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     }
 
     /// CrashLoopBackOff: a container that exited waits out its back-off before it is
-    /// created again. `Ok(Some(finished))`: it may restart now, and the back-off is to
-    /// advance from its finish when it is created; `Ok(None)`: a first start.
+    /// created again. `Ok(Some((key, finished)))`: it may restart now, and its back-off
+    /// (under `key`) is to advance from its finish when it is created; `Ok(None)`: a
+    /// first start.
     fn crash_loop_gate(
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
         previous: Option<&crate::runtime::ContainerInfo>,
-    ) -> Result<Option<Instant>, NotStarted> {
+    ) -> Result<Option<(String, Instant)>, NotStarted> {
         let Some(prev) = previous.filter(|p| p.state == State::Exited) else {
             return Ok(None);
         };
@@ -236,7 +236,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             u32::try_from(prev.restart_count).unwrap_or(0),
         );
         let Some(at) = backoff.retry_at(&backoff_key, failed_at, Instant::now()) else {
-            return Ok(Some(failed_at));
+            return Ok(Some((backoff_key, failed_at)));
         };
         let delay = backoff.delay(&backoff_key).unwrap_or_default();
         self.events.record(Event::warning(

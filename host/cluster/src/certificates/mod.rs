@@ -18,22 +18,20 @@ use std::time::Duration;
 /// the certificate is stored as the first `kubelet-client-<timestamp>.pem` with
 /// `kubelet-client-current.pem` pointing at it, and is to be renewed through a CSR at
 /// once. kubeadm's kubelet-finalize phase then points `kubelet.conf` at the current file,
-/// so the node's identity rotates from then on. Returns the stored pair, `None` when
-/// the store has a pair already or the kubeconfig refers to files.
+/// so the node's identity rotates from then on. `in_use` is the certificate the
+/// kubeconfig holds ([`bootstrap::kubeconfig_certificate`]). Returns the stored pair,
+/// `None` when the store has a pair already or the kubeconfig refers to files.
 pub fn adopt_embedded(
     kubeconfig: &std::path::Path,
+    in_use: Option<&store::Pair>,
     store: &store::Store,
 ) -> Result<Option<store::Pair>, CertError> {
+    let Some(pair) = in_use else {
+        return Ok(None);
+    };
     if store.current().is_some() || !bootstrap::embeds_certificate(kubeconfig) {
         return Ok(None);
     }
-    let invalid = |message: String| CertError::Kubeconfig {
-        path: kubeconfig.display().to_string(),
-        message,
-    };
-    let Some(pair) = bootstrap::kubeconfig_certificate(kubeconfig).map_err(invalid)? else {
-        return Ok(None);
-    };
     let stored = store.save(&pair.cert_pem, &pair.key_pem)?;
     tracing::info!(
         cert = %store.current_path().display(),

@@ -636,6 +636,7 @@ fn now_rfc3339() -> String {
         .map(|t| t.to_string())
         .unwrap_or_default()
 }
+
 /// What an operator can do about a failed list or watch of WasmletPlugins, said with
 /// the first failure (the retries that follow are quiet, with a growing pause).
 fn watch_hint(error: &str) -> &'static str {

@@ -141,12 +141,10 @@ impl Config {
         }
         v
     }
-}
 
-impl Config {
     /// `shutdownGracePeriodByPodPriority`, when the groups were given that way.
     fn shutdown_fields(&self, v: &mut Value) {
-        if !self.shutdown.by_priority {
+        if !self.shutdown.by_priority() {
             return;
         }
         let groups: Vec<Value> = self

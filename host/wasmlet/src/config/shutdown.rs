@@ -20,18 +20,22 @@ pub struct Shutdown {
     /// The priority groups (from the two periods, or `shutdownGracePeriodByPodPriority`);
     /// empty: graceful node shutdown is off.
     pub groups: Vec<Group>,
-    /// Whether the groups were given as `shutdownGracePeriodByPodPriority`.
-    pub by_priority: bool,
+}
+
+impl Shutdown {
+    /// Whether the groups were given as `shutdownGracePeriodByPodPriority` (groups with
+    /// no `shutdownGracePeriod`: the two are never given together).
+    pub fn by_priority(&self) -> bool {
+        !self.groups.is_empty() && self.grace.is_zero()
+    }
 }
 
 /// The fields, checked.
 pub(super) fn section(f: &mut File) -> Result<Shutdown> {
-    let by_priority = !f.shutdown_grace_period_by_pod_priority.is_empty();
     Ok(Shutdown {
         grace: f.shutdown_grace_period.0,
         critical: f.shutdown_grace_period_critical_pods.0,
         groups: groups(f)?,
-        by_priority,
     })
 }
 

@@ -42,7 +42,7 @@ pub(super) async fn connect(
     }
     let in_use = bootstrap::kubeconfig_certificate(kubeconfig)
         .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
-    let adopted = certificates::adopt_embedded(kubeconfig, &store)
+    let adopted = certificates::adopt_embedded(kubeconfig, in_use.as_ref(), &store)
         .context("rotateCertificates: storing the kubeconfig's client certificate")?;
     let Some(pair) = store.current().or(in_use.clone()) else {
         info!("rotateCertificates: the kubeconfig has no client certificate to rotate");
