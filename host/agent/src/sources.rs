@@ -4,8 +4,9 @@
 //! logged, and retried at the next period); a manifest the source could not read is
 //! reported by name and its pod kept as it was.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
@@ -13,6 +14,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use wasmlet_plugin_host::kinds::PodSources;
+use wasmlet_plugin_host::source::{Snapshot, SourcePod};
 
 use crate::syncloop::SourceSet;
 
@@ -126,15 +128,38 @@ async fn stop(task: JoinHandle<()>) {
     let _ = task.await;
 }
 
-/// Watches `dir` (not recursively), waking `changed` on every event.
-fn watch_dir(dir: &std::path::Path, changed: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
+/// Manifest files removed since the last poll, by file name.
+type Removed = Arc<Mutex<HashSet<String>>>;
+
+/// Watches `dir` (not recursively), waking `changed` on every event and noting the
+/// names of removed files in `removed`.
+fn watch_dir(
+    dir: &std::path::Path,
+    changed: Arc<Notify>,
+    removed: Removed,
+) -> Option<notify::RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
             // The source reading its manifests is no change: reacting to it would poll
             // again, forever.
             Ok(e) if matches!(e.kind, notify::EventKind::Access(_)) => {}
-            // A change, or lost events: poll.
-            _ => changed.notify_one(),
+            Ok(e) => {
+                let gone = matches!(
+                    e.kind,
+                    notify::EventKind::Remove(_)
+                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(
+                            notify::event::RenameMode::From
+                        ))
+                );
+                if gone {
+                    let names = e.paths.iter().filter_map(|p| p.file_name());
+                    let mut set = removed.lock().unwrap_or_else(|p| p.into_inner());
+                    set.extend(names.map(|n| n.to_string_lossy().into_owned()));
+                }
+                changed.notify_one();
+            }
+            // Lost events: poll.
+            Err(_) => changed.notify_one(),
         }
     })
     .map_err(|e| warn!(dir = %dir.display(), "cannot watch the manifest directory: {e}"))
@@ -157,9 +182,10 @@ async fn poll_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let changed = Arc::new(Notify::new());
+    let removed = Removed::default();
     let _watcher = dir.as_ref().and_then(|d| {
         let _ = std::fs::create_dir_all(d);
-        watch_dir(d, changed.clone())
+        watch_dir(d, changed.clone(), removed.clone())
     });
     let mut last_error = String::new();
     loop {
@@ -175,6 +201,13 @@ async fn poll_loop(
                 Ok(snapshot) => {
                     last_error.clear();
                     debug!(source = %name, pods = snapshot.pods.len(), "polled");
+                    let gone =
+                        std::mem::take(&mut *removed.lock().unwrap_or_else(|p| p.into_inner()));
+                    if let Some(without) = without_removed(&name, &snapshot, &gone)
+                        && tx.send(without).await.is_err()
+                    {
+                        return;
+                    }
                     let set = SourceSet {
                         source: name.clone(),
                         pods: snapshot.pods,
@@ -203,6 +236,31 @@ async fn poll_loop(
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// A manifest removed and written again between two polls is, as for the kubelet
+/// (which follows each file's events), its pod removed and added again: the set without
+/// the pods of files removed since the last poll, when any of them is back.
+fn without_removed(
+    source: &str,
+    snapshot: &Snapshot,
+    removed: &HashSet<String>,
+) -> Option<SourceSet> {
+    let file = |p: &SourcePod| p.origin.split('#').next().unwrap_or_default().to_owned();
+    let pods = &snapshot.pods;
+    if removed.is_empty() || !pods.iter().any(|p| removed.contains(&file(p))) {
+        return None;
+    }
+    Some(SourceSet {
+        source: source.to_owned(),
+        pods: pods
+            .iter()
+            .filter(|p| !removed.contains(&file(p)))
+            .cloned()
+            .collect(),
+        problems: snapshot.problems.clone(),
+        ..SourceSet::default()
+    })
 }
 
 #[cfg(test)]
@@ -261,5 +319,33 @@ mod tests {
         }
         let _ = stop_all.send(true);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_manifest_removed_and_back_between_polls_is_removed_first() {
+        let pod = |origin: &str| SourcePod {
+            origin: origin.into(),
+            pod: Default::default(),
+        };
+        let snapshot = Snapshot {
+            pods: vec![pod("a.yaml"), pod("all.yaml#1"), pod("all.yaml#2")],
+            problems: vec![wasmlet_plugin_host::source::Problem {
+                origin: "broken.yaml".into(),
+                message: "bad".into(),
+            }],
+        };
+        let removed = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        assert!(without_removed("file", &snapshot, &removed(&[])).is_none());
+        assert!(
+            without_removed("file", &snapshot, &removed(&["gone.yaml"])).is_none(),
+            "removed and not back: the set itself says so"
+        );
+        let first = without_removed("file", &snapshot, &removed(&["all.yaml"])).expect("a set");
+        let origins: Vec<&str> = first.pods.iter().map(|p| p.origin.as_str()).collect();
+        assert_eq!(origins, ["a.yaml"]);
+        assert_eq!(
+            first.problems, snapshot.problems,
+            "a broken manifest's pod is kept"
+        );
     }
 }

@@ -46,6 +46,10 @@ pub struct PodEntry {
     /// The grace its containers get when the node ended it for pressure (`None`: the
     /// pod's own).
     pub eviction_grace: Option<std::time::Duration>,
+    /// A static pod its source no longer has, held while its containers stop: its
+    /// status still goes to its mirror pod (which stays until then), and a new static
+    /// pod of the same name waits. Not listed by [`StatusManager::pods`].
+    pub retired: bool,
     seq: u64,
 }
 
@@ -124,7 +128,11 @@ impl StatusManager {
         let mut guard = self.write();
         let (seq, pods) = &mut *guard;
         match pods.get_mut(&uid) {
-            Some(e) => e.pod = pod,
+            Some(e) => {
+                // A retired static pod whose manifest came back is wanted again.
+                e.retired = false;
+                e.pod = pod;
+            }
             None => {
                 *seq += 1;
                 // A pod the API server says started already (before an agent restart)
@@ -154,6 +162,7 @@ impl StatusManager {
                         first_synced: false,
                         evicted: None,
                         eviction_grace: None,
+                        retired: false,
                         seq: *seq,
                     },
                 );
@@ -230,15 +239,48 @@ impl StatusManager {
         self.mark(uid);
     }
 
-    /// Records that a deleted pod's containers and sandboxes are gone: its status is
-    /// final from now on.
-    pub fn reclaimed(&self, uid: &str) {
-        if let Some(e) = self.write().1.get_mut(uid) {
-            e.reclaimed = true;
-        } else {
-            return;
+    /// Keeps a static pod its source no longer has until its containers and sandbox
+    /// are gone ([`StatusManager::reclaimed`] forgets it then), as the kubelet keeps its
+    /// mirror pod until the static pod has terminated.
+    pub fn retire(&self, uid: &str) {
+        match self.write().1.get_mut(uid) {
+            Some(e) => e.retired = true,
+            None => return,
         }
         self.mark(uid);
+    }
+
+    /// Records that a deleted pod's containers and sandboxes are gone: its status is
+    /// final from now on. A retired static pod is forgotten.
+    pub fn reclaimed(&self, uid: &str) {
+        let mut guard = self.write();
+        match guard.1.get_mut(uid) {
+            Some(e) if e.retired => {
+                guard.1.remove(uid);
+            }
+            Some(e) => e.reclaimed = true,
+            None => return,
+        }
+        drop(guard);
+        self.mark(uid);
+    }
+
+    /// Whether a retired static pod named `namespace/name` other than `uid` is still
+    /// stopping (a new static pod of that name waits for it).
+    pub fn retiring(&self, full_name: &str, uid: &str) -> bool {
+        self.read().1.iter().any(|(u, e)| {
+            e.retired && u != uid && crate::pod::PodKey::of(&e.pod).full_name() == full_name
+        })
+    }
+
+    /// The `namespace/name` of every static pod held, retired ones included.
+    pub fn static_names(&self) -> HashSet<String> {
+        self.read()
+            .1
+            .values()
+            .filter(|e| crate::pod::is_static(&e.pod))
+            .map(|e| crate::pod::PodKey::of(&e.pod).full_name())
+            .collect()
     }
 
     /// Records that the pod's first sync ran.
@@ -337,10 +379,11 @@ impl StatusManager {
             .cloned()
     }
 
-    /// Every pod with its status, in the order they were added.
+    /// Every pod with its status, in the order they were added (retired static pods
+    /// are no longer the node's).
     pub fn pods(&self) -> Vec<k8s::Pod> {
         let guard = self.read();
-        let mut entries: Vec<&PodEntry> = guard.1.values().collect();
+        let mut entries: Vec<&PodEntry> = guard.1.values().filter(|e| !e.retired).collect();
         entries.sort_by_key(|e| e.seq);
         entries
             .into_iter()
@@ -484,5 +527,35 @@ mod tests {
         assert!(after.reclaimed);
         assert_eq!(after.status, last.status);
         assert_eq!(after.version, last.version);
+    }
+
+    #[test]
+    fn a_retired_static_pod_is_held_until_reclaimed_unless_it_comes_back() {
+        let m = StatusManager::new();
+        let mut p = (*pod()).clone();
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                "file".to_owned(),
+            )]
+            .into(),
+        );
+        let p = Arc::new(p);
+        m.set_pod(p.clone());
+        m.retire("u1");
+        assert!(m.pods().is_empty(), "no longer the node's");
+        assert!(m.retiring("default/p", "u2"), "a new version waits");
+        assert!(!m.retiring("default/p", "u1"));
+        assert!(
+            m.static_names().contains("default/p"),
+            "its mirror pod stays"
+        );
+        m.set_pod(p);
+        assert_eq!(m.pods().len(), 1, "back under the same UID");
+        assert!(!m.retiring("default/p", "u2"));
+        m.retire("u1");
+        m.reclaimed("u1");
+        assert!(m.get("u1").is_none(), "stopped: forgotten");
+        assert!(m.static_names().is_empty());
     }
 }

@@ -309,10 +309,18 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             .reject(pod.clone(), reason, message, &self.ctx.node.host_ip);
     }
 
+    /// A pod its source no longer has: stopped within its grace period. A static pod
+    /// that ran stays in the status manager until then (its mirror pod stays, and a
+    /// new static pod of its name waits); one still waiting to start is just dropped.
     fn remove(&mut self, pod: Arc<k8s::Pod>) {
         let uid = pod::uid(&pod).to_owned();
         self.admitted.remove(&uid);
-        self.ctx.statuses.remove(&uid);
+        self.workers.drop_held(&uid);
+        if self.workers.is_active(&uid) && pod::is_static(&pod) {
+            self.ctx.statuses.retire(&uid);
+        } else {
+            self.ctx.statuses.remove(&uid);
+        }
         let grace = Duration::from_secs(u64::try_from(pod::grace_seconds(&pod)).unwrap_or(0));
         if self.workers.lifecycle(&uid).is_some() {
             self.workers.kill(pod, grace);

@@ -115,6 +115,9 @@ impl Handle {
 pub struct PodWorkers<R> {
     ctx: Arc<SyncContext<R>>,
     workers: Mutex<HashMap<String, Arc<Handle>>>,
+    /// Static pods waiting for another static pod of the same `namespace/name` to stop
+    /// (an updated manifest is a new UID): never two at once, as the kubelet.
+    held: Mutex<HashMap<String, Arc<k8s::Pod>>>,
     due: Arc<DueQueue>,
     resync: Duration,
 }
@@ -126,6 +129,7 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         Arc::new(PodWorkers {
             ctx,
             workers: Mutex::default(),
+            held: Mutex::default(),
             due,
             resync,
         })
@@ -148,11 +152,33 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         handle
     }
 
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<k8s::Pod>>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a worker of another static pod named `full_name` has not finished.
+    fn namesake_running(map: &HashMap<String, Arc<Handle>>, full_name: &str, uid: &str) -> bool {
+        map.iter().any(|(u, h)| {
+            let state = h.state();
+            u != uid && !state.is_done() && PodKey::of(state.pod()).full_name() == full_name
+        })
+    }
+
     /// A pod added by its source: starts its worker, or — if a pod with the same UID
-    /// is still being stopped — starts it again once that one is cleaned up.
+    /// is still being stopped — starts it again once that one is cleaned up. A static
+    /// pod whose namesake (its manifest's previous version) is still stopping waits for
+    /// it.
     pub fn add(self: &Arc<Self>, pod: Arc<k8s::Pod>) {
         let uid = pod::uid(&pod).to_owned();
         let mut map = self.map();
+        if pod::is_static(&pod) && !map.contains_key(&uid) {
+            let name = PodKey::of(&pod).full_name();
+            if Self::namesake_running(&map, &name, &uid) {
+                debug!(pod = %PodKey::of(&pod), "waiting for the static pod's previous version to stop");
+                self.held().insert(name, pod);
+                return;
+            }
+        }
         match map.get(&uid).cloned() {
             None => {
                 self.spawn(&mut map, pod);
@@ -183,6 +209,32 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
                 self.spawn(&mut map, pod);
             }
         }
+    }
+
+    /// Drops pod `uid` if it is a static pod waiting to start.
+    pub fn drop_held(&self, uid: &str) {
+        self.held().retain(|_, p| pod::uid(p) != uid);
+    }
+
+    /// Whether pod `uid` waits for its namesake to stop.
+    pub fn is_held(&self, uid: &str) -> bool {
+        self.held().values().any(|p| pod::uid(p) == uid)
+    }
+
+    /// Starts the static pod waiting for `full_name`, if its namesake is done now.
+    fn start_held(self: &Arc<Self>, full_name: &str) {
+        let mut map = self.map();
+        let mut held = self.held();
+        let Some(pod) = held.get(full_name).cloned() else {
+            return;
+        };
+        if Self::namesake_running(&map, full_name, pod::uid(&pod)) {
+            return;
+        }
+        held.remove(full_name);
+        drop(held);
+        debug!(pod = %PodKey::of(&pod), "the static pod's previous version stopped; starting it");
+        self.spawn(&mut map, pod);
     }
 
     /// Forgets workers that are done, unless `keep` says their pod is still wanted (a
@@ -233,6 +285,11 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         self.map().get(uid).map(|h| h.state().lifecycle())
     }
 
+    /// Whether pod `uid` has a worker that is not done.
+    pub fn is_active(&self, uid: &str) -> bool {
+        self.map().get(uid).is_some_and(|h| !h.state().is_done())
+    }
+
     /// The UIDs with a worker.
     pub fn uids(&self) -> Vec<String> {
         self.map().keys().cloned().collect()
@@ -251,13 +308,25 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
     async fn run(self: Arc<Self>, uid: String, handle: Arc<Handle>) {
         loop {
             let work = handle.state().take_next();
+            if matches!(work, Some(Work::Cleanup(_))) && handle.readd().is_some() {
+                // The pod came back while stopping: its stopped containers stay (they
+                // count its restarts, as the kubelet's), only the new start follows.
+                handle
+                    .state()
+                    .finished(crate::lifecycle::Outcome::CleanedUp);
+                continue;
+            }
             let Some(work) = work else {
                 if handle.state().is_done() {
                     self.due.cancel(&uid);
                     let readd = handle.readd().take();
                     match readd {
                         Some(pod) => *handle.state() = WorkerState::new(pod),
-                        None => return,
+                        None => {
+                            let name = PodKey::of(handle.state().pod()).full_name();
+                            self.start_held(&name);
+                            return;
+                        }
                     }
                     continue;
                 }

@@ -4,7 +4,10 @@
 //!   `pods/NAME/status` carrying `metadata.uid` (a pod deleted and created again under
 //!   the same name is not patched: the UID differs and the API server answers 409).
 //! - Static pods get a mirror pod ([`crate::mirror`]) created, replaced when the static
-//!   pod changes and deleted when it goes; their status goes to the mirror pod.
+//!   pod changes or the mirror pod is deleted through the API, and deleted when the
+//!   static pod goes; their status goes to the mirror pod. As with the kubelet, a static
+//!   pod whose manifest went away or changed keeps the mirror pod (and its status goes
+//!   there) until its containers have stopped; the next version waits until then.
 //! - A pod the API server deletes is deleted for good — `gracePeriodSeconds: 0` with a
 //!   UID precondition, the kubelet's final delete — once its containers and sandbox are
 //!   gone and its last status is sent.
@@ -324,21 +327,30 @@ impl Syncer {
             return None;
         }
         let name = PodKey::of(&entry.pod).full_name();
+        if !entry.retired && self.settings.statuses.retiring(&name, uid) {
+            // The mirror pod is the previous version's until that has stopped.
+            return None;
+        }
         let seen = self.settings.mirrors.get(&name);
         if seen.is_some() {
             synced.mirror = None;
         }
         let Some(current) = seen.or_else(|| synced.mirror.clone()) else {
+            if entry.retired {
+                return None;
+            }
             return Some(Job::Mirror {
                 stale: None,
                 create: Box::new(mirror::object(&entry.pod, &owner)),
             });
         };
         if !mirror::matches(&current, &entry.pod) {
-            if current.metadata.deletion_timestamp.is_some() {
-                // Going away; created again once it is gone.
+            if entry.retired {
+                // Stopping, and its mirror pod is another's or being deleted: leave it.
                 return None;
             }
+            // Another version's, or deleted through the API (the kubelet's way: deleted
+            // at once, precondition on its UID, and made again).
             return Some(Job::Mirror {
                 stale: Some(Target::of(&current)),
                 create: Box::new(mirror::object(&entry.pod, &owner)),
@@ -369,14 +381,8 @@ impl Syncer {
         if !self.settings.mirrors.listed() || !(self.settings.sources_ready)() {
             return Vec::new();
         }
-        let wanted: HashSet<String> = self
-            .settings
-            .statuses
-            .pods()
-            .iter()
-            .filter(|p| pod::is_static(p))
-            .map(|p| PodKey::of(p).full_name())
-            .collect();
+        // A retired static pod's mirror stays until it has stopped.
+        let wanted = self.settings.statuses.static_names();
         let mut jobs = Vec::new();
         for m in self.settings.mirrors.all() {
             let name = PodKey::of(&m).full_name();
@@ -531,7 +537,10 @@ pub async fn run(settings: StatusSync, mut shutdown: watch::Receiver<bool>) {
             .iter()
             .any(|uid| sync.settings.statuses.get(uid).is_none())
         {
+            // A static pod gone may free its name for the next version: everything
+            // is looked at again.
             orphans = true;
+            sync.resync();
         }
         sync.pending.extend(changed);
         if orphans {

@@ -1,8 +1,9 @@
 //! Cluster mode with the agent in the loop: an agent on the in-process CRI simulator,
 //! joined through [`wasmlet_cluster::start`] to the API server double. Pods bound to
-//! the node run and report status, graceful deletion ends in the final delete, static
-//! pods get mirror pods, the watch survives breaks and 410 Gone, and an API server that
-//! goes away for a minute finds everything in step when it comes back.
+//! the node run and report status, graceful deletion ends in the final delete, the watch
+//! survives breaks and 410 Gone, and an API server that goes away for a minute finds
+//! everything in step when it comes back. Static pods and their mirror pods:
+//! `mirror_pods.rs`.
 
 mod support;
 
@@ -449,142 +450,6 @@ async fn ready_follows_the_readiness_gates_set_through_the_api() {
     patch(set("False", "True")).await;
     n.wait("gated not Ready again", Duration::from_secs(10), |p| {
         ready(p).as_deref() == Some("False")
-    })
-    .await;
-}
-
-fn static_pod(image_tag: &str) -> Value {
-    json!({
-        "metadata": {"name": "etcd", "namespace": "default", "labels": {"tier": "control"}},
-        "spec": {"containers": [{"name": "c", "image": format!("localhost/busybox:{image_tag}"),
-            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
-    })
-}
-
-/// A control-plane node: its API server is one of its static pods, so nothing a static
-/// pod needs may wait for the API server — the Service variables included (the kubelet
-/// exempts static pods from waiting for the first list of Services). Once the API server
-/// answers, the mirror pod follows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn static_pods_start_before_the_api_server_was_ever_reached() {
-    let (api, served, client) = Node::served_double(&Node::dir("no-apiserver")).await;
-    let addr = served.addr;
-    served.stop();
-    let mut n = Node::start_on(
-        "no-apiserver",
-        api,
-        (None, addr),
-        client,
-        Default::default(),
-    )
-    .await;
-    n.set_static(vec![static_pod("latest")]).await;
-    let started = Instant::now();
-    let name = format!("etcd-{}", n.name);
-    while !n.running_containers().await.iter().any(|(p, _)| *p == name) {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the static pod's container did not start without an API server: {:?}",
-            n.agent.ctx.statuses.pods()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Services were never listed: the container gets none of their variables.
-    let env = n.cri.container_config("c").expect("created").envs;
-    assert!(
-        env.iter().all(|e| !e.key.starts_with("KUBERNETES_")),
-        "{env:?}"
-    );
-
-    // The API server comes up (as the static pod would): the mirror pod follows.
-    n.served = Some(n.api.serve(n.addr).await.expect("serve"));
-    n.wait(&format!("{name} Running"), Duration::from_secs(20), |p| {
-        phase(p) == "Running"
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn static_pods_get_mirror_pods_that_follow_them() {
-    let n = Node::start("mirror").await;
-    let name = format!("etcd-{}", n.name);
-    n.set_static(vec![static_pod("latest")]).await;
-    let uid_of_node = || {
-        n.api
-            .get("api/v1", "nodes", "", &n.name)
-            .and_then(|node| node["metadata"]["uid"].as_str().map(str::to_owned))
-    };
-    let started = Instant::now();
-    let mirror = loop {
-        if let Some(m) = n.stored(&name)
-            && phase(Some(&m)) == "Running"
-        {
-            break m;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no running mirror pod for {name}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let static_uid = n.agent.ctx.statuses.pods()[0]
-        .metadata
-        .uid
-        .clone()
-        .expect("uid");
-    assert_eq!(
-        mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"],
-        static_uid
-    );
-    assert_eq!(mirror["metadata"]["labels"]["tier"], "control");
-    assert_ne!(
-        mirror["metadata"]["uid"], static_uid,
-        "the API server's own UID"
-    );
-    let owner = &mirror["metadata"]["ownerReferences"][0];
-    assert_eq!(owner["kind"], "Node");
-    assert_eq!(owner["name"], n.name.as_str());
-    assert_eq!(owner["uid"].as_str(), uid_of_node().as_deref());
-    assert_eq!(owner["controller"], true);
-    // The mirror pod is not a pod to run: one container, not two.
-    assert_eq!(n.running_containers().await.len(), 1);
-    assert_eq!(n.agent.ctx.statuses.len(), 1);
-
-    // The static pod changes: a new mirror pod replaces the old one.
-    n.set_static(vec![static_pod("v2")]).await;
-    let old_uid = mirror["metadata"]["uid"].clone();
-    n.wait(
-        &format!("{name} replaced by a mirror of the new static pod, Running"),
-        Duration::from_secs(15),
-        |p| {
-            p.is_some_and(|p| {
-                p["metadata"]["uid"] != old_uid
-                    && p["spec"]["containers"][0]["image"] == "localhost/busybox:v2"
-                    && phase(Some(p)) == "Running"
-            })
-        },
-    )
-    .await;
-
-    // A mirror pod whose static pod is not here (left by an earlier life) is deleted.
-    n.api
-        .create(
-            "api/v1",
-            "pods",
-            json!({"metadata": {"name": "old-static", "namespace": "default",
-                "annotations": {"kubernetes.io/config.mirror": "abc"}},
-                "spec": {"nodeName": n.name, "containers": [{"name": "c", "image": "i"}]}}),
-        )
-        .expect("orphan");
-    n.wait("old-static deleted", Duration::from_secs(15), |p| {
-        p.is_none()
-    })
-    .await;
-
-    // The static pod goes: so does its mirror pod.
-    n.set_static(Vec::new()).await;
-    n.wait(&format!("{name} deleted"), Duration::from_secs(15), |p| {
-        p.is_none()
     })
     .await;
 }

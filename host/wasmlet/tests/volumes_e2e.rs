@@ -1,7 +1,8 @@
 //! Volumes as a container on the real containerd sees them (issue 25), through `wasmlet
 //! run --kubeconfig` and the API server double, checked the way the sig-storage
 //! conformance tests check them — from what the container prints: an emptyDir is mode
-//! 0777 and writable by a non-root user, `medium: Memory` is a tmpfs of the asked size;
+//! 0777 and writable by a non-root user, `medium: Memory` is a tmpfs of the asked size,
+//! and both are taken away once their pod has finished;
 //! a pod's `fsGroup` owns a projected secret with `defaultMode: 0440` so that a non-root
 //! user reads it; a ConfigMap volume follows an update while the container runs; and a
 //! CPU limit read through the downward API with the divisor the API server sends (`"0"`)
@@ -133,6 +134,23 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
         "777\ntmpfs\n1777\n4096\nwritten\n",
         "0777 on disk; a 4 MiB tmpfs (mode 1777); both writable by user 1001"
     );
+    // Finished, not deleted: its volumes are taken down all the same (the kubelet's
+    // Volume Manager spec), the tmpfs unmounted first.
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    let volumes = dir.join("root/pods").join(uid).join("volumes");
+    let started = Instant::now();
+    while volumes.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} is still there after the pod finished",
+            volumes.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pod_dir = volumes.parent().expect("pod dir");
+    assert!(pod_dir.is_dir(), "the pod's own directory stays until it is deleted");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!mounts.contains(uid), "a mount of the finished pod is left: {mounts}");
 
     let p = wait_pod(&api, &agent, "vol-fsgroup", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);

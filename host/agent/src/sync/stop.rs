@@ -116,6 +116,12 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         match result {
             Ok(()) => {
                 info!(pod = %key, "pod stopped");
+                // Nothing runs in it any more: its volumes go now, not when it is deleted.
+                let pod_dir = criconfig::pod_dir(pod, &self.node);
+                if let Err(e) = crate::volumes::tear_down(&pod_dir) {
+                    warn!(pod = %key, "tearing down the pod's volumes: {e}");
+                }
+                Self::lock(&self.volumes_ready).remove(&key.uid);
                 SyncResult::new(WorkOutcome::Stopped)
             }
             Err(e) => {

@@ -230,6 +230,13 @@ pub fn remove_pod_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Takes a terminated pod's volumes away — tmpfs unmounted, then every volume the node
+/// made removed — as the kubelet's volume manager does once a pod's containers can no
+/// longer run, while the pod itself stays (a finished pod until it is deleted).
+pub fn tear_down(pod_dir: &Path) -> Result<(), String> {
+    remove_pod_dir(&pod_dir.join("volumes"))
+}
+
 /// How long after a token was requested it is requested again: at 80 % of the shortest
 /// service account token's life (the kubelet refreshes projected tokens then); `None`
 /// without tokens.

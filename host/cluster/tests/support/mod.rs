@@ -297,6 +297,17 @@ impl Drop for Node {
     }
 }
 
+/// A static pod named `etcd` running `sleep 3600` from the test image at `image_tag`
+/// (PID 1 ignores SIGTERM: stopping it takes its grace period, 2 s).
+pub fn static_pod(image_tag: &str) -> Value {
+    json!({
+        "metadata": {"name": "etcd", "namespace": "default", "labels": {"tier": "control"}},
+        "spec": {"terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": format!("localhost/busybox:{image_tag}"),
+            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+    })
+}
+
 pub fn phase(p: Option<&Value>) -> &str {
     p.and_then(|p| p["status"]["phase"].as_str()).unwrap_or("")
 }
