@@ -11,11 +11,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::source::SourcePod;
 
+use crate::pod::kubelet_uid::Location;
 use crate::pod::{self, PodKey};
 
 /// What changed for a set of pods.
@@ -77,6 +79,8 @@ impl fmt::Display for Problem {
 struct SourceSet {
     seen: bool,
     pods: BTreeMap<String, Arc<k8s::Pod>>,
+    /// The manifest directory it reads, if any (static pod UIDs hash the full path).
+    directory: Option<PathBuf>,
 }
 
 /// The merger. One per agent; owned by the config task.
@@ -98,6 +102,20 @@ pub struct Merged {
 
 /// Where in its source a pod came from (its `wasmlet.io/config.origin`, or for API
 /// pods `namespace/name`).
+/// Where a pod from `origin` was read, as the kubelet hashes it: a URL, or the file in
+/// the source's `directory` (`path` holds it).
+fn location<'a>(
+    directory: Option<&Path>,
+    origin: &'a str,
+    path: &'a mut PathBuf,
+) -> Option<Location<'a>> {
+    if origin.starts_with("http://") || origin.starts_with("https://") {
+        return Some(Location::Url(origin));
+    }
+    *path = directory?.join(origin.split('#').next().unwrap_or(origin));
+    Some(Location::File(path))
+}
+
 fn origin_of(p: &k8s::Pod) -> String {
     p.metadata
         .annotations
@@ -115,6 +133,14 @@ impl PodConfig {
                 .into_iter()
                 .map(|s| (s, SourceSet::default()))
                 .collect(),
+        }
+    }
+
+    /// Records the manifest directory `source` reads: its pods' UIDs are the kubelet's
+    /// for the files there.
+    pub fn set_directory(&mut self, source: &str, directory: Option<PathBuf>) {
+        if let Some((_, set)) = self.sources.iter_mut().find(|(name, _)| name == source) {
+            set.directory = directory;
         }
     }
 
@@ -191,6 +217,7 @@ impl PodConfig {
             }
         }
         let previous = std::mem::take(&mut self.sources[index].1.pods);
+        let directory = self.sources[index].1.directory.clone();
         let mut next: BTreeMap<String, Arc<k8s::Pod>> = BTreeMap::new();
         let mut origins: BTreeMap<String, String> = BTreeMap::new();
         for uid in unchanged {
@@ -212,7 +239,9 @@ impl PodConfig {
                 // The API server named, defaulted and validated it.
                 pod::make_api(&mut pod);
             } else {
-                pod::make_static(&mut pod, source, &origin, &self.node_name);
+                let mut path = PathBuf::new();
+                let location = location(directory.as_deref(), &origin, &mut path);
+                pod::make_static(&mut pod, (source, &origin), &self.node_name, location);
                 if let Err(e) = pod::validate(&pod) {
                     merged.problems.push(problem(format!("invalid pod: {e}")));
                     continue;

@@ -203,7 +203,7 @@ async fn poll_loop(
                     debug!(source = %name, pods = snapshot.pods.len(), "polled");
                     let gone =
                         std::mem::take(&mut *removed.lock().unwrap_or_else(|p| p.into_inner()));
-                    if let Some(without) = without_removed(&name, &snapshot, &gone)
+                    if let Some(without) = without_removed((&name, dir.as_ref()), &snapshot, &gone)
                         && tx.send(without).await.is_err()
                     {
                         return;
@@ -212,6 +212,7 @@ async fn poll_loop(
                         source: name.clone(),
                         pods: snapshot.pods,
                         problems: snapshot.problems,
+                        directory: dir.clone(),
                         ..SourceSet::default()
                     };
                     if tx.send(set).await.is_err() {
@@ -242,7 +243,7 @@ async fn poll_loop(
 /// (which follows each file's events), its pod removed and added again: the set without
 /// the pods of files removed since the last poll, when any of them is back.
 fn without_removed(
-    source: &str,
+    (source, directory): (&str, Option<&PathBuf>),
     snapshot: &Snapshot,
     removed: &HashSet<String>,
 ) -> Option<SourceSet> {
@@ -259,6 +260,7 @@ fn without_removed(
             .cloned()
             .collect(),
         problems: snapshot.problems.clone(),
+        directory: directory.cloned(),
         ..SourceSet::default()
     })
 }
@@ -335,17 +337,62 @@ mod tests {
             }],
         };
         let removed = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
-        assert!(without_removed("file", &snapshot, &removed(&[])).is_none());
+        assert!(without_removed(("file", None), &snapshot, &removed(&[])).is_none());
         assert!(
-            without_removed("file", &snapshot, &removed(&["gone.yaml"])).is_none(),
+            without_removed(("file", None), &snapshot, &removed(&["gone.yaml"])).is_none(),
             "removed and not back: the set itself says so"
         );
-        let first = without_removed("file", &snapshot, &removed(&["all.yaml"])).expect("a set");
+        let first =
+            without_removed(("file", None), &snapshot, &removed(&["all.yaml"])).expect("a set");
         let origins: Vec<&str> = first.pods.iter().map(|p| p.origin.as_str()).collect();
         assert_eq!(origins, ["a.yaml"]);
         assert_eq!(
             first.problems, snapshot.problems,
             "a broken manifest's pod is kept"
         );
+    }
+
+    /// The pods the shipped file source reads from kubeadm's manifests (and the others
+    /// of the kubelet UID test data) are what the kubelet reads: they get its UIDs.
+    #[tokio::test]
+    async fn the_file_source_reads_manifests_into_the_kubelets_uids() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet_uid/testdata");
+        let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+        let grants = wasmlet_plugin_host::source::SourceGrants {
+            directory: Some(dir.clone()),
+            urls: Vec::new(),
+        };
+        let path = wasmlet_plugin_host::dev::shipped_plugin("source-file");
+        let (limits, config) = (Default::default(), Default::default());
+        let source = engine
+            .load_source("file", &path, config, limits, grants)
+            .expect("loads");
+        let snapshot = source.poll().await.expect("polls");
+        let problems: Vec<_> = snapshot
+            .problems
+            .iter()
+            .filter(|p| p.origin != "uids.txt")
+            .collect();
+        assert!(problems.is_empty(), "{problems:?}");
+        let expected = std::fs::read_to_string(dir.join("uids.txt")).expect("uids");
+        let expected: Vec<(&str, &str)> = expected
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        assert_eq!(snapshot.pods.len(), expected.len());
+        for (file, want) in expected {
+            let read = snapshot
+                .pods
+                .iter()
+                .find(|p| p.origin == file)
+                .unwrap_or_else(|| panic!("{file} not read"));
+            let at = std::path::Path::new("/etc/kubernetes/manifests").join(file);
+            let mut pod = read.pod.clone();
+            let location = Some(crate::pod::kubelet_uid::Location::File(&at));
+            crate::pod::make_static(&mut pod, ("file", file), "node-a", location);
+            assert_eq!(crate::pod::uid(&pod), want, "{file}");
+        }
     }
 }

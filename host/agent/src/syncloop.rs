@@ -54,6 +54,9 @@ pub struct SourceSet {
     /// pods are removed and the source forgotten. A set from a source the loop does not
     /// know adds it, after the configured ones.
     pub removed: bool,
+    /// The manifest directory the source reads, if any: a static pod's UID is the one
+    /// the kubelet gives the file there.
+    pub directory: Option<std::path::PathBuf>,
 }
 
 /// Everything that wakes the loop.
@@ -208,6 +211,8 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             self.config.remove_source(&set.source)
         } else {
             self.config.add_source(&set.source);
+            self.config
+                .set_directory(&set.source, set.directory.clone());
             self.config
                 .set_with(&set.source, set.pods, &set.unchanged, &broken)
         };

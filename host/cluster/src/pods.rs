@@ -201,6 +201,7 @@ pub async fn run(
                 unchanged: report.unchanged,
                 problems: Vec::new(),
                 removed: false,
+                directory: None,
             };
             if sink.send(set).await.is_err() {
                 return;

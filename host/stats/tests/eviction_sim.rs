@@ -202,6 +202,7 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
                 unchanged: Vec::new(),
                 problems: Vec::new(),
                 removed: false,
+                directory: None,
             })
             .await
             .expect("loop runs");
@@ -355,6 +356,7 @@ async fn disk_reclaim_removes_what_finished_pods_left_and_keeps_their_status() {
             unchanged: Vec::new(),
             problems: Vec::new(),
             removed: false,
+            directory: None,
         })
         .await
         .expect("loop runs");

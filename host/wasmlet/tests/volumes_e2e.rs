@@ -148,9 +148,15 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pod_dir = volumes.parent().expect("pod dir");
-    assert!(pod_dir.is_dir(), "the pod's own directory stays until it is deleted");
+    assert!(
+        pod_dir.is_dir(),
+        "the pod's own directory stays until it is deleted"
+    );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(!mounts.contains(uid), "a mount of the finished pod is left: {mounts}");
+    assert!(
+        !mounts.contains(uid),
+        "a mount of the finished pod is left: {mounts}"
+    );
 
     let p = wait_pod(&api, &agent, "vol-fsgroup", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);

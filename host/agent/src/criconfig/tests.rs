@@ -35,7 +35,7 @@ fn tempdir(name: &str) -> PathBuf {
 
 fn pod(json: &str) -> k8s::Pod {
     let mut p: k8s::Pod = serde_json::from_str(json).expect("pod");
-    crate::pod::make_static(&mut p, "file", "p.yaml", "node-a");
+    crate::pod::make_static(&mut p, ("file", "p.yaml"), "node-a", None);
     p
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1 as k8s;
 use sha2::{Digest, Sha256};
 
+pub mod kubelet_uid;
 mod validate;
 
 pub use validate::{InvalidPod, validate};
@@ -376,12 +377,24 @@ pub fn apply_defaults(pod: &mut k8s::Pod) {
     }
 }
 
-/// Makes `pod`, as read from a source, the static pod the agent runs: defaults filled in,
-/// the name suffixed with the node's (as the kubelet names static pods), `spec.nodeName`
-/// set, and — when it has none — a UID derived from its content, the node and where it
-/// came from, so that the same manifest gets the same UID after a restart and a changed
-/// one a new UID.
-pub fn make_static(pod: &mut k8s::Pod, source: &str, origin: &str, node_name: &str) {
+/// Makes `pod`, as read from origin `origin` of source `source`, the static pod the
+/// agent runs: defaults filled in, the name suffixed with the node's (as the kubelet
+/// names static pods), `spec.nodeName` set, and — when it has none — a UID: the one the
+/// kubelet gives the same manifest read from `location` (so that each recognises the
+/// other's pods), or, where that is not covered, one derived from its content, the node
+/// and its origin. Either way the same manifest gets the same UID after a restart and a
+/// changed one a new UID.
+pub fn make_static(
+    pod: &mut k8s::Pod,
+    (source, origin): (&str, &str),
+    node_name: &str,
+    location: Option<kubelet_uid::Location<'_>>,
+) {
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        let kubelets = location.and_then(|l| kubelet_uid::uid(pod, node_name, l));
+        pod.metadata.uid =
+            Some(kubelets.unwrap_or_else(|| own_uid(pod, (source, origin), node_name)));
+    }
     apply_defaults(pod);
     if let Some(name) = pod.metadata.name.as_mut() {
         let suffix = format!("-{node_name}");
@@ -392,22 +405,25 @@ pub fn make_static(pod: &mut k8s::Pod, source: &str, origin: &str, node_name: &s
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some(node_name.to_owned());
     }
-    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        let mut h = Sha256::new();
-        // Canonical JSON: serde_json writes struct fields in declaration order and
-        // BTreeMaps sorted, so equal pods hash equal.
-        h.update(serde_json::to_vec(&*pod).unwrap_or_default());
-        h.update(format!("host:{node_name}"));
-        h.update(format!("{source}:{origin}"));
-        let digest = h.finalize();
-        let uid: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        pod.metadata.uid = Some(uid);
-    }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), source.into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
     annotations.insert(CONFIG_ORIGIN_ANNOTATION.into(), origin.into());
+}
+
+/// wasmlet's own UID for a static pod the kubelet's computation does not cover.
+fn own_uid(pod: &k8s::Pod, (source, origin): (&str, &str), node_name: &str) -> String {
+    let mut pod = pod.clone();
+    apply_defaults(&mut pod);
+    let mut h = Sha256::new();
+    // Canonical JSON: serde_json writes struct fields in declaration order and
+    // BTreeMaps sorted, so equal pods hash equal.
+    h.update(serde_json::to_vec(&pod).unwrap_or_default());
+    h.update(format!("host:{node_name}"));
+    h.update(format!("{source}:{origin}"));
+    let digest = h.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -448,9 +464,9 @@ mod tests {
     #[test]
     fn static_pods_get_a_stable_uid_and_the_node_suffix() {
         let mut a = pod(WEB);
-        make_static(&mut a, "file", "web.yaml", "node-a");
+        make_static(&mut a, ("file", "web.yaml"), "node-a", None);
         let mut b = pod(WEB);
-        make_static(&mut b, "file", "web.yaml", "node-a");
+        make_static(&mut b, ("file", "web.yaml"), "node-a", None);
         assert_eq!(a.metadata.name.as_deref(), Some("web-node-a"));
         assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(uid(&a).len(), 32);
@@ -460,11 +476,20 @@ mod tests {
         assert_eq!(ann[CONFIG_HASH_ANNOTATION], uid(&a));
 
         let mut other_file = pod(WEB);
-        make_static(&mut other_file, "file", "web2.yaml", "node-a");
+        make_static(&mut other_file, ("file", "web2.yaml"), "node-a", None);
         assert_ne!(uid(&a), uid(&other_file), "the origin is part of the UID");
         let mut changed = pod(&WEB.replace("latest", "1.36"));
-        make_static(&mut changed, "file", "web.yaml", "node-a");
+        make_static(&mut changed, ("file", "web.yaml"), "node-a", None);
         assert_ne!(uid(&a), uid(&changed), "a changed manifest is a new pod");
+
+        // Read from a file: the kubelet's UID for it (see kubelet_uid's own tests).
+        let path = std::path::Path::new("/etc/kubernetes/manifests/web.yaml");
+        let mut from_file = pod(WEB);
+        let at = Some(kubelet_uid::Location::File(path));
+        make_static(&mut from_file, ("file", "web.yaml"), "node-a", at);
+        let kubelets = kubelet_uid::uid(&pod(WEB), "node-a", kubelet_uid::Location::File(path));
+        assert_eq!(Some(uid(&from_file)), kubelets.as_deref());
+        assert_ne!(uid(&from_file), uid(&a));
     }
 
     #[test]
@@ -615,7 +640,7 @@ mod tests {
     #[test]
     fn keys_print_the_kubelet_way() {
         let mut p = pod(WEB);
-        make_static(&mut p, "file", "web.yaml", "n");
+        make_static(&mut p, ("file", "web.yaml"), "n", None);
         let key = PodKey::of(&p);
         assert_eq!(key.to_string(), format!("\"web-n_default({})\"", uid(&p)));
         assert_eq!(key.full_name(), "default/web-n");

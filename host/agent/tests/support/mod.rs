@@ -127,6 +127,7 @@ pub async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
             unchanged: Vec::new(),
             problems: Vec::new(),
             removed: false,
+            directory: None,
         })
         .await
         .expect("loop runs");

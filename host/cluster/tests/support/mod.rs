@@ -205,6 +205,7 @@ impl Node {
                 unchanged: Vec::new(),
                 problems: Vec::new(),
                 removed: false,
+                directory: None,
             })
             .await
             .expect("agent runs");

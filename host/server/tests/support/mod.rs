@@ -181,6 +181,7 @@ pub async fn run_pod(n: &Node, name: &str, containers: serde_json::Value) -> Str
             unchanged: Vec::new(),
             problems: Vec::new(),
             removed: false,
+            directory: None,
         })
         .await
         .expect("sources");

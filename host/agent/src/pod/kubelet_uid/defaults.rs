@@ -1,0 +1,336 @@
+//! The pod as the kubelet holds it when it hashes it: the v1 defaults the API machinery
+//! applies when a manifest is decoded (v1.28's, in their order), then what the
+//! conversion to the internal type moves: the type meta dropped, the host namespace
+//! fields moved into the security context, the deprecated service account name read.
+//! Volume kinds whose defaults are not written here (iSCSI, RBD, Azure disk, ScaleIO,
+//! ephemeral claims) and pods with a status are not covered.
+
+use serde_json::{Map, Value, json};
+
+use super::dump::Uncovered;
+
+/// Applies the decode-time defaults and conversion to `pod`, v1 JSON.
+pub fn apply(pod: &mut Value) -> Result<(), Uncovered> {
+    let top = pod.as_object_mut().ok_or(Uncovered)?;
+    top.remove("kind");
+    top.remove("apiVersion");
+    if top
+        .get("status")
+        .is_some_and(|s| s.as_object().is_some_and(|o| !o.is_empty()))
+    {
+        return Err(Uncovered);
+    }
+    let meta = top.entry("metadata").or_insert_with(|| json!({}));
+    if meta.get("managedFields").is_some() {
+        return Err(Uncovered);
+    }
+    if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+        // The conversion drops the old init container annotations.
+        for key in [
+            "pod.beta.kubernetes.io/init-containers",
+            "pod.alpha.kubernetes.io/init-containers",
+            "pod.beta.kubernetes.io/init-container-statuses",
+            "pod.alpha.kubernetes.io/init-container-statuses",
+        ] {
+            a.remove(key);
+        }
+    }
+    let spec = top
+        .entry("spec")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or(Uncovered)?;
+    pod_defaults(spec);
+    spec_defaults(spec);
+    for v in list(spec, "volumes") {
+        volume(v)?;
+    }
+    for kind in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in list(spec, kind) {
+            container(c)?;
+        }
+    }
+    // SetDefaults_ResourceList's rounding to milli-units is done as the lists are
+    // printed (every resource list of a pod is rounded).
+    to_internal(spec)
+}
+
+/// The members of array `key` of `o`, if any.
+fn list<'a>(o: &'a mut Map<String, Value>, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    o.get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
+fn set_default(o: &mut Map<String, Value>, key: &str, value: Value) {
+    let empty = match o.get(key) {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Number(n)) => n.as_i64() == Some(0),
+        Some(_) => false,
+    };
+    if empty {
+        o.insert(key.to_owned(), value);
+    }
+}
+
+/// SetDefaults_Pod: requests from limits, service links, host ports on the host network.
+fn pod_defaults(spec: &mut Map<String, Value>) {
+    for kind in ["containers", "initContainers"] {
+        for c in list(spec, kind) {
+            let Some(r) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(limits) = r.get("limits").and_then(Value::as_object).cloned() else {
+                continue;
+            };
+            let requests = r.entry("requests").or_insert_with(|| json!({}));
+            if requests.is_null() {
+                *requests = json!({});
+            }
+            if let Some(req) = requests.as_object_mut() {
+                for (k, v) in limits {
+                    req.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+    if spec.get("enableServiceLinks").is_none_or(Value::is_null) {
+        spec.insert("enableServiceLinks".into(), json!(true));
+    }
+    if spec.get("hostNetwork") == Some(&json!(true)) {
+        for kind in ["containers", "initContainers"] {
+            for c in list(spec, kind) {
+                for p in c
+                    .get_mut("ports")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(p) = p.as_object_mut() {
+                        let port = p.get("containerPort").cloned().unwrap_or(json!(0));
+                        set_default(p, "hostPort", port);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SetDefaults_PodSpec.
+fn spec_defaults(spec: &mut Map<String, Value>) {
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "restartPolicy", json!("Always"));
+    if spec.get("securityContext").is_none_or(Value::is_null) {
+        spec.insert("securityContext".into(), json!({}));
+    }
+    if spec
+        .get("terminationGracePeriodSeconds")
+        .is_none_or(Value::is_null)
+    {
+        spec.insert("terminationGracePeriodSeconds".into(), json!(30));
+    }
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+}
+
+fn mode(o: &mut Value, default: i64) {
+    if let Some(o) = o.as_object_mut()
+        && o.get("defaultMode").is_none_or(Value::is_null)
+    {
+        o.insert("defaultMode".into(), json!(default));
+    }
+}
+
+fn field_refs(items: Option<&mut Value>) {
+    for item in items.and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(f) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
+            set_default(f, "apiVersion", json!("v1"));
+        }
+    }
+}
+
+const VOLUME_SOURCES: &[&str] = &[
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+];
+
+fn volume(v: &mut Value) -> Result<(), Uncovered> {
+    let o = v.as_object_mut().ok_or(Uncovered)?;
+    if VOLUME_SOURCES
+        .iter()
+        .all(|k| o.get(*k).is_none_or(Value::is_null))
+    {
+        o.insert("emptyDir".into(), json!({}));
+    }
+    for uncovered in ["iscsi", "rbd", "azureDisk", "scaleIO", "ephemeral"] {
+        if o.get(uncovered).is_some_and(|s| !s.is_null()) {
+            return Err(Uncovered);
+        }
+    }
+    if let Some(h) = o.get_mut("hostPath").and_then(Value::as_object_mut)
+        && h.get("type").is_none_or(Value::is_null)
+    {
+        h.insert("type".into(), json!(""));
+    }
+    for (kind, default) in [
+        ("secret", 0o644),
+        ("configMap", 0o644),
+        ("downwardAPI", 0o644),
+    ] {
+        if let Some(s) = o.get_mut(kind).filter(|s| !s.is_null()) {
+            mode(s, default);
+            field_refs(s.get_mut("items"));
+        }
+    }
+    if let Some(p) = o.get_mut("projected").filter(|s| !s.is_null()) {
+        mode(p, 0o644);
+        for source in p
+            .get_mut("sources")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(d) = source.get_mut("downwardAPI") {
+                field_refs(d.get_mut("items"));
+            }
+            if let Some(t) = source
+                .get_mut("serviceAccountToken")
+                .and_then(Value::as_object_mut)
+                && t.get("expirationSeconds").is_none_or(Value::is_null)
+            {
+                t.insert("expirationSeconds".into(), json!(3600));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the image names the tag `latest`, or no tag and no digest.
+fn latest(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+fn container(c: &mut Value) -> Result<(), Uncovered> {
+    let o = c.as_object_mut().ok_or(Uncovered)?;
+    let image = o.get("image").and_then(Value::as_str).unwrap_or("");
+    let policy = if latest(image) {
+        "Always"
+    } else {
+        "IfNotPresent"
+    };
+    set_default(o, "imagePullPolicy", json!(policy));
+    set_default(o, "terminationMessagePath", json!("/dev/termination-log"));
+    set_default(o, "terminationMessagePolicy", json!("File"));
+    for p in list(o, "ports") {
+        if let Some(p) = p.as_object_mut() {
+            set_default(p, "protocol", json!("TCP"));
+        }
+    }
+    for e in list(o, "env") {
+        if let Some(f) = e
+            .pointer_mut("/valueFrom/fieldRef")
+            .and_then(Value::as_object_mut)
+        {
+            set_default(f, "apiVersion", json!("v1"));
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = o.get_mut(probe).and_then(Value::as_object_mut) {
+            set_default(p, "timeoutSeconds", json!(1));
+            set_default(p, "periodSeconds", json!(10));
+            set_default(p, "successThreshold", json!(1));
+            set_default(p, "failureThreshold", json!(3));
+            handler(p);
+            if let Some(g) = p.get_mut("grpc").and_then(Value::as_object_mut)
+                && g.get("service").is_none_or(Value::is_null)
+            {
+                g.insert("service".into(), json!(""));
+            }
+        }
+    }
+    if let Some(l) = o.get_mut("lifecycle") {
+        for hook in ["postStart", "preStop"] {
+            if let Some(h) = l.get_mut(hook).and_then(Value::as_object_mut) {
+                handler(h);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SetDefaults_HTTPGetAction on a handler's httpGet.
+fn handler(h: &mut Map<String, Value>) {
+    if let Some(g) = h.get_mut("httpGet").and_then(Value::as_object_mut) {
+        set_default(g, "path", json!("/"));
+        set_default(g, "scheme", json!("HTTP"));
+    }
+}
+
+/// The v1 → internal conversion of the spec's host fields and service account.
+fn to_internal(spec: &mut Map<String, Value>) -> Result<(), Uncovered> {
+    let moved: Vec<(&str, Option<Value>)> = [
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "shareProcessNamespace",
+        "hostUsers",
+    ]
+    .into_iter()
+    .map(|k| (k, spec.remove(k)))
+    .collect();
+    let sc = spec
+        .get_mut("securityContext")
+        .and_then(Value::as_object_mut)
+        .ok_or(Uncovered)?;
+    for (k, v) in moved {
+        match v {
+            Some(v) => sc.insert(k.to_owned(), v),
+            None => sc.remove(k),
+        };
+    }
+    let account = spec.remove("serviceAccount");
+    if spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+        && let Some(a) = account
+    {
+        spec.insert("serviceAccountName".into(), a);
+    }
+    Ok(())
+}
