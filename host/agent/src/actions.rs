@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1 as k8s;
 
 use crate::pod;
-use crate::runtime::{ContainerInfo, PodRuntime, State, container_hash};
+use crate::runtime::{ContainerInfo, PodRuntime, State, hash_matches};
 
 /// Why a running container is killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,7 +241,7 @@ pub fn compute(
         let mut restart = restart_on_failure(pod);
         let own_grace =
             |p: &Option<k8s::Probe>| p.as_ref().and_then(|p| p.termination_grace_period_seconds);
-        let (message, grace) = if !status.hash.is_empty() && status.hash != container_hash(c) {
+        let (message, grace) = if !status.hash.is_empty() && !hash_matches(&status.hash, c) {
             restart = true;
             (format!("Container {} definition changed", c.name), None)
         } else {
@@ -341,7 +341,7 @@ mod tests {
                 message: String::new(),
                 image: "i".into(),
                 image_ref: String::new(),
-                hash: container_hash(spec),
+                hash: crate::runtime::container_hash(spec),
                 restart_count: 0,
                 init: false,
                 detailed: true,

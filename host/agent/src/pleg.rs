@@ -203,12 +203,9 @@ pub async fn inspect<R: CriRuntime>(
     uid: &str,
     previous: Option<&PodRuntime>,
 ) -> wasmlet_cri::runtime::Result<PodRuntime> {
-    let selector: std::collections::BTreeMap<String, String> = [
-        (NODE_LABEL.to_owned(), node.to_owned()),
-        (POD_UID_LABEL.to_owned(), uid.to_owned()),
-    ]
-    .into_iter()
-    .collect();
+    // By UID only: the kubelet's objects (adopted) carry no node label.
+    let selector: std::collections::BTreeMap<String, String> =
+        [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
     let sandboxes = runtime
         .list_pod_sandbox(Some(PodSandboxFilter {
             label_selector: selector.clone(),
@@ -223,8 +220,14 @@ pub async fn inspect<R: CriRuntime>(
         .await?;
     let sandboxes: Vec<ListedSandbox> = sandboxes.iter().map(ListedSandbox::from).collect();
     let containers: Vec<ListedContainer> = containers.iter().map(ListedContainer::from).collect();
-    let s: Vec<&ListedSandbox> = sandboxes.iter().collect();
-    let c: Vec<&ListedContainer> = containers.iter().collect();
+    let s: Vec<&ListedSandbox> = sandboxes
+        .iter()
+        .filter(|s| pod_of(&s.labels, node).is_some())
+        .collect();
+    let c: Vec<&ListedContainer> = containers
+        .iter()
+        .filter(|c| pod_of(&c.labels, node).is_some())
+        .collect();
     Ok(build(runtime, uid, &s, &c, previous).await)
 }
 
@@ -273,12 +276,14 @@ impl Health {
     }
 }
 
-/// The UID of the pod an object listed with `labels` belongs to, when it is `node`'s.
+/// The UID of the pod an object listed with `labels` belongs to, when it is `node`'s:
+/// made by this node's agent, or by the kubelet (a pod's labels and no node label) —
+/// adopted, as the kubelet adopts wasmlet's, so that either can take over a node
+/// without restarting its pods.
 fn pod_of<'a>(labels: &'a [listed::Label], node: &str) -> Option<&'a str> {
-    if listed::label(labels, NODE_LABEL) == Some(node) {
-        listed::label(labels, POD_UID_LABEL)
-    } else {
-        None
+    match listed::label(labels, NODE_LABEL) {
+        Some(owner) if owner != node => None,
+        _ => listed::label(labels, POD_UID_LABEL),
     }
 }
 

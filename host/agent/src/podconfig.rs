@@ -17,7 +17,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::source::SourcePod;
 
-use crate::pod::kubelet_uid::Location;
+use crate::pod::kubelet::Location;
 use crate::pod::{self, PodKey};
 
 /// What changed for a set of pods.

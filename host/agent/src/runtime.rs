@@ -160,9 +160,22 @@ impl PodRuntime {
     }
 }
 
-/// The hash of a container's spec: a running container whose hash differs from its
-/// spec's is killed and recreated.
+/// The hash of a container's spec, written on the container when it is created: the
+/// kubelet's (so that either agent recognises the other's containers), or wasmlet's own
+/// for a spec that computation does not cover.
 pub fn container_hash(c: &k8s::Container) -> String {
+    crate::pod::kubelet::container_hash(c).unwrap_or_else(|| own_hash(c))
+}
+
+/// Whether a container created with `hash` still runs spec `c`: the kubelet's hash, or
+/// wasmlet's own (which earlier versions wrote on every container). One that does not
+/// is killed and recreated.
+pub fn hash_matches(hash: &str, c: &k8s::Container) -> bool {
+    hash == container_hash(c) || hash == own_hash(c)
+}
+
+/// wasmlet's own hash of a container's spec.
+fn own_hash(c: &k8s::Container) -> String {
     let mut h = Sha256::new();
     h.update(serde_json::to_vec(c).unwrap_or_default());
     h.finalize()[..8]
@@ -271,6 +284,16 @@ pub fn sandbox_from_status(s: &proto::PodSandboxStatus) -> Sandbox {
         runtime_handler: s.runtime_handler.clone(),
     };
     let mut sandbox = sandbox_from_list(&listed);
+    if !s.annotations.contains_key(HOST_NETWORK_ANNOTATION) {
+        // Made by the kubelet (adopted): its namespace options say.
+        let options = s
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref());
+        sandbox.host_network =
+            options.is_some_and(|o| o.network == proto::NamespaceMode::Node as i32);
+    }
     if let Some(net) = &s.network {
         sandbox.ips = std::iter::once(net.ip.clone())
             .chain(net.additional_ips.iter().map(|i| i.ip.clone()))
@@ -488,9 +511,16 @@ mod tests {
             ..Default::default()
         };
         let h1 = container_hash(&c);
-        assert_eq!(h1.len(), 16);
         assert_eq!(h1, container_hash(&c));
+        assert!(
+            u32::from_str_radix(&h1, 16).is_ok(),
+            "the kubelet's: 32-bit hex"
+        );
+        // Containers made by earlier versions carry wasmlet's own hash: still theirs.
+        assert!(hash_matches(&own_hash(&c), &c));
+        assert_eq!(own_hash(&c).len(), 16);
         c.image = Some("i:2".into());
         assert_ne!(h1, container_hash(&c));
+        assert!(!hash_matches(&h1, &c));
     }
 }

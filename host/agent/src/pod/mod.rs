@@ -8,7 +8,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1 as k8s;
 use sha2::{Digest, Sha256};
 
-pub mod kubelet_uid;
+pub mod kubelet;
 mod validate;
 
 pub use validate::{InvalidPod, validate};
@@ -388,12 +388,23 @@ pub fn make_static(
     pod: &mut k8s::Pod,
     (source, origin): (&str, &str),
     node_name: &str,
-    location: Option<kubelet_uid::Location<'_>>,
+    location: Option<kubelet::Location<'_>>,
 ) {
-    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        let kubelets = location.and_then(|l| kubelet_uid::uid(pod, node_name, l));
-        pod.metadata.uid =
-            Some(kubelets.unwrap_or_else(|| own_uid(pod, (source, origin), node_name)));
+    // As the kubelet reads it: its defaults (so the spec, the mirror pod and container
+    // hashes are the kubelet's too) and its UID.
+    let read = location.and_then(|l| kubelet::Read::of(pod).map(|r| (r, l)));
+    let uid = pod.metadata.uid.clone().filter(|u| !u.is_empty());
+    let uid = match read {
+        Some((read, location)) => {
+            *pod = read.pod.clone();
+            uid.unwrap_or_else(|| read.uid(node_name, location))
+        }
+        None => uid.unwrap_or_else(|| own_uid(pod, (source, origin), node_name)),
+    };
+    pod.metadata.uid = Some(uid);
+    if matches!(location, Some(kubelet::Location::File(_))) {
+        // The kubelet's toleration for pods from files: not evicted for node problems.
+        tolerate_no_execute(pod);
     }
     apply_defaults(pod);
     if let Some(name) = pod.metadata.name.as_mut() {
@@ -410,6 +421,20 @@ pub fn make_static(
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), source.into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
     annotations.insert(CONFIG_ORIGIN_ANNOTATION.into(), origin.into());
+}
+
+/// Adds the toleration of every `NoExecute` taint, unless the pod has it.
+fn tolerate_no_execute(pod: &mut k8s::Pod) {
+    let all = k8s::Toleration {
+        operator: Some("Exists".into()),
+        effect: Some("NoExecute".into()),
+        ..Default::default()
+    };
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+    if !tolerations.contains(&all) {
+        tolerations.push(all);
+    }
 }
 
 /// wasmlet's own UID for a static pod the kubelet's computation does not cover.
@@ -482,12 +507,12 @@ mod tests {
         make_static(&mut changed, ("file", "web.yaml"), "node-a", None);
         assert_ne!(uid(&a), uid(&changed), "a changed manifest is a new pod");
 
-        // Read from a file: the kubelet's UID for it (see kubelet_uid's own tests).
+        // Read from a file: the kubelet's UID for it (see the kubelet module's own tests).
         let path = std::path::Path::new("/etc/kubernetes/manifests/web.yaml");
         let mut from_file = pod(WEB);
-        let at = Some(kubelet_uid::Location::File(path));
+        let at = Some(kubelet::Location::File(path));
         make_static(&mut from_file, ("file", "web.yaml"), "node-a", at);
-        let kubelets = kubelet_uid::uid(&pod(WEB), "node-a", kubelet_uid::Location::File(path));
+        let kubelets = kubelet::uid(&pod(WEB), "node-a", kubelet::Location::File(path));
         assert_eq!(Some(uid(&from_file)), kubelets.as_deref());
         assert_ne!(uid(&from_file), uid(&a));
     }

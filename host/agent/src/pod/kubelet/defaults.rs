@@ -1,25 +1,16 @@
 //! The pod as the kubelet holds it when it hashes it: the v1 defaults the API machinery
-//! applies when a manifest is decoded (v1.28's, in their order), then what the
-//! conversion to the internal type moves: the type meta dropped, the host namespace
-//! fields moved into the security context, the deprecated service account name read.
+//! applies when a manifest is decoded (v1.28's, in their order) — [`apply`] — then what
+//! the conversion to the internal type moves — [`to_internal`].
 //! Volume kinds whose defaults are not written here (iSCSI, RBD, Azure disk, ScaleIO,
-//! ephemeral claims) and pods with a status are not covered.
+//! ephemeral claims) are not covered, nor a status with times.
 
 use serde_json::{Map, Value, json};
 
 use super::dump::Uncovered;
 
-/// Applies the decode-time defaults and conversion to `pod`, v1 JSON.
+/// Applies the decode-time defaults to `pod`, v1 JSON.
 pub fn apply(pod: &mut Value) -> Result<(), Uncovered> {
     let top = pod.as_object_mut().ok_or(Uncovered)?;
-    top.remove("kind");
-    top.remove("apiVersion");
-    if top
-        .get("status")
-        .is_some_and(|s| s.as_object().is_some_and(|o| !o.is_empty()))
-    {
-        return Err(Uncovered);
-    }
     let meta = top.entry("metadata").or_insert_with(|| json!({}));
     if meta.get("managedFields").is_some() {
         return Err(Uncovered);
@@ -52,7 +43,21 @@ pub fn apply(pod: &mut Value) -> Result<(), Uncovered> {
     }
     // SetDefaults_ResourceList's rounding to milli-units is done as the lists are
     // printed (every resource list of a pod is rounded).
-    to_internal(spec)
+    Ok(())
+}
+
+/// What the conversion to the internal pod changes in `pod` (v1 JSON, defaulted): the
+/// type meta dropped, the host namespace fields moved into the security context, the
+/// deprecated service account name read.
+pub fn to_internal(pod: &mut Value) -> Result<(), Uncovered> {
+    let top = pod.as_object_mut().ok_or(Uncovered)?;
+    top.remove("kind");
+    top.remove("apiVersion");
+    let spec = top
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .ok_or(Uncovered)?;
+    spec_to_internal(spec)
 }
 
 /// The members of array `key` of `o`, if any.
@@ -302,7 +307,7 @@ fn handler(h: &mut Map<String, Value>) {
 }
 
 /// The v1 → internal conversion of the spec's host fields and service account.
-fn to_internal(spec: &mut Map<String, Value>) -> Result<(), Uncovered> {
+fn spec_to_internal(spec: &mut Map<String, Value>) -> Result<(), Uncovered> {
     let moved: Vec<(&str, Option<Value>)> = [
         "hostNetwork",
         "hostPID",

@@ -137,6 +137,67 @@ impl Quantity {
         })
     }
 
+    /// The quantity as the API writes it: as it was read when that was canonical, the
+    /// canonical form otherwise (`0.5` → `500m`, `1000` → `1k`, `2048Ki` → `2Mi`).
+    pub fn canonical(&self) -> String {
+        if !self.cached.is_empty() {
+            return self.cached.clone();
+        }
+        if self.value == 0 {
+            return "0".into();
+        }
+        let binary = self.format == "BinarySI"
+            && !(-1024 < self.value && self.value < 1024 && self.scale == 0)
+            && self.scale >= 0;
+        if binary && let Some(whole) = scaled(self.value, self.scale) {
+            let (mut amount, mut times) = (whole, 0);
+            while amount.abs() >= 1024 && amount % 1024 == 0 {
+                amount /= 1024;
+                times += 1;
+            }
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].get(times).copied();
+            return format!("{amount}{}", suffix.unwrap_or(""));
+        }
+        let (mut amount, mut exponent) = (self.value, self.scale);
+        while amount.abs() >= 10 && amount % 10 == 0 {
+            amount /= 10;
+            exponent += 1;
+        }
+        match exponent.rem_euclid(3) {
+            1 => {
+                amount *= 10;
+                exponent -= 1;
+            }
+            2 => {
+                amount *= 100;
+                exponent -= 2;
+            }
+            _ => {}
+        }
+        let suffix = if self.format == "DecimalExponent" {
+            if exponent == 0 {
+                String::new()
+            } else {
+                format!("e{exponent}")
+            }
+        } else {
+            match exponent {
+                -9 => "n",
+                -6 => "u",
+                -3 => "m",
+                3 => "k",
+                6 => "M",
+                9 => "G",
+                12 => "T",
+                15 => "P",
+                18 => "E",
+                _ => "",
+            }
+            .to_owned()
+        };
+        format!("{amount}{suffix}")
+    }
+
     /// The quantity as the hash prints it (its fields, unexported ones included).
     pub fn print(&self, out: &mut String) {
         use std::fmt::Write;
@@ -147,6 +208,11 @@ impl Quantity {
             self.value, self.scale, self.cached, self.format
         );
     }
+}
+
+/// `value × 10^scale` for a non-negative scale, if it fits.
+fn scaled(value: i64, scale: i32) -> Option<i64> {
+    (0..scale).try_fold(value, |v, _| v.checked_mul(10))
 }
 
 /// `value` divided by `10^places`, any remainder rounding away from zero.
@@ -196,6 +262,16 @@ mod tests {
         // Below a milli-unit: rounded up, and the string dropped.
         assert_eq!(q("1500u"), (2, -3, String::new(), "DecimalSI"));
         assert_eq!(Quantity::parse("1500u", false).map(|q| q.scale), Some(-6));
+        let canonical = |s: &str| Quantity::parse(s, true).expect(s).canonical();
+        assert_eq!(canonical("0.5"), "500m");
+        assert_eq!(canonical("1000"), "1k");
+        assert_eq!(canonical("128Mi"), "128Mi");
+        assert_eq!(canonical("2048Ki"), "2Mi");
+        assert_eq!(canonical("100m"), "100m");
+        assert_eq!(canonical("1500u"), "2m");
+        assert_eq!(canonical("1e3"), "1e3");
+        assert_eq!(canonical("10e2"), "1e3");
+        assert_eq!(canonical("512"), "512");
         assert_eq!(
             Quantity::parse("1.5Gi", true),
             None,

@@ -1,0 +1,173 @@
+//! Static pod UIDs as the kubelet makes them, so that wasmlet and the kubelet recognise
+//! each other's static pods on a node one takes over from the other (same UID, same
+//! config hash, same mirror pod).
+//!
+//! The kubelet (v1.28, `pkg/kubelet/config/common.go`) decodes a manifest into its
+//! internal pod type — the v1 defaults applied on the way — prints that with its
+//! deep-hash printer (every field, in declaration order, with its Go type) and takes the
+//! MD5 of the print followed by `host:<node>file:<path>` for a file, or by `url:<url>`
+//! for a URL. [`defaults`] applies the same defaults, [`dump`] prints the same text from
+//! the internal layout in `core_pod.schema`. A manifest with something the printing does
+//! not cover (see [`defaults`] and [`quantity`]) gets no kubelet UID: the caller falls
+//! back to its own.
+
+mod defaults;
+mod dump;
+mod marshal;
+mod quantity;
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1 as k8s;
+use md5::{Digest, Md5};
+
+/// Where a static pod's manifest was read from, as the kubelet hashes it.
+#[derive(Debug, Clone, Copy)]
+pub enum Location<'a> {
+    /// A file: its full path (and the node's name).
+    File(&'a Path),
+    /// A URL.
+    Url(&'a str),
+}
+
+/// A static pod as the kubelet holds it after reading its manifest.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// The pod with the v1 defaults applied (as the kubelet runs it and mirrors it).
+    pub pod: k8s::Pod,
+    /// What its UID hashes.
+    printed: String,
+}
+
+impl Read {
+    /// Reads `pod` as the kubelet reads a manifest; `None` when a field is outside what
+    /// is covered.
+    pub fn of(pod: &k8s::Pod) -> Option<Read> {
+        let mut v = serde_json::to_value(pod).ok()?;
+        defaults::apply(&mut v).ok()?;
+        let defaulted: k8s::Pod = serde_json::from_value(v.clone()).ok()?;
+        defaults::to_internal(&mut v).ok()?;
+        Some(Read {
+            pod: defaulted,
+            printed: dump::pod(&v).ok()?,
+        })
+    }
+
+    /// The UID the kubelet gives the pod read from `location` on node `node`.
+    pub fn uid(&self, node: &str, location: Location<'_>) -> String {
+        let mut h = Md5::new();
+        h.update(&self.printed);
+        match location {
+            Location::File(path) => {
+                h.update(format!("host:{node}"));
+                h.update(format!("file:{}", path.display()));
+            }
+            Location::Url(url) => h.update(format!("url:{url}")),
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The UID the kubelet gives `pod`, read from `location` on node `node`.
+pub fn uid(pod: &k8s::Pod, node: &str, location: Location<'_>) -> Option<String> {
+    Read::of(pod).map(|r| r.uid(node, location))
+}
+
+/// The hash the kubelet keeps of a container's spec (`io.kubernetes.container.hash`,
+/// lowercase hex): FNV-32a of its deep-hash print of the container's JSON. A running
+/// container whose hash differs from its spec's is restarted — by either agent.
+pub fn container_hash(c: &k8s::Container) -> Option<String> {
+    let json = marshal::container(&serde_json::to_value(c).ok()?).ok()?;
+    let mut h: u32 = 0x811c_9dc5;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u32::from(*b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    feed(b"([]uint8)[");
+    for (i, b) in json.bytes().enumerate() {
+        if i > 0 {
+            feed(b" ");
+        }
+        feed(b.to_string().as_bytes());
+    }
+    feed(b"]");
+    Some(format!("{h:x}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The manifests of `testdata/` (kubeadm's control plane, a pod using most of what a
+    /// static pod can hold, a bare one) get the UIDs the upstream kubelet gave them.
+    #[test]
+    fn static_pod_uids_are_the_kubelets() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
+        let expected = std::fs::read_to_string(dir.join("uids.txt")).expect("uids.txt");
+        let mut checked = 0;
+        for line in expected.lines().filter(|l| !l.starts_with('#')) {
+            let (file, want) = line.split_once(' ').expect("file uid");
+            let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
+            let pod: k8s::Pod = serde_yaml_ng::from_str(&text).expect("pod");
+            if let Ok(out) = std::env::var("KUBELET_UID_PRINT_DIR") {
+                let printed = Read::of(&pod).map(|r| r.printed).unwrap_or_default();
+                std::fs::write(Path::new(&out).join(format!("rs-{file}.txt")), printed)
+                    .expect("print");
+            }
+            let path = Path::new("/etc/kubernetes/manifests").join(file);
+            let got = uid(&pod, "node-a", Location::File(&path));
+            assert_eq!(got.as_deref(), Some(want), "{file}");
+            checked += 1;
+        }
+        assert_eq!(checked, 6);
+    }
+
+    /// The containers of the same manifests get the kubelet's container hashes.
+    #[test]
+    fn container_hashes_are_the_kubelets() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
+        let expected = std::fs::read_to_string(dir.join("hashes.txt")).expect("hashes.txt");
+        let mut checked = 0;
+        for line in expected.lines().filter(|l| !l.starts_with('#')) {
+            let mut words = line.split(' ');
+            let (Some(file), Some(name), Some(want)) = (words.next(), words.next(), words.next())
+            else {
+                panic!("{line}");
+            };
+            let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
+            let pod: k8s::Pod = serde_yaml_ng::from_str(&text).expect("pod");
+            let read = Read::of(&pod).expect("covered").pod;
+            let spec = read.spec.expect("spec");
+            let c = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .find(|c| c.name == name)
+                .expect("container");
+            if let Ok(out) = std::env::var("KUBELET_UID_PRINT_DIR") {
+                let json = marshal::container(&serde_json::to_value(c).expect("json"));
+                let path = Path::new(&out).join(format!("rs-{file}-{name}.json"));
+                std::fs::write(path, json.unwrap_or_default()).expect("print");
+            }
+            assert_eq!(container_hash(c).as_deref(), Some(want), "{file} {name}");
+            checked += 1;
+        }
+        assert_eq!(checked, 8);
+    }
+
+    #[test]
+    fn what_is_not_covered_gets_no_uid() {
+        let pod: k8s::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"limits": {"memory": "1.5Gi"}}}]}
+        }))
+        .expect("pod");
+        assert!(Read::of(&pod).is_none(), "an arbitrary-precision quantity");
+        let url = uid(&pod, "n", Location::Url("http://example.com/p.yaml"));
+        assert_eq!(url, None);
+    }
+}
