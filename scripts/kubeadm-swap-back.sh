@@ -1,10 +1,11 @@
 #!/bin/bash
 # The way back from wasmlet to the upstream kubelet on a live kubeadm control-plane node:
-# on the node `../shared/kubeadm/run.sh kubelet --swap --keep` leaves running (the kubelet's
-# control plane, taken over by wasmlet's package), remove the package, install the upstream
-# kubelet as its package does (/usr/bin/kubelet + kubelet.service, enabled), restart the
-# service, and check that the kubelet keeps every running container (none restarted) and
-# that the control plane answers. Then stop the namespaces with `ns.sh down`.
+# on the node `../shared/kubeadm/run.sh wasmlet --keep` (a control plane wasmlet made) or
+# `run.sh kubelet --swap --keep` (the kubelet's, taken over by wasmlet's package) leaves
+# running, remove the package, install the upstream kubelet as its package does
+# (/usr/bin/kubelet + kubelet.service, unmasked and enabled), restart the service, and
+# check that the kubelet keeps every running container (none restarted) and that the
+# control plane answers. Then stop the namespaces with `ns.sh down`.
 #
 # Usage: scripts/kubeadm-swap-back.sh
 # Env: as run.sh: K8S_TESTBED (/tmp/k8s-testbed), NS_BASE (/tmp/kadm-ns), NS_CGNAME
@@ -34,7 +35,11 @@ nsx dpkg -r wasmlet >"$OUT/dpkg-remove.log" 2>&1
 res "dpkg -r wasmlet" "rc=$?"
 nsx sh -ec 'install -m755 "$1/kubelet" /usr/bin/kubelet
   install -m644 "$0/cfg/kubelet.service" /usr/lib/systemd/system/kubelet.service
-  systemctl daemon-reload; systemctl enable kubelet.service' "$BASE" "$BIN" >"$OUT/install.log" 2>&1
+  systemctl daemon-reload
+  # What the kubelet package'"'"'s postinst does too: removing wasmlet'"'"'s package masked the
+  # unit (debhelper'"'"'s postrm), the kubelet'"'"'s unmasks it.
+  deb-systemd-helper unmask kubelet.service || systemctl unmask kubelet.service
+  systemctl enable kubelet.service' "$BASE" "$BIN" >"$OUT/install.log" 2>&1
 res "upstream kubelet installed" "rc=$? $(nsx kubelet --version 2>&1)"
 start=$SECONDS
 nsx systemctl restart kubelet

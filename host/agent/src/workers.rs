@@ -216,11 +216,6 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
         self.held().retain(|_, p| pod::uid(p) != uid);
     }
 
-    /// Whether pod `uid` waits for its namesake to stop.
-    pub fn is_held(&self, uid: &str) -> bool {
-        self.held().values().any(|p| pod::uid(p) == uid)
-    }
-
     /// Starts the static pod waiting for `full_name`, if its namesake is done now.
     fn start_held(self: &Arc<Self>, full_name: &str) {
         let mut map = self.map();

@@ -138,7 +138,8 @@ fn value(out: &mut String, ty: &str, v: Option<&Value>) -> Result<(), Uncovered>
     }
     if let Some(rest) = ty.strip_prefix("map[") {
         let close = rest.find(']').ok_or(Uncovered)?;
-        return map(out, &rest[close + 1..], v);
+        let elem = &rest[close + 1..];
+        return map(out, v, |out, item| value(out, elem, item));
     }
     match ty {
         "string" => out.push_str(v.map_or(Some(""), Value::as_str).ok_or(Uncovered)?),
@@ -156,7 +157,12 @@ fn value(out: &mut String, ty: &str, v: Option<&Value>) -> Result<(), Uncovered>
     Ok(())
 }
 
-fn map(out: &mut String, elem: &str, v: Option<&Value>) -> Result<(), Uncovered> {
+/// A map, keys sorted, each value printed by `each`.
+fn map(
+    out: &mut String,
+    v: Option<&Value>,
+    mut each: impl FnMut(&mut String, Option<&Value>) -> Result<(), Uncovered>,
+) -> Result<(), Uncovered> {
     let Some(v) = v else {
         out.push_str("<nil>");
         return Ok(());
@@ -171,7 +177,7 @@ fn map(out: &mut String, elem: &str, v: Option<&Value>) -> Result<(), Uncovered>
         }
         out.push_str(k);
         out.push(':');
-        value(out, elem, members.get(k))?;
+        each(out, present(members.get(k)))?;
     }
     out.push(']');
     Ok(())
@@ -180,7 +186,9 @@ fn map(out: &mut String, elem: &str, v: Option<&Value>) -> Result<(), Uncovered>
 fn named(out: &mut String, ty: &str, v: Option<&Value>) -> Result<(), Uncovered> {
     match schema().get(ty).ok_or(Uncovered)? {
         // Every resource list of a pod is rounded up to milli-units by the defaults.
-        Def::Named(_) if ty == "core.ResourceList" => resource_list(out, v),
+        Def::Named(_) if ty == "core.ResourceList" => {
+            map(out, v, |out, q| special(out, "resource.Quantity", q, true))
+        }
         Def::Named(under) => value(out, under, v),
         Def::Special => special(out, ty, v, false),
         Def::Struct(fields) => {
@@ -204,27 +212,6 @@ fn named(out: &mut String, ty: &str, v: Option<&Value>) -> Result<(), Uncovered>
             Ok(())
         }
     }
-}
-
-fn resource_list(out: &mut String, v: Option<&Value>) -> Result<(), Uncovered> {
-    let Some(v) = v else {
-        out.push_str("<nil>");
-        return Ok(());
-    };
-    let members = v.as_object().ok_or(Uncovered)?;
-    let mut keys: Vec<&String> = members.keys().collect();
-    keys.sort();
-    out.push_str("map[");
-    for (i, k) in keys.into_iter().enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push_str(k);
-        out.push(':');
-        special(out, "resource.Quantity", present(members.get(k)), true)?;
-    }
-    out.push(']');
-    Ok(())
 }
 
 fn special(out: &mut String, ty: &str, v: Option<&Value>, rounded: bool) -> Result<(), Uncovered> {
