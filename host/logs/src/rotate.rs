@@ -121,6 +121,8 @@ pub struct LogManager<R> {
     runtime: Arc<R>,
     rotation: Rotation,
     selector: BTreeMap<String, String>,
+    /// A label that, when a container has it, must have this value.
+    owner: Option<(String, String)>,
     clock: Clock,
 }
 
@@ -131,6 +133,7 @@ impl<R: CriRuntime + 'static> LogManager<R> {
             runtime,
             rotation,
             selector: BTreeMap::new(),
+            owner: None,
             clock: Arc::new(|| wasmlet_cri::labels::unix_nanos() / 1_000_000_000),
         }
     }
@@ -139,6 +142,13 @@ impl<R: CriRuntime + 'static> LogManager<R> {
     /// shared).
     pub fn with_selector(mut self, selector: BTreeMap<String, String>) -> Self {
         self.selector = selector;
+        self
+    }
+
+    /// Only the containers whose label `key` is `value`, or that do not have it (an
+    /// agent's own and those it adopted from the kubelet, where the runtime is shared).
+    pub fn with_owner(mut self, key: &str, value: &str) -> Self {
+        self.owner = Some((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -173,7 +183,15 @@ impl<R: CriRuntime + 'static> LogManager<R> {
             ..Default::default()
         };
         let ids: Vec<String> = match self.runtime.list_containers(Some(filter)).await {
-            Ok(cs) => cs.into_iter().map(|c| c.id).collect(),
+            Ok(cs) => cs
+                .into_iter()
+                .filter(|c| {
+                    self.owner
+                        .as_ref()
+                        .is_none_or(|(k, v)| c.labels.get(k).is_none_or(|l| l == v))
+                })
+                .map(|c| c.id)
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "container log rotation: cannot list running containers");
                 return Round {

@@ -149,6 +149,29 @@ async fn logs_past_the_size_rotate_and_the_runtime_reopens_them() {
     )
     .with_selector([("wasmlet.io/node".to_owned(), "elsewhere".to_owned())].into());
     assert_eq!(others.round().await.checked, 0);
+    // By owner: containers without the label (the kubelet's, adopted) are an agent's
+    // too; another node's are not.
+    let config = fixtures::pod("node-b");
+    let sandbox = sim
+        .run_pod_sandbox(config.clone(), "")
+        .await
+        .expect("sandbox");
+    let mut c = fixtures::container("app", &["sleep", "3600"]);
+    c.labels.insert("wasmlet.io/node".into(), "node-b".into());
+    let other = sim
+        .create_container(&sandbox, c, config)
+        .await
+        .expect("create");
+    sim.start_container(&other).await.expect("start");
+    let policy = || Policy {
+        max_bytes: 1,
+        max_files: 2,
+    };
+    let node_a = manager(&sim, policy()).with_owner("wasmlet.io/node", "node-a");
+    assert_eq!(node_a.round().await.checked, 2, "the two without the label");
+    let node_b = manager(&sim, policy()).with_owner("wasmlet.io/node", "node-b");
+    assert_eq!(node_b.round().await.checked, 3);
+    sim.stop_container(&other, 0).await.expect("stop");
 
     // A stopped container's log is not the manager's business.
     append(&live, 0..200);

@@ -253,18 +253,12 @@ fn image_gc(config: &Config) -> wasmlet_stats::imagegc::ImageGc {
 }
 
 /// `containerLogMaxSize` / `containerLogMaxFiles`, every `containerLogMonitorInterval`,
-/// on this node's containers.
+/// on this node's containers (those it adopted from the kubelet included).
 fn log_rotation(
     config: &Config,
     agent: &wasmlet_agent::agent::Agent<CriClient>,
 ) -> tokio::task::JoinHandle<()> {
     wasmlet_logs::LogManager::new(agent.ctx.runtime.clone(), config.log_rotation)
-        .with_selector(
-            [(
-                wasmlet_agent::runtime::NODE_LABEL.to_owned(),
-                agent.node.name.clone(),
-            )]
-            .into(),
-        )
+        .with_owner(wasmlet_agent::runtime::NODE_LABEL, &agent.node.name)
         .spawn()
 }
