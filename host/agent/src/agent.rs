@@ -188,6 +188,10 @@ impl<R: CriRuntime + 'static> Agent<R> {
             prober,
             crash_backoff: Mutex::new(Backoff::default()),
             pull_backoff: Mutex::new(Backoff::default()),
+            mount_backoff: Mutex::new(Backoff::new(
+                crate::sync::MOUNT_RETRY,
+                crate::sync::MOUNT_RETRY_MAX,
+            )),
             metrics: metrics.clone(),
             first_relist: tokio::sync::watch::Sender::new(false),
             events,

@@ -35,6 +35,13 @@ use crate::time::Clock;
 
 /// How soon a sync that failed on the runtime is tried again.
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
+/// How soon a volume that could not be set up is tried again first (the kubelet's
+/// volume operations: 500 ms, doubling up to 2 min 2 s): a token refused for a moment —
+/// the API server's node authorizer not yet knowing the pod after a restart — does not
+/// hold the pod for long.
+pub const MOUNT_RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between volume set-up retries.
+pub const MOUNT_RETRY_MAX: Duration = Duration::from_secs(122);
 /// How soon a kill or cleanup that failed is tried again.
 pub const STOP_RETRY: Duration = Duration::from_secs(1);
 /// The longest a postStart hook may take.
@@ -94,6 +101,8 @@ pub struct SyncContext<R> {
     pub crash_backoff: Mutex<Backoff>,
     /// ImagePullBackOff, by `uid/image`.
     pub pull_backoff: Mutex<Backoff>,
+    /// Volume set-up retries, by UID: [`MOUNT_RETRY`] doubling to [`MOUNT_RETRY_MAX`].
+    pub mount_backoff: Mutex<Backoff>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// True once PLEG has relisted: until then the cache does not know what runs.
@@ -257,6 +266,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 if refresh {
                     Self::lock(&self.volumes_ready).insert(key.uid.clone(), Instant::now());
                     Self::lock(&self.said).remove(&key.uid);
+                    Self::lock(&self.mount_backoff).reset(&key.uid);
                 }
                 if mounted.is_some() && !written.is_empty() {
                     info!(pod = %key, volumes = ?written, "volumes updated");
@@ -462,7 +472,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         if !self.mount_volumes(pod).await {
             self.read_back(pod, touched).await;
-            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
+            let mut backoff = Self::lock(&self.mount_backoff);
+            backoff.next(&key.uid, Instant::now());
+            let retry = backoff.delay(&key.uid).unwrap_or(ERROR_RETRY);
+            return SyncResult::retry(WorkOutcome::Synced, retry);
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let (sandbox_id, pod_ip) = if actions.create_sandbox {

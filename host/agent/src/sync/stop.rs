@@ -176,6 +176,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         Self::lock(&self.said).remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));
         Self::lock(&self.pull_backoff).reset_prefix(&format!("{}/", key.uid));
+        Self::lock(&self.mount_backoff).reset(&key.uid);
         info!(pod = %key, "pod removed from the runtime");
         self.statuses.reclaimed(&key.uid);
         SyncResult::new(WorkOutcome::CleanedUp)
