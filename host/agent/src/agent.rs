@@ -27,7 +27,7 @@ use crate::pleg::{EventQueue, Health, Pleg};
 use crate::prober::{Checker, Prober};
 use crate::queue::PodQueue;
 use crate::statuses::StatusManager;
-use crate::sync::{ContainerOps, SyncContext};
+use crate::sync::{ContainerOps, MOUNT_RETRY, MOUNT_RETRY_MAX, SyncContext};
 use crate::syncloop::{Admission, Inputs, SourceSet, SyncLoop};
 use crate::time::Clock;
 use crate::workers::{DueQueue, PodWorkers};
@@ -188,10 +188,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             prober,
             crash_backoff: Mutex::new(Backoff::default()),
             pull_backoff: Mutex::new(Backoff::default()),
-            mount_backoff: Mutex::new(Backoff::new(
-                crate::sync::MOUNT_RETRY,
-                crate::sync::MOUNT_RETRY_MAX,
-            )),
+            mount_backoff: Mutex::new(Backoff::new(MOUNT_RETRY, MOUNT_RETRY_MAX)),
             metrics: metrics.clone(),
             first_relist: tokio::sync::watch::Sender::new(false),
             events,

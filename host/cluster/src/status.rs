@@ -321,7 +321,11 @@ impl Syncer {
             }
             return None;
         }
-        // A static pod: its mirror pod first, then the status on it.
+        self.plan_static(uid, entry, held)
+    }
+
+    /// A static pod: its mirror pod first, then the status on it.
+    fn plan_static(&mut self, uid: &str, entry: &PodEntry, held: bool) -> Option<Job> {
         let owner = self.settings.owner.borrow().clone()?;
         if !self.settings.mirrors.listed() {
             return None;
@@ -331,6 +335,7 @@ impl Syncer {
             // The mirror pod is the previous version's until that has stopped.
             return None;
         }
+        let synced = self.synced.entry(uid.to_owned()).or_default();
         let seen = self.settings.mirrors.get(&name);
         if seen.is_some() {
             synced.mirror = None;

@@ -35,6 +35,32 @@ fn pod(name: &str, restart: &str, container: Value, volumes: Value) -> Value {
     p
 }
 
+/// A finished pod, not deleted: its volumes are taken down all the same (the kubelet's
+/// Volume Manager spec), the tmpfs unmounted first; its own directory stays.
+async fn volumes_taken_down(dir: &std::path::Path, p: &Value) {
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    let volumes = dir.join("root/pods").join(uid).join("volumes");
+    let started = Instant::now();
+    while volumes.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} is still there after the pod finished",
+            volumes.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pod_dir = volumes.parent().expect("pod dir");
+    assert!(
+        pod_dir.is_dir(),
+        "the pod's own directory stays until it is deleted"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mounts.contains(uid),
+        "a mount of the finished pod is left: {mounts}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_them() {
     let Some(endpoint) = endpoint() else { return };
@@ -134,29 +160,7 @@ async fn empty_dirs_fs_group_updates_and_resource_values_as_a_container_sees_the
         "777\ntmpfs\n1777\n4096\nwritten\n",
         "0777 on disk; a 4 MiB tmpfs (mode 1777); both writable by user 1001"
     );
-    // Finished, not deleted: its volumes are taken down all the same (the kubelet's
-    // Volume Manager spec), the tmpfs unmounted first.
-    let uid = p["metadata"]["uid"].as_str().expect("uid");
-    let volumes = dir.join("root/pods").join(uid).join("volumes");
-    let started = Instant::now();
-    while volumes.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{} is still there after the pod finished",
-            volumes.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let pod_dir = volumes.parent().expect("pod dir");
-    assert!(
-        pod_dir.is_dir(),
-        "the pod's own directory stays until it is deleted"
-    );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(
-        !mounts.contains(uid),
-        "a mount of the finished pod is left: {mounts}"
-    );
+    volumes_taken_down(&dir, &p).await;
 
     let p = wait_pod(&api, &agent, "vol-fsgroup", long, done).await;
     assert_eq!(phase(&p), "Succeeded", "{}", p["status"]);

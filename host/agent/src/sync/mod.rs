@@ -287,6 +287,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
     }
 
+    /// How soon pod `uid`'s volumes are tried again after they failed (again).
+    fn mount_retry(&self, uid: &str) -> Duration {
+        let mut backoff = Self::lock(&self.mount_backoff);
+        backoff.next(uid, Instant::now());
+        backoff.delay(uid).unwrap_or(ERROR_RETRY)
+    }
+
     /// Whether `cause` is new for pod `uid` (and to be logged), remembering it.
     fn say_once(&self, uid: &str, cause: &str) -> bool {
         first_time(&mut Self::lock(&self.said), uid, cause)
@@ -472,10 +479,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         if !self.mount_volumes(pod).await {
             self.read_back(pod, touched).await;
-            let mut backoff = Self::lock(&self.mount_backoff);
-            backoff.next(&key.uid, Instant::now());
-            let retry = backoff.delay(&key.uid).unwrap_or(ERROR_RETRY);
-            return SyncResult::retry(WorkOutcome::Synced, retry);
+            return SyncResult::retry(WorkOutcome::Synced, self.mount_retry(&key.uid));
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let (sandbox_id, pod_ip) = if actions.create_sandbox {
