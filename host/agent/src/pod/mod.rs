@@ -308,7 +308,7 @@ pub fn ephemeral_target<'a>(pod: &'a k8s::Pod, name: &str) -> Option<&'a str> {
 
 /// Whether an image reference names the `latest` tag (explicitly or by having no tag and
 /// no digest): the kubelet then defaults the pull policy to `Always`.
-fn is_latest(image: &str) -> bool {
+pub(crate) fn is_latest(image: &str) -> bool {
     if image.contains('@') {
         return false;
     }

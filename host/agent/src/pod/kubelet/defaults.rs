@@ -238,22 +238,10 @@ fn volume(v: &mut Value) -> Result<(), Uncovered> {
     Ok(())
 }
 
-/// Whether the image names the tag `latest`, or no tag and no digest.
-fn latest(image: &str) -> bool {
-    if image.contains('@') {
-        return false;
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.rsplit_once(':') {
-        Some((_, tag)) => tag == "latest",
-        None => true,
-    }
-}
-
 fn container(c: &mut Value) -> Result<(), Uncovered> {
     let o = c.as_object_mut().ok_or(Uncovered)?;
     let image = o.get("image").and_then(Value::as_str).unwrap_or("");
-    let policy = if latest(image) {
+    let policy = if crate::pod::is_latest(image) {
         "Always"
     } else {
         "IfNotPresent"

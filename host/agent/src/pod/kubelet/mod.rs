@@ -100,17 +100,29 @@ pub fn container_hash(c: &k8s::Container) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The test data directory and the non-comment lines of its file `list`.
+    fn testdata(list: &str) -> (std::path::PathBuf, Vec<String>) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
+        let text = std::fs::read_to_string(dir.join(list)).expect(list);
+        let lines = text.lines().filter(|l| !l.starts_with('#'));
+        (dir.clone(), lines.map(str::to_owned).collect())
+    }
+
+    /// The manifest `file` of the test data, as a source reads it.
+    fn manifest(dir: &Path, file: &str) -> k8s::Pod {
+        let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
+        serde_yaml_ng::from_str(&text).expect("pod")
+    }
+
     /// The manifests of `testdata/` (kubeadm's control plane, a pod using most of what a
     /// static pod can hold, a bare one) get the UIDs the upstream kubelet gave them.
     #[test]
     fn static_pod_uids_are_the_kubelets() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
-        let expected = std::fs::read_to_string(dir.join("uids.txt")).expect("uids.txt");
+        let (dir, expected) = testdata("uids.txt");
         let mut checked = 0;
-        for line in expected.lines().filter(|l| !l.starts_with('#')) {
+        for line in &expected {
             let (file, want) = line.split_once(' ').expect("file uid");
-            let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
-            let pod: k8s::Pod = serde_yaml_ng::from_str(&text).expect("pod");
+            let pod = manifest(&dir, file);
             if let Ok(out) = std::env::var("KUBELET_UID_PRINT_DIR") {
                 let printed = Read::of(&pod).map(|r| r.printed).unwrap_or_default();
                 std::fs::write(Path::new(&out).join(format!("rs-{file}.txt")), printed)
@@ -127,18 +139,15 @@ mod tests {
     /// The containers of the same manifests get the kubelet's container hashes.
     #[test]
     fn container_hashes_are_the_kubelets() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
-        let expected = std::fs::read_to_string(dir.join("hashes.txt")).expect("hashes.txt");
+        let (dir, expected) = testdata("hashes.txt");
         let mut checked = 0;
-        for line in expected.lines().filter(|l| !l.starts_with('#')) {
+        for line in &expected {
             let mut words = line.split(' ');
             let (Some(file), Some(name), Some(want)) = (words.next(), words.next(), words.next())
             else {
                 panic!("{line}");
             };
-            let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
-            let pod: k8s::Pod = serde_yaml_ng::from_str(&text).expect("pod");
-            let read = Read::of(&pod).expect("covered").pod;
+            let read = Read::of(&manifest(&dir, file)).expect("covered").pod;
             let spec = read.spec.expect("spec");
             let c = spec
                 .init_containers
