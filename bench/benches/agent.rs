@@ -155,6 +155,7 @@ async fn simulator(n: usize) {
             unchanged: Vec::new(),
             problems: Vec::new(),
             removed: false,
+            directory: None,
         })
         .await
         .expect("send");

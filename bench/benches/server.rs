@@ -109,6 +109,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             unchanged: Vec::new(),
             problems: Vec::new(),
             removed: false,
+            directory: None,
         })
         .await
         .expect("sources");
