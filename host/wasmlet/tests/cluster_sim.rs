@@ -465,12 +465,13 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
     });
 
     // A pod source from the cluster, for fleet-2 only: its pods are static pods there,
-    // with mirror pods in the API; deleted, they go.
+    // with mirror pods in the API; deleted, they go (the mirror pod once the pod has
+    // stopped, within its grace period).
     let manifests = team_manifests(&top.join("node-2"));
     std::fs::create_dir_all(&manifests).expect("team manifests");
     std::fs::write(
         manifests.join("web.yaml"),
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: team-web}\nspec:\n  containers:\n  - {name: c, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: team-web}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}\n",
     )
     .expect("manifest");
     let source_file = wasmlet_plugin_host::dev::shipped_plugin("source-file");
