@@ -189,6 +189,8 @@ async fn poll_loop(
     });
     let mut last_error = String::new();
     loop {
+        // Taken before the poll: a file removed while it reads counts for the next.
+        let gone = std::mem::take(&mut *removed.lock().unwrap_or_else(|p| p.into_inner()));
         match sources.get(&name) {
             None => {
                 let message = format!("pod source {name} is not loaded; its pods are kept");
@@ -201,8 +203,6 @@ async fn poll_loop(
                 Ok(snapshot) => {
                     last_error.clear();
                     debug!(source = %name, pods = snapshot.pods.len(), "polled");
-                    let gone =
-                        std::mem::take(&mut *removed.lock().unwrap_or_else(|p| p.into_inner()));
                     if let Some(without) = without_removed((&name, dir.as_ref()), &snapshot, &gone)
                         && tx.send(without).await.is_err()
                     {
