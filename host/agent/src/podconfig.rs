@@ -100,8 +100,6 @@ pub struct Merged {
     pub problems: Vec<Problem>,
 }
 
-/// Where in its source a pod came from (its `wasmlet.io/config.origin`, or for API
-/// pods `namespace/name`).
 /// Where a pod from `origin` was read, as the kubelet hashes it: a URL, or the file in
 /// the source's `directory` (`path` holds it).
 fn location<'a>(
@@ -116,6 +114,8 @@ fn location<'a>(
     Some(Location::File(path))
 }
 
+/// Where in its source a pod came from (its `wasmlet.io/config.origin`, or for API
+/// pods `namespace/name`).
 fn origin_of(p: &k8s::Pod) -> String {
     p.metadata
         .annotations

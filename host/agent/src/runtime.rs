@@ -171,7 +171,7 @@ pub fn container_hash(c: &k8s::Container) -> String {
 /// wasmlet's own (which earlier versions wrote on every container). One that does not
 /// is killed and recreated.
 pub fn hash_matches(hash: &str, c: &k8s::Container) -> bool {
-    hash == container_hash(c) || hash == own_hash(c)
+    crate::pod::kubelet::container_hash(c).is_some_and(|k| k == hash) || hash == own_hash(c)
 }
 
 /// wasmlet's own hash of a container's spec.

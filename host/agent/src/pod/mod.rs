@@ -390,23 +390,25 @@ pub fn make_static(
     node_name: &str,
     location: Option<kubelet::Location<'_>>,
 ) {
+    let given = pod.metadata.uid.clone().filter(|u| !u.is_empty());
     // As the kubelet reads it: its defaults (so the spec, the mirror pod and container
     // hashes are the kubelet's too) and its UID.
-    let read = location.and_then(|l| kubelet::Read::of(pod).map(|r| (r, l)));
-    let uid = pod.metadata.uid.clone().filter(|u| !u.is_empty());
-    let uid = match read {
-        Some((read, location)) => {
-            *pod = read.pod.clone();
-            uid.unwrap_or_else(|| read.uid(node_name, location))
-        }
-        None => uid.unwrap_or_else(|| own_uid(pod, (source, origin), node_name)),
-    };
+    let kubelets = location
+        .and_then(|l| kubelet::Read::of(pod).map(|r| (r, l)))
+        .map(|(read, l)| {
+            let uid = read.uid(node_name, l);
+            *pod = read.pod;
+            uid
+        });
+    apply_defaults(pod);
+    let uid = given
+        .or(kubelets)
+        .unwrap_or_else(|| own_uid(pod, (source, origin), node_name));
     pod.metadata.uid = Some(uid);
     if matches!(location, Some(kubelet::Location::File(_))) {
         // The kubelet's toleration for pods from files: not evicted for node problems.
         tolerate_no_execute(pod);
     }
-    apply_defaults(pod);
     if let Some(name) = pod.metadata.name.as_mut() {
         let suffix = format!("-{node_name}");
         if !name.ends_with(&suffix) {
@@ -437,14 +439,13 @@ fn tolerate_no_execute(pod: &mut k8s::Pod) {
     }
 }
 
-/// wasmlet's own UID for a static pod the kubelet's computation does not cover.
+/// wasmlet's own UID for a static pod (defaulted, not yet named for the node) the
+/// kubelet's computation does not cover.
 fn own_uid(pod: &k8s::Pod, (source, origin): (&str, &str), node_name: &str) -> String {
-    let mut pod = pod.clone();
-    apply_defaults(&mut pod);
     let mut h = Sha256::new();
     // Canonical JSON: serde_json writes struct fields in declaration order and
     // BTreeMaps sorted, so equal pods hash equal.
-    h.update(serde_json::to_vec(&pod).unwrap_or_default());
+    h.update(serde_json::to_vec(pod).unwrap_or_default());
     h.update(format!("host:{node_name}"));
     h.update(format!("{source}:{origin}"));
     let digest = h.finalize();

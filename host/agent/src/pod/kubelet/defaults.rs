@@ -68,6 +68,14 @@ fn list<'a>(o: &'a mut Map<String, Value>, key: &str) -> impl Iterator<Item = &'
         .flatten()
 }
 
+/// A pointer field's default: set when it is nil.
+fn set_if_nil(o: &mut Map<String, Value>, key: &str, value: Value) {
+    if o.get(key).is_none_or(Value::is_null) {
+        o.insert(key.to_owned(), value);
+    }
+}
+
+/// A value field's default: set when it is its zero value.
 fn set_default(o: &mut Map<String, Value>, key: &str, value: Value) {
     let empty = match o.get(key) {
         None | Some(Value::Null) => true,
@@ -101,9 +109,7 @@ fn pod_defaults(spec: &mut Map<String, Value>) {
             }
         }
     }
-    if spec.get("enableServiceLinks").is_none_or(Value::is_null) {
-        spec.insert("enableServiceLinks".into(), json!(true));
-    }
+    set_if_nil(spec, "enableServiceLinks", json!(true));
     if spec.get("hostNetwork") == Some(&json!(true)) {
         for kind in ["containers", "initContainers"] {
             for c in list(spec, kind) {
@@ -127,23 +133,15 @@ fn pod_defaults(spec: &mut Map<String, Value>) {
 fn spec_defaults(spec: &mut Map<String, Value>) {
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "restartPolicy", json!("Always"));
-    if spec.get("securityContext").is_none_or(Value::is_null) {
-        spec.insert("securityContext".into(), json!({}));
-    }
-    if spec
-        .get("terminationGracePeriodSeconds")
-        .is_none_or(Value::is_null)
-    {
-        spec.insert("terminationGracePeriodSeconds".into(), json!(30));
-    }
+    set_if_nil(spec, "securityContext", json!({}));
+    set_if_nil(spec, "terminationGracePeriodSeconds", json!(30));
     set_default(spec, "schedulerName", json!("default-scheduler"));
 }
 
-fn mode(o: &mut Value, default: i64) {
-    if let Some(o) = o.as_object_mut()
-        && o.get("defaultMode").is_none_or(Value::is_null)
-    {
-        o.insert("defaultMode".into(), json!(default));
+/// The default mode of a secret, configMap, downwardAPI or projected volume: 0644.
+fn mode(o: &mut Value) {
+    if let Some(o) = o.as_object_mut() {
+        set_if_nil(o, "defaultMode", json!(0o644));
     }
 }
 
@@ -200,23 +198,17 @@ fn volume(v: &mut Value) -> Result<(), Uncovered> {
             return Err(Uncovered);
         }
     }
-    if let Some(h) = o.get_mut("hostPath").and_then(Value::as_object_mut)
-        && h.get("type").is_none_or(Value::is_null)
-    {
-        h.insert("type".into(), json!(""));
+    if let Some(h) = o.get_mut("hostPath").and_then(Value::as_object_mut) {
+        set_if_nil(h, "type", json!(""));
     }
-    for (kind, default) in [
-        ("secret", 0o644),
-        ("configMap", 0o644),
-        ("downwardAPI", 0o644),
-    ] {
+    for kind in ["secret", "configMap", "downwardAPI"] {
         if let Some(s) = o.get_mut(kind).filter(|s| !s.is_null()) {
-            mode(s, default);
+            mode(s);
             field_refs(s.get_mut("items"));
         }
     }
     if let Some(p) = o.get_mut("projected").filter(|s| !s.is_null()) {
-        mode(p, 0o644);
+        mode(p);
         for source in p
             .get_mut("sources")
             .and_then(Value::as_array_mut)
@@ -229,9 +221,8 @@ fn volume(v: &mut Value) -> Result<(), Uncovered> {
             if let Some(t) = source
                 .get_mut("serviceAccountToken")
                 .and_then(Value::as_object_mut)
-                && t.get("expirationSeconds").is_none_or(Value::is_null)
             {
-                t.insert("expirationSeconds".into(), json!(3600));
+                set_if_nil(t, "expirationSeconds", json!(3600));
             }
         }
     }
@@ -269,10 +260,8 @@ fn container(c: &mut Value) -> Result<(), Uncovered> {
             set_default(p, "successThreshold", json!(1));
             set_default(p, "failureThreshold", json!(3));
             handler(p);
-            if let Some(g) = p.get_mut("grpc").and_then(Value::as_object_mut)
-                && g.get("service").is_none_or(Value::is_null)
-            {
-                g.insert("service".into(), json!(""));
+            if let Some(g) = p.get_mut("grpc").and_then(Value::as_object_mut) {
+                set_if_nil(g, "service", json!(""));
             }
         }
     }

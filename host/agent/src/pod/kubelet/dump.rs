@@ -217,13 +217,8 @@ fn named(out: &mut String, ty: &str, v: Option<&Value>) -> Result<(), Uncovered>
 fn special(out: &mut String, ty: &str, v: Option<&Value>, rounded: bool) -> Result<(), Uncovered> {
     match ty {
         "resource.Quantity" => {
-            let text = match v {
-                None => return Err(Uncovered),
-                Some(Value::String(s)) => s.trim().to_owned(),
-                Some(Value::Number(n)) => n.to_string(),
-                Some(_) => return Err(Uncovered),
-            };
-            Quantity::parse(&text, rounded).ok_or(Uncovered)?.print(out);
+            let q = v.and_then(|v| Quantity::of_json(v, rounded));
+            q.ok_or(Uncovered)?.print(out);
         }
         "intstr.IntOrString" => {
             let (kind, int, text) = match v {

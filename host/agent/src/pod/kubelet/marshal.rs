@@ -65,7 +65,7 @@ fn empty(ty: &str, v: &Value) -> bool {
         Value::Null => true,
         Value::Bool(b) => !b,
         Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty() && !ty.ends_with("Quantity"),
+        Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         // A struct is never empty to encoding/json; a map is when it has no entries.
         Value::Object(o) => o.is_empty() && (ty.starts_with("map[") || ty == "v1.ResourceList"),
@@ -97,17 +97,9 @@ fn value(out: &mut String, ty: &str, v: &Value) -> Result<(), Uncovered> {
         return Ok(());
     }
     match ty {
-        "v1.ResourceList" => map(out, "resource.Quantity", v, true),
-        "resource.Quantity" => {
-            let text = match v {
-                Value::String(s) => s.trim().to_owned(),
-                Value::Number(n) => n.to_string(),
-                _ => return Err(Uncovered),
-            };
-            let q = Quantity::parse(&text, false).ok_or(Uncovered)?;
-            string(out, &q.canonical());
-            Ok(())
-        }
+        // Every resource list of a pod is rounded up to milli-units by the defaults.
+        "v1.ResourceList" => map(out, v, |out, q| quantity(out, q, true)),
+        "resource.Quantity" => quantity(out, v, false),
         "intstr.IntOrString" => {
             match v {
                 Value::Number(n) => out.push_str(&n.as_i64().ok_or(Uncovered)?.to_string()),
@@ -128,7 +120,7 @@ fn value(out: &mut String, ty: &str, v: &Value) -> Result<(), Uncovered> {
             out.push_str(&v.as_i64().unwrap_or(0).to_string());
             Ok(())
         }
-        _ if ty.starts_with("map[") => map(out, "string", v, false),
+        _ if ty.starts_with("map[") => map(out, v, |out, s| value(out, "string", s)),
         _ => match schema().get(ty) {
             Some(fields) => {
                 out.push('{');
@@ -190,7 +182,12 @@ fn object(
     Ok(())
 }
 
-fn map(out: &mut String, elem: &str, v: &Value, rounded: bool) -> Result<(), Uncovered> {
+/// A map, keys sorted, each value written by `each`.
+fn map(
+    out: &mut String,
+    v: &Value,
+    mut each: impl FnMut(&mut String, &Value) -> Result<(), Uncovered>,
+) -> Result<(), Uncovered> {
     let Value::Object(members) = v else {
         out.push_str("null");
         return Ok(());
@@ -204,21 +201,16 @@ fn map(out: &mut String, elem: &str, v: &Value, rounded: bool) -> Result<(), Unc
         }
         string(out, k);
         out.push(':');
-        if rounded {
-            let text = match &members[k] {
-                Value::String(s) => s.trim().to_owned(),
-                Value::Number(n) => n.to_string(),
-                _ => return Err(Uncovered),
-            };
-            string(
-                out,
-                &Quantity::parse(&text, true).ok_or(Uncovered)?.canonical(),
-            );
-        } else {
-            value(out, elem, &members[k])?;
-        }
+        each(out, &members[k])?;
     }
     out.push('}');
+    Ok(())
+}
+
+/// A quantity in its canonical form (rounded to milli-units for a resource list's).
+fn quantity(out: &mut String, v: &Value, rounded: bool) -> Result<(), Uncovered> {
+    let q = Quantity::of_json(v, rounded).ok_or(Uncovered)?;
+    string(out, &q.canonical());
     Ok(())
 }
 

@@ -90,7 +90,16 @@ pub fn container_hash(c: &k8s::Container) -> Option<String> {
         if i > 0 {
             feed(b" ");
         }
-        feed(b.to_string().as_bytes());
+        // The byte in decimal, without a leading zero.
+        let digits = [b / 100, b / 10 % 10, b % 10].map(|d| d + b'0');
+        let skip = if b >= 100 {
+            0
+        } else if b >= 10 {
+            1
+        } else {
+            2
+        };
+        feed(&digits[skip..]);
     }
     feed(b"]");
     Some(format!("{h:x}"))

@@ -79,6 +79,15 @@ impl Quantity {
         Some(q)
     }
 
+    /// [`Quantity::parse`] of a JSON value (a string, or a number as YAML gives one).
+    pub fn of_json(v: &serde_json::Value, rounded: bool) -> Option<Quantity> {
+        match v {
+            serde_json::Value::String(s) => Self::parse(s.trim(), rounded),
+            serde_json::Value::Number(n) => Self::parse(&n.to_string(), rounded),
+            _ => None,
+        }
+    }
+
     fn parse_exact(s: &str) -> Option<Quantity> {
         if s == "0" {
             return Some(Quantity {
