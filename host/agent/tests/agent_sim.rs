@@ -256,21 +256,32 @@ async fn init_containers_run_first_in_order() {
     agent.shutdown().await;
 }
 
+/// Pod `live`: container `c` (PID 1 ignoring SIGTERM) whose exec liveness probe, every
+/// 2 s with a failure threshold of 2, fails from 5 s on; the pod's grace period
+/// `pod_grace`, the probe's own `probe_grace`.
+fn failing_liveness(
+    pod_grace: u32,
+    probe_grace: Option<u32>,
+) -> wasmlet_plugin_host::source::SourcePod {
+    let mut p = pod(
+        r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=5s"}},"spec":{"containers":[
+        {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
+         "livenessProbe":{"exec":{"command":["cat","/tmp/healthy"]},"periodSeconds":2,"failureThreshold":2}}]}}"#,
+    );
+    let spec = p.pod.spec.as_mut().expect("spec");
+    spec.termination_grace_period_seconds = Some(pod_grace.into());
+    if let Some(probe) = spec.containers[0].liveness_probe.as_mut() {
+        probe.termination_grace_period_seconds = probe_grace.map(i64::from);
+    }
+    p
+}
+
 /// A liveness probe with a `terminationGracePeriodSeconds` of its own: the kill after it
 /// fails waits that long for the container (which ignores SIGTERM), not the pod's 600 s.
 #[tokio::test(start_paused = true)]
 async fn a_probe_s_own_grace_period_ends_its_kill() {
     let (_sim, agent, _events) = start_recording("probe-grace");
-    send(
-        &agent,
-        vec![pod(
-            r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=5s"}},"spec":{"terminationGracePeriodSeconds":600,"containers":[
-            {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
-             "livenessProbe":{"exec":{"command":["cat","/tmp/healthy"]},"periodSeconds":2,"failureThreshold":2,
-               "terminationGracePeriodSeconds":3}}]}}"#,
-        )],
-    )
-    .await;
+    send(&agent, vec![failing_liveness(600, Some(3))]).await;
     // Fails from 5 s on; two failures 2 s apart; then the probe's 3 s.
     wait_for(&agent, "live", "restarted", Duration::from_secs(20), |p| {
         container(p, "c").restart_count >= 1
@@ -282,15 +293,7 @@ async fn a_probe_s_own_grace_period_ends_its_kill() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_the_container() {
     let (_sim, agent, events) = start_recording("liveness");
-    send(
-        &agent,
-        vec![pod(
-            r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=5s"}},"spec":{"terminationGracePeriodSeconds":3,"containers":[
-            {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
-             "livenessProbe":{"exec":{"command":["cat","/tmp/healthy"]},"periodSeconds":2,"failureThreshold":2}}]}}"#,
-        )],
-    )
-    .await;
+    send(&agent, vec![failing_liveness(3, None)]).await;
     // Fails from 5 s on; two failures 2 s apart; then a 3 s grace period.
     let p = wait_for(&agent, "live", "restarted", Duration::from_secs(15), |p| {
         container(p, "c").restart_count >= 1
