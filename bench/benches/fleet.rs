@@ -1,7 +1,8 @@
 //! Cluster plugins: from `kubectl apply` of a WasmletPlugin (the object's update reaching
 //! the watches) to the new version deciding on every node, for 3 and 100 nodes following
 //! the API server double in this process; decisions made on every node throughout (none
-//! may fail); status writes per rollout. Each round publishes a new digest (the component
+//! may fail); the node writes per rollout (each to its own WasmletNode); apply → the
+//! controller's counts saying every node serves. Each round publishes a new digest (the component
 //! with a custom section naming the round), so every round fetches, verifies, compiles
 //! and swaps: from the test registry when there is one (`WASMLET_TEST_REGISTRY`, or
 //! `scripts/registry.sh up`), pushed before the clock starts ("cached by the registry"),
@@ -62,6 +63,8 @@ struct Round {
     failed: u64,
     decided: u64,
     writes: usize,
+    /// Apply → the controller's counts say every node serves.
+    counted: Duration,
 }
 
 /// The publisher's key, when nodes require signatures: (private key PEM, its public key
@@ -126,7 +129,7 @@ async fn round(
             json!({"configMap": {"name": name, "key": "policy.wasm"}})
         }
     };
-    let writes_before = c.status_writes("policy", "wasmlet-node/");
+    let writes_before = c.node_writes();
     let deciding = c.decide_continuously();
     let start = Instant::now();
     c.apply(json!({"metadata": {"name": "policy"},
@@ -146,9 +149,13 @@ async fn round(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let counts = deciding.stop().await;
+    let generation = i as i64 + 1;
+    let want = json!({"observedGeneration": generation, "serving": c.nodes.len(), "pending": 0});
+    c.wait_summary("policy", want).await;
+    let counted = start.elapsed();
     // Every node's entry written; a little longer to see any write beyond one per node.
     let waited = Instant::now();
-    while c.status_writes("policy", "wasmlet-node/") < writes_before + c.nodes.len()
+    while c.node_writes() < writes_before + c.nodes.len()
         && waited.elapsed() < Duration::from_secs(10)
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -160,7 +167,8 @@ async fn round(
         nodes,
         failed: counts.failed,
         decided: counts.decided,
-        writes: c.status_writes("policy", "wasmlet-node/") - writes_before,
+        writes: c.node_writes() - writes_before,
+        counted,
     }
 }
 
@@ -192,9 +200,9 @@ async fn main() {
         }
     );
     println!(
-        "| nodes | signatures | apply → all serving p50 | max | apply → a node serving: first p50 | p50 | p99 | decisions during rollouts | failed | status writes per rollout |"
+        "| nodes | signatures | apply → all serving p50 | max | apply → a node serving: first p50 | p50 | p99 | apply → counts say all serve p50 | decisions during rollouts | failed | status writes per node and rollout |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let keys_dir = std::env::temp_dir().join(format!("wasmlet-bench-keys-{}", std::process::id()));
     std::fs::create_dir_all(&keys_dir).expect("dir");
     let (private, public) = keys::generate(b"bench").expect("key");
@@ -225,6 +233,7 @@ async fn main() {
         let mut per_node = Vec::new();
         let (mut failed, mut decided) = (0, 0);
         let mut writes = Vec::new();
+        let mut counted = Vec::new();
         for i in 0..rounds {
             let r = round(&c, i, registry.as_ref(), &signing).await;
             all.push(r.all);
@@ -233,9 +242,10 @@ async fn main() {
             failed += r.failed;
             decided += r.decided;
             writes.push(r.writes);
+            counted.push(r.counted);
         }
         println!(
-            "| {n} | {} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
             if signing.is_some() {
                 "required"
             } else {
@@ -246,6 +256,7 @@ async fn main() {
             fmt(pct(first, 50.0)),
             fmt(pct(per_node.clone(), 50.0)),
             fmt(pct(per_node, 99.0)),
+            fmt(pct(counted, 50.0)),
             writes
                 .iter()
                 .map(|w| format!("{:.2}", *w as f64 / n as f64))

@@ -315,7 +315,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             }
         }
         (Method::POST, None) => match json_body() {
-            Ok(object) => match store.create(&t.prefix, &t.resource, &t.ns, object) {
+            Ok(object) => match create(&mut store, &t, object, who.as_ref()) {
                 Ok(o) => reply(StatusCode::CREATED, &o),
                 Err(e) => error(e),
             },
@@ -377,7 +377,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
                 object["apiVersion"] = applied["apiVersion"].clone();
                 object["kind"] = applied["kind"].clone();
                 object["metadata"]["name"] = json!(name);
-                return match store.create(&t.prefix, &t.resource, &t.ns, object) {
+                return match create(&mut store, &t, object, who.as_ref()) {
                     Ok(o) => reply(StatusCode::CREATED, &o),
                     Err(e) => error(e),
                 };
@@ -436,7 +436,7 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             }
         }
         (Method::DELETE, Some(name)) => match json_body() {
-            Ok(options) => match store.delete(&key(name), &options) {
+            Ok(options) => match delete(&mut store, &key(name), &options, who.as_ref()) {
                 Ok(o) => reply(StatusCode::OK, &o),
                 Err(e) => error(e),
             },
@@ -448,6 +448,50 @@ pub(crate) async fn handle(State(sim): State<ApiServerSim>, request: Request) ->
             format!("{m} is not supported on {path}"),
         )),
     }
+}
+
+/// Creates `object` under `t`, as `who`, once the admission policies admit it.
+fn create(
+    store: &mut Store,
+    t: &Target,
+    object: Value,
+    who: Option<&crate::tls::Identity>,
+) -> Result<Value, Value> {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let key = (
+        t.prefix.clone(),
+        t.resource.clone(),
+        t.ns.clone(),
+        name.to_owned(),
+    );
+    let request = policy::Request {
+        key: &key,
+        sub: None,
+        operation: "CREATE",
+        who,
+    };
+    policy::admit(store, &request, &object, None)?;
+    store.create(&t.prefix, &t.resource, &t.ns, object)
+}
+
+/// Deletes the object at `key`, as `who`, once the admission policies admit it (they
+/// see it as `oldObject`, and `object` null).
+fn delete(
+    store: &mut Store,
+    key: &crate::Key,
+    options: &Value,
+    who: Option<&crate::tls::Identity>,
+) -> Result<Value, Value> {
+    if let Some(old) = store.objects.get(key).cloned() {
+        let request = policy::Request {
+            key,
+            sub: None,
+            operation: "DELETE",
+            who,
+        };
+        policy::admit(store, &request, &Value::Null, Some(&old))?;
+    }
+    store.delete(key, options)
 }
 
 /// Replaces the object at `key` with `object` (through `t`'s subresource), as `who`,

@@ -1,4 +1,5 @@
-//! ValidatingAdmissionPolicy, as the API server enforces it on updates: the policies and
+//! ValidatingAdmissionPolicy, as the API server enforces it on creates, updates and
+//! deletes (where `object` is null and `oldObject` the object deleted): the policies and
 //! bindings stored under `admissionregistration.k8s.io` (`v1`, `v1beta1`) whose binding
 //! denies (`validationActions: [Deny]`) and whose `matchConstraints.resourceRules` name
 //! the resource (`plural/subresource`), the operation, the group and version; then the

@@ -7,8 +7,9 @@
 //! (`nodeSelector`), its settings and the capabilities it asks for. Every node watches
 //! these objects ([`node::start`]) and loads, swaps or removes the plugins that select
 //! it through the plugin host's hot-swap path — calls in flight finish on the old
-//! version — and reports, in its own entry of the object's `status.nodes`, which digest
-//! serves there or why the current version does not ([`status`]).
+//! version — and reports, in an object of its own (its WasmletNode), which digest
+//! serves there or why the current version does not ([`status`]). `wasmlet controller`
+//! counts those into each WasmletPlugin's status ([`controller`]).
 //!
 //! A node grants a cluster plugin only what its own configuration allows
 //! (`clusterPlugins.grants`, nothing by default): whoever can create the object can
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub mod controller;
 pub mod dev;
 pub mod events;
 pub mod fetch;

@@ -6,7 +6,6 @@
 //! an object a newer CRD allows (an unknown plugin kind, a new field) is one Failed
 //! entry on this node, never a watch that stops for every plugin.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,15 +23,28 @@ pub const KIND: &str = "WasmletPlugin";
 /// The resource.
 pub const PLURAL: &str = "wasmletplugins";
 
+/// The kind of a node's own object.
+pub const NODE_KIND: &str = "WasmletNode";
+/// Its resource.
+pub const NODE_PLURAL: &str = "wasmletnodes";
+
 /// The resource, for `kube::Api<DynamicObject>`.
 pub fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
 }
 
-/// A WasmletPlugin as a node's watch reads it: the spec and status as JSON, of the
-/// metadata only what the node and the watch use. The managed fields — an entry per
-/// node once every node has written its status — are skipped unread, and so is the
-/// rest of the metadata.
+/// The WasmletNode resource, for `kube::Api<DynamicObject>`.
+pub fn node_api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(GROUP, VERSION, NODE_KIND),
+        NODE_PLURAL,
+    )
+}
+
+/// A WasmletPlugin as a node's watch reads it: the spec as JSON, of the metadata only
+/// what the node and the watch use. The status (the controller's counts, nobody's
+/// business on a node), the managed fields and the rest of the metadata are skipped
+/// unread.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Watched {
     /// Name, generation, uid and resourceVersion.
@@ -41,12 +53,10 @@ pub struct Watched {
     /// `spec`, as sent.
     #[serde(default)]
     pub spec: Value,
-    /// `status`, as sent: read in full only by the node that writes the summary.
-    #[serde(default)]
-    pub status: Option<Box<serde_json::value::RawValue>>,
 }
 
-fn light_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+/// Of an object's metadata, only its name, generation, resourceVersion and uid.
+pub(crate) fn light_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Light {
@@ -65,34 +75,45 @@ fn light_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::E
     })
 }
 
-impl kube::Resource for Watched {
-    type DynamicType = ();
-    type Scope = kube::core::ClusterResourceScope;
+/// `kube::Resource` for a cluster-scoped type of this group holding its metadata in
+/// `metadata`: `cluster_resource!(Type, KIND, PLURAL)`.
+macro_rules! cluster_resource {
+    ($type:ty, $kind:expr, $plural:expr) => {
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = kube::core::ClusterResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
 
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $crate::object::GROUP.into()
+            }
 
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $crate::object::VERSION.into()
+            }
 
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use cluster_resource;
+
+cluster_resource!(Watched, KIND, PLURAL);
 
 /// The kinds of plugin a node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,11 +1,13 @@
-//! What a node says about each WasmletPlugin: its own entry in `status.nodes` (a list
-//! keyed by node name), written with server-side apply under a field manager of its
-//! own, so a thousand nodes write one object without conflicting; and `status.summary`
-//! (how many nodes serve the current generation), written by one of them.
+//! What a node says about the WasmletPlugins that select it: one object of its own, the
+//! cluster-scoped WasmletNode named after it (owned by its Node, so it goes with the
+//! Node), whose status lists each plugin's entry. The node writes that object only and
+//! reads nobody else's status: a rollout costs one small write per node, whatever the
+//! size of the cluster. `wasmlet controller` counts the objects into each
+//! WasmletPlugin's status ([`crate::controller`]).
 //!
-//! Writes go through one task per node: the latest entry per plugin wins, a `Pending`
-//! entry waits [`PENDING_DELAY`] (a load that finishes sooner is written once, as
-//! `Loaded`), and a failed write is retried with back-off.
+//! Writes go through one task per node holding the node's whole list: the latest list
+//! wins, an entry that turned `Pending` waits [`PENDING_DELAY`] (a load that finishes
+//! sooner is written once, as `Loaded`), and a failed write is retried with back-off.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,17 +20,18 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::object::{GROUP, KIND, VERSION, api_resource};
+use crate::object::{GROUP, NODE_KIND, VERSION, node_api_resource};
 
 /// How long a load may take before the node says it is `Pending`.
 pub const PENDING_DELAY: Duration = Duration::from_secs(2);
-/// How long a summary waits for more nodes' entries before it is written.
-pub const SUMMARY_DELAY: Duration = Duration::from_millis(300);
 /// First wait after a failed write; doubled up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
-/// The field manager of the summary (whichever node writes it).
-pub const SUMMARY_MANAGER: &str = "wasmlet-summary";
+
+/// The field manager of node `node`'s writes.
+pub fn manager(node: &str) -> String {
+    format!("wasmlet-node/{node}")
+}
 
 /// A node's state for one plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,12 +45,12 @@ pub enum State {
     Pending,
 }
 
-/// One node's entry in `status.nodes`.
+/// One plugin's entry in a WasmletNode's `status.plugins`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
-    /// The node.
-    pub node_name: String,
+    /// The WasmletPlugin.
+    pub name: String,
     /// The object's `metadata.generation` this entry is about.
     pub observed_generation: i64,
     /// The digest serving on the node (`sha256:…`), if any.
@@ -70,7 +73,7 @@ pub struct Entry {
 impl Entry {
     /// Whether the two say the same, their transition times aside.
     pub fn same(&self, other: &Entry) -> bool {
-        self.node_name == other.node_name
+        self.name == other.name
             && self.observed_generation == other.observed_generation
             && self.digest == other.digest
             && self.state == other.state
@@ -79,72 +82,44 @@ impl Entry {
     }
 }
 
-/// The entries of an object's `status.nodes`, from its `status`.
-pub fn entries(status: &Value) -> Vec<Entry> {
-    status["nodes"]
+/// The node's entries, by plugin.
+pub type Entries = BTreeMap<String, Entry>;
+
+/// The entries of a WasmletNode's `status` (an entry this version cannot read is
+/// skipped).
+pub fn entries(status: &Value) -> Entries {
+    status["plugins"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|e| serde_json::from_value(e.clone()).ok())
+        .filter_map(|e| serde_json::from_value::<Entry>(e.clone()).ok())
+        .map(|e| (e.name.clone(), e))
         .collect()
 }
 
-/// `status.summary` of an object whose entries are `entries`, at `generation`.
-pub fn summary(generation: i64, entries: &[Entry]) -> Value {
-    let current = |s: State| {
-        entries
-            .iter()
-            .filter(|e| e.observed_generation == generation && e.state == s)
-            .count()
-    };
-    let (serving, failed) = (current(State::Loaded), current(State::Failed));
-    let verified = entries
-        .iter()
-        .filter(|e| {
-            e.observed_generation == generation && e.state == State::Loaded && e.verified.is_some()
-        })
-        .count();
+/// Whether two lists say the same, transition times aside.
+fn same_entries(a: &Entries, b: &Entries) -> bool {
+    a.len() == b.len() && a.values().zip(b.values()).all(|(x, y)| x.same(y))
+}
+
+/// The `status` of a WasmletNode listing `entries`, with the counts its columns show.
+pub fn node_status(entries: &Entries) -> Value {
+    let count = |s: State| entries.values().filter(|e| e.state == s).count();
     json!({
-        "observedGeneration": generation,
-        "nodes": entries.len(),
-        "serving": serving,
-        "verified": verified,
-        "failed": failed,
-        "pending": entries.len() - serving - failed,
+        "plugins": entries.values().collect::<Vec<_>>(),
+        "serving": count(State::Loaded),
+        "failed": count(State::Failed),
+        "pending": count(State::Pending),
     })
 }
 
-/// The node that writes an object's summary: the first by name among those with an
-/// entry (every node computes the same answer from the same object). Read from the
-/// status's JSON text without the rest of each entry: every node asks at every status
-/// change, and only one reads the entries in full.
-pub fn summary_writer(status: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Names {
-        #[serde(default)]
-        nodes: Vec<Name>,
-    }
-    #[derive(Deserialize)]
-    struct Name {
-        #[serde(rename = "nodeName", default)]
-        node_name: String,
-    }
-    let names: Names = serde_json::from_str(status).ok()?;
-    names
-        .nodes
-        .into_iter()
-        .map(|n| n.node_name)
-        .filter(|n| !n.is_empty())
-        .min()
-}
-
-/// A write the node asks for.
+/// What the node tells its status task.
 #[derive(Debug)]
 pub enum Write {
-    /// Its entry for plugin `.0` (`None`: remove it).
-    Entry(String, Option<Entry>),
-    /// The summary of plugin `.0`.
-    Summary(String, Value),
+    /// Every entry the node has now (a plugin missing from it is removed).
+    Entries(Entries),
+    /// The UID of the node's Node, which owns the WasmletNode.
+    Owner(String),
 }
 
 /// Sends writes to the node's status task.
@@ -157,179 +132,260 @@ impl Writer {
     /// Starts the status task of `node`.
     pub fn start(client: kube::Client, node: String) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, node, rx));
+        tokio::spawn(Task::new(client, node).run(rx));
         Self { tx }
     }
 
-    /// Asks for a write; the latest for a plugin wins.
+    /// Asks for a write; the latest list wins.
     pub fn send(&self, write: Write) {
         let _ = self.tx.send(write);
     }
 }
 
-/// A write waiting its turn.
-struct Queued {
-    body: Value,
+/// The node's status task.
+struct Task {
+    api: Api<DynamicObject>,
+    node: String,
     manager: String,
-    due: Instant,
-    attempt: u32,
+    /// The Node's UID, once known (needed to create the object).
+    owner: Option<String>,
+    /// What the object says, once read (`None`: not read yet).
+    written: Option<Entries>,
+    /// Whether the object exists.
+    exists: bool,
+    /// What the node says now, and when each entry last changed.
+    wanted: Entries,
+    changed: BTreeMap<String, Instant>,
+    /// After a failed read or write: when to try again, and how many failed.
+    retry: Option<(Instant, u32)>,
 }
 
-async fn run(client: kube::Client, node: String, mut rx: mpsc::UnboundedReceiver<Write>) {
-    let api: Api<DynamicObject> = Api::all_with(client, &api_resource());
-    let entry_manager = format!("wasmlet-node/{node}");
-    // (plugin, is-summary) → the write.
-    let mut queue: BTreeMap<(String, bool), Queued> = BTreeMap::new();
-    loop {
-        let next = queue.values().map(|q| q.due).min();
-        let write = tokio::select! {
-            w = rx.recv() => match w {
-                Some(w) => Some(w),
-                None => return,
-            },
-            () = async {
-                match next {
-                    Some(due) => tokio::time::sleep_until(due).await,
-                    None => std::future::pending().await,
-                }
-            } => None,
-        };
-        let now = Instant::now();
-        if let Some(write) = write {
-            let (key, body, manager, due) = match write {
-                Write::Entry(name, entry) => {
-                    let due = match &entry {
-                        Some(e) if e.state == State::Pending => now + PENDING_DELAY,
-                        _ => now,
-                    };
-                    let nodes: Vec<Entry> = entry.into_iter().collect();
-                    let body = apply_body(&name, json!({"nodes": nodes}));
-                    ((name, false), body, entry_manager.clone(), due)
-                }
-                Write::Summary(name, summary) => {
-                    // Nodes report one after another: the summary waits for a few of
-                    // them, and a newer one keeps the first one's turn.
-                    let due = queue
-                        .get(&(name.clone(), true))
-                        .map_or(now + SUMMARY_DELAY, |q| q.due);
-                    let body = apply_body(&name, json!({"summary": summary}));
-                    ((name, true), body, SUMMARY_MANAGER.to_owned(), due)
-                }
-            };
-            queue.insert(
-                key,
-                Queued {
-                    body,
-                    manager,
-                    due,
-                    attempt: 0,
-                },
-            );
-            // Take every write already waiting before writing any.
-            continue;
+impl Task {
+    fn new(client: kube::Client, node: String) -> Self {
+        Self {
+            api: Api::all_with(client, &node_api_resource()),
+            manager: manager(&node),
+            node,
+            owner: None,
+            written: None,
+            exists: false,
+            wanted: Entries::new(),
+            changed: BTreeMap::new(),
+            retry: None,
         }
-        let due: Vec<(String, bool)> = queue
-            .iter()
-            .filter(|(_, q)| q.due <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            let Some(q) = queue.remove(&key) else {
-                continue;
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Write>) {
+        let mut told = false;
+        loop {
+            let now = Instant::now();
+            let due = if told { self.due(now) } else { None };
+            let write = tokio::select! {
+                w = rx.recv() => match w {
+                    Some(w) => Some(w),
+                    None => return,
+                },
+                () = sleep_until(due) => None,
             };
-            let params = PatchParams::apply(&q.manager).force();
-            match api
-                .patch_status(&key.0, &params, &Patch::Apply(&q.body))
-                .await
-            {
-                Ok(_) => debug!(plugin = %key.0, summary = key.1, "plugin status written"),
-                // The object is gone: nothing to say about it.
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                // A summary refused (deploy/'s admission policy: another node, first by
-                // name now, is the writer): that node writes it.
-                Err(kube::Error::Api(e)) if e.code == 403 && key.1 => {
-                    debug!(plugin = %key.0, reason = %e.message, "the summary is not this node's to write");
+            match write {
+                Some(Write::Entries(entries)) => {
+                    self.want(entries, Instant::now());
+                    told = true;
                 }
-                Err(e) => {
-                    let attempt = q.attempt + 1;
-                    let wait =
-                        (FIRST_RETRY * 2u32.saturating_pow(attempt.min(8) - 1)).min(MAX_RETRY);
-                    if attempt == 1 || attempt.is_power_of_two() {
-                        warn!(plugin = %key.0, error = %e, attempt, retry_in = ?wait, "writing the plugin's status failed");
-                    }
-                    // A newer write for the plugin, queued meanwhile, wins.
-                    queue.entry(key).or_insert(Queued {
-                        due: Instant::now() + wait,
-                        attempt,
-                        ..q
-                    });
-                }
+                Some(Write::Owner(uid)) => self.owner = Some(uid),
+                None => self.attempt().await,
             }
         }
     }
-}
 
-/// The server-side apply body for `status` of plugin `name`.
-fn apply_body(name: &str, status: Value) -> Value {
-    json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
-        "kind": KIND,
-        "metadata": {"name": name},
-        "status": status,
-    })
-}
+    /// Takes the node's new list.
+    fn want(&mut self, entries: Entries, now: Instant) {
+        for (name, e) in &entries {
+            if self.wanted.get(name).is_none_or(|w| !w.same(e)) {
+                self.changed.insert(name.clone(), now);
+            }
+        }
+        self.changed.retain(|name, _| entries.contains_key(name));
+        self.wanted = entries;
+    }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// When the next read or write is due: now when the object is unread or says
+    /// otherwise than it would, after a retry's wait, when a young Pending entry comes
+    /// of age.
+    fn due(&self, now: Instant) -> Option<Instant> {
+        if let Some((at, _)) = self.retry {
+            return Some(at);
+        }
+        if self.written.is_none() {
+            return Some(now);
+        }
+        if !self.exists {
+            // The node has an object even with no plugin (the controller counts the
+            // nodes that have one); it cannot be made before the Node is seen.
+            return self.owner.as_ref().map(|_| now);
+        }
+        let written = self.written.as_ref()?;
+        if !same_entries(&self.view(now), written) {
+            return Some(now);
+        }
+        coming_of_age(&self.wanted, &self.changed, now)
+    }
 
-    fn entry(node: &str, generation: i64, state: State) -> Entry {
-        Entry {
-            node_name: node.into(),
-            observed_generation: generation,
-            digest: None,
-            state,
-            message: String::new(),
-            last_transition_time: String::new(),
-            verified: None,
+    /// The list to write at `now` (see [`view`]).
+    fn view(&self, now: Instant) -> Entries {
+        let empty = Entries::new();
+        view(
+            &self.wanted,
+            &self.changed,
+            self.written.as_ref().unwrap_or(&empty),
+            now,
+        )
+    }
+
+    /// Reads the object if it is unread, else writes what is due; a failure waits.
+    async fn attempt(&mut self) {
+        let result = if self.written.is_none() {
+            self.read().await
+        } else {
+            self.write().await
+        };
+        match result {
+            Ok(()) => self.retry = None,
+            Err(e) => {
+                let attempt = self.retry.map_or(1, |(_, a)| a + 1);
+                let wait = (FIRST_RETRY * 2u32.saturating_pow(attempt.min(8) - 1)).min(MAX_RETRY);
+                if attempt == 1 || attempt.is_power_of_two() {
+                    warn!(node = %self.node, error = %e, attempt, retry_in = ?wait, "writing the node's WasmletNode failed");
+                }
+                self.retry = Some((Instant::now() + wait, attempt));
+            }
         }
     }
 
-    #[test]
-    fn the_summary_counts_nodes_at_the_current_generation() {
-        let signed = |mut e: Entry| {
-            e.verified = Some("sha256:0123456789abcdef".into());
-            e
-        };
-        let entries = [
-            entry("b", 2, State::Loaded),
-            entry("a", 2, State::Failed),
-            signed(entry("c", 1, State::Loaded)),
-            entry("d", 2, State::Pending),
-            signed(entry("e", 2, State::Loaded)),
-        ];
-        assert_eq!(
-            summary(2, &entries),
-            json!({"observedGeneration": 2, "nodes": 5, "serving": 2, "verified": 1, "failed": 1, "pending": 2})
-        );
-        let status = json!({"nodes": entries}).to_string();
-        assert_eq!(summary_writer(&status).as_deref(), Some("a"));
-        assert_eq!(summary_writer(r#"{"nodes": []}"#), None);
-        assert_eq!(summary_writer("{}"), None);
+    /// Reads what the object says (nothing when there is none).
+    async fn read(&mut self) -> Result<(), kube::Error> {
+        match self.api.get_opt(&self.node).await? {
+            Some(o) => {
+                self.exists = true;
+                self.written = Some(entries(&o.data["status"]));
+            }
+            None => {
+                self.exists = false;
+                self.written = Some(Entries::new());
+            }
+        }
+        Ok(())
     }
 
-    #[test]
-    fn entries_are_read_from_the_object_and_compared_without_their_time() {
-        let object = json!({"status": {"nodes": [
-            {"nodeName": "a", "observedGeneration": 3, "digest": "sha256:ab", "state": "Loaded",
-             "lastTransitionTime": "2026-11-24T00:00:00Z"},
-            {"nodeName": "b", "state": "Unknown"},
-        ]}});
-        let read = entries(&object["status"]);
-        assert_eq!(read.len(), 1, "an entry this node cannot read is skipped");
-        let mut mine = entry("a", 3, State::Loaded);
-        mine.digest = Some("sha256:ab".into());
-        assert!(read[0].same(&mine));
-        assert_ne!(read[0], mine);
+    /// Writes the list due now, making the object first when there is none.
+    async fn write(&mut self) -> Result<(), kube::Error> {
+        if !self.exists {
+            let Some(uid) = self.owner.clone() else {
+                return Ok(());
+            };
+            self.create(&uid).await?;
+        }
+        let view = self.view(Instant::now());
+        let body = json!({
+            "apiVersion": format!("{GROUP}/{VERSION}"),
+            "kind": NODE_KIND,
+            "metadata": {"name": self.node},
+            "status": node_status(&view),
+        });
+        let params = PatchParams::apply(&self.manager).force();
+        match self
+            .api
+            .patch_status(&self.node, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => {
+                debug!(node = %self.node, plugins = view.len(), "WasmletNode status written");
+                self.written = Some(view);
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                // Deleted meanwhile (its Node was, and came back): made again next.
+                self.exists = false;
+                Err(kube::Error::Api(e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the node's object, owned by its Node.
+    async fn create(&mut self, uid: &str) -> Result<(), kube::Error> {
+        let body = json!({
+            "apiVersion": format!("{GROUP}/{VERSION}"),
+            "kind": NODE_KIND,
+            "metadata": {
+                "name": self.node,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}],
+            },
+        });
+        let params = PatchParams::apply(&self.manager).force();
+        self.api
+            .patch(&self.node, &params, &Patch::Apply(&body))
+            .await?;
+        self.exists = true;
+        Ok(())
     }
 }
+
+/// The list to write at `now`: what the node says (`wanted`, each entry changed at
+/// `changed`), but a Pending entry younger than [`PENDING_DELAY`] leaves what was
+/// `written` before in its place; a state that did not change keeps the time it was
+/// written with.
+fn view(
+    wanted: &Entries,
+    changed: &BTreeMap<String, Instant>,
+    written: &Entries,
+    now: Instant,
+) -> Entries {
+    let mut out = Entries::new();
+    for (name, e) in wanted {
+        let young = e.state == State::Pending
+            && changed
+                .get(name)
+                .is_some_and(|at| now < *at + PENDING_DELAY);
+        let entry = match (young, written.get(name)) {
+            (true, Some(before)) => before.clone(),
+            (true, None) => continue,
+            (false, Some(before))
+                if before.state == e.state && !before.last_transition_time.is_empty() =>
+            {
+                Entry {
+                    last_transition_time: before.last_transition_time.clone(),
+                    ..e.clone()
+                }
+            }
+            (false, _) => e.clone(),
+        };
+        out.insert(name.clone(), entry);
+    }
+    out
+}
+
+/// When the next young Pending entry of `wanted` comes of age.
+fn coming_of_age(
+    wanted: &Entries,
+    changed: &BTreeMap<String, Instant>,
+    now: Instant,
+) -> Option<Instant> {
+    wanted
+        .values()
+        .filter(|e| e.state == State::Pending)
+        .filter_map(|e| changed.get(&e.name))
+        .map(|at| *at + PENDING_DELAY)
+        .filter(|at| *at > now)
+        .min()
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! Cluster plugins on three nodes sharing the API server double: each node a controller
 //! with an admission chain and probe handlers of its own, as the agent runs it. A
-//! WasmletPlugin applied swaps on every selected node, the status says so node by node,
+//! WasmletPlugin applied swaps on every selected node, each node's WasmletNode says so
+//! and the controller's counts in the plugin's status sum them up,
 //! a broken version is refused everywhere while the old one keeps deciding, a
 //! nodeSelector limits the rollout, delete unloads everywhere, and a node restarted
 //! without the API server serves what it had. Components come from a ConfigMap here and
@@ -21,6 +22,7 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
         &[("restricted.wasm", RESTRICTED), ("deny.wasm", DENY_ALL)],
     )
     .await;
+    let writes_before = c.node_writes();
     // v1: restricted-pods (a plain pod is admitted).
     c.apply(json!({
         "metadata": {"name": "policy"},
@@ -41,15 +43,14 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
     for n in &c.nodes {
         assert_eq!(n.decide().await, Verdict::Admitted, "{}", n.name);
     }
-    let status = c.object("policy")["status"].clone();
-    let digest = status["nodes"][0]["digest"]
+    let digest = c.entries("policy")[0]["digest"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     assert_eq!(digest, digest_of(RESTRICTED));
     c.wait_summary(
         "policy",
-        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0}),
+        json!({"observedGeneration": 1, "selected": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0, "failures": []}),
     )
     .await;
 
@@ -86,9 +87,12 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
         "no decision failed during the swap: {counts:?}"
     );
 
-    // One status write per node for the rollout (the summary aside).
-    let writes = c.status_writes("policy", "wasmlet-node/");
-    assert_eq!(writes, 6, "one entry write per node and version");
+    // One write per node and rollout, each to the node's own object.
+    assert_eq!(
+        c.node_writes() - writes_before,
+        6,
+        "one write per node and version"
+    );
 
     // A broken version: the digest pins a component the ConfigMap does not hold (and
     // the nodes never had: what they keep is found by digest). Every node refuses it
@@ -109,8 +113,7 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
         ],
     )
     .await;
-    let object = c.object("policy");
-    for entry in object["status"]["nodes"].as_array().expect("nodes") {
+    for entry in c.entries("policy") {
         let message = entry["message"].as_str().unwrap_or_default();
         assert!(
             message.starts_with(
@@ -127,6 +130,27 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
     for n in &c.nodes {
         assert_eq!(n.decide().await, Verdict::Rejected("DeniedByPolicy".into()));
     }
+    // The counts say so, naming the nodes that refused it.
+    c.wait_summary(
+        "policy",
+        json!({"observedGeneration": 3, "selected": 3, "serving": 0, "failed": 3, "pending": 0}),
+    )
+    .await;
+    let failures = c.object("policy")["status"]["failures"].clone();
+    let names: Vec<&str> = failures
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| f["nodeName"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["node-a", "node-b", "node-c"]);
+    assert!(
+        failures[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("digest mismatch"),
+        "{failures}"
+    );
 
     // Deleted: unloaded everywhere.
     c.delete("policy").await;
@@ -151,6 +175,11 @@ async fn a_node_selector_limits_the_rollout_and_labels_move_it() {
     .await;
     c.wait_status("canary-deny", 1, &[("node-a", "Loaded")])
         .await;
+    c.wait_summary(
+        "canary-deny",
+        json!({"selected": 1, "serving": 1, "pending": 0}),
+    )
+    .await;
     assert!(matches!(c.nodes[0].decide().await, Verdict::Rejected(_)));
     for n in &c.nodes[1..] {
         assert_eq!(
@@ -166,6 +195,11 @@ async fn a_node_selector_limits_the_rollout_and_labels_move_it() {
         "canary-deny",
         1,
         &[("node-a", "Loaded"), ("node-b", "Loaded")],
+    )
+    .await;
+    c.wait_summary(
+        "canary-deny",
+        json!({"selected": 2, "serving": 2, "pending": 0}),
     )
     .await;
     c.unlabel("node-a", "wasmlet.dev/canary").await;
@@ -217,7 +251,7 @@ async fn what_a_node_cannot_run_is_a_failed_entry_naming_the_cause() {
         c.apply(json!({"metadata": {"name": name}, "spec": spec}))
             .await;
         c.wait_status(&name, 1, &[("node-a", "Failed")]).await;
-        let message = c.object(&name)["status"]["nodes"][0]["message"]
+        let message = c.entries(&name)[0]["message"]
             .as_str()
             .unwrap_or_default()
             .to_owned();

@@ -1,25 +1,32 @@
-//! The ValidatingAdmissionPolicy shipped in deploy/ (both its `v1` and its `v1beta1`
-//! file) on the API server double, which evaluates its CEL as the real API server does
-//! (checked there too, kube-apiserver v1.28.7 with the feature gate: the same answers,
-//! word for word): a node writes its own entry of `status.nodes` and, when it is the
-//! first by name, `status.summary`; another node's entry — added, changed or removed —
-//! and a summary written by anyone but its writer are refused with 403; users that are
-//! not nodes are not its business. And nodes that run under it, each with its own
-//! identity, report as before.
+//! The ValidatingAdmissionPolicies shipped in deploy/ (each in its `v1` and its
+//! `v1beta1` file) on the API server double, which evaluates their CEL as the real API
+//! server does (checked there too, kube-apiserver v1.28.7 with the feature gate: the
+//! same answers, word for word): a node creates, writes and deletes only the
+//! WasmletNode named after it, owned by nobody but its own Node, and writes no
+//! WasmletPlugin status at all — 403 otherwise; users that are not nodes are not their
+//! business. And nodes that run under them, each with its own identity, report as
+//! before, and the controller counts them.
 
 mod support;
 
 use std::path::Path;
 
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use support::{Cluster, RESTRICTED, digest_of};
 use wasmlet_apiserver_sim::ApiServerSim;
 
-const POLICIES: [&str; 2] = [
-    "deploy/wasmletplugin-node-status-policy.yaml",
-    "deploy/wasmletplugin-node-status-policy-v1beta1.yaml",
+/// (WasmletNode policy, WasmletPlugin status policy), per version.
+const POLICIES: [[&str; 2]; 2] = [
+    [
+        "deploy/wasmletnode-policy.yaml",
+        "deploy/wasmletplugin-node-status-policy.yaml",
+    ],
+    [
+        "deploy/wasmletnode-policy-v1beta1.yaml",
+        "deploy/wasmletplugin-node-status-policy-v1beta1.yaml",
+    ],
 ];
 
 /// The documents of a file in deploy/.
@@ -53,35 +60,75 @@ fn install(api: &ApiServerSim, file: &str) {
 
 const DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
-fn entry(node: &str, state: &str) -> Value {
-    json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
-           "metadata": {"name": "policy"},
-           "status": {"nodes": [{"nodeName": node, "observedGeneration": 1, "state": state, "digest": DIGEST}]}})
-}
-
-fn summary(nodes: i64) -> Value {
-    json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
-           "metadata": {"name": "policy"},
-           "status": {"summary": {"observedGeneration": 1, "nodes": nodes, "serving": nodes, "failed": 0, "pending": 0}}})
-}
-
-/// What a server-side apply of `body` to the status as `who` with `manager` got: 200,
-/// or the code and message.
-async fn apply(clients: &Clients, who: &str, manager: &str, body: &Value) -> (u16, String) {
-    let api: Api<DynamicObject> =
-        Api::all_with(clients.of(who), &wasmlet_fleet::object::api_resource());
-    match api
-        .patch_status(
-            "policy",
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(body),
-        )
-        .await
-    {
+/// What a write got: 200, or the code and message.
+fn answer<T>(who: &str, result: Result<T, kube::Error>) -> (u16, String) {
+    match result {
         Ok(_) => (200, String::new()),
         Err(kube::Error::Api(s)) => (s.code, s.message),
         Err(e) => panic!("{who}: {e}"),
     }
+}
+
+/// A WasmletNode `name` owned by Node `owner`.
+fn node_object(name: &str, owner: &str) -> Value {
+    json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletNode",
+           "metadata": {"name": name, "ownerReferences": [
+               {"apiVersion": "v1", "kind": "Node", "name": owner, "uid": format!("uid-{owner}")}]}})
+}
+
+fn node_status(name: &str, state: &str) -> Value {
+    json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletNode",
+           "metadata": {"name": name},
+           "status": {"plugins": [{"name": "policy", "observedGeneration": 1, "state": state, "digest": DIGEST}]}})
+}
+
+/// What `who` got for server-side applying `body` to WasmletNode `name` (its status
+/// when `status`).
+async fn write_node(
+    clients: &Clients,
+    who: &str,
+    name: &str,
+    body: &Value,
+    status: bool,
+) -> (u16, String) {
+    let api: Api<DynamicObject> =
+        Api::all_with(clients.of(who), &wasmlet_fleet::object::node_api_resource());
+    let params = PatchParams::apply(&format!("wasmlet-node/{who}")).force();
+    let patch = Patch::Apply(body);
+    let result = if status {
+        api.patch_status(name, &params, &patch).await
+    } else {
+        api.patch(name, &params, &patch).await
+    };
+    answer(who, result)
+}
+
+async fn delete_node(clients: &Clients, who: &str, name: &str) -> (u16, String) {
+    let api: Api<DynamicObject> =
+        Api::all_with(clients.of(who), &wasmlet_fleet::object::node_api_resource());
+    answer(
+        who,
+        api.delete(name, &DeleteParams::default()).await.map(|_| ()),
+    )
+}
+
+/// What `who` got for writing an entry into WasmletPlugin `policy`'s status, as nodes
+/// before WasmletNode did.
+async fn write_plugin_status(clients: &Clients, who: &str) -> (u16, String) {
+    let api: Api<DynamicObject> =
+        Api::all_with(clients.of(who), &wasmlet_fleet::object::api_resource());
+    let body = json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
+           "metadata": {"name": "policy"},
+           "status": {"nodes": [{"nodeName": who, "observedGeneration": 1, "state": "Loaded", "digest": DIGEST}]}});
+    answer(
+        who,
+        api.patch_status(
+            "policy",
+            &PatchParams::apply(&format!("wasmlet-node/{who}")).force(),
+            &Patch::Apply(&body),
+        )
+        .await,
+    )
 }
 
 struct Clients {
@@ -103,174 +150,196 @@ impl Clients {
     }
 }
 
-/// (what, who, field manager, body, the answer).
-type Case<'a> = (&'a str, &'a str, &'a str, Value, (u16, String));
-
-fn denied(who: &str, what: &str) -> (u16, String) {
+fn denied(resource: &str, name: &str, policy: &str, message: &str) -> (u16, String) {
     (
         403,
         format!(
-            "wasmletplugins.wasmlet.dev \"policy\" is forbidden: ValidatingAdmissionPolicy 'wasmlet.dev-node-plugin-status' with binding 'wasmlet.dev-node-plugin-status' denied request: system:node:{who} {what}"
+            "{resource}.wasmlet.dev \"{name}\" is forbidden: ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: {message}"
         ),
     )
 }
 
+fn not_its_own(who: &str, name: &str) -> (u16, String) {
+    denied(
+        "wasmletnodes",
+        name,
+        "wasmlet.dev-node-objects",
+        &format!(
+            "system:node:{who} may write only the WasmletNode named after its node, not {name}"
+        ),
+    )
+}
+
+async fn clients_of(c: &Cluster) -> Clients {
+    let mut clients = Clients {
+        dir: c.dir.join("clients"),
+        url: c.url.clone(),
+        made: Default::default(),
+    };
+    for n in ["node-a", "node-b", "node-c"] {
+        clients
+            .add(&c.api, n, &format!("system:node:{n}"), &["system:nodes"])
+            .await;
+    }
+    clients
+        .add(&c.api, "admin", "kubernetes-admin", &["system:masters"])
+        .await;
+    clients
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_writes_only_its_own_entry_and_the_summary_only_when_it_is_the_writer() {
-    for file in POLICIES {
+async fn a_node_writes_only_its_own_wasmletnode_and_no_plugin_status() {
+    for files in POLICIES {
         let c = Cluster::start("status-policy", &[]).await;
-        install(&c.api, file);
+        for file in files {
+            install(&c.api, file);
+        }
         c.apply(json!({"metadata": {"name": "policy"},
                         "spec": {"kind": "admission", "digest": DIGEST, "source": {"configMap": {"name": "x", "key": "y"}}}}))
             .await;
-        let mut clients = Clients {
-            dir: c.dir.join("clients"),
-            url: c.url.clone(),
-            made: Default::default(),
-        };
-        for n in ["node-a", "node-b", "node-z", "node-0"] {
-            clients
-                .add(&c.api, n, &format!("system:node:{n}"), &["system:nodes"])
-                .await;
-        }
-        clients
-            .add(&c.api, "admin", "kubernetes-admin", &["system:masters"])
-            .await;
-        let own = "may write only its own entry of status.nodes";
-        let not_writer =
-            "is not the writer of status.summary (the first node by name with an entry)";
+        let clients = clients_of(&c).await;
         let ok = (200, String::new());
-        let cases: Vec<Case> = vec![
+        let file = files[0];
+        let owner = denied(
+            "wasmletnodes",
+            "node-c",
+            "wasmlet.dev-node-objects",
+            "system:node:node-c may give its WasmletNode no owner but its own Node",
+        );
+        let steps = [
             (
-                "first entry on the object",
-                "node-b",
-                "wasmlet-node/node-b",
-                entry("node-b", "Pending"),
+                "node-a makes its own",
+                write_node(
+                    &clients,
+                    "node-a",
+                    "node-a",
+                    &node_object("node-a", "node-a"),
+                    false,
+                )
+                .await,
                 ok.clone(),
             ),
             (
-                "the summary by its only node",
-                "node-b",
-                "wasmlet-summary",
-                summary(1),
+                "node-a writes its status",
+                write_node(
+                    &clients,
+                    "node-a",
+                    "node-a",
+                    &node_status("node-a", "Loaded"),
+                    true,
+                )
+                .await,
                 ok.clone(),
             ),
             (
-                "another node's own entry",
-                "node-a",
-                "wasmlet-node/node-a",
-                entry("node-a", "Loaded"),
+                "node-a makes node-b's",
+                write_node(
+                    &clients,
+                    "node-a",
+                    "node-b",
+                    &node_object("node-b", "node-b"),
+                    false,
+                )
+                .await,
+                not_its_own("node-a", "node-b"),
+            ),
+            (
+                "an admin makes node-b's",
+                write_node(
+                    &clients,
+                    "admin",
+                    "node-b",
+                    &node_object("node-b", "node-b"),
+                    false,
+                )
+                .await,
                 ok.clone(),
             ),
             (
-                "an entry forged for node-z",
-                "node-a",
-                "wasmlet-node/node-a-forge",
-                entry("node-z", "Loaded"),
-                denied("node-a", own),
+                "node-a writes node-b's status",
+                write_node(
+                    &clients,
+                    "node-a",
+                    "node-b",
+                    &node_status("node-b", "Failed"),
+                    true,
+                )
+                .await,
+                not_its_own("node-a", "node-b"),
             ),
             (
-                "node-b's entry changed by node-a",
-                "node-a",
-                "wasmlet-node/node-b",
-                entry("node-b", "Failed"),
-                denied("node-a", own),
+                "node-a deletes node-b's",
+                delete_node(&clients, "node-a", "node-b").await,
+                not_its_own("node-a", "node-b"),
             ),
             (
-                "its own entry again",
-                "node-b",
-                "wasmlet-node/node-b",
-                entry("node-b", "Loaded"),
+                "node-c makes its own, owned by node-b",
+                write_node(
+                    &clients,
+                    "node-c",
+                    "node-c",
+                    &node_object("node-c", "node-b"),
+                    false,
+                )
+                .await,
+                owner,
+            ),
+            (
+                "node-b writes its status",
+                write_node(
+                    &clients,
+                    "node-b",
+                    "node-b",
+                    &node_status("node-b", "Pending"),
+                    true,
+                )
+                .await,
                 ok.clone(),
             ),
             (
-                "the summary by node-b, no longer first",
-                "node-b",
-                "wasmlet-summary",
-                summary(2),
-                denied("node-b", not_writer),
-            ),
-            (
-                "the summary by node-a, first",
-                "node-a",
-                "wasmlet-summary",
-                summary(2),
+                "node-b deletes its own",
+                delete_node(&clients, "node-b", "node-b").await,
                 ok.clone(),
             ),
             (
-                "an admin forges anything",
-                "admin",
-                "wasmlet-node/node-z",
-                entry("node-z", "Failed"),
-                ok.clone(),
+                "node-a writes its entry into the plugin",
+                write_plugin_status(&clients, "node-a").await,
+                denied(
+                    "wasmletplugins",
+                    "policy",
+                    "wasmlet.dev-node-plugin-status",
+                    "system:node:node-a may not write WasmletPlugins or their status: a node reports in its own WasmletNode",
+                ),
             ),
             (
-                "node-a removes node-z's entry",
-                "node-a",
-                "wasmlet-node/node-z",
-                json!({"apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin", "metadata": {"name": "policy"}, "status": {}}),
-                denied("node-a", own),
-            ),
-            (
-                "node-0 joins",
-                "node-0",
-                "wasmlet-node/node-0",
-                entry("node-0", "Pending"),
-                ok.clone(),
-            ),
-            (
-                "the summary by node-a, now second",
-                "node-a",
-                "wasmlet-summary",
-                summary(4),
-                denied("node-a", not_writer),
-            ),
-            (
-                "the summary by node-0",
-                "node-0",
-                "wasmlet-summary",
-                summary(4),
+                "an admin writes the plugin's status",
+                write_plugin_status(&clients, "admin").await,
                 ok.clone(),
             ),
         ];
-        for (what, who, manager, body, want) in cases {
-            assert_eq!(
-                apply(&clients, who, manager, &body).await,
-                want,
-                "{file}: {what}"
-            );
+        for (what, got, want) in steps {
+            assert_eq!(got, want, "{file}: {what}");
         }
-        let object = c.object("policy");
-        let names: Vec<&str> = object["status"]["nodes"]
-            .as_array()
-            .expect("nodes")
-            .iter()
-            .filter_map(|e| e["nodeName"].as_str())
-            .collect();
-        assert_eq!(names, ["node-b", "node-a", "node-z", "node-0"], "{file}");
-        // A merge patch emptying the list is a change to others' entries too.
-        let api: Api<DynamicObject> =
-            Api::all_with(clients.of("node-a"), &wasmlet_fleet::object::api_resource());
-        let err = api
-            .patch_status(
-                "policy",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"nodes": []}})),
-            )
-            .await
-            .expect_err("refused");
+        let stored = c
+            .api
+            .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", "node-a")
+            .expect("node-a's");
+        assert_eq!(stored["status"]["plugins"][0]["state"], "Loaded", "{file}");
         assert!(
-            matches!(err, kube::Error::Api(ref s) if s.code == 403),
-            "{file}: {err}"
+            c.api
+                .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", "node-b")
+                .is_none(),
+            "{file}"
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_each_under_its_own_identity_report_under_the_policy() {
-    let c = Cluster::start("status-policy-nodes", &[]).await;
-    install(&c.api, POLICIES[0]);
-    let mut c = c;
+async fn nodes_each_under_its_own_identity_report_under_the_policies() {
+    let mut c = Cluster::start("status-policy-nodes", &[]).await;
+    for file in POLICIES[0] {
+        install(&c.api, file);
+    }
     for name in ["node-c", "node-a", "node-b"] {
         c.api
             .create(
@@ -298,7 +367,15 @@ async fn nodes_each_under_its_own_identity_report_under_the_policy() {
     .await;
     c.wait_summary(
         "policy",
-        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0}),
+        json!({"observedGeneration": 1, "selected": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0}),
     )
     .await;
+    for name in ["node-a", "node-b", "node-c"] {
+        let object = c
+            .api
+            .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", name)
+            .expect(name);
+        assert_eq!(object["metadata"]["ownerReferences"][0]["name"], name);
+        assert_eq!(object["metadata"]["ownerReferences"][0]["kind"], "Node");
+    }
 }

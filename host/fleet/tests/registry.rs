@@ -116,10 +116,7 @@ async fn plugins_pushed_to_a_registry_roll_out_to_every_node() {
         c.apply(json!({"metadata": {"name": "policy"}, "spec": spec}))
             .await;
         c.wait_status("policy", generation, &all("Failed")).await;
-        for entry in c.object("policy")["status"]["nodes"]
-            .as_array()
-            .expect("nodes")
-        {
+        for entry in c.entries("policy") {
             let message = entry["message"].as_str().unwrap_or_default();
             assert!(
                 message.contains(cause),

@@ -55,7 +55,7 @@ fn keys_dir(test: &str) -> PathBuf {
 /// Every entry of `name` is `state` with a message containing `cause`, the digest of
 /// `serving` still serving and signed by `key`.
 fn assert_entries(c: &Cluster, name: &str, cause: &str, serving: &str, key: &str) {
-    for entry in c.object(name)["status"]["nodes"].as_array().expect("nodes") {
+    for entry in c.entries(name) {
         let message = entry["message"].as_str().unwrap_or_default();
         assert!(message.contains(cause), "{cause}: {message}");
         assert_eq!(entry["digest"], digest_of(serving), "{entry}");
@@ -99,7 +99,7 @@ async fn components_in_config_maps_load_only_with_a_trusted_signature_and_once()
     assert_entries(&c, "policy", "", RESTRICTED, &release_id);
     c.wait_summary(
         "policy",
-        json!({"observedGeneration": 1, "nodes": 2, "serving": 2, "verified": 2, "failed": 0, "pending": 0}),
+        json!({"observedGeneration": 1, "selected": 2, "serving": 2, "verified": 2, "failed": 0, "pending": 0}),
     )
     .await;
 
@@ -222,14 +222,11 @@ async fn a_node_that_does_not_require_signatures_records_who_signed() {
     c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map("signed", RESTRICTED)}))
         .await;
     c.wait_status("policy", 1, &[("node-a", "Loaded")]).await;
-    assert_eq!(
-        c.object("policy")["status"]["nodes"][0]["verified"],
-        release_id.as_str()
-    );
+    assert_eq!(c.entries("policy")[0]["verified"], release_id.as_str());
     c.apply(json!({"metadata": {"name": "policy"}, "spec": from_config_map("unsigned", DENY_ALL)}))
         .await;
     c.wait_status("policy", 2, &[("node-a", "Loaded")]).await;
-    let entry = &c.object("policy")["status"]["nodes"][0];
+    let entry = &c.entries("policy")[0];
     assert_eq!(entry["digest"], digest_of(DENY_ALL));
     assert_eq!(entry.get("verified"), None, "{entry}");
     assert_eq!(
@@ -323,7 +320,7 @@ async fn signed_artifacts_roll_out_and_tampered_ones_are_refused_on_every_node()
     assert_entries(&c, "policy", "", RESTRICTED, &release_id);
     c.wait_summary(
         "policy",
-        json!({"observedGeneration": 1, "nodes": 3, "serving": 3, "verified": 3, "failed": 0, "pending": 0}),
+        json!({"observedGeneration": 1, "selected": 3, "serving": 3, "verified": 3, "failed": 0, "pending": 0}),
     )
     .await;
 

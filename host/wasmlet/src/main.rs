@@ -9,6 +9,8 @@
 //! - `wasmlet cri ...`: talk to a CRI runtime directly (version, pods, containers,
 //!   images, reset) — the small crictl Debian does not package.
 //! - `wasmlet plugin inspect|admit ...`: run and examine plugins offline.
+//! - `wasmlet controller`: count the nodes' WasmletNodes into each WasmletPlugin's
+//!   status (a Deployment in `wasmlet-system`; replicas elect a leader).
 
 mod commands;
 mod config;
@@ -39,6 +41,9 @@ enum Command {
     Cri(commands::cri::CriArgs),
     /// Run and examine plugins offline (inspect, admit, probe, source).
     Plugin(commands::plugin::PluginArgs),
+    /// Count the nodes' WasmletNodes into each WasmletPlugin's status (cluster-wide;
+    /// replicas elect a leader through a Lease).
+    Controller(commands::controller::ControllerArgs),
 }
 
 /// Whether the binary was called as `kubelet` (a link of that name).
@@ -97,6 +102,7 @@ async fn main() -> ExitCode {
         Command::Up(args) => commands::agent::up(args).await,
         Command::Run(args) => commands::agent::run(args).await,
         Command::Cri(args) => commands::cri::run(args).await,
+        Command::Controller(args) => commands::controller::run(args).await,
         Command::Plugin(args) => match commands::plugin::run(args).await {
             Ok(code) => return code,
             Err(e) => Err(e),

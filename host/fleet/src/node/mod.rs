@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -33,7 +32,7 @@ mod seen;
 use crate::fetch::Fetcher;
 use crate::object::{self, Desired, Kind};
 use crate::plan::plan;
-use crate::status::{self, Entry, State, Writer};
+use crate::status::{Entry, State, Write, Writer};
 use crate::{FleetConfig, Grants};
 use load::{LoadResult, Loaded, load};
 use seen::{Changed, Seen};
@@ -96,10 +95,10 @@ struct Controller {
     signers: BTreeMap<String, String>,
     loading: BTreeMap<String, Loading>,
     failed: BTreeMap<String, Failed>,
-    /// The entry last asked for per plugin (`None`: removed).
-    reported: BTreeMap<String, Option<Entry>>,
-    /// The summary last asked for per plugin, and whether the object has shown it since.
-    summaries: BTreeMap<String, (Value, bool)>,
+    /// The entry last asked for per plugin.
+    reported: BTreeMap<String, Entry>,
+    /// `reported` changed since it was last sent to the writer.
+    unsent: bool,
     loads: FuturesUnordered<BoxFuture<'static, Option<LoadResult>>>,
     next_token: u64,
 }
@@ -142,7 +141,7 @@ pub async fn start(
         loading: BTreeMap::new(),
         failed: BTreeMap::new(),
         reported: BTreeMap::new(),
-        summaries: BTreeMap::new(),
+        unsent: false,
         loads: FuturesUnordered::new(),
         next_token: 0,
     };
@@ -244,6 +243,9 @@ impl Controller {
                 () = sleep_until(pause), if pause.is_some() => pause = None,
                 event = node.next() => {
                     if let Some(Ok(Event::Apply(n) | Event::InitApply(n))) = event {
+                        if let (Some(w), Some(uid)) = (&self.writer, n.metadata.uid) {
+                            w.send(Write::Owner(uid));
+                        }
                         let labels = n.metadata.labels.unwrap_or_default();
                         if labels != self.labels {
                             self.labels = labels;
@@ -260,6 +262,7 @@ impl Controller {
                 () = sleep_until(retry) => self.reconcile(),
                 _ = shutdown.changed() => return,
             }
+            self.send_entries();
         }
     }
 
@@ -301,10 +304,8 @@ impl Controller {
                     .is_some_and(|old| old.object == seen.object);
                 self.objects.insert(name.clone(), Arc::new(seen));
                 match (self.listed, status_only) {
-                    (false, _) => Changed::Nothing,
-                    // Other nodes' entries: of interest to the summary's writer only
-                    // (this node's own entry is read once, then kept by the node).
-                    (true, true) => Changed::Status(name),
+                    // The controller's counts: nothing for the node to do.
+                    (false, _) | (true, true) => Changed::Nothing,
                     (true, false) => Changed::One(name),
                 }
             }
@@ -324,12 +325,12 @@ impl Controller {
     fn changed(&mut self, changed: Changed) {
         match changed {
             Changed::Nothing => {}
-            Changed::All => self.reconcile(),
-            Changed::One(name) => {
-                self.reconcile_one(&name);
-                self.summarize_one(&name);
+            Changed::All => {
+                // Even with nothing to say: the node's object says it is there.
+                self.unsent = true;
+                self.reconcile();
             }
-            Changed::Status(name) => self.summarize_one(&name),
+            Changed::One(name) => self.reconcile_one(&name),
         }
     }
 
@@ -349,7 +350,6 @@ impl Controller {
         for name in names {
             self.reconcile_one(&name);
         }
-        self.summarize();
     }
 
     fn reconcile_one(&mut self, name: &str) {
@@ -357,18 +357,11 @@ impl Controller {
             // Deleted: unloaded; its status went with it.
             self.unload(name, "the WasmletPlugin was deleted");
             self.uids.remove(name);
-            self.reported.remove(name);
-            self.summaries.remove(name);
+            self.report(name, None);
             return;
         };
         let obj = &seen.object;
         let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-        if !self.reported.contains_key(name) {
-            let mine = status::entries(&seen.status())
-                .into_iter()
-                .find(|e| e.node_name == self.node);
-            self.reported.insert(name.to_owned(), mine);
-        }
         let selected = object::selector(obj).map(|s| s.matches(&self.labels));
         let wanted = match selected {
             Ok(false) => {

@@ -1,10 +1,10 @@
-//! What the node says: its entry of each object's status, the summaries it writes, and
-//! the list of what it serves, kept for a start without the API server.
+//! What the node says: its entry for each object (in its WasmletNode), and the list of
+//! what it serves, kept for a start without the API server.
 
 use tracing::warn;
 
 use super::{Controller, Desired, now_rfc3339};
-use crate::status::{self, Entry, State, Write};
+use crate::status::{Entry, State, Write};
 
 impl Controller {
     /// Asks for the node's entry of `name` to be `want` (generation, serving digest,
@@ -14,9 +14,9 @@ impl Controller {
         name: &str,
         want: Option<(i64, Option<String>, State, String)>,
     ) {
-        let previous = self.reported.get(name).cloned().flatten();
+        let previous = self.reported.get(name).cloned();
         let entry = want.map(|(generation, digest, state, message)| Entry {
-            node_name: self.node.clone(),
+            name: name.to_owned(),
             observed_generation: generation,
             digest,
             state,
@@ -48,52 +48,22 @@ impl Controller {
                 .events
                 .refused(name, &uid, generation, &e.message, serving);
         }
-        if let Some(w) = &self.writer {
-            w.send(Write::Entry(name.to_owned(), entry.clone()));
-        }
-        self.reported.insert(name.to_owned(), entry);
-    }
-
-    /// Writes the summaries this node is the writer of.
-    pub(super) fn summarize(&mut self) {
-        let names: Vec<String> = self.objects.keys().cloned().collect();
-        for name in names {
-            self.summarize_one(&name);
-        }
-    }
-
-    /// Writes the summary of `name` if this node is its writer.
-    pub(super) fn summarize_one(&mut self, name: &str) {
-        let Some(obj) = self.objects.get(name) else {
-            return;
+        match entry {
+            Some(e) => self.reported.insert(name.to_owned(), e),
+            None => self.reported.remove(name),
         };
-        if obj.summary_writer().as_deref() != Some(self.node.as_str()) {
+        self.unsent = true;
+    }
+
+    /// Sends the node's entries to its status task, when they changed.
+    pub(super) fn send_entries(&mut self) {
+        if !self.unsent {
             return;
         }
-        let status = obj.status();
-        let entries = status::entries(&status);
-        let generation = obj.object["metadata"]["generation"].as_i64().unwrap_or(0);
-        let summary = status::summary(generation, &entries);
-        if status["summary"] == summary {
-            // Written (by this node or another): a later different one is an overwrite.
-            if let Some(sent) = self.summaries.get_mut(name) {
-                sent.1 = sent.0 == summary;
-            }
-            return;
-        }
-        // Asked for and not yet seen written: it is on its way. Seen written, yet
-        // different now: another node's older summary landed after it — write it again.
-        if self
-            .summaries
-            .get(name)
-            .is_some_and(|(sent, landed)| *sent == summary && !landed)
-        {
-            return;
-        }
+        self.unsent = false;
         if let Some(w) = &self.writer {
-            w.send(Write::Summary(name.to_owned(), summary.clone()));
+            w.send(Write::Entries(self.reported.clone()));
         }
-        self.summaries.insert(name.to_owned(), (summary, false));
     }
 
     /// Records what the node serves, for a start without the API server.

@@ -3,7 +3,6 @@
 use serde_json::Value;
 
 use crate::object;
-use crate::status;
 
 /// What a watch event asks the node to look at again.
 pub(super) enum Changed {
@@ -11,8 +10,6 @@ pub(super) enum Changed {
     All,
     /// One object's spec (or the object itself).
     One(String),
-    /// One object's status only.
-    Status(String),
 }
 
 /// An object as the controller keeps it.
@@ -20,8 +17,6 @@ pub(super) enum Changed {
 pub(super) struct Seen {
     /// Of the metadata its name and generation; its spec.
     pub(super) object: Value,
-    /// Its status, as the API server sent it.
-    pub(super) status: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl Seen {
@@ -36,22 +31,8 @@ impl Seen {
         object.insert("spec".into(), watched.spec);
         let seen = Seen {
             object: Value::Object(object),
-            status: watched.status,
         };
         (name, seen)
-    }
-
-    /// The status, read in full.
-    pub(super) fn status(&self) -> Value {
-        self.status
-            .as_ref()
-            .and_then(|s| serde_json::from_str(s.get()).ok())
-            .unwrap_or_default()
-    }
-
-    /// The node that writes the summary.
-    pub(super) fn summary_writer(&self) -> Option<String> {
-        status::summary_writer(self.status.as_ref()?.get())
     }
 }
 
@@ -76,13 +57,10 @@ mod tests {
     }
 
     #[test]
-    fn an_object_is_kept_without_its_managed_fields_and_its_status_unread() {
+    fn an_object_is_kept_without_its_managed_fields_and_its_status() {
         let spec = serde_json::json!({"kind": "admission", "digest": "sha256:ab"});
-        let status = serde_json::json!({"nodes": [
-            {"nodeName": "n2", "state": "Loaded", "observedGeneration": 1},
-            {"nodeName": "n1", "state": "Pending", "observedGeneration": 1},
-        ]});
-        let w = watched(1, spec.clone(), status.clone());
+        let status = serde_json::json!({"observedGeneration": 1, "selected": 2, "serving": 1});
+        let w = watched(1, spec.clone(), status);
         assert_eq!(w.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(w.metadata.uid.as_deref(), Some("u1"));
         assert!(w.metadata.managed_fields.is_none());
@@ -92,15 +70,11 @@ mod tests {
             seen.object,
             serde_json::json!({"metadata": {"name": "policy", "generation": 1}, "spec": spec})
         );
-        assert_eq!(seen.status(), status);
-        assert_eq!(seen.summary_writer().as_deref(), Some("n1"));
 
-        // Another node's entry changes nothing the node compares; a new generation does.
-        let (_, later) = Seen::from(watched(1, spec.clone(), serde_json::json!({"nodes": []})));
+        // The controller's counts change nothing the node compares; a new generation does.
+        let (_, later) = Seen::from(watched(1, spec.clone(), serde_json::json!({"serving": 2})));
         assert_eq!(later.object, seen.object);
-        assert_eq!(later.summary_writer(), None);
         let (_, next) = Seen::from(watched(2, spec, Value::Null));
         assert_ne!(next.object, seen.object);
-        assert_eq!(next.status(), Value::Null);
     }
 }

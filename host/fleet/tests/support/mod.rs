@@ -130,6 +130,23 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub config: FleetConfig,
     engine: PluginEngine,
+    /// Stops the controller.
+    controller: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+/// A file of deploy/.
+pub fn deploy_file(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join("deploy").join(file))
+        .find(|f| f.is_file())
+        .unwrap_or_else(|| panic!("deploy/{file} above this crate"))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_controller();
+    }
 }
 
 /// A client of the double at `url`.
@@ -172,19 +189,13 @@ impl Cluster {
             .await
             .expect("serve");
         let client = client(&dir, &served.url()).await;
-        let crd: Value = serde_yaml_ng::from_str(
-            &std::fs::read_to_string(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .ancestors()
-                    .map(|d| d.join("deploy/wasmletplugin-crd.yaml"))
-                    .find(|f| f.is_file())
-                    .expect("deploy/wasmletplugin-crd.yaml above this crate"),
-            )
-            .expect("crd file"),
-        )
-        .expect("crd yaml");
-        api.create(CRDS, "customresourcedefinitions", crd)
-            .expect("crd");
+        for file in ["wasmletplugin-crd.yaml", "wasmletnode-crd.yaml"] {
+            let crd: Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(deploy_file(file)).expect(file))
+                    .expect("crd yaml");
+            api.create(CRDS, "customresourcedefinitions", crd)
+                .expect("crd");
+        }
         api.create(
             "api/v1",
             "namespaces",
@@ -198,9 +209,11 @@ impl Cluster {
             client,
             nodes: Vec::new(),
             engine: PluginEngine::with_cache(&dir.join("compiled")).expect("engine"),
+            controller: None,
             dir,
             config,
         };
+        c.start_controller();
         for name in names {
             c.api
                 .create(
@@ -213,7 +226,51 @@ impl Cluster {
             let node = c.start_node(name).await;
             c.nodes.push(node);
         }
+        for name in names {
+            c.wait_node_object(name).await;
+        }
         c
+    }
+
+    /// Starts `wasmlet controller` (one replica) against the double, as an admin.
+    pub fn start_controller(&mut self) {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let options = wasmlet_fleet::controller::Options {
+            namespace: "wasmlet-system".into(),
+            lease: "wasmlet-controller".into(),
+            identity: "test-controller".into(),
+            timing: wasmlet_fleet::controller::lease::Timing {
+                duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry: Duration::from_millis(200),
+            },
+        };
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = wasmlet_fleet::controller::run(client, &options, stopped).await {
+                eprintln!("the controller stopped: {e}");
+            }
+        });
+        self.controller = Some(stop);
+    }
+
+    /// Stops the controller.
+    pub fn stop_controller(&mut self) {
+        if let Some(stop) = self.controller.take() {
+            let _ = stop.send(true);
+        }
+    }
+
+    /// Waits until node `name` has its WasmletNode.
+    pub async fn wait_node_object(&self, name: &str) {
+        let start = Instant::now();
+        while self.api.get(PLUGINS, "wasmletnodes", "", name).is_none() {
+            assert!(
+                start.elapsed() < WAIT,
+                "{name}: no WasmletNode within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn start_node(&self, name: &str) -> Node {
@@ -365,16 +422,36 @@ impl Cluster {
             .expect("node patch");
     }
 
-    /// Waits until the object's `status.nodes` are exactly `want` (node, state) at
-    /// `generation`.
+    /// Each node's entry for plugin `name` (its WasmletNode's), with `nodeName` added, by
+    /// node name.
+    pub fn entries(&self, name: &str) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .api
+            .list(PLUGINS, "wasmletnodes")
+            .into_iter()
+            .filter_map(|o| {
+                let node = o["metadata"]["name"].as_str()?.to_owned();
+                let mut e = o["status"]["plugins"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == name)?
+                    .clone();
+                e["nodeName"] = json!(node);
+                Some(e)
+            })
+            .collect();
+        out.sort_by(|a, b| a["nodeName"].as_str().cmp(&b["nodeName"].as_str()));
+        out
+    }
+
+    /// Waits until the nodes' entries for plugin `name` are exactly `want` (node,
+    /// state) at `generation`.
     pub async fn wait_status(&self, name: &str, generation: i64, want: &[(&str, &str)]) {
         let start = Instant::now();
         loop {
-            let object = self.object(name);
-            let got: Vec<(String, String, i64)> = object["status"]["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let got: Vec<(String, String, i64)> = self
+                .entries(name)
+                .iter()
                 .map(|e| {
                     (
                         e["nodeName"].as_str().unwrap_or_default().to_owned(),
@@ -388,38 +465,48 @@ impl Cluster {
                     got.iter()
                         .any(|(gn, gs, gg)| gn == n && gs == s && *gg == generation)
                 });
-            if matches && object["metadata"]["generation"] == generation {
+            if matches && self.object(name)["metadata"]["generation"] == generation {
                 return;
             }
             assert!(
                 start.elapsed() < WAIT,
-                "{name}: status.nodes {got:?}, not {want:?} at generation {generation} within {WAIT:?}: {}",
-                object["status"]
+                "{name}: entries {got:?}, not {want:?} at generation {generation} within {WAIT:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// Waits until the object's `status.summary` is `want`.
+    /// Waits until the controller's counts in the object's status say `want` (the
+    /// fields given).
     pub async fn wait_summary(&self, name: &str, want: Value) {
         let start = Instant::now();
-        while self.object(name)["status"]["summary"] != want {
+        let says = |status: &Value| {
+            want.as_object()
+                .expect("fields")
+                .iter()
+                .all(|(k, v)| &status[k] == v)
+        };
+        while !says(&self.object(name)["status"]) {
             assert!(
                 start.elapsed() < WAIT,
-                "{name}: summary {}, not {want}",
-                self.object(name)["status"]["summary"]
+                "{name}: status {}, not {want}",
+                self.object(name)["status"]
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// How many status writes of plugin `name` came from managers starting `manager`.
-    pub fn status_writes(&self, name: &str, manager: &str) -> usize {
-        let path = format!("/{PLUGINS}/wasmletplugins/{name}/status?fieldManager={manager}");
+    /// How many writes of the nodes' WasmletNode statuses the double answered.
+    pub fn node_writes(&self) -> usize {
+        let path = format!("/{PLUGINS}/wasmletnodes/");
         self.api
             .requests()
             .iter()
-            .filter(|(m, p)| m == "PATCH" && p.starts_with(&path))
+            .filter(|(m, p)| {
+                m == "PATCH"
+                    && p.starts_with(&path)
+                    && p.contains("/status?fieldManager=wasmlet-node")
+            })
             .count()
     }
 
