@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::status::Entry;
+use crate::status::{Entries, Entry};
 
 /// The entries older nodes wrote into plugin `plugin`'s `status`, by node.
 pub fn entries(plugin: &str, status: &Value) -> BTreeMap<String, Entry> {
@@ -26,9 +26,21 @@ pub fn entries(plugin: &str, status: &Value) -> BTreeMap<String, Entry> {
         .collect()
 }
 
+/// Node `node`'s entry for `plugin`: its WasmletNode's (`own`) when that has one, else
+/// the one it wrote into the plugin (`old`) — a node that has just moved says in its
+/// own object what its old entry said only once it has looked at the plugin again.
+pub fn pick<'a>(
+    own: Option<&'a Entries>,
+    plugin: &str,
+    old: &'a BTreeMap<String, Entry>,
+    node: &str,
+) -> Option<&'a Entry> {
+    own.and_then(|e| e.get(plugin)).or_else(|| old.get(node))
+}
+
 /// The merge patch of `status` (at `resource_version`) that takes out the entries of
-/// nodes that now have a WasmletNode (`moved`) — and the old summary once no entry is
-/// left — or `None` when there is nothing to take out.
+/// nodes whose WasmletNode now has theirs (`moved`) — and the old summary once no entry
+/// is left — or `None` when there is nothing to take out.
 pub fn cleanup(
     status: &Value,
     resource_version: &str,
@@ -77,6 +89,19 @@ mod tests {
         assert_eq!(read["a"].name, "policy");
         assert_eq!(read["a"].state, State::Loaded);
         assert_eq!(read["b"].message, "no");
+    }
+
+    #[test]
+    fn a_node_s_own_entry_wins_and_its_old_one_stands_in_until_it_has_one() {
+        let old = entries("policy", &status());
+        let mut own = Entries::new();
+        assert_eq!(pick(None, "policy", &old, "a"), old.get("a"));
+        assert_eq!(pick(Some(&own), "policy", &old, "a"), old.get("a"));
+        assert_eq!(pick(Some(&own), "policy", &old, "z"), None);
+        let mut mine = old["b"].clone();
+        mine.observed_generation = 3;
+        own.insert("policy".into(), mine.clone());
+        assert_eq!(pick(Some(&own), "policy", &old, "a"), Some(&mine));
     }
 
     #[test]

@@ -239,7 +239,11 @@ async fn reconcile(plugin: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
             .resource_version
             .as_deref()
             .unwrap_or_default(),
-        |node| ctx.wasmlet_nodes.get(&ObjectRef::new(node)).is_some(),
+        |node| {
+            ctx.wasmlet_nodes
+                .get(&ObjectRef::new(node))
+                .is_some_and(|o| o.status.contains_key(&name))
+        },
     ) {
         // The write brings the object back through the watch, to be counted then.
         match ctx
@@ -327,10 +331,7 @@ impl Context {
             selector.as_ref(),
             labels.iter().filter_map(|(n, node)| {
                 let node = node.as_ref()?;
-                let entry = match by_name.get(n.as_str()) {
-                    Some(entries) => entries.get(name),
-                    None => old.get(n),
-                };
+                let entry = legacy::pick(by_name.get(n.as_str()).copied(), name, &old, n);
                 Some(Seen {
                     name: n,
                     labels: node.metadata.labels.as_ref().unwrap_or(&empty),
