@@ -21,38 +21,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::Cluster;
-use wasmlet_bench::fmt;
+use wasmlet_bench::{fmt, variant};
 use wasmlet_fleet::FleetConfig;
 use wasmlet_plugin_host::Plugin;
 use wasmlet_signing::{Registry, Verification, Verifier, keys};
 
 fn smoke() -> bool {
     std::env::args().any(|a| a == "--smoke")
-}
-
-/// `wasm` with a custom section holding `tag`: the same component, another digest.
-fn variant(wasm: &[u8], tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"wasmlet-bench";
-    let mut content = Vec::new();
-    leb(name.len(), &mut content);
-    content.extend_from_slice(name);
-    content.extend_from_slice(tag.as_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0);
-    leb(content.len(), &mut out);
-    out.extend_from_slice(&content);
-    out
 }
 
 struct Round {

@@ -119,6 +119,57 @@ async fn decide(chain: &AdmissionChain, node: &str) -> Verdict {
     }
 }
 
+/// A hollow node called `name` following the cluster plugins of whatever `client` talks
+/// to, keeping its files under `dir`: its own admission chain, probe handlers and pod
+/// sources on the shared `engine`.
+pub async fn hollow_node(
+    engine: &PluginEngine,
+    client: kube::Client,
+    name: &str,
+    config: &FleetConfig,
+    dir: PathBuf,
+) -> Node {
+    let chain = Arc::new(AdmissionChain::new(engine.clone()));
+    let probes = Arc::new(
+        ProbeHandlers::start(engine, &PluginsConfig::default(), false)
+            .await
+            .expect("probes"),
+    );
+    let sources = Arc::new(
+        PodSources::start(engine, &PluginsConfig::default(), false)
+            .await
+            .expect("sources"),
+    );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let events = Arc::new(MemoryRecorder::default());
+    let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
+    wasmlet_fleet::start(
+        client,
+        name,
+        labels,
+        config,
+        &dir,
+        Targets {
+            chain: chain.clone(),
+            probes: probes.clone(),
+            sources: sources.clone(),
+            events: wasmlet_fleet::PluginEvents::new(events.clone(), name),
+        },
+        stopped,
+    )
+    .await
+    .expect("start");
+    Node {
+        name: name.to_owned(),
+        events,
+        chain,
+        probes,
+        sources,
+        dir,
+        stop,
+    }
+}
+
 /// The double, and nodes following it.
 pub struct Cluster {
     pub api: ApiServerSim,
@@ -274,51 +325,13 @@ impl Cluster {
     }
 
     async fn start_node(&self, name: &str) -> Node {
-        let chain = Arc::new(AdmissionChain::new(self.engine.clone()));
-        let probes = Arc::new(
-            ProbeHandlers::start(&self.engine, &PluginsConfig::default(), false)
-                .await
-                .expect("probes"),
-        );
-        let sources = Arc::new(
-            PodSources::start(&self.engine, &PluginsConfig::default(), false)
-                .await
-                .expect("sources"),
-        );
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let events = Arc::new(MemoryRecorder::default());
         let dir = self.dir.join(name);
-        let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
         // Each node under its own identity, as real nodes are (system:node:NAME).
         let token = format!("token-{name}");
         self.api
             .add_token(&token, &format!("system:node:{name}"), &["system:nodes"]);
         let client = client_as(&dir, &self.url, &token).await;
-        wasmlet_fleet::start(
-            client,
-            name,
-            labels,
-            &self.config,
-            &dir,
-            Targets {
-                chain: chain.clone(),
-                probes: probes.clone(),
-                sources: sources.clone(),
-                events: wasmlet_fleet::PluginEvents::new(events.clone(), name),
-            },
-            stopped,
-        )
-        .await
-        .expect("start");
-        Node {
-            name: name.to_owned(),
-            events,
-            chain,
-            probes,
-            sources,
-            dir,
-            stop,
-        }
+        hollow_node(&self.engine, client, name, &self.config, dir).await
     }
 
     /// Starts another node following the double (its Node object made by the caller).
