@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Build an OCI image-layout tarball from the host's static busybox.
 
-    scripts/oci-image.py NAME OUT.tar [--cmd JSON] [--busybox PATH]
+    scripts/oci-image.py NAME OUT.tar [--cmd JSON] [--busybox PATH] [--add SRC=DEST ...]
 
 NAME is the full image reference (e.g. localhost/busybox:latest); it is written as
 the `io.containerd.image.name` annotation, which is what `ctr images import` reads.
 The image has one uncompressed layer: /bin/busybox, a symlink per applet, /etc/passwd,
-/etc/group and the usual empty directories. The output is byte-for-byte reproducible:
+/etc/group and the usual empty directories, and each --add file (read from SRC on the
+host, written at DEST in the image with its mode; a directory on the way is made). The output is byte-for-byte reproducible:
 every timestamp is 0 and entries are sorted, so the image id is stable across builds.
 
 No registry is reachable on the machines wasmlet is tested on, so the images the
@@ -17,6 +18,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -54,10 +56,27 @@ def entry(name, kind, mode, data=b"", link=""):
     return info, data
 
 
-def layer_tar(busybox):
+def added(files, dirs):
+    """Entries for (SRC, DEST) host files, and the directories on their way not in `dirs`."""
+    out, made = [], set(dirs)
+    for src, dest in files:
+        parts = dest.strip("/").split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in made:
+                made.add(d)
+                out.append(entry(d, tarfile.DIRTYPE, 0o755))
+        with open(src, "rb") as f:
+            mode = os.stat(src).st_mode & 0o777
+            out.append(entry(dest.strip("/"), tarfile.REGTYPE, mode, f.read()))
+    return out
+
+
+def layer_tar(busybox, extra=()):
     entries = []
     for d, mode in DIRS.items():
         entries.append(entry(d, tarfile.DIRTYPE, mode))
+    entries.extend(added(extra, DIRS))
     with open(busybox, "rb") as f:
         entries.append(entry("bin/busybox", tarfile.REGTYPE, 0o755, f.read()))
     for a in applets(busybox):
@@ -77,8 +96,8 @@ def blob(data):
     return digest, data
 
 
-def build(name, cmd, busybox):
-    layer = layer_tar(busybox)
+def build(name, cmd, busybox, extra=()):
+    layer = layer_tar(busybox, extra)
     layer_digest, _ = blob(layer)
     config = {
         "architecture": "amd64",
@@ -145,7 +164,15 @@ def main():
     p.add_argument("out", help="where to write the OCI layout tarball")
     p.add_argument("--cmd", default='["sh"]', help="the image's Cmd as a JSON list")
     p.add_argument("--busybox", default="/bin/busybox", help="a statically linked busybox")
+    p.add_argument("--add", action="append", default=[], metavar="SRC=DEST",
+                   help="a host file to put in the image (repeatable)")
     args = p.parse_args()
+    extra = []
+    for a in args.add:
+        src, sep, dest = a.partition("=")
+        if not sep or not dest:
+            sys.exit(f"oci-image.py: --add {a!r}: give SRC=DEST")
+        extra.append((src, dest))
     try:
         cmd = json.loads(args.cmd)
         if not isinstance(cmd, list) or not all(isinstance(c, str) for c in cmd):
@@ -153,9 +180,9 @@ def main():
     except ValueError as e:
         sys.exit(f"oci-image.py: --cmd {args.cmd!r}: {e}")
     try:
-        files, image_id = build(args.name, cmd, args.busybox)
+        files, image_id = build(args.name, cmd, args.busybox, extra)
     except (OSError, subprocess.CalledProcessError) as e:
-        sys.exit(f"oci-image.py: cannot read busybox at {args.busybox}: {e}")
+        sys.exit(f"oci-image.py: cannot read {e.filename or args.busybox}: {e}")
     write_layout(files, args.out)
     print(image_id)
 

@@ -326,8 +326,7 @@ impl Fetcher {
     async fn auth(&self, name: &str, registry: &str) -> Result<RegistryAuth, String> {
         let what = format!("pull secret {}/{name}", self.namespace);
         let api: Api<k8s::Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let secret = api
-            .get_opt(name)
+        let secret = cached_get(&api, name)
             .await
             .map_err(|e| format!("{what}: {e}"))?
             .ok_or_else(|| format!("{what}: the Secret does not exist"))?;
@@ -339,6 +338,20 @@ impl Fetcher {
                 format!("{what}: no .dockerconfigjson (a kubernetes.io/dockerconfigjson Secret)")
             })?;
         docker_auth(&config.0, registry).map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+/// Object `name` as the API server's watch cache has it (`resourceVersion=0`: no read
+/// from etcd, which every node fetching in a rollout would otherwise cost, as the
+/// kubelet's secret manager spares it), or from etcd when the cache has not seen it yet.
+async fn cached_get<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_with(name, &kube::api::GetParams::any()).await {
+        Ok(o) => Ok(Some(o)),
+        Err(kube::Error::Api(e)) if e.code == 404 => api.get_opt(name).await,
+        Err(e) => Err(e),
     }
 }
 
