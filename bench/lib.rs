@@ -118,7 +118,13 @@ where
 
 /// CPU time (user + system) of this process, from `/proc/self/stat` (10 ms ticks).
 pub fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_time_of("self")
+}
+
+/// CPU time (user + system) of process `pid` (a number, or `self`), from its
+/// `/proc/PID/stat` (10 ms ticks; zero when it cannot be read).
+pub fn cpu_time_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())

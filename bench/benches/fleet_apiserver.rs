@@ -243,19 +243,7 @@ fn pid_of(name: &str) -> Option<u32> {
 
 /// CPU seconds process `pid` has used.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime, fields 14 and 15 (11 and 12 after the command).
-    (ticks(11) + ticks(12)) / 100.0
+    wasmlet_bench::cpu_time_of(&pid.to_string()).as_secs_f64()
 }
 
 /// The API server double, nodes with tokens.

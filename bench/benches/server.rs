@@ -295,19 +295,8 @@ fn usage(pid: u32) -> (u64, f64) {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0)
         * 1024;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i - 3)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (rss, (ticks(14) + ticks(15)) / 100.0)
+    let cpu = wasmlet_bench::cpu_time_of(&pid.to_string());
+    (rss, cpu.as_secs_f64())
 }
 
 fn mib(bytes: u64) -> String {

@@ -94,13 +94,7 @@ async fn nodes_move_to_wasmletnodes_one_by_one_without_a_wrong_count() {
     c.config_map("v1", &[("policy.wasm", RESTRICTED)]).await;
     let names = ["node-a", "node-b", "node-c"];
     for name in names {
-        c.api
-            .create(
-                "api/v1",
-                "nodes",
-                json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
-            )
-            .expect("node");
+        c.create_node(name);
     }
     let spec = json!({"kind": "admission", "digest": digest_of(RESTRICTED),
                       "source": {"configMap": {"name": "v1", "key": "policy.wasm"}}});
@@ -145,16 +139,8 @@ async fn nodes_move_to_wasmletnodes_one_by_one_without_a_wrong_count() {
     // The others move; the last entry takes the old summary with it.
     c.add_node("node-b").await;
     c.add_node("node-c").await;
-    c.wait_status(
-        "policy",
-        2,
-        &[
-            ("node-a", "Loaded"),
-            ("node-b", "Loaded"),
-            ("node-c", "Loaded"),
-        ],
-    )
-    .await;
+    c.wait_status("policy", 2, &names.map(|n| (n, "Loaded")))
+        .await;
     wait(&c, "the old entries and summary gone", |c| {
         let status = &c.object("policy")["status"];
         status.get("nodes").is_none() && status.get("summary").is_none()

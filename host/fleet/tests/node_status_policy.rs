@@ -4,8 +4,10 @@
 //! same answers, word for word): a node creates, writes and deletes only the
 //! WasmletNode named after it, owned by nobody but its own Node, and writes no
 //! WasmletPlugin status at all — 403 otherwise; users that are not nodes are not their
-//! business. And nodes that run under them, each with its own identity, report as
-//! before, and the controller counts them.
+//! business. (On the real API server RBAC refuses nodes the deletes and the plugin
+//! status first — deploy/ grants neither; the policies are what stands where a cluster
+//! grants more, checked there with such a grant.) And nodes that run under them, each
+//! with its own identity, report as before, and the controller counts them.
 
 mod support;
 
@@ -340,14 +342,9 @@ async fn nodes_each_under_its_own_identity_report_under_the_policies() {
     for file in POLICIES[0] {
         install(&c.api, file);
     }
+    let names = ["node-a", "node-b", "node-c"];
     for name in ["node-c", "node-a", "node-b"] {
-        c.api
-            .create(
-                "api/v1",
-                "nodes",
-                json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
-            )
-            .expect("node");
+        c.create_node(name);
         c.add_node(name).await;
     }
     c.config_map("v1", &[("policy.wasm", RESTRICTED)]).await;
@@ -355,22 +352,14 @@ async fn nodes_each_under_its_own_identity_report_under_the_policies() {
                     "spec": {"kind": "admission", "digest": digest_of(RESTRICTED),
                              "source": {"configMap": {"name": "v1", "key": "policy.wasm"}}}}))
         .await;
-    c.wait_status(
-        "policy",
-        1,
-        &[
-            ("node-a", "Loaded"),
-            ("node-b", "Loaded"),
-            ("node-c", "Loaded"),
-        ],
-    )
-    .await;
+    c.wait_status("policy", 1, &names.map(|n| (n, "Loaded")))
+        .await;
     c.wait_summary(
         "policy",
         json!({"observedGeneration": 1, "selected": 3, "serving": 3, "verified": 0, "failed": 0, "pending": 0}),
     )
     .await;
-    for name in ["node-a", "node-b", "node-c"] {
+    for name in names {
         let object = c
             .api
             .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", name)

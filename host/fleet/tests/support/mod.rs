@@ -266,14 +266,7 @@ impl Cluster {
         };
         c.start_controller();
         for name in names {
-            c.api
-                .create(
-                    "api/v1",
-                    "nodes",
-                    json!({"metadata": {"name": name,
-                    "labels": {"kubernetes.io/hostname": name}}}),
-                )
-                .expect("node");
+            c.create_node(name);
             let node = c.start_node(name).await;
             c.nodes.push(node);
         }
@@ -281,6 +274,17 @@ impl Cluster {
             c.wait_node_object(name).await;
         }
         c
+    }
+
+    /// Makes Node `name` (labelled with its host name), as the node registers itself.
+    pub fn create_node(&self, name: &str) {
+        self.api
+            .create(
+                "api/v1",
+                "nodes",
+                json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
+            )
+            .expect("node");
     }
 
     /// Starts `wasmlet controller` (one replica) against the double, as an admin.
