@@ -152,11 +152,14 @@ fn metered(config: kube::Config, meter: &Meter) -> kube::Client {
         .build()
 }
 
+/// A node's client configuration, by node name.
+type NodeConfig = Box<dyn Fn(&str) -> BoxFuture<'static, kube::Config>>;
+
 /// Where the nodes and the controller talk to.
 struct Target {
     admin: kube::Client,
     /// A node's client configuration, by node name.
-    node_config: Box<dyn Fn(&str) -> BoxFuture<'static, kube::Config>>,
+    node_config: NodeConfig,
     /// The API server's and etcd's processes, for their CPU.
     processes: Vec<(&'static str, u32)>,
     /// Keeps the double (and its controller) running.
