@@ -286,19 +286,19 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
         .expect("serve");
     let top = tempdir("fleet");
     let config = kubeconfig(&top, &served.url());
-    let crd: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/wasmletplugin-crd.yaml"),
+    for file in ["wasmletplugin-crd.yaml", "wasmletnode-crd.yaml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy")
+            .join(file);
+        let crd: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(path).expect("crd")).expect("yaml");
+        api.create(
+            "apis/apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            crd,
         )
-        .expect("crd"),
-    )
-    .expect("crd yaml");
-    api.create(
-        "apis/apiextensions.k8s.io/v1",
-        "customresourcedefinitions",
-        crd,
-    )
-    .expect("crd");
+        .expect("crd");
+    }
     api.create(
         "api/v1",
         "namespaces",
@@ -380,14 +380,23 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
         plugin(serde_json::json!({"matchLabels": {"kubernetes.io/hostname": "fleet-1"}})),
     )
     .expect("plugin");
-    let entries = || {
-        api.get(prefix, "wasmletplugins", "", "deny-all")
-            .map(|o| o["status"]["nodes"].clone())
-            .unwrap_or(Value::Null)
+    // Each node's entry for the plugin, from its own WasmletNode.
+    let entries = || -> Vec<Value> {
+        api.list(prefix, "wasmletnodes")
+            .into_iter()
+            .filter_map(|o| {
+                let mut e = o["status"]["plugins"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == "deny-all")?
+                    .clone();
+                e["nodeName"] = o["metadata"]["name"].clone();
+                Some(e)
+            })
+            .collect()
     };
     let loaded_on = |nodes: &[&str]| {
-        let e = entries();
-        let list = e.as_array().cloned().unwrap_or_default();
+        let list = entries();
         list.len() == nodes.len()
             && list.iter().all(|n| {
                 n["state"] == "Loaded"
