@@ -45,6 +45,48 @@ struct Parsed {
     other_sans: usize,
 }
 
+/// The controller manager's CSR signing, as a test sets it and asks for it.
+impl crate::ApiServerSim {
+    /// `--cluster-signing-duration`: how long the certificates CSRs get are valid.
+    pub fn set_signing_duration(&self, d: Duration) {
+        self.signing_dating().0 = Some(d);
+    }
+
+    /// How far back the signer dates a certificate's start (the controller manager's 5
+    /// minutes unless set): tests of rotation make lifetimes short with 0.
+    pub fn set_signing_backdate(&self, d: Duration) {
+        self.signing_dating().1 = Some(d);
+    }
+
+    fn signing_dating(&self) -> std::sync::MutexGuard<'_, (Option<Duration>, Option<Duration>)> {
+        self.signing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn signing(&self) -> Dating {
+        let (duration, backdate) = *self.signing_dating();
+        Dating {
+            duration: duration.unwrap_or(crate::tls::YEAR),
+            backdate: backdate.unwrap_or(Duration::from_secs(300)),
+        }
+    }
+
+    /// `kubectl certificate approve NAME`: the CSR approved (and then signed, when its
+    /// signer is one of the controller manager's).
+    pub fn approve_csr(&self, name: &str) -> Result<Value, Value> {
+        let mut store = self.lock();
+        let body = serde_json::json!({"status": {"conditions": [{
+            "type": "Approved", "status": "True", "reason": "KubectlApprove",
+            "message": "This CSR was approved by kubectl certificate approve.",
+            "lastUpdateTime": crate::store::now_rfc3339(),
+        }]}});
+        let approved = set_approval(&mut store, name, &body)?;
+        if let Ok(ca) = self.cluster_ca() {
+            sign(&mut store, ca, self.signing(), name);
+        }
+        Ok(approved)
+    }
+}
+
 fn invalid(field: &str, message: &str) -> Value {
     status(
         422,

@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::store::status;
+use crate::values::status;
 
 /// The prefix CustomResourceDefinitions live under.
 pub(crate) const PREFIX: &str = "apis/apiextensions.k8s.io/v1";
@@ -129,7 +129,7 @@ fn list_maps_in(schema: &Value, path: &mut Vec<String>, out: &mut Vec<(Vec<Strin
 
 /// A definition as stored: accepted and established at once.
 pub(crate) fn established(mut object: Value) -> Value {
-    let now = crate::store::now_rfc3339();
+    let now = crate::values::now_rfc3339();
     object["status"] = json!({
         "acceptedNames": object["spec"]["names"].clone(),
         "storedVersions": object["spec"]["versions"].as_array().into_iter().flatten()

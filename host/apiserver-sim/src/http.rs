@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::certificates;
 use crate::store::{Event, Store, kind_of, merge, now_rfc3339, selects, status};
+use crate::values::percent_decode;
 use crate::{ApiServerSim, apply, crd, node_proxy, policy};
 
 /// The parts of a request path.
@@ -51,38 +52,6 @@ pub(crate) fn query_param(query: &str, key: &str) -> Option<String> {
         let (k, v) = kv.split_once('=')?;
         (k == key).then(|| percent_decode(v))
     })
-}
-
-pub(crate) fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub(crate) fn reply(code: StatusCode, body: &Value) -> Response {

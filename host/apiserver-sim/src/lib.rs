@@ -61,6 +61,7 @@ mod node_proxy;
 mod policy;
 mod store;
 mod tls;
+mod values;
 
 use crate::http::handle;
 use crate::store::Store;
@@ -434,8 +435,9 @@ pub fn write_kubeconfig_as(path: &std::path::Path, url: &str, token: &str) -> st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{parse, percent_decode};
+    use crate::http::parse;
     use crate::store::{merge, now_rfc3339, selects};
+    use crate::values::percent_decode;
 
     #[test]
     fn paths_name_resource_namespace_and_subresource() {

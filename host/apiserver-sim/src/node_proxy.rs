@@ -26,8 +26,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::http::percent_decode;
 use crate::store::{Store, status};
+use crate::values::percent_decode;
 use crate::{ApiServerSim, log_ws};
 
 /// The address types the double tries, in order (the API server's default).

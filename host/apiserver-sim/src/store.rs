@@ -2,12 +2,12 @@
 //! resume from, and the rules of create, replace, patch and delete.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
 use crate::Key;
 use crate::crd::{self, Crd};
+pub(crate) use crate::values::{now_rfc3339, status};
 
 /// One change, as watches see it; shared by every watch it reaches, and encoded for the
 /// wire once however many watches send it (the API server's watch cache does the same).
@@ -121,38 +121,6 @@ fn built_in_status(resource: &str) -> bool {
     matches!(
         resource,
         "pods" | "nodes" | "namespaces" | "certificatesigningrequests"
-    )
-}
-
-/// A `Status` error as the API server sends it.
-pub(crate) fn status(code: u16, reason: &str, message: String) -> Value {
-    json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code,
-    })
-}
-
-pub(crate) fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60
     )
 }
 

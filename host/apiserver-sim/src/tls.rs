@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::store::Store;
 
-/// A year: the signing duration unless set.
-const YEAR: Duration = Duration::from_secs(365 * 86_400);
+/// A year: how long the certificates the cluster CA signs are valid, unless set.
+pub(crate) const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
 impl crate::ApiServerSim {
     /// Serves over HTTPS on `addr` (port 0: any free port): the cluster CA's serving
@@ -44,29 +44,6 @@ impl crate::ApiServerSim {
         self.cluster_ca().map(|ca| ca.pem.clone())
     }
 
-    /// `--cluster-signing-duration`: how long the certificates CSRs get are valid.
-    pub fn set_signing_duration(&self, d: Duration) {
-        self.signing_dating().0 = Some(d);
-    }
-
-    /// How far back the signer dates a certificate's start (the controller manager's 5
-    /// minutes unless set): tests of rotation make lifetimes short with 0.
-    pub fn set_signing_backdate(&self, d: Duration) {
-        self.signing_dating().1 = Some(d);
-    }
-
-    fn signing_dating(&self) -> std::sync::MutexGuard<'_, (Option<Duration>, Option<Duration>)> {
-        self.signing.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn signing(&self) -> crate::certificates::Dating {
-        let (duration, backdate) = *self.signing_dating();
-        crate::certificates::Dating {
-            duration: duration.unwrap_or(YEAR),
-            backdate: backdate.unwrap_or(Duration::from_secs(300)),
-        }
-    }
-
     /// A client certificate and key (PEM) the cluster CA signs for `user` in `groups`,
     /// valid from `not_before` to `not_after` (in the past, for an expired one).
     pub fn issue_client_certificate(
@@ -79,22 +56,6 @@ impl crate::ApiServerSim {
         let at = |t: std::time::SystemTime| time::OffsetDateTime::from(t);
         self.cluster_ca()?
             .issue(&[], user, groups, (at(not_before), at(not_after)), false)
-    }
-
-    /// `kubectl certificate approve NAME`: the CSR approved (and then signed, when its
-    /// signer is one of the controller manager's).
-    pub fn approve_csr(&self, name: &str) -> Result<Value, Value> {
-        let mut store = self.lock();
-        let body = serde_json::json!({"status": {"conditions": [{
-            "type": "Approved", "status": "True", "reason": "KubectlApprove",
-            "message": "This CSR was approved by kubectl certificate approve.",
-            "lastUpdateTime": crate::store::now_rfc3339(),
-        }]}});
-        let approved = crate::certificates::set_approval(&mut store, name, &body)?;
-        if let Ok(ca) = self.cluster_ca() {
-            crate::certificates::sign(&mut store, ca, self.signing(), name);
-        }
-        Ok(approved)
     }
 
     /// `kubectl create clusterrolebinding NAME --clusterrole ROLE --group GROUP`: what

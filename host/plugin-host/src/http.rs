@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::probe::NetworkGrant;
+use crate::network::NetworkGrant;
 
 /// How long a connection may take when the guest sets no timeout (the call's deadline
 /// ends it sooner).

@@ -46,6 +46,7 @@ pub mod http;
 pub mod inspect;
 pub mod kinds;
 pub mod metrics;
+pub mod network;
 pub mod probe;
 /// The kubelet's resource arithmetic, compiled from the plugin SDK's own source so that
 /// the usage the host sums and the requests a policy computes never disagree.

@@ -27,6 +27,7 @@ pub mod nodelogs;
 pub mod proxy;
 pub mod review;
 pub mod routes;
+pub mod shared;
 pub mod stats;
 pub mod tls;
 
@@ -47,7 +48,7 @@ use wasmlet_cri::CriRuntime;
 use crate::authn::{Authenticator, AuthnSettings, TokenReviewer, Unauthenticated, User};
 use crate::authz::{AccessReviewer, Authorizer, AuthzSettings, Decision};
 use crate::proxy::OpenStreams;
-use crate::routes::{Shared, error};
+use crate::shared::{Shared, error};
 
 /// The node's log directory the kubelet serves at `/logs/`.
 pub const NODE_LOG_DIR: &str = "/var/log";

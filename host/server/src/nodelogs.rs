@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 
-use crate::routes::error;
+use crate::shared::error;
 
 /// Where the request's path (after `/logs/`) points under `root`: `..` and `.` resolved
 /// without ever climbing above `root`.

@@ -13,56 +13,20 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_agent::agent::Agent;
 use wasmlet_agent::runtime::State as CState;
 use wasmlet_agent::statuses::PodEntry;
 use wasmlet_cri::proto;
 use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::logs::{self, read};
-use crate::proxy::{self, OpenStreams};
-
-/// What the routes share.
-pub struct Shared<R> {
-    /// The agent.
-    pub agent: Arc<Agent<R>>,
-    /// `/metrics` as Prometheus text.
-    pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
-    /// `/metrics/probes` as Prometheus text.
-    pub probe_metrics: Arc<dyn Fn() -> String + Send + Sync>,
-    /// `/configz`'s `kubeletconfig`.
-    pub configz: serde_json::Value,
-    /// Streams open through the proxy.
-    pub open: OpenStreams,
-    /// What `/logs/` serves (`/var/log`).
-    pub node_log_dir: std::path::PathBuf,
-    /// The node's usage samples (`/stats/summary`, `/metrics/resource`,
-    /// `/metrics/cadvisor`); `None`: not collected.
-    pub stats: Option<Arc<wasmlet_stats::Stats>>,
-}
-
-/// A plain-text error answer.
-pub fn error(code: StatusCode, message: impl Into<String>) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        message.into(),
-    )
-        .into_response()
-}
+use crate::proxy;
+pub use crate::shared::{Shared, error, pairs};
 
 fn json(value: &impl serde::Serialize) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
-}
-
-/// `key=value` pairs of a query string, percent-decoded (`+` is a space).
-pub fn pairs(query: Option<&str>) -> Vec<(String, String)> {
-    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .into_owned()
-        .collect()
 }
 
 /// The router of every path (authentication and authorization are layered on by the

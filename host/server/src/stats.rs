@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use wasmlet_cri::CriRuntime;
 
-use crate::routes::{Shared, error, pairs};
+use crate::shared::{Shared, error, pairs};
 
 /// The Prometheus text format's content type.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";

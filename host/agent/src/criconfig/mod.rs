@@ -31,8 +31,12 @@ pub use env::{EnvData, expand};
 pub(crate) use env::{field_ref, resource_ref};
 pub use mounts::{
     ETC_HOSTS, empty_dir_path, expand_sub_path, hostname_and_domain, hosts_file_content,
-    kernel_hostname,
+    kernel_hostname, managed_volume_kind, managed_volume_path,
 };
+
+/// A boxed future, for the dyn-compatible sources the configuration is made from
+/// ([`services::ServiceSource`], the volume manager's `VolumeSource`).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// The node facts pod configurations depend on.
 #[derive(Debug, Clone, Default)]

@@ -104,7 +104,7 @@ fn volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<Pat
     }
     // configMap, secret, downwardAPI, projected: written before the containers start
     // and kept up to date (crate::volumes).
-    crate::volumes::path(pod, ctx, v).ok_or_else(|| {
+    managed_volume_path(pod, ctx, v).ok_or_else(|| {
         "only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported on this node".to_owned()
     })
 }
@@ -312,4 +312,30 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(path, bytes)
+}
+
+/// The directory kind (`kubernetes.io~projected`, …) of a volume the volume manager
+/// writes (configMap, secret, downwardAPI, projected).
+pub fn managed_volume_kind(v: &k8s::Volume) -> Option<&'static str> {
+    if v.projected.is_some() {
+        Some("kubernetes.io~projected")
+    } else if v.config_map.is_some() {
+        Some("kubernetes.io~configmap")
+    } else if v.secret.is_some() {
+        Some("kubernetes.io~secret")
+    } else if v.downward_api.is_some() {
+        Some("kubernetes.io~downward-api")
+    } else {
+        None
+    }
+}
+
+/// Where volume `v` of `pod` is written, if it is of a kind the volume manager writes.
+pub fn managed_volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Option<PathBuf> {
+    Some(
+        super::pod_dir(pod, ctx)
+            .join("volumes")
+            .join(managed_volume_kind(v)?)
+            .join(&v.name),
+    )
 }

@@ -7,7 +7,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1 as k8s;
 
-use crate::volumes::BoxFuture;
+use super::BoxFuture;
 
 /// The Services the node knows of: a watch kept by the node (one for all pods, never a
 /// request per pod).

@@ -20,20 +20,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1 as k8s;
 
-use crate::criconfig::{self, NodeContext};
+use crate::criconfig::NodeContext;
 
 pub mod atomic;
 mod content;
 pub mod empty_dir;
 pub mod ownership;
 
-/// A boxed future, for the dyn-compatible [`VolumeSource`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::criconfig::BoxFuture;
+/// Where a volume of a kind this module serves is written, and its directory kind: the
+/// pod's configuration names the paths, this module fills them.
+pub use crate::criconfig::{managed_volume_kind as kind, managed_volume_path as path};
 
 /// Keys and bytes of a ConfigMap or Secret (`None`: it does not exist).
 pub type Data = Option<BTreeMap<String, Vec<u8>>>;
@@ -115,31 +116,6 @@ impl fmt::Display for MountError {
             self.volume, self.message
         )
     }
-}
-
-/// The directory kind (`kubernetes.io~projected`, …) of a volume this module serves.
-pub fn kind(v: &k8s::Volume) -> Option<&'static str> {
-    if v.projected.is_some() {
-        Some("kubernetes.io~projected")
-    } else if v.config_map.is_some() {
-        Some("kubernetes.io~configmap")
-    } else if v.secret.is_some() {
-        Some("kubernetes.io~secret")
-    } else if v.downward_api.is_some() {
-        Some("kubernetes.io~downward-api")
-    } else {
-        None
-    }
-}
-
-/// Where volume `v` of `pod` is written, if it is of a kind this module serves.
-pub fn path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Option<PathBuf> {
-    Some(
-        criconfig::pod_dir(pod, ctx)
-            .join("volumes")
-            .join(kind(v)?)
-            .join(&v.name),
-    )
 }
 
 /// The ConfigMaps and Secrets `pod`'s volumes project.
