@@ -66,6 +66,30 @@ fn strings(value: &Value, field: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// What an object's spec asks for besides its kind's settings.
+struct Asked<'a> {
+    network: Vec<String>,
+    exec: bool,
+    directory: Option<&'a str>,
+    urls: Vec<String>,
+    config: std::collections::BTreeMap<String, String>,
+    memory_limit: Option<String>,
+}
+
+impl<'a> Asked<'a> {
+    fn read(desired: &'a Desired) -> Result<Self, String> {
+        let caps = &desired.spec["capabilities"];
+        Ok(Asked {
+            network: strings(&caps["network"], "spec.capabilities.network")?,
+            exec: caps["exec"].as_bool().unwrap_or(false),
+            directory: caps["directory"].as_str().filter(|d| !d.is_empty()),
+            urls: strings(&caps["urls"], "spec.capabilities.urls")?,
+            config: desired.config()?,
+            memory_limit: desired.text(&["memoryLimit"]),
+        })
+    }
+}
+
 /// What `desired` asks the node to load from the component at `path`, or why not.
 pub fn plan(
     desired: &Desired,
@@ -74,165 +98,210 @@ pub fn plan(
     probes: &ProbeHandlers,
     sources: &PodSources,
 ) -> Result<Plan, String> {
-    let spec = &desired.spec;
-    let caps = &spec["capabilities"];
-    let network = strings(&caps["network"], "spec.capabilities.network")?;
-    let exec = caps["exec"].as_bool().unwrap_or(false);
-    let directory = caps["directory"].as_str().filter(|d| !d.is_empty());
-    let urls = strings(&caps["urls"], "spec.capabilities.urls")?;
-    let config = desired.config()?;
-    let memory_limit = desired.text(&["memoryLimit"]);
+    let asked = Asked::read(desired)?;
     match desired.kind {
-        Kind::Admission => {
-            if !network.is_empty() || exec || directory.is_some() || !urls.is_empty() {
-                return Err("spec.capabilities: admission plugins are given none (they decide from the pod and node they are handed)".into());
-            }
-            let failure_policy = match desired.text(&["admission", "failurePolicy"]).as_deref() {
-                None | Some("Fail") => FailurePolicyConfig::Fail,
-                Some("Ignore") => FailurePolicyConfig::Ignore,
-                Some(other) => {
-                    return Err(format!(
-                        "spec.admission.failurePolicy: {other:?} is neither Fail nor Ignore"
-                    ));
-                }
-            };
-            let instances = match desired.text(&["admission", "instances"]).as_deref() {
-                None | Some("Reused") => InstancesConfig::Reused,
-                Some("PerCall") => InstancesConfig::PerCall,
-                Some(other) => {
-                    return Err(format!(
-                        "spec.admission.instances: {other:?} is neither Reused nor PerCall"
-                    ));
-                }
-            };
-            let order = match &spec["admission"]["order"] {
-                Value::Null => 0,
-                v => v.as_i64().ok_or("spec.admission.order: not an integer")?,
-            };
-            let entry = AdmissionConfig {
-                name: desired.name.clone(),
-                file: Some(path.to_owned()),
-                failure_policy,
-                timeout: desired.text(&["admission", "timeout"]),
-                memory_limit,
-                instances,
-                config,
-            };
-            let link = entry
-                .link_spec_at(Path::new("/"), &field("admission"))
-                .map_err(text)?;
-            Ok(Plan::Admission(link, order))
+        Kind::Admission => admission(desired, path, asked),
+        Kind::ProbeHandler => probe_handler(desired, path, asked, grants, probes),
+        Kind::PodSource => pod_source(desired, path, asked, grants, sources),
+    }
+}
+
+/// `spec.admission.<field>` of `desired`, one of `values` (the first when absent).
+fn one_of<T: Copy>(desired: &Desired, field: &str, values: &[(&str, T)]) -> Result<T, String> {
+    match desired.text(&["admission", field]) {
+        None => Ok(values[0].1),
+        Some(text) => values
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| {
+                let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "spec.admission.{field}: {text:?} is neither {}",
+                    names.join(" nor ")
+                )
+            }),
+    }
+}
+
+fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, String> {
+    if !asked.network.is_empty()
+        || asked.exec
+        || asked.directory.is_some()
+        || !asked.urls.is_empty()
+    {
+        return Err("spec.capabilities: admission plugins are given none (they decide from the pod and node they are handed)".into());
+    }
+    let failure_policy = one_of(
+        desired,
+        "failurePolicy",
+        &[
+            ("Fail", FailurePolicyConfig::Fail),
+            ("Ignore", FailurePolicyConfig::Ignore),
+        ],
+    )?;
+    let instances = one_of(
+        desired,
+        "instances",
+        &[
+            ("Reused", InstancesConfig::Reused),
+            ("PerCall", InstancesConfig::PerCall),
+        ],
+    )?;
+    let order = match &desired.spec["admission"]["order"] {
+        Value::Null => 0,
+        v => v.as_i64().ok_or("spec.admission.order: not an integer")?,
+    };
+    let entry = AdmissionConfig {
+        name: desired.name.clone(),
+        file: Some(path.to_owned()),
+        failure_policy,
+        timeout: desired.text(&["admission", "timeout"]),
+        memory_limit: asked.memory_limit,
+        instances,
+        config: asked.config,
+    };
+    let link = entry
+        .link_spec_at(Path::new("/"), &field("admission"))
+        .map_err(text)?;
+    Ok(Plan::Admission(link, order))
+}
+
+fn probe_handler(
+    desired: &Desired,
+    path: &Path,
+    asked: Asked<'_>,
+    grants: &Grants,
+    probes: &ProbeHandlers,
+) -> Result<Plan, String> {
+    if asked.directory.is_some() || !asked.urls.is_empty() {
+        return Err("spec.capabilities: a probe handler may be given network and exec, not a directory or URLs".into());
+    }
+    let kinds = strings(
+        &desired.spec["probeHandler"]["kinds"],
+        "spec.probeHandler.kinds",
+    )?;
+    for kind in &kinds {
+        if let Some(own) = probes.configured_for(kind) {
+            return Err(format!(
+                "spec.probeHandler.kinds: this node checks {kind} probes with its own handler {own}"
+            ));
         }
-        Kind::ProbeHandler => {
-            if directory.is_some() || !urls.is_empty() {
-                return Err("spec.capabilities: a probe handler may be given network and exec, not a directory or URLs".into());
-            }
-            let kinds = strings(&spec["probeHandler"]["kinds"], "spec.probeHandler.kinds")?;
-            for kind in &kinds {
-                if let Some(own) = probes.configured_for(kind) {
-                    return Err(format!(
-                        "spec.probeHandler.kinds: this node checks {kind} probes with its own handler {own}"
-                    ));
-                }
-                if let Some(other) = probes.cluster_for(kind)
-                    && wasmlet_plugin_host::Plugin::name(&*other) != desired.name
-                {
-                    return Err(format!(
-                        "spec.probeHandler.kinds: {kind} probes are already checked by WasmletPlugin {}",
-                        wasmlet_plugin_host::Plugin::name(&*other)
-                    ));
-                }
-            }
-            let granted: Vec<NetworkGrant> = grants
-                .network
-                .iter()
-                .filter_map(|g| g.parse().ok())
-                .collect();
-            for (i, asked) in network.iter().enumerate() {
-                let parsed: NetworkGrant = asked
-                    .parse()
-                    .map_err(|e| format!("spec.capabilities.network[{i}]: {e}"))?;
-                if !granted.iter().any(|g| g.covers(&parsed)) {
-                    return Err(format!(
-                        "spec.capabilities.network[{i}]: {asked} is not granted by this node (clusterPlugins.grants.network)"
-                    ));
-                }
-            }
-            if exec && !grants.exec {
-                return Err(
-                    "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)"
-                        .into(),
-                );
-            }
-            let entry = ProbeConfig {
-                name: desired.name.clone(),
-                file: Some(path.to_owned()),
-                kinds,
-                network,
-                exec,
-                memory_limit,
-                config,
-            };
-            let spec = entry
-                .spec_at(Path::new("/"), &field("probeHandler"))
-                .map_err(text)?;
-            Ok(Plan::Probe(spec))
-        }
-        Kind::PodSource => {
-            if !network.is_empty() || exec {
-                return Err("spec.capabilities: a pod source may be given a directory and URLs, not network or exec".into());
-            }
-            if desired.name == API_SOURCE {
-                return Err(format!(
-                    "metadata.name: {API_SOURCE} names the API server's pods; a pod source needs another name"
-                ));
-            }
-            if sources.is_configured(&desired.name) {
-                return Err(format!(
-                    "metadata.name: this node has a pod source of its own called {}; a WasmletPlugin cannot replace it",
-                    desired.name
-                ));
-            }
-            if let Some(dir) = directory {
-                let asked = Path::new(dir);
-                let plain = asked.is_absolute()
-                    && asked
-                        .components()
-                        .all(|c| !matches!(c, std::path::Component::ParentDir));
-                if !plain {
-                    return Err(format!(
-                        "spec.capabilities.directory: {dir} is not an absolute path without .."
-                    ));
-                }
-                if !grants.directories.iter().any(|g| asked.starts_with(g)) {
-                    return Err(format!(
-                        "spec.capabilities.directory: {dir} is not granted by this node (clusterPlugins.grants.directories)"
-                    ));
-                }
-            }
-            for (i, url) in urls.iter().enumerate() {
-                if !grants.urls.iter().any(|g| url.starts_with(g.as_str())) {
-                    return Err(format!(
-                        "spec.capabilities.urls[{i}]: {url} is not granted by this node (clusterPlugins.grants.urls)"
-                    ));
-                }
-            }
-            let entry = SourceConfig {
-                name: desired.name.clone(),
-                file: Some(path.to_owned()),
-                directory: directory.map(Into::into),
-                urls,
-                period: desired.text(&["podSource", "period"]),
-                timeout: desired.text(&["podSource", "timeout"]),
-                memory_limit,
-                config,
-            };
-            let spec = entry
-                .spec_at(Path::new("/"), &field("podSource"))
-                .map_err(text)?;
-            Ok(Plan::Source(spec))
+        if let Some(other) = probes.cluster_for(kind)
+            && wasmlet_plugin_host::Plugin::name(&*other) != desired.name
+        {
+            return Err(format!(
+                "spec.probeHandler.kinds: {kind} probes are already checked by WasmletPlugin {}",
+                wasmlet_plugin_host::Plugin::name(&*other)
+            ));
         }
     }
+    network_granted(&asked.network, grants)?;
+    if asked.exec && !grants.exec {
+        return Err(
+            "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)".into(),
+        );
+    }
+    let entry = ProbeConfig {
+        name: desired.name.clone(),
+        file: Some(path.to_owned()),
+        kinds,
+        network: asked.network,
+        exec: asked.exec,
+        memory_limit: asked.memory_limit,
+        config: asked.config,
+    };
+    let spec = entry
+        .spec_at(Path::new("/"), &field("probeHandler"))
+        .map_err(text)?;
+    Ok(Plan::Probe(spec))
+}
+
+/// Whether every address range `asked` is inside one the node grants.
+fn network_granted(asked: &[String], grants: &Grants) -> Result<(), String> {
+    let granted: Vec<NetworkGrant> = grants
+        .network
+        .iter()
+        .filter_map(|g| g.parse().ok())
+        .collect();
+    for (i, text) in asked.iter().enumerate() {
+        let parsed: NetworkGrant = text
+            .parse()
+            .map_err(|e| format!("spec.capabilities.network[{i}]: {e}"))?;
+        if !granted.iter().any(|g| g.covers(&parsed)) {
+            return Err(format!(
+                "spec.capabilities.network[{i}]: {text} is not granted by this node (clusterPlugins.grants.network)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn pod_source(
+    desired: &Desired,
+    path: &Path,
+    asked: Asked<'_>,
+    grants: &Grants,
+    sources: &PodSources,
+) -> Result<Plan, String> {
+    if !asked.network.is_empty() || asked.exec {
+        return Err("spec.capabilities: a pod source may be given a directory and URLs, not network or exec".into());
+    }
+    if desired.name == API_SOURCE {
+        return Err(format!(
+            "metadata.name: {API_SOURCE} names the API server's pods; a pod source needs another name"
+        ));
+    }
+    if sources.is_configured(&desired.name) {
+        return Err(format!(
+            "metadata.name: this node has a pod source of its own called {}; a WasmletPlugin cannot replace it",
+            desired.name
+        ));
+    }
+    if let Some(dir) = asked.directory {
+        directory_granted(dir, grants)?;
+    }
+    for (i, url) in asked.urls.iter().enumerate() {
+        if !grants.urls.iter().any(|g| url.starts_with(g.as_str())) {
+            return Err(format!(
+                "spec.capabilities.urls[{i}]: {url} is not granted by this node (clusterPlugins.grants.urls)"
+            ));
+        }
+    }
+    let entry = SourceConfig {
+        name: desired.name.clone(),
+        file: Some(path.to_owned()),
+        directory: asked.directory.map(Into::into),
+        urls: asked.urls,
+        period: desired.text(&["podSource", "period"]),
+        timeout: desired.text(&["podSource", "timeout"]),
+        memory_limit: asked.memory_limit,
+        config: asked.config,
+    };
+    let spec = entry
+        .spec_at(Path::new("/"), &field("podSource"))
+        .map_err(text)?;
+    Ok(Plan::Source(spec))
+}
+
+/// Whether directory `dir` is plain (absolute, no `..`) and under one the node grants.
+fn directory_granted(dir: &str, grants: &Grants) -> Result<(), String> {
+    let asked = Path::new(dir);
+    let plain = asked.is_absolute()
+        && asked
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir));
+    if !plain {
+        return Err(format!(
+            "spec.capabilities.directory: {dir} is not an absolute path without .."
+        ));
+    }
+    if !grants.directories.iter().any(|g| asked.starts_with(g)) {
+        return Err(format!(
+            "spec.capabilities.directory: {dir} is not granted by this node (clusterPlugins.grants.directories)"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -289,6 +358,36 @@ mod tests {
         assert_eq!(link.limits.memory_bytes, 8 << 20);
         assert_eq!(link.limits.deadline, std::time::Duration::from_millis(250));
         assert_eq!(link.config.get("a").map(String::as_str), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn admission_settings_out_of_their_choices_are_named() {
+        let (probes, sources) = kinds().await;
+        let cases = [
+            (
+                json!({"failurePolicy": "Sometimes"}),
+                "spec.admission.failurePolicy: \"Sometimes\" is neither Fail nor Ignore",
+            ),
+            (
+                json!({"instances": "Pooled"}),
+                "spec.admission.instances: \"Pooled\" is neither Reused nor PerCall",
+            ),
+            (
+                json!({"order": "first"}),
+                "spec.admission.order: not an integer",
+            ),
+        ];
+        for (admission, want) in cases {
+            let d = object(json!({"kind": "admission", "admission": admission}));
+            let got = plan(
+                &d,
+                Path::new("/x.wasm"),
+                &Grants::default(),
+                &probes,
+                &sources,
+            );
+            assert_eq!(got.err().as_deref(), Some(want));
+        }
     }
 
     #[tokio::test]
