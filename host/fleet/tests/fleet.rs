@@ -94,9 +94,21 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
         "one write per node and version"
     );
 
-    // A broken version: the digest pins a component the ConfigMap does not hold (and
-    // the nodes never had: what they keep is found by digest). Every node refuses it
-    // and says why; deny-all keeps deciding.
+    a_broken_version_is_refused_everywhere(&c).await;
+
+    // Deleted: unloaded everywhere.
+    c.delete("policy").await;
+    for n in &c.nodes {
+        n.wait(|n| n.chain.names().is_empty(), "the chain is empty")
+            .await;
+        assert_eq!(n.decide().await, Verdict::Admitted);
+    }
+}
+
+/// Generation 3 of `policy`: its digest pins a component the ConfigMap does not hold
+/// (and the nodes never had: what they keep is found by digest). Every node refuses it
+/// and says why, deny-all keeps deciding, and the counts name the nodes that refused.
+async fn a_broken_version_is_refused_everywhere(c: &Cluster) {
     c.apply(json!({
         "metadata": {"name": "policy"},
         "spec": {"kind": "admission", "digest": digest_of("probe_exec"),
@@ -151,14 +163,6 @@ async fn an_applied_plugin_swaps_on_every_node_and_each_says_so() {
             .starts_with("digest mismatch"),
         "{failures}"
     );
-
-    // Deleted: unloaded everywhere.
-    c.delete("policy").await;
-    for n in &c.nodes {
-        n.wait(|n| n.chain.names().is_empty(), "the chain is empty")
-            .await;
-        assert_eq!(n.decide().await, Verdict::Admitted);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

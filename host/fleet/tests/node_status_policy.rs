@@ -189,8 +189,71 @@ async fn clients_of(c: &Cluster) -> Clients {
     clients
 }
 
+/// A write as one of the users: (who, what).
+enum Write {
+    /// Makes WasmletNode `.0`, owned by Node `.1`.
+    Make(&'static str, &'static str),
+    /// Writes WasmletNode `.0`'s status with an entry in state `.1`.
+    Status(&'static str, &'static str),
+    /// Deletes WasmletNode `.0`.
+    Delete(&'static str),
+    /// Writes an entry into WasmletPlugin `policy`'s status, as older nodes did.
+    PluginStatus,
+}
+
+async fn write(clients: &Clients, who: &str, what: &Write) -> (u16, String) {
+    match what {
+        Write::Make(name, owner) => {
+            write_node(clients, who, name, &node_object(name, owner), false).await
+        }
+        Write::Status(name, state) => {
+            write_node(clients, who, name, &node_status(name, state), true).await
+        }
+        Write::Delete(name) => delete_node(clients, who, name).await,
+        Write::PluginStatus => write_plugin_status(clients, who).await,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_writes_only_its_own_wasmletnode_and_no_plugin_status() {
+    let ok = || (200, String::new());
+    let plugin_status = denied(
+        "wasmletplugins",
+        "policy",
+        "wasmlet.dev-node-plugin-status",
+        "system:node:node-a may not write WasmletPlugins or their status: a node reports in its own WasmletNode",
+    );
+    let owner = denied(
+        "wasmletnodes",
+        "node-c",
+        "wasmlet.dev-node-objects",
+        "system:node:node-c may give its WasmletNode no owner but its own Node",
+    );
+    let steps = [
+        ("node-a", Write::Make("node-a", "node-a"), ok()),
+        ("node-a", Write::Status("node-a", "Loaded"), ok()),
+        (
+            "node-a",
+            Write::Make("node-b", "node-b"),
+            not_its_own("node-a", "node-b"),
+        ),
+        ("admin", Write::Make("node-b", "node-b"), ok()),
+        (
+            "node-a",
+            Write::Status("node-b", "Failed"),
+            not_its_own("node-a", "node-b"),
+        ),
+        (
+            "node-a",
+            Write::Delete("node-b"),
+            not_its_own("node-a", "node-b"),
+        ),
+        ("node-c", Write::Make("node-c", "node-b"), owner),
+        ("node-b", Write::Status("node-b", "Pending"), ok()),
+        ("node-b", Write::Delete("node-b"), ok()),
+        ("node-a", Write::PluginStatus, plugin_status),
+        ("admin", Write::PluginStatus, ok()),
+    ];
     for files in POLICIES {
         let c = Cluster::start("status-policy", &[]).await;
         for file in files {
@@ -200,139 +263,21 @@ async fn a_node_writes_only_its_own_wasmletnode_and_no_plugin_status() {
                         "spec": {"kind": "admission", "digest": DIGEST, "source": {"configMap": {"name": "x", "key": "y"}}}}))
             .await;
         let clients = clients_of(&c).await;
-        let ok = (200, String::new());
-        let file = files[0];
-        let owner = denied(
-            "wasmletnodes",
-            "node-c",
-            "wasmlet.dev-node-objects",
-            "system:node:node-c may give its WasmletNode no owner but its own Node",
-        );
-        let steps = [
-            (
-                "node-a makes its own",
-                write_node(
-                    &clients,
-                    "node-a",
-                    "node-a",
-                    &node_object("node-a", "node-a"),
-                    false,
-                )
-                .await,
-                ok.clone(),
-            ),
-            (
-                "node-a writes its status",
-                write_node(
-                    &clients,
-                    "node-a",
-                    "node-a",
-                    &node_status("node-a", "Loaded"),
-                    true,
-                )
-                .await,
-                ok.clone(),
-            ),
-            (
-                "node-a makes node-b's",
-                write_node(
-                    &clients,
-                    "node-a",
-                    "node-b",
-                    &node_object("node-b", "node-b"),
-                    false,
-                )
-                .await,
-                not_its_own("node-a", "node-b"),
-            ),
-            (
-                "an admin makes node-b's",
-                write_node(
-                    &clients,
-                    "admin",
-                    "node-b",
-                    &node_object("node-b", "node-b"),
-                    false,
-                )
-                .await,
-                ok.clone(),
-            ),
-            (
-                "node-a writes node-b's status",
-                write_node(
-                    &clients,
-                    "node-a",
-                    "node-b",
-                    &node_status("node-b", "Failed"),
-                    true,
-                )
-                .await,
-                not_its_own("node-a", "node-b"),
-            ),
-            (
-                "node-a deletes node-b's",
-                delete_node(&clients, "node-a", "node-b").await,
-                not_its_own("node-a", "node-b"),
-            ),
-            (
-                "node-c makes its own, owned by node-b",
-                write_node(
-                    &clients,
-                    "node-c",
-                    "node-c",
-                    &node_object("node-c", "node-b"),
-                    false,
-                )
-                .await,
-                owner,
-            ),
-            (
-                "node-b writes its status",
-                write_node(
-                    &clients,
-                    "node-b",
-                    "node-b",
-                    &node_status("node-b", "Pending"),
-                    true,
-                )
-                .await,
-                ok.clone(),
-            ),
-            (
-                "node-b deletes its own",
-                delete_node(&clients, "node-b", "node-b").await,
-                ok.clone(),
-            ),
-            (
-                "node-a writes its entry into the plugin",
-                write_plugin_status(&clients, "node-a").await,
-                denied(
-                    "wasmletplugins",
-                    "policy",
-                    "wasmlet.dev-node-plugin-status",
-                    "system:node:node-a may not write WasmletPlugins or their status: a node reports in its own WasmletNode",
-                ),
-            ),
-            (
-                "an admin writes the plugin's status",
-                write_plugin_status(&clients, "admin").await,
-                ok.clone(),
-            ),
-        ];
-        for (what, got, want) in steps {
-            assert_eq!(got, want, "{file}: {what}");
+        for (i, (who, what, want)) in steps.iter().enumerate() {
+            assert_eq!(
+                &write(&clients, who, what).await,
+                want,
+                "{}: step {i}",
+                files[0]
+            );
         }
-        let stored = c
-            .api
-            .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", "node-a")
-            .expect("node-a's");
-        assert_eq!(stored["status"]["plugins"][0]["state"], "Loaded", "{file}");
-        assert!(
+        let object = |name: &str| {
             c.api
-                .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", "node-b")
-                .is_none(),
-            "{file}"
-        );
+                .get("apis/wasmlet.dev/v1alpha1", "wasmletnodes", "", name)
+        };
+        let stored = object("node-a").expect("node-a's");
+        assert_eq!(stored["status"]["plugins"][0]["state"], "Loaded");
+        assert!(object("node-b").is_none(), "{}", files[0]);
     }
 }
 
