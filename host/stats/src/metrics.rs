@@ -203,25 +203,19 @@ struct Series<'a> {
     value: f64,
 }
 
-/// `/metrics/cadvisor`: the node's root cgroup (`id="/"`), each pod's cgroup
-/// (`container=""`) and each container.
-pub fn cadvisor(sample: Option<&Sample>) -> String {
-    let mut out = String::with_capacity(8192);
-    let Some(sample) = sample else {
-        return out;
-    };
-    let s = &sample.summary;
-    let ms = Some(sample.at / 1_000_000);
+/// A cgroup the sample measured, with its labels.
+struct Item<'a> {
+    labels: Vec<(&'a str, String)>,
+    cpu: Option<u64>,
+    mem: Option<&'a crate::summary::MemoryStats>,
+    fs: Option<u64>,
+    net: Option<&'a crate::summary::NetworkStats>,
+    start: Option<f64>,
+}
 
-    // Every cgroup the sample measured, with its labels.
-    struct Item<'a> {
-        labels: Vec<(&'a str, String)>,
-        cpu: Option<u64>,
-        mem: Option<&'a crate::summary::MemoryStats>,
-        fs: Option<u64>,
-        net: Option<&'a crate::summary::NetworkStats>,
-        start: Option<f64>,
-    }
+/// Every cgroup `sample` measured: the node's root, each pod's, each container's.
+fn items(sample: &Sample) -> Vec<Item<'_>> {
+    let s = &sample.summary;
     let mut items = vec![Item {
         labels: vec![
             ("container", String::new()),
@@ -279,9 +273,20 @@ pub fn cadvisor(sample: Option<&Sample>) -> String {
             });
         }
     }
+    items
+}
 
-    type Get<'a> = fn(&Item<'a>) -> Vec<Series<'a>>;
-    let families: Vec<(&str, &str, &str, Get<'_>)> = vec![
+/// A metric family: name, type, help, and its series of one cgroup.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    for<'a> fn(&Item<'a>) -> Vec<Series<'a>>,
+);
+
+/// The families of `/metrics/cadvisor`, in the order they are written.
+fn families() -> [Family; 10] {
+    [
         (
             "container_cpu_usage_seconds_total",
             "counter",
@@ -365,8 +370,19 @@ pub fn cadvisor(sample: Option<&Sample>) -> String {
                     .collect()
             },
         ),
-    ];
-    for (name, kind, help, get) in families {
+    ]
+}
+
+/// `/metrics/cadvisor`: the node's root cgroup (`id="/"`), each pod's cgroup
+/// (`container=""`) and each container.
+pub fn cadvisor(sample: Option<&Sample>) -> String {
+    let mut out = String::with_capacity(8192);
+    let Some(sample) = sample else {
+        return out;
+    };
+    let ms = Some(sample.at / 1_000_000);
+    let items = items(sample);
+    for (name, kind, help, get) in families() {
         header(&mut out, name, kind, help);
         let stamp = if name == "container_start_time_seconds" {
             None
