@@ -67,8 +67,14 @@ pub fn resource(sample: Option<&Sample>) -> String {
         Some(s) => (Some(s.at / 1_000_000), &s.summary),
         None => (None, &Default::default()),
     };
-    let pods = &s.pods;
+    container_families(&mut out, &s.pods, ms);
+    node_and_pod_families(&mut out, s, ms);
+    scrape_errors(&mut out, errors);
+    out
+}
 
+/// The containers' CPU, working set and start time.
+fn container_families(out: &mut String, pods: &[crate::summary::PodStats], ms: Option<i64>) {
     type Get = fn(&crate::summary::ContainerStats) -> Option<f64>;
     let families: [(&str, &str, &str, Get, bool); 3] = [
         (
@@ -94,7 +100,7 @@ pub fn resource(sample: Option<&Sample>) -> String {
         ),
     ];
     for (name, kind, help, get, stamped) in families {
-        header(&mut out, name, kind, help);
+        header(out, name, kind, help);
         for p in pods {
             for c in &p.containers {
                 if let Some(v) = get(c) {
@@ -103,43 +109,36 @@ pub fn resource(sample: Option<&Sample>) -> String {
                         ("pod", &p.pod_ref.name),
                         ("namespace", &p.pod_ref.namespace),
                     ];
-                    line(&mut out, name, &labels, v, if stamped { ms } else { None });
+                    line(out, name, &labels, v, if stamped { ms } else { None });
                 }
             }
         }
     }
+}
+
+/// The node's and each pod's CPU and working set.
+fn node_and_pod_families(out: &mut String, s: &crate::summary::Summary, ms: Option<i64>) {
+    let pods = &s.pods;
     header(
-        &mut out,
+        out,
         "node_cpu_usage_seconds_total",
         "counter",
         "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
     );
     if let Some(ns) = s.node.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds) {
-        line(
-            &mut out,
-            "node_cpu_usage_seconds_total",
-            &[],
-            seconds(ns),
-            ms,
-        );
+        line(out, "node_cpu_usage_seconds_total", &[], seconds(ns), ms);
     }
     header(
-        &mut out,
+        out,
         "node_memory_working_set_bytes",
         "gauge",
         "[STABLE] Current working set of the node in bytes",
     );
     if let Some(ws) = s.node.memory.as_ref().and_then(|m| m.working_set_bytes) {
-        line(
-            &mut out,
-            "node_memory_working_set_bytes",
-            &[],
-            ws as f64,
-            ms,
-        );
+        line(out, "node_memory_working_set_bytes", &[], ws as f64, ms);
     }
     header(
-        &mut out,
+        out,
         "pod_cpu_usage_seconds_total",
         "counter",
         "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
@@ -150,17 +149,11 @@ pub fn resource(sample: Option<&Sample>) -> String {
                 ("pod", p.pod_ref.name.as_str()),
                 ("namespace", &p.pod_ref.namespace),
             ];
-            line(
-                &mut out,
-                "pod_cpu_usage_seconds_total",
-                &labels,
-                seconds(ns),
-                ms,
-            );
+            line(out, "pod_cpu_usage_seconds_total", &labels, seconds(ns), ms);
         }
     }
     header(
-        &mut out,
+        out,
         "pod_memory_working_set_bytes",
         "gauge",
         "[STABLE] Current working set of the pod in bytes",
@@ -171,30 +164,27 @@ pub fn resource(sample: Option<&Sample>) -> String {
                 ("pod", p.pod_ref.name.as_str()),
                 ("namespace", &p.pod_ref.namespace),
             ];
-            line(
-                &mut out,
-                "pod_memory_working_set_bytes",
-                &labels,
-                ws as f64,
-                ms,
-            );
+            line(out, "pod_memory_working_set_bytes", &labels, ws as f64, ms);
         }
     }
+}
+
+/// Whether the sample was there (1: no metrics).
+fn scrape_errors(out: &mut String, errors: f64) {
     header(
-        &mut out,
+        out,
         "resource_scrape_error",
         "gauge",
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
     );
-    line(&mut out, "resource_scrape_error", &[], errors, None);
+    line(out, "resource_scrape_error", &[], errors, None);
     header(
-        &mut out,
+        out,
         "scrape_error",
         "gauge",
         "[ALPHA] (Deprecated since 1.29.0) 1 if there was an error while getting container metrics, 0 otherwise",
     );
-    line(&mut out, "scrape_error", &[], errors, None);
-    out
+    line(out, "scrape_error", &[], errors, None);
 }
 
 /// One cAdvisor series: its labels and value.
