@@ -206,16 +206,7 @@ impl PodConfig {
             });
             return merged;
         };
-        // Names other sources hold: an earlier source wins, a later one loses its claim.
-        let mut taken: BTreeMap<String, String> = BTreeMap::new();
-        for (i, (name, set)) in self.sources.iter().enumerate() {
-            if i == index {
-                continue;
-            }
-            for p in set.pods.values() {
-                taken.insert(PodKey::of(p).full_name(), name.clone());
-            }
-        }
+        let taken = self.taken_elsewhere(index);
         let previous = std::mem::take(&mut self.sources[index].1.pods);
         let directory = self.sources[index].1.directory.clone();
         let mut next: BTreeMap<String, Arc<k8s::Pod>> = BTreeMap::new();
@@ -226,101 +217,33 @@ impl PodConfig {
                 next.insert(uid.clone(), old.clone());
             }
         }
-        let (mut added, mut updated, mut reconciled, mut deleted) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut changes = Changes::default();
         let api = source == pod::API_SOURCE;
-        for SourcePod { origin, mut pod } in offered {
+        for SourcePod { origin, pod } in offered {
             let problem = |message: String| Problem {
                 source: source.to_owned(),
                 origin: origin.clone(),
                 message,
             };
-            if api {
-                // The API server named, defaulted and validated it.
-                pod::make_api(&mut pod);
-            } else {
-                let mut path = PathBuf::new();
-                let location = location(directory.as_deref(), &origin, &mut path);
-                pod::make_static(&mut pod, (source, &origin), &self.node_name, location);
-                if let Err(e) = pod::validate(&pod) {
-                    merged.problems.push(problem(format!("invalid pod: {e}")));
+            let pod = match self.prepare(source, &origin, pod, directory.as_deref()) {
+                Ok(p) => p,
+                Err(message) => {
+                    merged.problems.push(problem(message));
                     continue;
                 }
-            }
+            };
             let key = PodKey::of(&pod);
             let full = key.full_name();
-            if let Some(other) = origins.get(&full) {
+            let other = (origins.get(&full).cloned())
+                .or_else(|| taken.get(&full).map(|s| format!("source {s}")));
+            if let Some(other) = other {
                 merged.problems.push(problem(format!(
                     "duplicate pod {full}: already defined by {other}"
                 )));
                 continue;
             }
-            if let Some(other) = taken.get(&full) {
-                merged.problems.push(problem(format!(
-                    "duplicate pod {full}: already defined by source {other}"
-                )));
-                continue;
-            }
             origins.insert(full, origin.clone());
-            let old = previous.get(&key.uid);
-            // Deleted by the API server now: stopped with its grace period, kept until
-            // the API server lets it go.
-            let newly_deleted = pod::is_deleted(&pod) && !old.is_some_and(|o| pod::is_deleted(o));
-            let pod = match old {
-                // The same resourceVersion is the same object.
-                Some(old)
-                    if api
-                        && pod.metadata.resource_version.is_some()
-                        && old.metadata.resource_version == pod.metadata.resource_version =>
-                {
-                    old.clone()
-                }
-                None => {
-                    pod.metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(
-                            pod::CONFIG_SEEN_ANNOTATION.into(),
-                            crate::time::now_rfc3339(),
-                        );
-                    let pod = Arc::new(pod);
-                    if newly_deleted {
-                        deleted.push(pod.clone());
-                    } else {
-                        added.push(pod.clone());
-                    }
-                    pod
-                }
-                Some(old) => {
-                    // Keep when it was first seen.
-                    if let Some(seen) = old
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(pod::CONFIG_SEEN_ANNOTATION))
-                    {
-                        pod.metadata
-                            .annotations
-                            .get_or_insert_with(BTreeMap::new)
-                            .insert(pod::CONFIG_SEEN_ANNOTATION.into(), seen.clone());
-                    }
-                    if newly_deleted {
-                        let pod = Arc::new(pod);
-                        deleted.push(pod.clone());
-                        pod
-                    } else if pod::differ_semantically(old, &pod) {
-                        let pod = Arc::new(pod);
-                        updated.push(pod.clone());
-                        pod
-                    } else if old.status != pod.status {
-                        let pod = Arc::new(pod);
-                        reconciled.push(pod.clone());
-                        pod
-                    } else {
-                        old.clone()
-                    }
-                }
-            };
+            let pod = changes.take(previous.get(&key.uid), pod, api);
             next.insert(key.uid, pod);
         }
         let mut removed = Vec::new();
@@ -337,22 +260,128 @@ impl PodConfig {
         let set = &mut self.sources[index].1;
         set.pods = next;
         set.seen = true;
-        for (op, pods) in [
-            (Op::Remove, removed),
-            (Op::Add, added),
-            (Op::Update, updated),
-            (Op::Reconcile, reconciled),
-            (Op::Delete, deleted),
-        ] {
-            if !pods.is_empty() {
-                merged.updates.push(PodUpdate {
-                    op,
-                    source: source.to_owned(),
-                    pods,
-                });
+        merged.updates = changes.updates(source, removed);
+        merged
+    }
+
+    /// The pods the sources other than `index` hold, by full name: an earlier source
+    /// wins, a later one loses its claim.
+    fn taken_elsewhere(&self, index: usize) -> BTreeMap<String, String> {
+        let mut taken = BTreeMap::new();
+        for (i, (name, set)) in self.sources.iter().enumerate() {
+            if i == index {
+                continue;
+            }
+            for p in set.pods.values() {
+                taken.insert(PodKey::of(p).full_name(), name.clone());
             }
         }
-        merged
+        taken
+    }
+
+    /// A pod `source` offers, made the node's (the API server's: as it named, defaulted
+    /// and validated it; a file's or URL's: a static pod, validated here).
+    fn prepare(
+        &self,
+        source: &str,
+        origin: &str,
+        mut pod: k8s::Pod,
+        directory: Option<&Path>,
+    ) -> Result<k8s::Pod, String> {
+        if source == pod::API_SOURCE {
+            pod::make_api(&mut pod);
+            return Ok(pod);
+        }
+        let mut path = PathBuf::new();
+        let location = location(directory, origin, &mut path);
+        pod::make_static(&mut pod, (source, origin), &self.node_name, location);
+        pod::validate(&pod).map_err(|e| format!("invalid pod: {e}"))?;
+        Ok(pod)
+    }
+}
+
+/// What one source's new set changes, by operation.
+#[derive(Default)]
+struct Changes {
+    added: Vec<Arc<k8s::Pod>>,
+    updated: Vec<Arc<k8s::Pod>>,
+    reconciled: Vec<Arc<k8s::Pod>>,
+    deleted: Vec<Arc<k8s::Pod>>,
+}
+
+impl Changes {
+    /// Takes `pod`, offered where `old` was: the pod the set keeps, recorded as added,
+    /// updated, reconciled (its status only) or deleted (by the API server now: stopped
+    /// with its grace period, kept until the API server lets it go), or nothing.
+    fn take(&mut self, old: Option<&Arc<k8s::Pod>>, mut pod: k8s::Pod, api: bool) -> Arc<k8s::Pod> {
+        let newly_deleted = pod::is_deleted(&pod) && !old.is_some_and(|o| pod::is_deleted(o));
+        let Some(old) = old else {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(
+                    pod::CONFIG_SEEN_ANNOTATION.into(),
+                    crate::time::now_rfc3339(),
+                );
+            let pod = Arc::new(pod);
+            let list = if newly_deleted {
+                &mut self.deleted
+            } else {
+                &mut self.added
+            };
+            list.push(pod.clone());
+            return pod;
+        };
+        // The same resourceVersion is the same object.
+        if api
+            && pod.metadata.resource_version.is_some()
+            && old.metadata.resource_version == pod.metadata.resource_version
+        {
+            return old.clone();
+        }
+        // Keep when it was first seen.
+        if let Some(seen) = old
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(pod::CONFIG_SEEN_ANNOTATION))
+        {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(pod::CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+        }
+        let list = if newly_deleted {
+            &mut self.deleted
+        } else if pod::differ_semantically(old, &pod) {
+            &mut self.updated
+        } else if old.status != pod.status {
+            &mut self.reconciled
+        } else {
+            return old.clone();
+        };
+        let pod = Arc::new(pod);
+        list.push(pod.clone());
+        pod
+    }
+
+    /// The updates to send, `removed` first, an empty operation left out.
+    fn updates(self, source: &str, removed: Vec<Arc<k8s::Pod>>) -> Vec<PodUpdate> {
+        [
+            (Op::Remove, removed),
+            (Op::Add, self.added),
+            (Op::Update, self.updated),
+            (Op::Reconcile, self.reconciled),
+            (Op::Delete, self.deleted),
+        ]
+        .into_iter()
+        .filter(|(_, pods)| !pods.is_empty())
+        .map(|(op, pods)| PodUpdate {
+            op,
+            source: source.to_owned(),
+            pods,
+        })
+        .collect()
     }
 }
 
