@@ -436,63 +436,116 @@ pub fn qos_class(pod: &k8s::Pod) -> &'static str {
 /// The pod's status.
 pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     let pod = input.pod;
-    let rt = input.runtime;
-    let initialized = actions::initialized(pod, rt);
-    // An init container that finished with exit code 0 is ready (the kubelet's prober
-    // manager says so of every init container it updates).
-    let init_statuses: Vec<k8s::ContainerStatus> = pod::init_containers(pod)
-        .iter()
-        .map(|c| {
-            let mut s = container_status(c, input, "PodInitializing");
-            s.ready = s
-                .state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0);
-            s
-        })
-        .collect();
-    let app_default = if initialized {
-        "ContainerCreating"
-    } else {
-        "PodInitializing"
-    };
-    let mut app_statuses: Vec<k8s::ContainerStatus> = pod::containers(pod)
-        .iter()
-        .map(|c| container_status(c, input, app_default))
-        .collect();
-    if input.terminal {
-        end_unterminated(&mut app_statuses);
-    }
-    // Ephemeral containers: never ready (no probes), never part of the phase.
-    let ephemeral_statuses: Vec<k8s::ContainerStatus> = pod::ephemeral_containers(pod)
-        .iter()
-        .map(|c| {
-            let mut s = container_status(c, input, "ContainerCreating");
-            s.ready = false;
-            s
-        })
-        .collect();
-    let previous_phase = input.previous.and_then(|p| p.phase.as_deref());
-    let phase = match previous_phase {
-        _ if input.evicted.is_some() => "Failed",
-        // A terminal phase is final.
-        Some(p @ ("Succeeded" | "Failed")) => {
-            if p == "Succeeded" {
-                "Succeeded"
-            } else {
-                "Failed"
-            }
-        }
-        _ if input.terminal => final_phase(&app_statuses),
-        _ => phase(pod, &init_statuses, &app_statuses),
-    };
-    let terminal = matches!(phase, "Succeeded" | "Failed");
-
-    let sandbox = rt.sandbox();
+    let initialized = actions::initialized(pod, input.runtime);
+    let statuses = Statuses::of(input, initialized);
+    let phase = pod_phase(input, &statuses);
+    let sandbox = input.runtime.sandbox();
     let host_network = pod::host_network(pod);
     let sandbox_ready = sandbox.is_some_and(|s| s.ready && (host_network || !s.ips.is_empty()));
-    let incomplete: Vec<&str> = init_statuses
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let conditions = conditions(input, &statuses, initialized, terminal, sandbox_ready);
+    let pod_ips = pod_ips(input, sandbox, host_network);
+    let host_ip = (!input.host_ip.is_empty()).then(|| input.host_ip.to_owned());
+    let Statuses {
+        init,
+        app,
+        ephemeral,
+    } = statuses;
+    k8s::PodStatus {
+        phase: Some(phase.to_owned()),
+        conditions: Some(conditions),
+        host_ip: host_ip.clone(),
+        host_ips: host_ip.map(|ip| vec![k8s::HostIP { ip }]),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.into_iter().map(|ip| k8s::PodIP { ip }).collect()),
+        start_time: time(input.start_time.map(str::to_owned)),
+        qos_class: Some(qos_class(pod).to_owned()),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        container_statuses: Some(app),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
+        reason: input.evicted.map(|(r, _)| r.to_owned()),
+        message: input.evicted.map(|(_, m)| m.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The pod's container statuses, by kind of container.
+struct Statuses {
+    init: Vec<k8s::ContainerStatus>,
+    app: Vec<k8s::ContainerStatus>,
+    ephemeral: Vec<k8s::ContainerStatus>,
+}
+
+impl Statuses {
+    fn of(input: &Input<'_>, initialized: bool) -> Self {
+        let pod = input.pod;
+        // An init container that finished with exit code 0 is ready (the kubelet's
+        // prober manager says so of every init container it updates).
+        let init = pod::init_containers(pod)
+            .iter()
+            .map(|c| {
+                let mut s = container_status(c, input, "PodInitializing");
+                s.ready = s
+                    .state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0);
+                s
+            })
+            .collect();
+        let app_default = if initialized {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        };
+        let mut app: Vec<k8s::ContainerStatus> = pod::containers(pod)
+            .iter()
+            .map(|c| container_status(c, input, app_default))
+            .collect();
+        if input.terminal {
+            end_unterminated(&mut app);
+        }
+        // Ephemeral containers: never ready (no probes), never part of the phase.
+        let ephemeral = pod::ephemeral_containers(pod)
+            .iter()
+            .map(|c| {
+                let mut s = container_status(c, input, "ContainerCreating");
+                s.ready = false;
+                s
+            })
+            .collect();
+        Statuses {
+            init,
+            app,
+            ephemeral,
+        }
+    }
+}
+
+/// The pod's phase: Failed once evicted, a terminal phase kept, else from its containers.
+fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
+    match input.previous.and_then(|p| p.phase.as_deref()) {
+        _ if input.evicted.is_some() => "Failed",
+        // A terminal phase is final.
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        _ if input.terminal => final_phase(&statuses.app),
+        _ => phase(input.pod, &statuses.init, &statuses.app),
+    }
+}
+
+/// The pod's conditions, the kubelet's five first, then a disruption and the
+/// conditions others own.
+fn conditions(
+    input: &Input<'_>,
+    statuses: &Statuses,
+    initialized: bool,
+    terminal: bool,
+    sandbox_ready: bool,
+) -> Vec<k8s::PodCondition> {
+    let incomplete: Vec<&str> = statuses
+        .init
         .iter()
         .filter(|s| {
             s.state
@@ -502,7 +555,8 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         })
         .map(|s| s.name.as_str())
         .collect();
-    let unready: Vec<&str> = app_statuses
+    let unready: Vec<&str> = statuses
+        .app
         .iter()
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
@@ -514,13 +568,8 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     } else if terminal {
         (Some("PodCompleted"), None)
     } else {
-        (
-            Some("ContainersNotReady"),
-            Some(format!(
-                "containers with unready status: {}",
-                names(&unready)
-            )),
-        )
+        let message = format!("containers with unready status: {}", names(&unready));
+        (Some("ContainersNotReady"), Some(message))
     };
     let mut conditions = vec![
         condition(
@@ -554,37 +603,30 @@ pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
         ));
     }
     conditions.extend(others_conditions(input));
-    let mut pod_ips: Vec<String> = match sandbox {
+    conditions
+}
+
+/// The pod's addresses: the node's on the host network, else its sandbox's — or, for a
+/// stopped pod whose sandbox no longer reports one, those it had, as the kubelet's
+/// status keeps them (its sandbox outlives it there).
+fn pod_ips(
+    input: &Input<'_>,
+    sandbox: Option<&crate::runtime::Sandbox>,
+    host_network: bool,
+) -> Vec<String> {
+    let ips: Vec<String> = match sandbox {
         _ if host_network => vec![input.host_ip.to_owned()],
         Some(s) => s.ips.clone(),
         None => Vec::new(),
     };
-    // A stopped pod whose sandbox no longer reports an address keeps the one it had,
-    // as the kubelet's status does (its sandbox outlives it there).
-    if pod_ips.is_empty()
-        && let Some(previous) = input.previous.and_then(|p| p.pod_ips.as_ref())
-    {
-        pod_ips = previous.iter().map(|ip| ip.ip.clone()).collect();
+    if !ips.is_empty() {
+        return ips;
     }
-    let host_ip = (!input.host_ip.is_empty()).then(|| input.host_ip.to_owned());
-    k8s::PodStatus {
-        phase: Some(phase.to_owned()),
-        conditions: Some(conditions),
-        host_ip: host_ip.clone(),
-        host_ips: host_ip.map(|ip| vec![k8s::HostIP { ip }]),
-        pod_ip: pod_ips.first().cloned(),
-        pod_ips: (!pod_ips.is_empty())
-            .then(|| pod_ips.into_iter().map(|ip| k8s::PodIP { ip }).collect()),
-        start_time: time(input.start_time.map(str::to_owned)),
-        qos_class: Some(qos_class(pod).to_owned()),
-        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
-        container_statuses: Some(app_statuses),
-        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
-            .then_some(ephemeral_statuses),
-        reason: input.evicted.map(|(r, _)| r.to_owned()),
-        message: input.evicted.map(|(_, m)| m.to_owned()),
-        ..Default::default()
-    }
+    input
+        .previous
+        .and_then(|p| p.pod_ips.as_ref())
+        .map(|previous| previous.iter().map(|ip| ip.ip.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// The status of a pod the admission chain refused: `Failed`, with the plugin's reason
