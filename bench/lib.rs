@@ -136,6 +136,14 @@ pub fn cpu_time_of(pid: &str) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// The `p`-th percentile (0..=100) of `values`, the nearest rank as [`Samples::percentile`]
+/// takes it; the default of `T` when there are none.
+pub fn pct<T: Ord + Copy + Default>(mut values: Vec<T>, p: f64) -> T {
+    values.sort();
+    let i = ((values.len() as f64 - 1.0) * p / 100.0).round() as usize;
+    values.get(i).copied().unwrap_or_default()
+}
+
 /// Formats a duration compactly (µs below 10 ms).
 pub fn fmt(d: Duration) -> String {
     if d < Duration::from_millis(10) {

@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::Cluster;
-use wasmlet_bench::{fmt, variant};
+use wasmlet_bench::{fmt, pct, variant};
 use wasmlet_fleet::FleetConfig;
-use wasmlet_plugin_host::Plugin;
 use wasmlet_signing::{Registry, Verification, Verifier, keys};
 
 fn smoke() -> bool {
@@ -110,19 +109,7 @@ async fn round(
     c.apply(json!({"metadata": {"name": "policy"},
                    "spec": {"kind": "admission", "digest": format!("sha256:{sha}"), "source": source}}))
         .await;
-    let mut serving: Vec<Option<Duration>> = vec![None; c.nodes.len()];
-    while serving.iter().any(Option::is_none) {
-        for (n, at) in c.nodes.iter().zip(serving.iter_mut()) {
-            if at.is_none() && n.chain.current("policy").is_some_and(|p| p.digest() == sha) {
-                *at = Some(start.elapsed());
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "round {i}: not every node serves within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let nodes = support::serving(&c.nodes, "policy", &sha, start, Duration::from_secs(60)).await;
     let counts = deciding.stop().await;
     let generation = i as i64 + 1;
     let want = json!({"observedGeneration": generation, "serving": c.nodes.len(), "pending": 0});
@@ -136,7 +123,6 @@ async fn round(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let nodes: Vec<Duration> = serving.into_iter().flatten().collect();
     Round {
         all: nodes.iter().copied().max().unwrap_or_default(),
         nodes,
@@ -145,12 +131,6 @@ async fn round(
         writes: c.node_writes() - writes_before,
         counted,
     }
-}
-
-fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
-    v.sort();
-    let i = ((v.len() as f64 - 1.0) * p / 100.0).round() as usize;
-    v.get(i).copied().unwrap_or_default()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -36,9 +36,9 @@ use http_body::{Body, Frame, SizeHint};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wasmlet_bench::fmt;
+use wasmlet_bench::{fmt, pct};
 use wasmlet_fleet::FleetConfig;
-use wasmlet_plugin_host::{Plugin, PluginEngine};
+use wasmlet_plugin_host::PluginEngine;
 
 /// What one node's client saw: bytes its watches of WasmletPlugins and of its Node
 /// received, its WasmletNode writes' latencies.
@@ -450,7 +450,8 @@ async fn round(
         .expect("apply");
     let spec_event = serde_json::to_vec(&applied).expect("json").len();
     let generation = applied.metadata.generation.unwrap_or(0);
-    let nodes = serving(fleet, &sha, start).await;
+    let nodes =
+        support::serving(&fleet.nodes, "scale", &sha, start, Duration::from_secs(120)).await;
     let counted = counts_settle(&plugins, generation, fleet.nodes.len(), start).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let objects: Api<DynamicObject> =
@@ -487,24 +488,6 @@ async fn round(
     }
 }
 
-/// Waits until every node serves `sha`: when each did, from `start`.
-async fn serving(fleet: &Fleet, sha: &str, start: Instant) -> Vec<Duration> {
-    let mut at: Vec<Option<Duration>> = vec![None; fleet.nodes.len()];
-    while at.iter().any(Option::is_none) {
-        for (n, t) in fleet.nodes.iter().zip(at.iter_mut()) {
-            if t.is_none() && n.chain.current("scale").is_some_and(|p| p.digest() == sha) {
-                *t = Some(start.elapsed());
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "not every node serves within 120 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    at.into_iter().flatten().collect()
-}
-
 /// Waits until the counts say all `n` nodes serve `generation`: when, from `start`
 /// (watching the object: polling it would add its own load to what is measured).
 async fn counts_settle(
@@ -527,12 +510,6 @@ async fn counts_settle(
         .expect("the counts settle within 120 s")
         .expect("watching the plugin");
     start.elapsed()
-}
-
-fn pct<T: Ord + Copy + Default>(mut v: Vec<T>, p: f64) -> T {
-    v.sort();
-    let i = ((v.len() as f64 - 1.0) * p / 100.0).round() as usize;
-    v.get(i).copied().unwrap_or_default()
 }
 
 /// The rounds on `n` nodes, as one row.

@@ -170,6 +170,35 @@ pub async fn hollow_node(
     }
 }
 
+/// Waits until each of `nodes` serves digest `sha` (hex) as admission plugin `plugin`:
+/// when each did, from `start`; fails after `within`.
+pub async fn serving(
+    nodes: &[Node],
+    plugin: &str,
+    sha: &str,
+    start: Instant,
+    within: Duration,
+) -> Vec<Duration> {
+    let mut at: Vec<Option<Duration>> = vec![None; nodes.len()];
+    while at.iter().any(Option::is_none) {
+        for (n, t) in nodes.iter().zip(at.iter_mut()) {
+            if t.is_none()
+                && n.chain
+                    .current(plugin)
+                    .is_some_and(|p| wasmlet_plugin_host::Plugin::digest(&*p) == sha)
+            {
+                *t = Some(start.elapsed());
+            }
+        }
+        assert!(
+            start.elapsed() < within,
+            "not every node serves {plugin} sha256:{sha} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    at.into_iter().flatten().collect()
+}
+
 /// The double, and nodes following it.
 pub struct Cluster {
     pub api: ApiServerSim,
