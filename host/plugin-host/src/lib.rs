@@ -90,8 +90,10 @@ use bindings::wasmlet::plugin::host::Level;
 pub const MAX_MEMORY_BYTES: usize = 256 << 20;
 
 /// Core instances a component may create: a Rust `wasm32-wasip2` component has its
-/// own module plus the adapter's few; a guest that makes more is refused.
-pub const MAX_CORE_INSTANCES: usize = 8;
+/// own module plus the adapter's few; a Python one (componentize-py) links CPython and
+/// its C extensions as shared libraries, 14 modules; a guest that makes more than this
+/// is refused.
+pub const MAX_CORE_INSTANCES: usize = 32;
 
 /// How a plugin's calls get their instance. Measured (bench/README.md): back to back, a
 /// resource-fit decision costs 2–3 µs on a reused instance and 16–23 µs on a fresh one

@@ -6,7 +6,8 @@
 //!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http]
 //! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --http-get URL [--header H…]
 //!     | --grpc HOST:PORT [--service S] | --exec CMD… --container ID [--endpoint E]
-//!     | --custom KEY=VALUE… [--pod-ip IP]) [--allow-network pod|CIDR…] [--timeout-ms N]
+//!     | --custom KEY=VALUE… [--pod-ip IP] [--container ID: exec granted there])
+//!     [--allow-network pod|CIDR…] [--timeout-ms N]
 //! wasmlet plugin source SOURCE.wasm [--dir DIR] [--allow-url URL…] [--config KEY=VALUE…] \
 //!     [--output names|yaml|json] [--timeout-ms N]
 //! wasmlet plugin push FILE.wasm oci://REGISTRY/REPO:TAG [--insecure] [--username U]
@@ -43,6 +44,12 @@ use wasmlet_plugin_host::{
 pub struct PluginArgs {
     #[command(subcommand)]
     pub command: PluginCommand,
+    /// Keep compiled components in DIR (the agent's `plugins.cacheDirectory` format), so
+    /// that a component compiled once loads in milliseconds the next time — worth it for
+    /// the megabytes of a Python or JavaScript plugin's interpreter. Nothing is kept by
+    /// default.
+    #[arg(long, global = true, env = "WASMLET_PLUGIN_CACHE", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// What to do with a plugin.
@@ -76,14 +83,10 @@ pub enum PluginCommand {
     /// Check that a key signed a pushed component or a file, as a node does before it
     /// loads it.
     Verify(signing::VerifyArgs),
-    /// Compile a component (read from standard input) into a plugin cache: what the
-    /// agent runs to compile plugins outside its own process.
+    /// Compile a component (read from standard input) into the plugin cache named by
+    /// `--cache-dir`: what the agent runs to compile plugins outside its own process.
     #[command(hide = true)]
-    Precompile {
-        /// The cache directory (`plugins.cacheDirectory`).
-        #[arg(long)]
-        cache_dir: PathBuf,
-    },
+    Precompile,
 }
 
 /// Arguments of `wasmlet plugin push`.
@@ -187,7 +190,8 @@ pub struct ProbeArgs {
     /// An exec check: this command in `--container`, through the CRI at `--endpoint`.
     #[arg(long, num_args = 1.., allow_hyphen_values = true, requires = "container")]
     pub exec: Option<Vec<String>>,
-    /// The container to exec in.
+    /// The container to exec in: the exec check's, or, with a custom check, the
+    /// container the handler may run commands in (granting it exec).
     #[arg(long)]
     pub container: Option<String>,
     /// The CRI runtime's endpoint, for exec.
@@ -245,16 +249,31 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 
 /// Runs `wasmlet plugin`.
 pub async fn run(args: PluginArgs) -> Result<ExitCode> {
+    let cache = args.cache_dir.as_deref();
     match args.command {
-        PluginCommand::Inspect { file } => inspect(&file),
-        PluginCommand::Admit(a) => admit(a).await,
-        PluginCommand::Probe(a) => probe(a).await,
-        PluginCommand::Source(a) => source(a).await,
-        PluginCommand::Push(a) => push(a).await,
+        PluginCommand::Inspect { file } => inspect(&engine(cache)?, &file),
+        PluginCommand::Admit(a) => admit(engine(cache)?, a).await,
+        PluginCommand::Probe(a) => probe(&engine(cache)?, a).await,
+        PluginCommand::Source(a) => source(&engine(cache)?, a).await,
+        PluginCommand::Push(a) => push(&engine(cache)?, a).await,
         PluginCommand::GenerateKeyPair(a) => signing::generate(&a),
         PluginCommand::Sign(a) => signing::sign(a).await,
         PluginCommand::Verify(a) => signing::verify(a).await,
-        PluginCommand::Precompile { cache_dir } => precompile(&cache_dir),
+        PluginCommand::Precompile => match cache {
+            Some(dir) => precompile(dir),
+            None => bail!("wasmlet plugin precompile: --cache-dir is required"),
+        },
+    }
+}
+
+/// The engine the offline commands run plugins in, with the compiled-component cache
+/// when one is named.
+fn engine(cache: Option<&Path>) -> Result<PluginEngine> {
+    match cache {
+        Some(dir) => {
+            PluginEngine::with_cache(dir).with_context(|| format!("--cache-dir {}", dir.display()))
+        }
+        None => PluginEngine::new(),
     }
 }
 
@@ -278,8 +297,7 @@ fn precompile(cache_dir: &std::path::Path) -> Result<ExitCode> {
     }
 }
 
-async fn push(args: PushArgs) -> Result<ExitCode> {
-    let engine = PluginEngine::new()?;
+async fn push(engine: &PluginEngine, args: PushArgs) -> Result<ExitCode> {
     let inspection = engine
         .inspect(&args.file)
         .with_context(|| format!("{}", args.file.display()))?;
@@ -318,14 +336,13 @@ async fn push(args: PushArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn source(args: SourceArgs) -> Result<ExitCode> {
+async fn source(engine: &PluginEngine, args: SourceArgs) -> Result<ExitCode> {
     use wasmlet_plugin_host::source::SourceGrants;
     if let Some(dir) = &args.dir
         && !dir.is_dir()
     {
         bail!("--dir {}: not a directory", dir.display());
     }
-    let engine = PluginEngine::new()?;
     let source = engine.load_source(
         &plugin_name(&args.source),
         &args.source,
@@ -371,8 +388,7 @@ async fn source(args: SourceArgs) -> Result<ExitCode> {
     })
 }
 
-fn inspect(file: &Path) -> Result<ExitCode> {
-    let engine = PluginEngine::new()?;
+fn inspect(engine: &PluginEngine, file: &Path) -> Result<ExitCode> {
     let i = engine.inspect(file)?;
     println!("file:         {}", file.display());
     println!("size:         {} bytes", i.size);
@@ -463,7 +479,7 @@ fn active_pods(dir: &Path) -> Result<Vec<Pod>> {
     Ok(out)
 }
 
-async fn admit(args: AdmitArgs) -> Result<ExitCode> {
+async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
     let node_objects = objects(&args.node)?;
     let [node_value] = node_objects.as_slice() else {
         bail!(
@@ -484,7 +500,6 @@ async fn admit(args: AdmitArgs) -> Result<ExitCode> {
         bail!("{}: no pod in it", args.pod.display());
     }
 
-    let engine = PluginEngine::new()?;
     let chain = AdmissionChain::new(engine);
     let config: BTreeMap<String, String> = args.config.into_iter().collect();
     let limits = Limits {
@@ -555,6 +570,17 @@ impl probe::ContainerExec for CriExec {
     }
 }
 
+/// Commands in `container` through the CRI runtime at `endpoint`.
+async fn cri_exec(endpoint: &str, container: &str) -> Result<Arc<dyn probe::ContainerExec>> {
+    let client =
+        wasmlet_cri::CriClient::connect_with(endpoint, wasmlet_cri::ClientOptions::default())
+            .await?;
+    Ok(Arc::new(CriExec {
+        client,
+        container: container.to_owned(),
+    }))
+}
+
 /// `HOST:PORT` (IPv6 in brackets) split, naming the flag in the error.
 fn host_port(flag: &str, text: &str) -> Result<(String, u16)> {
     text.rsplit_once(':')
@@ -598,7 +624,7 @@ fn http_get_action(url: &str, headers: &[String]) -> Result<(probe::Action, Stri
     Ok((action, host))
 }
 
-async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
+async fn probe(engine: &PluginEngine, args: Box<ProbeArgs>) -> Result<ExitCode> {
     let network = args
         .allow_network
         .iter()
@@ -607,7 +633,10 @@ async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
                 .map_err(|e: String| anyhow::anyhow!("--allow-network: {e}"))
         })
         .collect::<Result<Vec<probe::NetworkGrant>>>()?;
-    let mut exec: Option<Arc<dyn probe::ContainerExec>> = None;
+    let exec = match &args.container {
+        Some(container) => Some(cri_exec(&args.endpoint, container).await?),
+        None => None,
+    };
     let (action, pod_ip) = if let Some(hostport) = &args.tcp_socket {
         let (host, port) = host_port("--tcp-socket", hostport)?;
         let action = probe::Action::TcpSocket(probe::TcpSocketAction {
@@ -626,15 +655,6 @@ async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
         });
         (action, host)
     } else if let Some(command) = &args.exec {
-        let client = wasmlet_cri::CriClient::connect_with(
-            &args.endpoint,
-            wasmlet_cri::ClientOptions::default(),
-        )
-        .await?;
-        exec = Some(Arc::new(CriExec {
-            client,
-            container: args.container.clone().unwrap_or_default(),
-        }));
         (probe::Action::Exec(command.clone()), String::new())
     } else {
         (probe::Action::Custom(args.custom.clone()), String::new())
@@ -644,7 +664,6 @@ async fn probe(args: Box<ProbeArgs>) -> Result<ExitCode> {
         exec: exec.is_some(),
         network,
     };
-    let engine = PluginEngine::new()?;
     let handler = engine.load_probe(
         &plugin_name(&args.handler),
         &args.handler,

@@ -51,3 +51,7 @@ pub fn template(dir: &str, crate_name: &str) -> PathBuf {
     let root = plugins_dir().join("../templates").join(dir);
     build(&root, &format!("templates/{dir}")).join(default_file_name(crate_name))
 }
+
+mod languages;
+
+pub use languages::{LANG_PLUGINS, Lang, LangPlugin, lang_cache_dir, lang_plugin, lang_toolchains};

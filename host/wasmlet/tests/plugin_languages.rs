@@ -1,0 +1,237 @@
+//! Plugins written in Python and TypeScript, through `wasmlet plugin` exactly as a Rust
+//! one: `restricted-pods` in three languages decides every case alike, word for word;
+//! the templates' probe handler and pod source run offline.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use wasmlet_plugin_host::dev::{
+    LANG_PLUGINS, LangPlugin, lang_cache_dir, lang_plugin, lang_toolchains, shipped_plugin,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission")
+}
+
+/// `wasmlet` with the compiled-component cache the tests share.
+fn wasmlet(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("WASMLET_PLUGIN_CACHE", lang_cache_dir())
+        .output()
+        .expect("run wasmlet")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn named(name: &str) -> &'static LangPlugin {
+    LANG_PLUGINS
+        .iter()
+        .find(|p| p.name == name)
+        .expect("a plugin of LANG_PLUGINS")
+}
+
+/// `component` copied into a directory of its own as `<name>.wasm`, so that the
+/// plugin's name — which `wasmlet plugin` prints — is the same whatever its language.
+fn as_named(component: &Path, lang: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmlet-langs-{}-{lang}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let to = dir.join(format!("{name}.wasm"));
+    std::fs::copy(component, &to).expect("copy");
+    to
+}
+
+#[test]
+fn restricted_pods_decides_alike_in_rust_python_and_typescript() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let versions = [
+        ("rust", shipped_plugin("restricted-pods")),
+        ("python", lang_plugin(named("restricted-pods-python"))),
+        ("typescript", lang_plugin(named("restricted-pods-js"))),
+    ];
+    let (pods, node) = (
+        fixtures().join("restricted.yaml"),
+        fixtures().join("node.yaml"),
+    );
+    for config in [None, Some("allowed-namespaces=ops, team-b")] {
+        let mut outputs = Vec::new();
+        for (lang, component) in &versions {
+            let policy = as_named(component, lang, "restricted-pods");
+            let mut args = vec!["plugin", "admit", path(&policy), "--pod", path(&pods)];
+            args.extend(["--node", path(&node)]);
+            if let Some(c) = config {
+                args.extend(["--config", c]);
+            }
+            let out = wasmlet(&args);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(3), "{lang}: {stdout}\n{stderr}");
+            outputs.push((lang, stdout));
+        }
+        let (_, rust) = &outputs[0];
+        let expected = match config {
+            None => vec![
+                "shop/plain: admitted",
+                "shop/privileged: rejected by restricted-pods: RestrictedPod: container tools is \
+                 privileged, which namespace shop does not allow",
+                "shop/privileged-init: rejected by restricted-pods: RestrictedPod: container \
+                 setup is privileged, which namespace shop does not allow",
+                "shop/pid: rejected by restricted-pods: RestrictedPod: spec.hostPID is set, \
+                 which namespace shop does not allow",
+                "shop/ipc: rejected by restricted-pods: RestrictedPod: spec.hostIPC is set, \
+                 which namespace shop does not allow",
+                "shop/both: rejected by restricted-pods: RestrictedPod: container web is \
+                 privileged, which namespace shop does not allow",
+                "shop/net: admitted",
+                "kube-system/agent: admitted",
+                "ops/debug: rejected by restricted-pods: RestrictedPod: spec.hostIPC is set, \
+                 which namespace ops does not allow",
+                "team-b/team: rejected by restricted-pods: RestrictedPod: container c is \
+                 privileged, which namespace team-b does not allow",
+            ],
+            Some(_) => vec![
+                "shop/plain: admitted",
+                "shop/privileged: rejected by restricted-pods: RestrictedPod: container tools is \
+                 privileged, which namespace shop does not allow",
+                "shop/privileged-init: rejected by restricted-pods: RestrictedPod: container \
+                 setup is privileged, which namespace shop does not allow",
+                "shop/pid: rejected by restricted-pods: RestrictedPod: spec.hostPID is set, \
+                 which namespace shop does not allow",
+                "shop/ipc: rejected by restricted-pods: RestrictedPod: spec.hostIPC is set, \
+                 which namespace shop does not allow",
+                "shop/both: rejected by restricted-pods: RestrictedPod: container web is \
+                 privileged, which namespace shop does not allow",
+                "shop/net: admitted",
+                // kube-system is no longer allowed; ops and team-b are.
+                "kube-system/agent: rejected by restricted-pods: RestrictedPod: container agent \
+                 is privileged, which namespace kube-system does not allow",
+                "ops/debug: admitted",
+                "team-b/team: admitted",
+            ],
+        };
+        assert_eq!(rust.lines().collect::<Vec<_>>(), expected, "{config:?}");
+        for (lang, out) in &outputs[1..] {
+            assert_eq!(out, rust, "{lang} decided otherwise than Rust ({config:?})");
+        }
+    }
+}
+
+#[test]
+fn inspect_shows_each_world_of_a_python_or_javascript_plugin() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    for plugin in LANG_PLUGINS {
+        let component = lang_plugin(plugin);
+        let out = wasmlet(&["plugin", "inspect", path(&component)]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {stdout}", plugin.name);
+        assert!(
+            stdout.contains(&format!(
+                "world:        wasmlet:plugin/{}@0.1.0",
+                plugin.world
+            )),
+            "{}: {stdout}",
+            plugin.name
+        );
+    }
+}
+
+#[test]
+fn the_templates_pod_sources_list_their_pods_or_say_what_is_missing() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    for name in ["python-pod-source", "js-pod-source"] {
+        let source = lang_plugin(named(name));
+        let out = wasmlet(&[
+            "plugin",
+            "source",
+            path(&source),
+            "--config",
+            "image=registry.local/web:1",
+            "--config",
+            "replicas=2",
+            "--config",
+            "namespace=shop",
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{name}: {out:?}");
+        let pods: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let names: Vec<_> = pods["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|p| {
+                let m = &p["metadata"];
+                format!(
+                    "{}/{} {}",
+                    m["namespace"], m["name"], p["spec"]["containers"][0]["image"]
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                r#""shop"/"replica-0" "registry.local/web:1""#,
+                r#""shop"/"replica-1" "registry.local/web:1""#
+            ],
+            "{name}"
+        );
+        // Without its image the source cannot be read: the poll fails, naming why.
+        let out = wasmlet(&["plugin", "source", path(&source)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(
+            stderr.contains("no `image` in the source's configuration"),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_templates_probe_handlers_need_the_exec_grant() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    for name in ["python-probe-handler", "js-probe-handler"] {
+        let handler = as_named(&lang_plugin(named(name)), name, "command-output");
+        let out = wasmlet(&[
+            "plugin",
+            "probe",
+            path(&handler),
+            "--custom",
+            "command=redis-cli ping",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");
+        assert_eq!(
+            stdout.trim(),
+            "failure: redis-cli: exec is not granted to plugin command-output (grant it in its \
+             configuration)",
+            "{name}"
+        );
+        // A kind it does not handle is the probe's error, not a trap.
+        let out = wasmlet(&[
+            "plugin",
+            "probe",
+            path(&handler),
+            "--tcp-socket",
+            "127.0.0.1:9",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        assert_eq!(
+            stdout.trim(),
+            "error: command-output handles custom probes with a `command` argument",
+            "{name}"
+        );
+    }
+}
