@@ -1,12 +1,16 @@
 //! Compiled components kept on disk, so that an agent restart loads its plugins in
 //! milliseconds instead of recompiling them.
 //!
-//! An entry is named by the component's sha256 and a hash of the engine's compilation
-//! settings (wasmtime version, target, tunables): a component compiled under other
-//! settings is simply never looked up. Each file starts with the sha256 of the artifact
-//! that follows; an entry whose checksum does not match, or that wasmtime refuses, is
-//! compiled again and rewritten — never trusted blindly. Writes go to a temporary file
-//! renamed into place, so a crash never leaves half an entry behind.
+//! An entry is named by the component's sha256, a hash of the engine's compilation
+//! settings (wasmtime version, target, tunables) and the sha256 of the compiled artifact
+//! it holds: a component compiled under other settings is simply never looked up, and
+//! an entry whose content does not match its name, or that wasmtime refuses, is removed,
+//! compiled again and rewritten — never trusted blindly. The file is the artifact as
+//! wasmtime wrote it, loaded with `Component::deserialize_file`: its code and memory
+//! images are mapped from the file, so only the pages a plugin runs take memory (a
+//! Python or JavaScript plugin's interpreter is megabytes of code, most of it never
+//! run by a policy). Writes go to a temporary file renamed into place, so a crash never
+//! leaves half an entry behind.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -77,10 +81,11 @@ impl ComponentCache {
         &self.dir
     }
 
-    /// Where the entry for a component with this sha256 lives.
-    pub fn entry_path(&self, component_sha256: &str) -> PathBuf {
+    /// What the names of the entries for a component with this sha256 start with (the
+    /// artifact's own sha256 and `.cwasm` follow).
+    fn entry_prefix(&self, component_sha256: &str) -> PathBuf {
         self.dir
-            .join(format!("{component_sha256}-{}.cwasm", self.engine_key))
+            .join(format!("{component_sha256}-{}-", self.engine_key))
     }
 
     /// The component for `wasm` (a component's bytes, whose sha256 is `digest`), from
@@ -91,7 +96,7 @@ impl ComponentCache {
         wasm: &[u8],
         digest: &str,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let path = self.entry_path(digest);
+        let path = self.entry_prefix(digest);
         // One compilation per entry at a time in this process: a second load of the
         // same component (another plugin using it, another hollow node) waits for the
         // first and then finds its entry.
@@ -115,19 +120,19 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         wasm: &[u8],
-        path: &Path,
+        prefix: &Path,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let refused = match read_entry(engine, path) {
+        let refused = match read_entry(engine, prefix) {
             Ok(component) => return Ok((component, CacheOutcome::Hit)),
             Err(why) => why,
         };
         let from_compiler = match self.compile_elsewhere(wasm) {
             // The compiler process wrote the entry: read as any entry is.
-            Some(Ok(())) => match read_entry(engine, path) {
+            Some(Ok(())) => match read_entry(engine, prefix) {
                 Ok(component) => Some(component),
                 Err(why) => {
                     let why = why.unwrap_or_else(|| "no entry was written".to_owned());
-                    tracing::warn!(path = %path.display(), %why, "the compiler process's entry does not load; compiling here");
+                    tracing::warn!(entry = %prefix.display(), %why, "the compiler process's entry does not load; compiling here");
                     None
                 }
             },
@@ -136,23 +141,40 @@ impl ComponentCache {
         };
         let component = match from_compiler {
             Some(c) => c,
-            None => {
-                let artifact = engine.precompile_component(wasm)?;
-                let component = deserialize(engine, &artifact)?;
-                if let Err(e) = write_entry(path, &artifact) {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot store a compiled component; continuing without");
-                }
-                component
-            }
+            None => compile_into(engine, wasm, prefix)?,
         };
         match refused {
             Some(why) => {
-                tracing::warn!(path = %path.display(), %why, "recompiled a refused cache entry");
+                tracing::warn!(entry = %prefix.display(), %why, "recompiled a refused cache entry");
                 Ok((component, CacheOutcome::Replaced(why)))
             }
             None => Ok((component, CacheOutcome::Miss)),
         }
     }
+}
+
+/// Compiles `wasm`, stores the artifact as an entry and loads it from there (mapped, as
+/// a hit would be); from memory when the entry cannot be written.
+fn compile_into(engine: &Engine, wasm: &[u8], prefix: &Path) -> wasmtime::Result<Component> {
+    let artifact = engine.precompile_component(wasm)?;
+    match write_entry(prefix, &artifact) {
+        Ok(path) => {
+            // SAFETY: as in `deserialize`: this process just wrote the file from
+            // `precompile_component` of this engine.
+            #[allow(unsafe_code)]
+            let mapped = unsafe { Component::deserialize_file(engine, &path) };
+            match mapped {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "a compiled component does not load from its entry; loading it from memory");
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(entry = %prefix.display(), error = %e, "cannot store a compiled component; continuing without");
+        }
+    }
+    deserialize(engine, &artifact)
 }
 
 type Flight = Arc<Mutex<Option<Component>>>;
@@ -217,28 +239,63 @@ impl ComponentCache {
     }
 }
 
-/// The component in the entry at `path`; else why it was refused, or `None` when
-/// there is no entry.
-fn read_entry(engine: &Engine, path: &Path) -> Result<Component, Option<String>> {
-    match std::fs::read(path) {
-        Ok(bytes) => match verified(&bytes) {
-            Some(artifact) => {
-                deserialize(engine, artifact).map_err(|e| Some(format!("wasmtime refused it: {e}")))
-            }
-            None => Err(Some("its checksum does not match its content".to_owned())),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(None),
-        Err(e) => Err(Some(format!("it cannot be read: {e}"))),
-    }
+/// The entries whose names start with `prefix`, each with the artifact sha256 its name
+/// gives.
+fn entries(prefix: &Path) -> Vec<(PathBuf, String)> {
+    let (Some(dir), Some(start)) = (prefix.parent(), prefix.file_name().and_then(|n| n.to_str()))
+    else {
+        return Vec::new();
+    };
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let sum = name.strip_prefix(start)?.strip_suffix(".cwasm")?.to_owned();
+            Some((e.path(), sum))
+        })
+        .collect()
 }
 
-/// The artifact inside an entry, when the entry's leading checksum matches it.
-fn verified(entry: &[u8]) -> Option<&[u8]> {
-    if entry.len() < 32 {
-        return None;
+/// The component in an entry whose name starts with `prefix`; else why the entry was
+/// refused (and removed), or `None` when there is none.
+fn read_entry(engine: &Engine, prefix: &Path) -> Result<Component, Option<String>> {
+    let mut refused = None;
+    for (path, sum) in entries(prefix) {
+        let why = match file_sha256(&path) {
+            Ok(actual) if actual == sum => {
+                // SAFETY: as in `deserialize`; the file's content is the artifact its
+                // name's checksum was taken of.
+                #[allow(unsafe_code)]
+                match unsafe { Component::deserialize_file(engine, &path) } {
+                    Ok(component) => return Ok(component),
+                    Err(e) => format!("wasmtime refused it: {e}"),
+                }
+            }
+            Ok(_) => "its checksum does not match its content".to_owned(),
+            Err(e) => format!("it cannot be read: {e}"),
+        };
+        let _ = std::fs::remove_file(&path);
+        refused = Some(why);
     }
-    let (sum, artifact) = entry.split_at(32);
-    (Sha256::digest(artifact).as_slice() == sum).then_some(artifact)
+    Err(refused)
+}
+
+/// The sha256 of a file, read in blocks (the file's pages are not kept by this process).
+fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 #[allow(unsafe_code)]
@@ -251,19 +308,20 @@ fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> 
     unsafe { Component::deserialize(engine, artifact) }
 }
 
-fn write_entry(path: &Path, artifact: &[u8]) -> std::io::Result<()> {
+/// Writes `artifact` as the entry `<prefix><its sha256>.cwasm` and returns its path.
+fn write_entry(prefix: &Path, artifact: &[u8]) -> std::io::Result<PathBuf> {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(format!("{}.cwasm", sha256_hex(artifact)));
+    let path = PathBuf::from(name);
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&Sha256::digest(artifact))?;
     file.write_all(artifact)?;
     file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 /// The sha256 of `bytes`, in lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes))
 }

@@ -359,11 +359,14 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
             .is_some_and(|n| n.starts_with(first.digest()))
     );
 
-    // One flipped byte: refused, recompiled, and the plugin still decides.
+    // One flipped byte: refused, recompiled, and the plugin still decides. (Written
+    // beside and renamed over it: the loaded components map the entry's file, which is
+    // only ever replaced whole, never written in place.)
     let mut bytes = std::fs::read(entry).expect("read");
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
-    std::fs::write(entry, &bytes).expect("corrupt");
+    std::fs::write(dir.join("corrupt.tmp"), &bytes).expect("corrupt");
+    std::fs::rename(dir.join("corrupt.tmp"), entry).expect("corrupt");
     let third = load();
     assert!(
         matches!(third.load_outcome(), CacheOutcome::Replaced(why) if why.contains("checksum")),
@@ -383,7 +386,8 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
     assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
 
     // A truncated entry likewise.
-    std::fs::write(entry, b"short").expect("truncate");
+    std::fs::write(dir.join("short.tmp"), b"short").expect("truncate");
+    std::fs::rename(dir.join("short.tmp"), entry).expect("truncate");
     assert!(matches!(load().load_outcome(), CacheOutcome::Replaced(_)));
     let _ = std::fs::remove_dir_all(&dir);
 }
