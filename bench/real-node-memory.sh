@@ -9,11 +9,15 @@
 #   cargo build --release -p wasmlet
 #   bench/real-node-memory.sh [PODS] [ENDPOINT]   (WASMLET_BIN: another binary, for A/B)
 #
+# WASMLET_EXTRA_ADMISSION="A.wasm B.wasm": these policies join the shipped admission
+# chain (e.g. the Python and TypeScript restricted-pods of plugins/target/lang/).
+#
 # As root. The pods are removed at the end (the agent run again with no manifests).
 set -euo pipefail
 pods=${1:-30}
 endpoint=${2:-unix:///var/lib/wasmlet/test-containerd/containerd.sock}
-bin=${WASMLET_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/wasmlet}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=${WASMLET_BIN:-$repo/target/release/wasmlet}
 work=$(mktemp -d /tmp/wasmlet-memory.XXXXXX)
 mkdir -p "$work/manifests" "$work/empty"
 for i in $(seq 1 "$pods"); do
@@ -27,7 +31,21 @@ spec:
   - {name: c, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}
 EOF
 done
+# The shipped chain with the extra policies after it, when there are any.
+plugins_section() {
+  [ -n "${WASMLET_EXTRA_ADMISSION:-}" ] || return 0
+  local dir=$repo/plugins/target/wasm32-wasip2/release
+  echo "plugins:"
+  echo "  admission:"
+  for n in resource_fit node_affinity node_ports taint_toleration sysctls; do
+    echo "  - {name: ${n//_/-}, file: $dir/$n.wasm}"
+  done
+  for f in $WASMLET_EXTRA_ADMISSION; do
+    echo "  - {name: $(basename "$f" .wasm), file: $f}"
+  done
+}
 config() {
+  plugins_section
   cat <<EOF
 nodeName: memnode
 containerRuntimeEndpoint: $endpoint

@@ -212,6 +212,10 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
     step("build (tests and binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["test", "--workspace", "--no-run", "--locked"]))?;
     let deb = package()?;
+    step("plugin toolchains for Python and JavaScript (scripts/plugin-toolchains.sh)");
+    run(&mut Command::new(
+        repo().join("scripts/plugin-toolchains.sh"),
+    ))?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
     run(cargo()
         .args(["test", "--workspace", "--locked"])
@@ -221,7 +225,8 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .env("WASMLET_CRI_ENDPOINT", endpoint)
         .env("WASMLET_REQUIRE_CONTAINERD", "1")
         .env("WASMLET_TEST_REGISTRY", registry)
-        .env("WASMLET_REQUIRE_REGISTRY", "1"))?;
+        .env("WASMLET_REQUIRE_REGISTRY", "1")
+        .env("WASMLET_REQUIRE_PLUGIN_LANGS", "1"))?;
     independent_client(endpoint)?;
     // In the dev profile: the smoke checks that each benchmark builds and runs, which the
     // tests' build already holds the crates for; a release build would be a second copy

@@ -208,7 +208,7 @@ fn the_templates_probe_handlers_need_the_exec_grant() {
             "probe",
             path(&handler),
             "--custom",
-            "command=redis-cli ping",
+            "command=redis-cli,ping",
         ]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(3), "{name}: {out:?}");

@@ -1,13 +1,13 @@
 // A custom probe for wasmlet: a command run in the container must print what is expected.
-// Arguments (the custom action's key-values): `command` (split on spaces, run without a
-// shell) and `expect` (a substring of its output; default: exit 0 is enough). Needs the
-// `exec` grant.
+// Arguments (the custom action's key-values): `command`, its words separated by commas
+// (`redis-cli,ping`; run without a shell), and `expect`, a substring of its output
+// (default: exit 0 is enough). Needs the `exec` grant.
 import { ExecError, customArgs, error, execSync, failure, handler, success } from 'wasmlet-plugin/probe';
 
 export const probe = handler((target) => {
   const args = customArgs(target);
   if (!args?.command) return error('command-output handles custom probes with a `command` argument');
-  const command = args.command.split(/\s+/).filter(Boolean);
+  const command = args.command.split(',').filter(Boolean);
   let out;
   try {
     out = execSync(command, target.timeoutMs);

@@ -1,7 +1,7 @@
 """A custom probe for wasmlet: a command run in the container must print what is
-expected. Arguments (the custom action's key-values): `command` (split on spaces, run
-without a shell) and `expect` (a substring of its output; default: exit 0 is enough).
-Needs the `exec` grant."""
+expected. Arguments (the custom action's key-values): `command`, its words separated by
+commas (`redis-cli,ping`; run without a shell), and `expect`, a substring of its output
+(default: exit 0 is enough). Needs the `exec` grant."""
 
 from wasmlet_plugin.probe import ExecError, Handler, custom_args, error, exec_sync, failure, success
 
@@ -11,7 +11,7 @@ class Probe(Handler):
         args = custom_args(target)
         if args is None or not args.get("command"):
             return error("command-output handles custom probes with a `command` argument")
-        command = args["command"].split()
+        command = [w for w in args["command"].split(",") if w]
         try:
             out = exec_sync(command, target.timeout_ms)
         except ExecError as e:

@@ -72,6 +72,11 @@ impl Node {
         decide(&self.chain, &self.name).await
     }
 
+    /// The node's chain on `pod` (a v1 Pod), the whole verdict.
+    pub async fn verdict(&self, pod: Value) -> wasmlet_plugin_host::Verdict {
+        verdict(&self.chain, &self.name, pod).await
+    }
+
     /// Waits until `ready` holds for the node.
     pub async fn wait(&self, ready: impl Fn(&Node) -> bool, what: &str) {
         let start = Instant::now();
@@ -93,11 +98,19 @@ impl Drop for Node {
 }
 
 async fn decide(chain: &AdmissionChain, node: &str) -> Verdict {
-    let pod: k8s::Pod = serde_json::from_value(json!({
+    let pod = json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
         "spec": {"containers": [{"name": "app", "image": "busybox"}]},
-    }))
-    .expect("pod");
+    });
+    match verdict(chain, node, pod).await {
+        wasmlet_plugin_host::Verdict::Admit => Verdict::Admitted,
+        wasmlet_plugin_host::Verdict::Reject(r) => Verdict::Rejected(r.reason),
+    }
+}
+
+async fn verdict(chain: &AdmissionChain, node: &str, pod: Value) -> wasmlet_plugin_host::Verdict {
+    let json = pod.to_string();
+    let pod: k8s::Pod = serde_json::from_value(pod).expect("pod");
     let node: k8s::Node =
         serde_json::from_value(json!({"metadata": {"name": node}})).expect("node");
     let load = NodeLoad {
@@ -111,12 +124,9 @@ async fn decide(chain: &AdmissionChain, node: &str) -> Verdict {
         convert::pod(&pod, "api").expect("pod"),
         convert::node(&node).expect("node"),
         load,
-        || "{}".to_owned(),
+        move || json.clone(),
     );
-    match chain.admit(&admission).await.0 {
-        wasmlet_plugin_host::Verdict::Admit => Verdict::Admitted,
-        wasmlet_plugin_host::Verdict::Reject(r) => Verdict::Rejected(r.reason),
-    }
+    chain.admit(&admission).await.0
 }
 
 /// A hollow node called `name` following the cluster plugins of whatever `client` talks
@@ -303,6 +313,13 @@ impl Cluster {
             c.wait_node_object(name).await;
         }
         c
+    }
+
+    /// Compiles `wasm` into the nodes' shared cache ahead of a rollout, as a node that
+    /// had it would load it: for the megabytes of an interpreter a debug build takes
+    /// seconds to compile, which is not what a test of the rollout is about.
+    pub fn precompile(&self, wasm: &[u8]) {
+        self.engine.precompile_into_cache(wasm).expect("precompile");
     }
 
     /// Makes Node `name` (labelled with its host name), as the node registers itself.
