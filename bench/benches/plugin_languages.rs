@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as k8s;
 use serde_json::json;
-use wasmlet_bench::{Budget, Gap, Samples, fmt, header, row, time_async, time_paced};
+use wasmlet_bench::{Budget, Gap, Samples, fmt, header, row, time_paced};
 use wasmlet_plugin_host::dev::{LANG_PLUGINS, lang_plugin, lang_toolchains, shipped_plugin};
 use wasmlet_plugin_host::*;
 
@@ -172,31 +172,33 @@ async fn decisions(versions: &[(&str, PathBuf)], scene: &Scene) {
             fmt(t.elapsed())
         );
         let warm = load(&engine, path, InstanceMode::Reused);
-        let s = time_async(budget, || scene.admits(&warm)).await;
-        row(&format!("{lang}: warm instance, back to back"), &s);
-        let s = time_paced(budget, Gap::Sleep(Duration::from_millis(1)), || {
-            scene.admits(&warm)
-        })
-        .await;
-        row(
-            &format!("{lang}: warm instance, a decision every ~1 ms"),
-            &s,
-        );
         let fresh = load(&engine, path, InstanceMode::PerCall);
         let few = Budget::from_args(500);
-        let s = time_async(few, || scene.admits(&fresh)).await;
-        row(
-            &format!("{lang}: a fresh instance per decision, back to back"),
-            &s,
-        );
-        let s = time_paced(few, Gap::Sleep(Duration::from_millis(5)), || {
-            scene.admits(&fresh)
-        })
-        .await;
-        row(
-            &format!("{lang}: a fresh instance per decision (made ahead), every ~5 ms"),
-            &s,
-        );
+        let (ms1, ms5) = (Duration::from_millis(1), Duration::from_millis(5));
+        for (plugin, budget, gap, what) in [
+            (&warm, budget, Gap::None, "warm instance, back to back"),
+            (
+                &warm,
+                budget,
+                Gap::Sleep(ms1),
+                "warm instance, a decision every ~1 ms",
+            ),
+            (
+                &fresh,
+                few,
+                Gap::None,
+                "a fresh instance per decision, back to back",
+            ),
+            (
+                &fresh,
+                few,
+                Gap::Sleep(ms5),
+                "a fresh instance per decision (made ahead), every ~5 ms",
+            ),
+        ] {
+            let s = time_paced(budget, gap, || scene.admits(plugin)).await;
+            row(&format!("{lang}: {what}"), &s);
+        }
     }
 }
 
