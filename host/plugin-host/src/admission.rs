@@ -104,6 +104,12 @@ fn lent<T: 'static>() -> wasmtime::component::Resource<T> {
 /// Idle instances kept per plugin in [`InstanceMode::Reused`].
 const IDLE_PER_PLUGIN: usize = 8;
 
+/// How long a reused instance is kept unused before it is dropped. A node admits in
+/// bursts (a node starting, a deployment scaled): the instances a burst made are given
+/// back once it is over — for a Python or JavaScript policy each holds megabytes of its
+/// interpreter's heap — and the first decision after a quiet spell makes a new one.
+pub const IDLE_INSTANCE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl PluginState {
     /// The admission the current call decides on. A guest holds a `pod-view` or
     /// `node-view` only while `admit` runs, when the host has set it; a read at any
@@ -260,6 +266,8 @@ struct Policy {
     spares: std::sync::Mutex<Vec<Warm>>,
     /// Whether a background task is tearing down a used instance and making a spare.
     retiring: AtomicBool,
+    /// Whether a background task is dropping idle instances as they expire.
+    expiring: AtomicBool,
 }
 
 impl Plugin for AdmissionPlugin {
@@ -272,6 +280,8 @@ impl Plugin for AdmissionPlugin {
 struct Warm {
     store: Store<PluginState>,
     bindings: bindings::AdmissionPolicy,
+    /// When its last call ended (when it was made, for a spare).
+    used_at: tokio::time::Instant,
 }
 
 /// Fresh instances made ahead per [`InstanceMode::PerCall`] policy: decisions that come
@@ -311,7 +321,41 @@ impl Policy {
         let mut store = plugin_store(&l.engine, l.state(l.limits.deadline, None));
         let bindings = self.pre.instantiate_async(&mut store).await?;
         self.loaded.instantiated(started);
-        Ok(Warm { store, bindings })
+        Ok(Warm {
+            store,
+            bindings,
+            used_at: tokio::time::Instant::now(),
+        })
+    }
+
+    /// Drops the idle instances unused for [`IDLE_INSTANCE_LIFETIME`], on a background
+    /// task that lives while there are idle instances (one per plugin; none without a
+    /// runtime, where instances are simply kept). It holds the policy weakly: an
+    /// unloaded policy's instances go with it.
+    fn expire_idle(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.expiring.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let policy = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_INSTANCE_LIFETIME).await;
+                let Some(policy) = policy.upgrade() else {
+                    return;
+                };
+                let now = tokio::time::Instant::now();
+                let mut idle = policy.idle.lock().unwrap_or_else(|e| e.into_inner());
+                idle.retain(|w| now.duration_since(w.used_at) < IDLE_INSTANCE_LIFETIME);
+                if idle.is_empty() {
+                    // An instance kept from here on starts a task of its own.
+                    policy.expiring.store(false, Ordering::Release);
+                    return;
+                }
+            }
+        });
     }
 
     /// Makes a spare fresh instance for a later call, unless there are enough.
@@ -328,6 +372,16 @@ impl Policy {
 }
 
 impl AdmissionPlugin {
+    /// Instances kept for reuse between calls ([`InstanceMode::Reused`]: at most 8,
+    /// each dropped once unused for [`IDLE_INSTANCE_LIFETIME`]).
+    pub fn idle_instances(&self) -> usize {
+        self.policy
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// Fresh instances made ahead and not yet used ([`InstanceMode::PerCall`]: at most
     /// one, made on a background task after a call).
     pub fn spare_instances(&self) -> usize {
@@ -391,7 +445,9 @@ impl AdmissionPlugin {
         if reuse {
             // Only an instance whose call succeeded goes back; a trapped one is dropped.
             if verdict.is_ok() {
+                warm.used_at = tokio::time::Instant::now();
                 keep(&policy.idle, warm, IDLE_PER_PLUGIN);
+                policy.expire_idle();
             }
         } else {
             self.retire(warm);
@@ -449,6 +505,7 @@ impl PluginEngine {
                 idle: std::sync::Mutex::new(Vec::new()),
                 spares: std::sync::Mutex::new(Vec::new()),
                 retiring: AtomicBool::new(false),
+                expiring: AtomicBool::new(false),
             }),
         })
     }

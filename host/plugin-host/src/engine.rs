@@ -23,6 +23,22 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// instances kept idle). A call beyond it fails with a clear error.
 const POOL_SLOTS: u32 = 1000;
 
+/// Gives the allocator's free pages back to the kernel once the bytes of a large
+/// component have been dropped. glibc raises its mmap threshold to the size of a large
+/// block freed, so the next component read that size lands in an arena, where freeing
+/// it keeps the pages: measured, a node that loaded a Python and a TypeScript policy
+/// held their 18 and 12 MB of bytes for good.
+fn release_freed_memory(size: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if size >= 1 << 20 {
+        // SAFETY: malloc_trim only returns free memory of the allocator's arenas.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 /// The error a call's epoch callback raises when its deadline has passed.
 #[derive(Debug)]
 struct DeadlinePassed;
@@ -335,11 +351,14 @@ impl PluginEngine {
             signed.check(path, &wasm).map_err(load_err)?;
         }
         let digest = cache::sha256_hex(&wasm);
-        let (component, outcome) = match &self.cache {
+        let loaded = match &self.cache {
             Some(cache) => cache.load(&self.engine, &wasm, &digest),
             None => Component::new(&self.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
-        }
-        .map_err(|e| load_err(e.into_boxed_dyn_error()))?;
+        };
+        let size = wasm.len();
+        drop(wasm);
+        release_freed_memory(size);
+        let (component, outcome) = loaded.map_err(|e| load_err(e.into_boxed_dyn_error()))?;
         Ok((component, digest, outcome))
     }
 

@@ -55,7 +55,7 @@ pub mod resources;
 pub mod source;
 pub mod watch;
 
-pub use admission::{Admission, AdmissionPlugin, NodeLoad};
+pub use admission::{Admission, AdmissionPlugin, IDLE_INSTANCE_LIFETIME, NodeLoad};
 pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, LinkSpec, ReplaceError};
 pub use config::PluginsConfig;
@@ -108,8 +108,9 @@ pub enum InstanceMode {
     /// down there): the decision waits for neither.
     PerCall,
     /// Instances are kept (up to 8 per plugin) and reused; one that traps or runs out
-    /// of time is thrown away. The admission default: a decision must depend on the pod
-    /// and node only, so reuse is safe for policies and several times faster.
+    /// of time is thrown away, one unused for [`IDLE_INSTANCE_LIFETIME`] dropped. The
+    /// admission default: a decision must depend on the pod and node only, so reuse is
+    /// safe for policies and several times faster.
     #[default]
     Reused,
 }

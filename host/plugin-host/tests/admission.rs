@@ -470,6 +470,30 @@ async fn a_fresh_instance_serves_one_call_and_the_next_is_made_ahead() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn reused_instances_unused_for_a_while_are_dropped() {
+    let engine = PluginEngine::new().expect("engine");
+    let reused = load(&engine, "fixture-counter", Limits::default());
+    assert_eq!(count(&reused).await, "call 1");
+    assert_eq!(reused.idle_instances(), 1);
+    // Used again within its lifetime, it is kept past the first lifetime's end...
+    tokio::time::sleep(IDLE_INSTANCE_LIFETIME / 2).await;
+    assert_eq!(count(&reused).await, "call 2");
+    tokio::time::sleep(IDLE_INSTANCE_LIFETIME / 2 + std::time::Duration::from_millis(1)).await;
+    tokio::time::sleep(IDLE_INSTANCE_LIFETIME / 4).await;
+    assert_eq!(reused.idle_instances(), 1);
+    assert_eq!(
+        count(&reused).await,
+        "call 3",
+        "the instance in use was kept"
+    );
+    // ... and after a quiet spell none is kept: the next decision makes a new one.
+    tokio::time::sleep(IDLE_INSTANCE_LIFETIME * 3).await;
+    assert_eq!(reused.idle_instances(), 0);
+    assert_eq!(count(&reused).await, "call 1");
+    assert_eq!(reused.idle_instances(), 1);
+}
+
 #[tokio::test]
 async fn a_policy_reads_each_field_of_the_pod_and_node_it_asks_for() {
     let engine = PluginEngine::new().expect("engine");
