@@ -15,16 +15,15 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1 as k8s;
 use serde_json::json;
 use wasmlet_bench::{Budget, Gap, Samples, fmt, header, row, time_paced};
-use wasmlet_plugin_host::dev::{LANG_PLUGINS, lang_plugin, lang_toolchains, shipped_plugin};
+use wasmlet_plugin_host::dev::{lang_plugin_named, lang_toolchains, shipped_plugin};
 use wasmlet_plugin_host::*;
 
 /// The policy in each language: (language, component).
 fn versions() -> Vec<(&'static str, PathBuf)> {
-    let lang = |name: &str| lang_plugin(LANG_PLUGINS.iter().find(|p| p.name == name).expect(name));
     vec![
         ("Rust", shipped_plugin("restricted-pods")),
-        ("Python", lang("restricted-pods-python")),
-        ("TypeScript", lang("restricted-pods-js")),
+        ("Python", lang_plugin_named("restricted-pods-python")),
+        ("TypeScript", lang_plugin_named("restricted-pods-js")),
     ]
 }
 

@@ -12,17 +12,8 @@ use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::PluginEngine;
 use wasmlet_plugin_host::config::PluginsConfig;
-use wasmlet_plugin_host::dev::{LANG_PLUGINS, lang_cache_dir, lang_plugin, lang_toolchains};
+use wasmlet_plugin_host::dev::{lang_cache_dir, lang_plugin_named, lang_toolchains};
 use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
-
-fn component(name: &str) -> std::path::PathBuf {
-    lang_plugin(
-        LANG_PLUGINS
-            .iter()
-            .find(|p| p.name == name)
-            .expect("a template"),
-    )
-}
 
 /// The plugins' configuration: the template's probe handler for `command-output` probes
 /// (granted exec) and its pod source making two pods named `web-<i>` whose container
@@ -31,13 +22,13 @@ fn plugins(lang: &str) -> PluginsConfig {
     serde_json::from_value(serde_json::json!({
         "probes": [{
             "name": "command-output",
-            "file": component(&format!("{lang}-probe-handler")),
+            "file": lang_plugin_named(&format!("{lang}-probe-handler")),
             "kinds": ["command-output"],
             "exec": true,
         }],
         "sources": [{
             "name": "replicas",
-            "file": component(&format!("{lang}-pod-source")),
+            "file": lang_plugin_named(&format!("{lang}-pod-source")),
             "period": "1s",
             "config": {"image": "localhost/busybox:latest", "replicas": "2", "name": "web"},
         }],

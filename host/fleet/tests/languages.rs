@@ -11,7 +11,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::{Cluster, RESTRICTED, Verdict, bytes};
-use wasmlet_plugin_host::dev::{LANG_PLUGINS, lang_plugin, lang_toolchains};
+use wasmlet_plugin_host::dev::{lang_plugin_named, lang_toolchains};
 
 fn privileged() -> Value {
     json!({
@@ -31,13 +31,7 @@ async fn a_policy_moves_from_rust_to_python_to_typescript_with_one_apply_each() 
     if lang_toolchains().is_none() {
         return;
     }
-    let lang = |name: &str| {
-        let plugin = LANG_PLUGINS
-            .iter()
-            .find(|p| p.name == name)
-            .expect("plugin");
-        std::fs::read(lang_plugin(plugin)).expect("component")
-    };
+    let lang = |name: &str| std::fs::read(lang_plugin_named(name)).expect("component");
     let versions = [
         ("rust", bytes(RESTRICTED)),
         ("python", lang("restricted-pods-python")),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use wasmlet_plugin_host::dev::{
-    LANG_PLUGINS, LangPlugin, lang_cache_dir, lang_plugin, lang_toolchains, shipped_plugin,
+    LANG_PLUGINS, lang_cache_dir, lang_plugin, lang_plugin_named, lang_toolchains, shipped_plugin,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
@@ -28,13 +28,6 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-fn named(name: &str) -> &'static LangPlugin {
-    LANG_PLUGINS
-        .iter()
-        .find(|p| p.name == name)
-        .expect("a plugin of LANG_PLUGINS")
-}
-
 /// `component` copied into a directory of its own as `<name>.wasm`, so that the
 /// plugin's name — which `wasmlet plugin` prints — is the same whatever its language.
 fn as_named(component: &Path, lang: &str, name: &str) -> PathBuf {
@@ -52,8 +45,8 @@ fn restricted_pods_decides_alike_in_rust_python_and_typescript() {
     }
     let versions = [
         ("rust", shipped_plugin("restricted-pods")),
-        ("python", lang_plugin(named("restricted-pods-python"))),
-        ("typescript", lang_plugin(named("restricted-pods-js"))),
+        ("python", lang_plugin_named("restricted-pods-python")),
+        ("typescript", lang_plugin_named("restricted-pods-js")),
     ];
     let (pods, node) = (
         fixtures().join("restricted.yaml"),
@@ -140,7 +133,7 @@ fn the_templates_pod_sources_list_their_pods_or_say_what_is_missing() {
         return;
     }
     for name in ["python-pod-source", "js-pod-source"] {
-        let source = lang_plugin(named(name));
+        let source = lang_plugin_named(name);
         let out = wasmlet(&[
             "plugin",
             "source",
@@ -193,7 +186,7 @@ fn the_templates_probe_handlers_need_the_exec_grant() {
         return;
     }
     for name in ["python-probe-handler", "js-probe-handler"] {
-        let handler = as_named(&lang_plugin(named(name)), name, "command-output");
+        let handler = as_named(&lang_plugin_named(name), name, "command-output");
         let out = wasmlet(&[
             "plugin",
             "probe",

@@ -156,6 +156,18 @@ fn newest(path: &Path) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// [`lang_plugin`] for the plugin of [`LANG_PLUGINS`] called `name`.
+///
+/// # Panics
+/// If there is none of that name, or it cannot be built.
+pub fn lang_plugin_named(name: &str) -> PathBuf {
+    let plugin = LANG_PLUGINS
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("{name}: not one of LANG_PLUGINS"));
+    lang_plugin(plugin)
+}
+
 /// Builds `plugin` (unless its component is newer than its source, its SDK and the WIT)
 /// and returns the component's path, `plugins/target/lang/<name>.wasm`.
 ///

@@ -54,4 +54,6 @@ pub fn template(dir: &str, crate_name: &str) -> PathBuf {
 
 mod languages;
 
-pub use languages::{LANG_PLUGINS, Lang, LangPlugin, lang_cache_dir, lang_plugin, lang_toolchains};
+pub use languages::{
+    LANG_PLUGINS, Lang, LangPlugin, lang_cache_dir, lang_plugin, lang_plugin_named, lang_toolchains,
+};
