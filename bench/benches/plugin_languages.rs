@@ -160,7 +160,8 @@ fn loading(versions: &[(&str, PathBuf)]) {
 /// default) and on a fresh instance each.
 async fn decisions(versions: &[(&str, PathBuf)], scene: &Scene) {
     let budget = Budget::from_args(5_000);
-    let engine = PluginEngine::with_cache(&temp("lang-decisions")).expect("engine");
+    let cache = temp("lang-decisions");
+    let engine = PluginEngine::with_cache(&cache).expect("engine");
     header("restricted-pods on one pod beside 110 active pods");
     for (lang, path) in versions {
         let first = load(&engine, path, InstanceMode::Reused);
@@ -199,6 +200,7 @@ async fn decisions(versions: &[(&str, PathBuf)], scene: &Scene) {
             row(&format!("{lang}: {what}"), &s);
         }
     }
+    let _ = std::fs::remove_dir_all(&cache);
 }
 
 /// What a loaded plugin costs the host: resident memory after loading it from the

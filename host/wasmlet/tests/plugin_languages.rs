@@ -30,11 +30,16 @@ fn path(p: &Path) -> &str {
 
 /// `component` copied into a directory of its own as `<name>.wasm`, so that the
 /// plugin's name — which `wasmlet plugin` prints — is the same whatever its language.
+/// The copies live beside the built components (`plugins/target/lang/named/`), replaced
+/// on every run rather than left behind in the temporary directory.
 fn as_named(component: &Path, lang: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wasmlet-langs-{}-{lang}", std::process::id()));
+    let built = component.parent().expect("a component's directory");
+    let dir = built.join("named").join(lang);
     std::fs::create_dir_all(&dir).expect("dir");
     let to = dir.join(format!("{name}.wasm"));
-    std::fs::copy(component, &to).expect("copy");
+    let partial = dir.join(format!("{name}.wasm.{}", std::process::id()));
+    std::fs::copy(component, &partial).expect("copy");
+    std::fs::rename(&partial, &to).expect("rename");
     to
 }
 

@@ -236,6 +236,8 @@ pub fn deploy_file(file: &str) -> PathBuf {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_controller();
+        // The nodes' compiled components: a hundred megabytes for an interpreter's.
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
