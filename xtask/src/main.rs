@@ -6,6 +6,7 @@
 //!                                  # plugins), all tests incl. the contract suite against
 //!                                  # real containerd, containerd down + leak check
 //! cargo xtask up                   # build and run the agent with its defaults
+//! cargo xtask deb                  # the Debian package, the shipped plugins precompiled
 //! cargo xtask containerd up|down|status   # the test containerd, by hand
 //! cargo xtask bench                # the benchmarks (results go in bench/README.md)
 //! ```
@@ -16,6 +17,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
+
+mod package;
 
 /// Where `cargo xtask test` keeps its containerd (override with WASMLET_TEST_CONTAINERD_DIR).
 const TEST_CONTAINERD_DIR: &str = "/var/lib/wasmlet/test-containerd";
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
         Some("up") => up(&args[1..]),
         Some("containerd") => containerd_cmd(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("deb") => package::release().map(|deb| println!("{}", deb.display())),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <command>
   test                      run the whole test suite (as root: it starts containerd)
   up [ARGS...]              build and run `wasmlet up` (the agent with its defaults)
+  deb                       the Debian package, its plugins precompiled (target/debian/)
   containerd up|down|status the test containerd, by hand
   bench [NAME]              run the benchmarks";
 
@@ -211,7 +216,7 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
     // step reuses them instead of building every crate a second time.
     step("build (tests and binaries, including the wasmlet CLI used by containerd.sh down)");
     run(cargo().args(["test", "--workspace", "--no-run", "--locked"]))?;
-    let deb = package()?;
+    let deb = package::for_tests()?;
     step("plugin toolchains for Python and JavaScript (scripts/plugin-toolchains.sh)");
     run(&mut Command::new(
         repo().join("scripts/plugin-toolchains.sh"),
@@ -245,60 +250,6 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         ])
         .env("WASMLET_TEST_REGISTRY", registry))?;
     Ok(())
-}
-
-/// The cargo-deb the package is made with (installed from crates.io when missing).
-const CARGO_DEB_VERSION: &str = "3.8.0";
-
-/// The Debian package of the debug build (fast compression), for the tests to install
-/// into a temporary root (`dpkg -x`): the same assets and control fields as a release
-/// `cargo deb -p wasmlet`.
-fn package() -> Result<PathBuf> {
-    step("package: the shipped plugins, then cargo deb -p wasmlet (debug build) for the tests");
-    run(cargo()
-        .args(["build", "--release", "--quiet"])
-        .current_dir(repo().join("plugins"))
-        .env("CARGO_TARGET_DIR", repo().join("plugins/target")))?;
-    // The pinned cargo-deb, in the build directory: packaging a debug build is what this
-    // version allows (later ones may refuse it), whatever else the machine has.
-    let tools = repo().join("target/tools");
-    let have = Command::new(tools.join("bin/cargo-deb"))
-        .args(["deb", "--version"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB_VERSION));
-    if !have {
-        run(cargo()
-            .args([
-                "install",
-                "cargo-deb",
-                "--locked",
-                "--version",
-                CARGO_DEB_VERSION,
-                "--root",
-            ])
-            .arg(&tools))?;
-    }
-    let path = format!(
-        "{}:{}",
-        tools.join("bin").display(),
-        env::var("PATH").unwrap_or_default()
-    );
-    let deb = repo().join("target/debian/wasmlet-test.deb");
-    run(cargo()
-        .env("PATH", path)
-        .args([
-            "deb",
-            "-p",
-            "wasmlet",
-            "--profile",
-            "dev",
-            "--no-build",
-            "--no-strip",
-            "--fast",
-            "-o",
-        ])
-        .arg(&deb))?;
-    Ok(deb)
 }
 
 /// A CRI client not written here (Python grpcio) drives a full pod life cycle against
@@ -425,6 +376,12 @@ fn up(extra: &[String]) -> Result {
         .current_dir(repo().join("plugins")))?;
     step("the agent");
     run(cargo().args(["build", "--release", "--locked", "-p", "wasmlet"]))?;
+    // Where `wasmlet up` looks for them beside the shipped plugins: a new node starts
+    // without compiling.
+    package::precompile(
+        &repo().join("target/release/wasmlet"),
+        &repo().join("plugins/target/wasm32-wasip2/release/compiled"),
+    )?;
     step("wasmlet up (Ctrl-C stops the agent; its pods keep running)");
     run(Command::new(repo().join("target/release/wasmlet"))
         .arg("up")

@@ -11,6 +11,12 @@
 //! Python or JavaScript plugin's interpreter is megabytes of code, most of it never
 //! run by a policy). Writes go to a temporary file renamed into place, so a crash never
 //! leaves half an entry behind.
+//!
+//! Beside its own directory a cache may read entries from directories it never writes
+//! ([`ComponentCache::with_shipped`]): the package's components precompiled when it was
+//! built. They are looked up by the same names, so an entry compiled under other
+//! settings (another wasmtime, another CPU's features) is never found and the component
+//! is compiled as on a machine without them; one that is refused is left in place.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -40,6 +46,8 @@ pub struct ComponentCache {
     /// A program that compiles into this cache in a process of its own
     /// ([`ComponentCache::compile_with`]).
     compiler: Option<PathBuf>,
+    /// Directories of entries read, never written ([`ComponentCache::with_shipped`]).
+    shipped: Vec<PathBuf>,
 }
 
 /// The arguments a compiler program is run with, the component on its standard input:
@@ -63,6 +71,7 @@ impl ComponentCache {
             dir: dir.to_owned(),
             engine_key: format!("{:016x}", hasher.finish()),
             compiler: None,
+            shipped: Vec::new(),
         })
     }
 
@@ -73,6 +82,16 @@ impl ComponentCache {
     #[must_use]
     pub fn compile_with(mut self, program: PathBuf) -> Self {
         self.compiler = Some(program);
+        self
+    }
+
+    /// Also looks for entries in `dir`, which this cache never writes nor removes from —
+    /// components precompiled for the package (`wasmlet plugin precompile --cache-dir`
+    /// by the same binary). An entry there is used as one of the cache's own would be,
+    /// after the same checks.
+    #[must_use]
+    pub fn with_shipped(mut self, dir: PathBuf) -> Self {
+        self.shipped.push(dir);
         self
     }
 
@@ -122,13 +141,16 @@ impl ComponentCache {
         wasm: &[u8],
         prefix: &Path,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let refused = match read_entry(engine, prefix) {
+        let refused = match read_entry(engine, prefix, Refused::Remove) {
             Ok(component) => return Ok((component, CacheOutcome::Hit)),
             Err(why) => why,
         };
+        if let Some(component) = self.read_shipped(engine, prefix) {
+            return Ok((component, CacheOutcome::Hit));
+        }
         let from_compiler = match self.compile_elsewhere(wasm) {
             // The compiler process wrote the entry: read as any entry is.
-            Some(Ok(())) => match read_entry(engine, prefix) {
+            Some(Ok(())) => match read_entry(engine, prefix, Refused::Remove) {
                 Ok(component) => Some(component),
                 Err(why) => {
                     let why = why.unwrap_or_else(|| "no entry was written".to_owned());
@@ -150,6 +172,24 @@ impl ComponentCache {
             }
             None => Ok((component, CacheOutcome::Miss)),
         }
+    }
+}
+
+impl ComponentCache {
+    /// The component in a shipped directory's entry named as `prefix`'s, if one loads.
+    fn read_shipped(&self, engine: &Engine, prefix: &Path) -> Option<Component> {
+        let name = prefix.file_name()?;
+        self.shipped.iter().find_map(|dir| {
+            let shipped = dir.join(name);
+            match read_entry(engine, &shipped, Refused::Keep) {
+                Ok(component) => Some(component),
+                Err(None) => None,
+                Err(Some(why)) => {
+                    tracing::warn!(entry = %shipped.display(), %why, "a precompiled component of the package does not load; compiling it");
+                    None
+                }
+            }
+        })
     }
 }
 
@@ -258,9 +298,22 @@ fn entries(prefix: &Path) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// What becomes of an entry that is refused.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Removed: the cache's own directory, where a new entry replaces it.
+    Remove,
+    /// Left where it is: a directory the cache only reads.
+    Keep,
+}
+
 /// The component in an entry whose name starts with `prefix`; else why the entry was
-/// refused (and removed), or `None` when there is none.
-fn read_entry(engine: &Engine, prefix: &Path) -> Result<Component, Option<String>> {
+/// refused, or `None` when there is none.
+fn read_entry(
+    engine: &Engine,
+    prefix: &Path,
+    refused_entry: Refused,
+) -> Result<Component, Option<String>> {
     let mut refused = None;
     for (path, sum) in entries(prefix) {
         let why = match file_sha256(&path) {
@@ -276,7 +329,9 @@ fn read_entry(engine: &Engine, prefix: &Path) -> Result<Component, Option<String
             Ok(_) => "its checksum does not match its content".to_owned(),
             Err(e) => format!("it cannot be read: {e}"),
         };
-        let _ = std::fs::remove_file(&path);
+        if refused_entry == Refused::Remove {
+            let _ = std::fs::remove_file(&path);
+        }
         refused = Some(why);
     }
     Err(refused)

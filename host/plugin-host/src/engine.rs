@@ -323,6 +323,15 @@ impl PluginEngine {
         self
     }
 
+    /// Also reads compiled components from `dir`, never writing there: the package's
+    /// precompiled plugins (see [`ComponentCache::with_shipped`]). Without a cache,
+    /// nothing changes.
+    #[must_use]
+    pub fn with_shipped_cache(mut self, dir: PathBuf) -> Self {
+        self.cache = self.cache.take().map(|c| c.with_shipped(dir));
+        self
+    }
+
     /// Compiles `wasm` into the cache (what a compiler process does); an error says
     /// why the component does not compile.
     pub fn precompile_into_cache(&self, wasm: &[u8]) -> anyhow::Result<()> {

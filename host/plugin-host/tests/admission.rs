@@ -392,6 +392,57 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The `.cwasm` entries of `dir`.
+fn cwasm_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect()
+}
+
+#[test]
+fn precompiled_components_of_a_package_are_read_where_they_are_and_never_changed() {
+    let dir = std::env::temp_dir().join(format!("wasmlet-shipped-cache-{}", std::process::id()));
+    let (shipped, own) = (dir.join("shipped"), dir.join("own"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let wasm = std::fs::read(plugin("node-ports")).expect("component");
+    PluginEngine::with_cache(&shipped)
+        .expect("engine")
+        .precompile_into_cache(&wasm)
+        .expect("precompile");
+    let entry = cwasm_entries(&shipped).pop().expect("a shipped entry");
+    let load = || {
+        PluginEngine::with_cache(&own)
+            .expect("engine")
+            .with_shipped_cache(shipped.clone())
+            .load_admission(
+                "node-ports",
+                &plugin("node-ports"),
+                BTreeMap::new(),
+                Limits::default(),
+            )
+            .expect("load")
+    };
+    // Found there: nothing compiled, nothing written to the node's own cache.
+    assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
+    assert!(cwasm_entries(&own).is_empty());
+
+    // A damaged one (another build's, a bad copy) is passed over and left as it is: the
+    // component is compiled into the node's cache, which serves from then on.
+    let mut bytes = std::fs::read(&entry).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).expect("damage");
+    assert_eq!(load().load_outcome(), &CacheOutcome::Miss);
+    assert_eq!(std::fs::read(&entry).expect("still there"), bytes);
+    assert_eq!(cwasm_entries(&own).len(), 1);
+    assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_long_call_yields_to_the_other_tasks() {
     let engine = PluginEngine::new().expect("engine");

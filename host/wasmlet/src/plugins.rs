@@ -20,6 +20,10 @@ pub const STATIC_SOURCE: &str = "file";
 /// Where the installed package keeps the shipped plugins.
 const PACKAGED_DIR: &str = "/usr/lib/wasmlet/plugins";
 
+/// The subdirectory of the shipped plugins' directory that holds them precompiled for
+/// the binary beside them (`wasmlet plugin precompile --cache-dir <dir>/compiled`).
+pub const PRECOMPILED: &str = "compiled";
+
 /// Where the shipped plugins are: `$WASMLET_PLUGIN_DIR`, `plugins/` beside the binary,
 /// the package's `/usr/lib/wasmlet/plugins`, or the plugins workspace's build output in
 /// this source tree.
@@ -151,6 +155,12 @@ pub async fn load(plugins: &PluginsConfig) -> Result<Loaded> {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("plugins.cacheDirectory: {}", dir.display()))?;
             let engine = PluginEngine::with_cache(dir)?;
+            // The package's plugins precompiled by this binary: a new node loads them
+            // without compiling.
+            let engine = match shipped_dir().map(|d| d.join(PRECOMPILED)) {
+                Ok(compiled) if compiled.is_dir() => engine.with_shipped_cache(compiled),
+                _ => engine,
+            };
             // Plugins missing from the cache are compiled by this binary in a process
             // of its own: the compiler's code and peak memory never join the agent's.
             match std::env::current_exe() {

@@ -92,5 +92,81 @@ fn the_package_installs_wasmlet_in_the_kubelets_place() {
             .arg(root.join("usr/lib/wasmlet/plugins/resource_fit.wasm")),
     );
     assert!(describe.contains("admission"), "{describe}");
+    the_plugins_come_precompiled_for_the_packaged_binary(&root);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The names of the compiled-component entries in `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cwasm"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Each shipped plugin has an entry under `plugins/compiled/` named as the packaged
+/// binary's own engine names it (component, engine settings, artifact), and an agent
+/// started from the package loads every plugin from there: its own cache stays empty.
+fn the_plugins_come_precompiled_for_the_packaged_binary(root: &Path) {
+    let plugins = root.join("usr/lib/wasmlet/plugins");
+    let shipped = entries(&plugins.join("compiled"));
+    assert_eq!(shipped.len(), SHIPPED.len(), "{shipped:?}");
+    let again = root.join("compiled-here");
+    let mut precompile = Command::new(root.join("usr/bin/wasmlet"));
+    precompile
+        .args(["plugin", "--cache-dir"])
+        .arg(&again)
+        .arg("precompile");
+    for name in SHIPPED {
+        precompile.arg(plugins.join(format!("{name}.wasm")));
+    }
+    output(&mut precompile);
+    assert_eq!(entries(&again), shipped);
+
+    let state = root.join("node");
+    let config = root.join("config.yaml");
+    std::fs::create_dir_all(state.join("manifests")).expect("manifests");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerRuntimeEndpoint: unix://{}\nstaticPodPath: {}\nrootDir: {}\n\
+             healthzPort: 0\nreadOnlyPort: 0\nport: 0\ncgroupsPerQOS: false\n",
+            state.join("no-runtime.sock").display(),
+            state.join("manifests").display(),
+            state.display(),
+        ),
+    )
+    .expect("config");
+    let log = root.join("agent.log");
+    let mut agent = Command::new(root.join("usr/bin/wasmlet"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("WASMLET_PLUGIN_DIR", &plugins)
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start the packaged agent");
+    // With its plugins loaded the agent goes on to the runtime, which is not there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("not reachable yet") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(text.contains("not reachable yet"), "{text}");
+    let compiled = entries(&state.join("plugin-cache"));
+    assert!(
+        compiled.is_empty(),
+        "compiled on the node: {compiled:?}\n{text}"
+    );
 }

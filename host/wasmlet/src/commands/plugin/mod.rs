@@ -83,10 +83,14 @@ pub enum PluginCommand {
     /// Check that a key signed a pushed component or a file, as a node does before it
     /// loads it.
     Verify(signing::VerifyArgs),
-    /// Compile a component (read from standard input) into the plugin cache named by
-    /// `--cache-dir`: what the agent runs to compile plugins outside its own process.
-    #[command(hide = true)]
-    Precompile,
+    /// Compile components into the plugin cache named by `--cache-dir`, for this
+    /// binary's engine: the package's precompiled plugins are made so (FILE… given),
+    /// and the agent runs it to compile a plugin outside its own process (the
+    /// component on standard input).
+    Precompile {
+        /// Component files; none: one component read from standard input.
+        files: Vec<PathBuf>,
+    },
 }
 
 /// Arguments of `wasmlet plugin push`.
@@ -259,8 +263,9 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
         PluginCommand::GenerateKeyPair(a) => signing::generate(&a),
         PluginCommand::Sign(a) => signing::sign(a).await,
         PluginCommand::Verify(a) => signing::verify(a).await,
-        PluginCommand::Precompile => match cache {
-            Some(dir) => precompile(dir),
+        PluginCommand::Precompile { files } => match cache {
+            Some(dir) if files.is_empty() => precompile(dir),
+            Some(dir) => precompile_files(dir, &files),
             None => bail!("wasmlet plugin precompile: --cache-dir is required"),
         },
     }
@@ -295,6 +300,25 @@ fn precompile(cache_dir: &std::path::Path) -> Result<ExitCode> {
             ))
         }
     }
+}
+
+/// `wasmlet plugin precompile --cache-dir DIR FILE…`: each component compiled into the
+/// cache; the first that does not compile is an error naming its file.
+fn precompile_files(cache_dir: &Path, files: &[PathBuf]) -> Result<ExitCode> {
+    let engine = PluginEngine::with_cache(cache_dir)
+        .with_context(|| format!("--cache-dir {}", cache_dir.display()))?;
+    for file in files {
+        let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        engine
+            .precompile_into_cache(&wasm)
+            .with_context(|| format!("{} does not compile", file.display()))?;
+    }
+    println!(
+        "{} component(s) compiled into {}",
+        files.len(),
+        cache_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn push(engine: &PluginEngine, args: PushArgs) -> Result<ExitCode> {

@@ -1,0 +1,133 @@
+//! The Debian package: the shipped plugins built, then precompiled by the binary the
+//! package carries (its engine's settings are what a node looks entries up by), then
+//! `cargo deb -p wasmlet` without building again.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Result, cargo, repo, run, step};
+
+/// The cargo-deb the package is made with (installed from crates.io when missing).
+const CARGO_DEB_VERSION: &str = "3.8.0";
+
+/// Where the package's precompiled plugins are written, under the profile's directory
+/// (the manifest's asset `target/release/precompiled-plugins/*.cwasm`, which cargo-deb
+/// reads from the profile it packages).
+const PRECOMPILED: &str = "precompiled-plugins";
+
+/// The Debian package of the debug build (fast compression), for the tests to install
+/// into a temporary root (`dpkg -x`): the same assets and control fields as a release
+/// `cargo xtask deb`.
+pub fn for_tests() -> Result<PathBuf> {
+    step(
+        "package: the shipped plugins precompiled, then cargo deb -p wasmlet (debug build) for the tests",
+    );
+    build_plugins()?;
+    let profile_dir = repo().join("target/debug");
+    precompile(&profile_dir.join("wasmlet"), &profile_dir.join(PRECOMPILED))?;
+    let deb = repo().join("target/debian/wasmlet-test.deb");
+    run(cargo_deb()?
+        .args([
+            "deb",
+            "-p",
+            "wasmlet",
+            "--profile",
+            "dev",
+            "--no-build",
+            "--no-strip",
+            "--fast",
+            "-o",
+        ])
+        .arg(&deb))?;
+    Ok(deb)
+}
+
+/// `cargo xtask deb`: the release package, `target/debian/wasmlet_<version>-1_amd64.deb`.
+pub fn release() -> Result<PathBuf> {
+    step("the shipped plugins, the release binary, the plugins precompiled by it");
+    build_plugins()?;
+    run(cargo().args(["build", "--release", "--locked", "-p", "wasmlet"]))?;
+    let profile_dir = repo().join("target/release");
+    precompile(&profile_dir.join("wasmlet"), &profile_dir.join(PRECOMPILED))?;
+    step("cargo deb -p wasmlet");
+    let out = repo().join("target/debian");
+    run(cargo_deb()?
+        .args(["deb", "-p", "wasmlet", "--no-build", "-o"])
+        .arg(&out))?;
+    let newest = std::fs::read_dir(&out)
+        .map_err(|e| format!("{}: {e}", out.display()))?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("_amd64.deb"))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .ok_or("cargo deb wrote no package")?;
+    Ok(newest.path())
+}
+
+fn build_plugins() -> Result {
+    run(cargo()
+        .args(["build", "--release", "--quiet", "--locked"])
+        .current_dir(repo().join("plugins"))
+        .env("CARGO_TARGET_DIR", repo().join("plugins/target")))
+}
+
+/// Compiles the plugins the package ships into `dir` (emptied first) with `wasmlet`'s
+/// engine: `wasmlet plugin precompile --cache-dir DIR FILE…`.
+pub fn precompile(wasmlet: &Path, dir: &Path) -> Result {
+    let _ = std::fs::remove_dir_all(dir);
+    let plugins = shipped_components()?;
+    run(Command::new(wasmlet)
+        .args(["plugin", "--cache-dir"])
+        .arg(dir)
+        .arg("precompile")
+        .args(&plugins))
+}
+
+/// The components the package ships, as its manifest's assets list them.
+fn shipped_components() -> Result<Vec<PathBuf>> {
+    let crate_dir = repo().join("host/wasmlet");
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml"))
+        .map_err(|e| format!("host/wasmlet/Cargo.toml: {e}"))?;
+    let files: Vec<PathBuf> = manifest
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("[\""))
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|source| source.ends_with(".wasm"))
+        .map(|source| crate_dir.join(source))
+        .collect();
+    if files.is_empty() {
+        return Err("host/wasmlet/Cargo.toml lists no .wasm assets".into());
+    }
+    Ok(files)
+}
+
+/// `cargo` with the pinned cargo-deb first on its PATH, installed into the build
+/// directory when missing: packaging a debug build is what this version allows (later
+/// ones may refuse it), whatever else the machine has.
+fn cargo_deb() -> Result<Command> {
+    let tools = repo().join("target/tools");
+    let have = Command::new(tools.join("bin/cargo-deb"))
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB_VERSION));
+    if !have {
+        run(cargo()
+            .args([
+                "install",
+                "cargo-deb",
+                "--locked",
+                "--version",
+                CARGO_DEB_VERSION,
+                "--root",
+            ])
+            .arg(&tools))?;
+    }
+    let path = format!(
+        "{}:{}",
+        tools.join("bin").display(),
+        env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = cargo();
+    cmd.env("PATH", path);
+    Ok(cmd)
+}
