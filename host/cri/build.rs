@@ -1,5 +1,5 @@
 //! Compiles `proto/runtime/v1/api.proto` into Rust with protox (no protoc needed)
-//! and tonic-prost-build (client and server stubs).
+//! and tonic-prost-build: the client and server stubs (the messages are wasmlet-cri-api's).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
@@ -7,9 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([&file], [&root])?;
     tonic_prost_build::configure()
-        // Label and annotation maps are small: BTreeMap decodes and clones faster than
-        // HashMap (no hashing) and keeps them ordered in logs and output.
-        .btree_map(".")
+        // The messages are wasmlet-cri-api's (no transport there): only the services'
+        // stubs are generated here, naming them.
+        .extern_path(".runtime.v1", "::wasmlet_cri_api::proto")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

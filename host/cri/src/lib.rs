@@ -6,8 +6,8 @@
 //! any implementation and records the calls, for tests.
 //!
 //! # Layout
-//! - [`proto`]: the `runtime.v1` messages and the tonic client and server stubs,
-//!   generated at build time from `proto/runtime/v1/api.proto`.
+//! - [`proto`]: the `runtime.v1` messages (from `wasmlet-cri-api`) and the tonic client
+//!   and server stubs, generated at build time from `proto/runtime/v1/api.proto`.
 //! - [`client`]: [`CriClient`] — connect, version negotiation, per-call deadlines,
 //!   retry with back-off for idempotent calls while the runtime restarts.
 //! - [`error`]: [`CriError`], one type for every failure, with an [`ErrorKind`] to
@@ -24,9 +24,11 @@ pub mod listed;
 pub mod recording;
 pub mod runtime;
 
-/// `runtime.v1`: messages, enums, and the `RuntimeService` / `ImageService` stubs.
+/// `runtime.v1`: messages and enums (`wasmlet_cri_api::proto`'s), and the
+/// `RuntimeService` / `ImageService` stubs.
 #[allow(missing_docs, clippy::all)]
 pub mod proto {
+    pub use wasmlet_cri_api::proto::*;
     tonic::include_proto!("runtime.v1");
 }
 
