@@ -4,19 +4,12 @@
 //! Start at [`agent::Agent`]: it wires everything below and runs until shut down.
 //!
 //! # Layout
-//! Pure logic (no I/O, no clock; unit-tested with paused time):
-//! - [`pod`] — defaults, static pod names and UIDs, validation.
-//! - [`podconfig`] — sources' sets merged into ADD / UPDATE / REMOVE / RECONCILE.
-//! - [`lifecycle`] — a pod worker's state machine (SyncPod → TerminatingPod →
-//!   TerminatedPod; one work at a time; a kill is never replaced; grace only shortens).
-//! - [`actions`] — computePodActions.
-//! - [`backoff`] — CrashLoopBackOff and image pull back-off.
-//! - [`status`] — phase, conditions, container statuses, QoS.
-//! - [`runtime`] — what the runtime has for a pod, read back from labels.
-//! - [`criconfig`] — pods and containers as CRI configurations.
-//! - [`time`] — the agent's clock and RFC 3339.
+//! The kubelet's decisions are [`wasmlet_core`]'s (no I/O, no clock; unit-tested there),
+//! re-exported here under the names the agent has always used them by: [`pod`],
+//! [`podconfig`], [`lifecycle`], [`actions`], [`status`], [`runtime`], and [`backoff`]
+//! and [`time`] on the agent's clock.
 //!
-//! With the runtime:
+//! Around them, the kubelet's managers:
 //! - [`pleg`] — relist, generateEvents, the coalescing event queue, health.
 //! - [`cache`] — the pod cache (newest observation wins).
 //! - [`queue`] — per-pod coalescing queues (PLEG events, probe results).
@@ -27,31 +20,33 @@
 //! - [`events`] — events about pods in the kubelet's reasons, to a recorder.
 //! - [`syncloop`] — the loop, one handler per input.
 //! - [`sources`] — the pod-source plugins polled, and on directory changes.
+//! - [`criconfig`] — pods and containers as CRI configurations (with the files a
+//!   container mounts: `/etc/hosts`, resolv.conf).
 //! - [`volumes`] — configMap, secret, downwardAPI and projected volumes written before
 //!   the containers start.
+//! - [`cgroups`] — the pods' cgroup tree made in the cgroup filesystem or through
+//!   systemd.
+//! - [`termination`] — the termination message read from a container's file or log.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
 
-pub mod actions;
+pub use wasmlet_core::{actions, lifecycle, pod, podconfig, runtime, status};
+
 pub mod agent;
 pub mod backoff;
 pub mod cache;
 pub mod cgroups;
 pub mod criconfig;
 pub mod events;
-pub mod lifecycle;
 pub mod metrics;
 pub mod node;
 pub mod pleg;
-pub mod pod;
-pub mod podconfig;
 pub mod prober;
 pub mod queue;
-pub mod runtime;
 pub mod sources;
-pub mod status;
 pub mod statuses;
 pub mod sync;
 pub mod syncloop;
+pub mod termination;
 pub mod time;
 pub mod volumes;
 pub mod workers;

@@ -170,7 +170,7 @@ pub async fn build<R: CriRuntime>(
         let info = match runtime.container_status(id, false).await {
             Ok(st) => match st.status {
                 Some(status) => {
-                    runtime::container_from_status(&status, listed::text(&c.pod_sandbox_id))
+                    crate::termination::observed(&status, listed::text(&c.pod_sandbox_id))
                 }
                 None => continue,
             },

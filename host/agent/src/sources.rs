@@ -356,7 +356,8 @@ mod tests {
     /// of the kubelet UID test data) are what the kubelet reads: they get its UIDs.
     #[tokio::test]
     async fn the_file_source_reads_manifests_into_the_kubelets_uids() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pod/kubelet/testdata");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../core/src/pod/kubelet/testdata");
         let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
         let grants = wasmlet_plugin_host::source::SourceGrants {
             directory: Some(dir.clone()),

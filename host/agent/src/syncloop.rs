@@ -213,8 +213,9 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             self.config.add_source(&set.source);
             self.config
                 .set_directory(&set.source, set.directory.clone());
+            let seen = crate::time::now_rfc3339();
             self.config
-                .set_with(&set.source, set.pods, &set.unchanged, &broken)
+                .set_with(&set.source, set.pods, &set.unchanged, &broken, &seen)
         };
         self.ctx.sources_ready.store(
             self.config.all_sources_ready(),

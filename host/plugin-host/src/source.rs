@@ -48,14 +48,8 @@ pub struct SourceGrants {
     pub urls: Vec<String>,
 }
 
-/// A pod the source wants.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SourcePod {
-    /// Where it came from (`web.yaml`, `all.yaml#2`, a URL).
-    pub origin: String,
-    /// The pod, as the source wrote it (not yet defaulted).
-    pub pod: k8s::Pod,
-}
+/// A pod the source wants (the agent's pod config takes it as it is).
+pub use wasmlet_core::podconfig::SourcePod;
 
 /// A manifest skipped, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

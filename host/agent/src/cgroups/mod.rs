@@ -19,8 +19,7 @@ use k8s_openapi::api::core::v1 as k8s;
 pub mod fs;
 mod private_bus;
 pub mod systemd;
-pub mod tree;
-pub mod values;
+pub use wasmlet_core::cgroups::{tree, values};
 
 use fs::CgroupFs;
 use systemd::Systemd;

@@ -381,10 +381,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         for (id, sandbox) in &touched.containers {
             containers.push((
                 id,
-                self.runtime.container_status(id, false).await.map(|r| {
-                    r.status
-                        .map(|s| crate::runtime::container_from_status(&s, sandbox))
-                }),
+                self.runtime
+                    .container_status(id, false)
+                    .await
+                    .map(|r| r.status.map(|s| crate::termination::observed(&s, sandbox))),
             ));
         }
         // Sandboxes read during the work already, then the others.

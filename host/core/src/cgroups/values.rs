@@ -6,8 +6,8 @@
 //! effective ones, the kubelet's rule for init containers and sidecars
 //! (`restartPolicy: Always` init containers) included.
 
+use crate::quantity::parse_quantity;
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_plugin_host::convert::parse_quantity;
 
 use super::tree::Qos;
 

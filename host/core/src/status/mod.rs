@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::quantity::parse_quantity;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use wasmlet_plugin_host::convert::parse_quantity;
 
 use crate::actions;
 use crate::pod;

@@ -15,10 +15,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_plugin_host::source::SourcePod;
 
 use crate::pod::kubelet::Location;
 use crate::pod::{self, PodKey};
+
+/// A pod a source wants: what a pod-source plugin lists, or a manifest read from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcePod {
+    /// Where it came from (`web.yaml`, `all.yaml#2`, a URL).
+    pub origin: String,
+    /// The pod, as the source wrote it (not yet defaulted).
+    pub pod: k8s::Pod,
+}
 
 /// What changed for a set of pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,19 +191,22 @@ impl PodConfig {
     /// Takes `source`'s whole new set. Pods the source had from an origin in `broken`
     /// (a manifest that could not be read this time) are kept rather than removed. A
     /// source that is not configured is reported as a problem and changes nothing.
+    /// New pods get no `kubernetes.io/config.seen` (see [`PodConfig::set_with`]).
     pub fn set(&mut self, source: &str, offered: Vec<SourcePod>, broken: &[String]) -> Merged {
-        self.set_with(source, offered, &[], broken)
+        self.set_with(source, offered, &[], broken, "")
     }
 
     /// [`PodConfig::set`] where the pods with a UID in `unchanged` are part of the new
-    /// set as they were in the last one (not repeated). A UID the source did not have
-    /// is ignored.
+    /// set as they were in the last one (not repeated), and `seen` — the time the set
+    /// arrived, RFC 3339 — is each new pod's `kubernetes.io/config.seen` (none if
+    /// empty). A UID the source did not have is ignored.
     pub fn set_with(
         &mut self,
         source: &str,
         offered: Vec<SourcePod>,
         unchanged: &[String],
         broken: &[String],
+        seen: &str,
     ) -> Merged {
         let mut merged = Merged::default();
         let Some(index) = self.sources.iter().position(|(name, _)| name == source) else {
@@ -217,7 +228,10 @@ impl PodConfig {
                 next.insert(uid.clone(), old.clone());
             }
         }
-        let mut changes = Changes::default();
+        let mut changes = Changes {
+            seen: seen.to_owned(),
+            ..Changes::default()
+        };
         let api = source == pod::API_SOURCE;
         for SourcePod { origin, pod } in offered {
             let problem = |message: String| Problem {
@@ -303,6 +317,8 @@ impl PodConfig {
 /// What one source's new set changes, by operation.
 #[derive(Default)]
 struct Changes {
+    /// When the set arrived (RFC 3339), for new pods' `config.seen`.
+    seen: String,
     added: Vec<Arc<k8s::Pod>>,
     updated: Vec<Arc<k8s::Pod>>,
     reconciled: Vec<Arc<k8s::Pod>>,
@@ -316,13 +332,12 @@ impl Changes {
     fn take(&mut self, old: Option<&Arc<k8s::Pod>>, mut pod: k8s::Pod, api: bool) -> Arc<k8s::Pod> {
         let newly_deleted = pod::is_deleted(&pod) && !old.is_some_and(|o| pod::is_deleted(o));
         let Some(old) = old else {
-            pod.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(
-                    pod::CONFIG_SEEN_ANNOTATION.into(),
-                    crate::time::now_rfc3339(),
-                );
+            if !self.seen.is_empty() {
+                pod.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(pod::CONFIG_SEEN_ANNOTATION.into(), self.seen.clone());
+            }
             let pod = Arc::new(pod);
             let list = if newly_deleted {
                 &mut self.deleted
@@ -560,7 +575,7 @@ mod tests {
         let m = c.set("api", vec![api_pod("4", "Succeeded", true)], &[]);
         assert_eq!(ops(&m), [(Op::Reconcile, vec!["web".into()])]);
         // A set naming web as unchanged keeps it, whatever came with it.
-        let m = c.set_with("api", vec![], &["u-web".into(), "u-other".into()], &[]);
+        let m = c.set_with("api", vec![], &["u-web".into(), "u-other".into()], &[], "");
         assert!(m.updates.is_empty(), "{:?}", ops(&m));
         assert_eq!(c.pods().len(), 1);
         // The final delete: gone from the watch.

@@ -1,0 +1,6 @@
+//! The pods' cgroups as values: the kubelet's tree by name ([`tree`]) and what a pod's or
+//! a tier's cgroup is set to ([`values`]). The agent makes them, in the cgroup
+//! filesystem or through systemd.
+
+pub mod tree;
+pub mod values;
