@@ -106,27 +106,10 @@ pub(super) fn serve(sim: &ApiServerSim, call: &Call) -> Response {
         None => call.path.clone(),
     };
     store.requests.push((call.method.to_string(), recorded));
-    let Some(t) = parse(&call.path) else {
-        return error(status(
-            404,
-            "NotFound",
-            format!(
-                "the server could not find the requested resource ({})",
-                call.path
-            ),
-        ));
+    let t = match resource(&store, &call.path) {
+        Ok(t) => t,
+        Err(e) => return error(e),
     };
-    if !crd::built_in(&t.prefix)
-        && !store
-            .crds
-            .contains_key(&(t.prefix.clone(), t.resource.clone()))
-    {
-        return error(status(
-            404,
-            "NotFound",
-            "the server could not find the requested resource".into(),
-        ));
-    }
     let watching = matches!(call.param("watch").as_deref(), Some("true" | "1"));
     let mut s = Scope {
         sim,
@@ -186,6 +169,30 @@ pub(super) fn serve(sim: &ApiServerSim, call: &Call) -> Response {
             format!("{m} is not supported on {}", call.path),
         )),
     }
+}
+
+/// The target of `path`, if it names a resource the server has (built in, or a CRD's);
+/// else the 404 Status.
+fn resource(store: &Store, path: &str) -> Result<Target, Value> {
+    let Some(t) = parse(path) else {
+        return Err(status(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        ));
+    };
+    if !crd::built_in(&t.prefix)
+        && !store
+            .crds
+            .contains_key(&(t.prefix.clone(), t.resource.clone()))
+    {
+        return Err(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+        ));
+    }
+    Ok(t)
 }
 
 /// `code` and the object, or the Status of the error.
