@@ -359,102 +359,19 @@ pub(crate) async fn handle(
     request: Request<Body>,
 ) -> Response<Body> {
     let query = params(request.uri().query().unwrap_or(""));
-    let get = |k: &str| {
-        query
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-    };
     let types = sim.address_types();
     let routed = {
         let store = sim.lock();
-        route(
-            &store,
-            &namespace,
-            &name,
-            get("container").as_deref(),
-            &types,
-        )
+        let container = value(&query, "container");
+        route(&store, &namespace, &name, container.as_deref(), &types)
     };
     let routed = match routed {
         Ok(r) => r,
         Err(response) => return response,
     };
-    let need_container = || {
-        routed
-            .container
-            .clone()
-            .map_err(|message| reply(400, "BadRequest", message))
-    };
-    let mut kubelet_query: Vec<String> = Vec::new();
-    let path = match sub.as_str() {
-        "log" => {
-            let container = match need_container() {
-                Ok(c) => c,
-                Err(r) => return r,
-            };
-            for (k, v) in &query {
-                if matches!(
-                    k.as_str(),
-                    "follow"
-                        | "previous"
-                        | "timestamps"
-                        | "sinceSeconds"
-                        | "sinceTime"
-                        | "tailLines"
-                        | "limitBytes"
-                ) {
-                    kubelet_query.push(format!("{k}={}", encode(v)));
-                }
-            }
-            format!("/containerLogs/{namespace}/{name}/{container}")
-        }
-        "exec" | "attach" => {
-            let container = match need_container() {
-                Ok(c) => c,
-                Err(r) => return r,
-            };
-            for (k, param) in [
-                ("stdin", "input"),
-                ("stdout", "output"),
-                ("stderr", "error"),
-                ("tty", "tty"),
-            ] {
-                if get(k).is_some_and(|v| truthy(&v)) {
-                    kubelet_query.push(format!("{param}=1"));
-                }
-            }
-            if sub == "exec" {
-                for (k, v) in &query {
-                    if k == "command" {
-                        kubelet_query.push(format!("command={}", encode(v)));
-                    }
-                }
-            }
-            format!("/{sub}/{namespace}/{name}/{container}")
-        }
-        "portforward" => {
-            for (k, v) in &query {
-                if k == "ports" || k == "port" {
-                    for p in v.split(',') {
-                        kubelet_query.push(format!("port={}", encode(p)));
-                    }
-                }
-            }
-            format!("/portForward/{namespace}/{name}")
-        }
-        other => {
-            return reply(
-                404,
-                "NotFound",
-                format!("the server could not find the requested resource (pods/{other})"),
-            );
-        }
-    };
-    let target = if kubelet_query.is_empty() {
-        path
-    } else {
-        format!("{path}?{}", kubelet_query.join("&"))
+    let target = match kubelet_target(&sub, &namespace, &name, &query, &routed) {
+        Ok(t) => t,
+        Err(r) => return r,
     };
     let tls = match kubelet_tls(&sim) {
         Ok(t) => t,
@@ -475,27 +392,7 @@ pub(crate) async fn handle(
         upgrade,
     ) {
         (Ok(r), Some(upgrade)) if r.status().is_success() => upgrade.answer(r.into_body()),
-        // A log the kubelet refuses comes back as a Status carrying the kubelet's words
-        // and code, as the API server's response checker makes it.
-        (Ok(r), _) if sub == "log" && !r.status().is_success() => {
-            let code = r.status().as_u16();
-            let body = axum::body::to_bytes(r.into_body(), 64 << 10)
-                .await
-                .unwrap_or_default();
-            let reason = match code {
-                400 => "BadRequest",
-                401 => "Unauthorized",
-                403 => "Forbidden",
-                404 => "NotFound",
-                422 => "Invalid",
-                _ => "InternalError",
-            };
-            reply(
-                code,
-                reason,
-                String::from_utf8_lossy(&body).trim_end().to_owned(),
-            )
-        }
+        (Ok(r), _) if sub == "log" && !r.status().is_success() => refused_log(r).await,
         (Ok(r), _) => r,
         (Err(e), _) => reply(
             500,
@@ -506,6 +403,114 @@ pub(crate) async fn handle(
             ),
         ),
     }
+}
+
+/// The value of query parameter `key`, if given.
+fn value(query: &[(String, String)], key: &str) -> Option<String> {
+    query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// The kubelet's path and query for `pods/NAME/<sub>` with the client's `query`: the
+/// API server's parameters in the kubelet's names (`stdin` → `input`, `ports` → one
+/// `port` each); else the error to answer.
+fn kubelet_target(
+    sub: &str,
+    namespace: &str,
+    name: &str,
+    query: &[(String, String)],
+    routed: &Routed,
+) -> Result<String, Response<Body>> {
+    let container = || {
+        routed
+            .container
+            .clone()
+            .map_err(|message| reply(400, "BadRequest", message))
+    };
+    let mut kubelet_query: Vec<String> = Vec::new();
+    let path = match sub {
+        "log" => {
+            let container = container()?;
+            const PASSED: [&str; 7] = [
+                "follow",
+                "previous",
+                "timestamps",
+                "sinceSeconds",
+                "sinceTime",
+                "tailLines",
+                "limitBytes",
+            ];
+            for (k, v) in query.iter().filter(|(k, _)| PASSED.contains(&k.as_str())) {
+                kubelet_query.push(format!("{k}={}", encode(v)));
+            }
+            format!("/containerLogs/{namespace}/{name}/{container}")
+        }
+        "exec" | "attach" => {
+            let container = container()?;
+            streams_query(sub, query, &mut kubelet_query);
+            format!("/{sub}/{namespace}/{name}/{container}")
+        }
+        "portforward" => {
+            for (_, v) in query.iter().filter(|(k, _)| k == "ports" || k == "port") {
+                for p in v.split(',') {
+                    kubelet_query.push(format!("port={}", encode(p)));
+                }
+            }
+            format!("/portForward/{namespace}/{name}")
+        }
+        other => {
+            return Err(reply(
+                404,
+                "NotFound",
+                format!("the server could not find the requested resource (pods/{other})"),
+            ));
+        }
+    };
+    Ok(if kubelet_query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", kubelet_query.join("&"))
+    })
+}
+
+/// exec's and attach's streams in the kubelet's names, and exec's command.
+fn streams_query(sub: &str, query: &[(String, String)], out: &mut Vec<String>) {
+    for (k, param) in [
+        ("stdin", "input"),
+        ("stdout", "output"),
+        ("stderr", "error"),
+        ("tty", "tty"),
+    ] {
+        if value(query, k).is_some_and(|v| truthy(&v)) {
+            out.push(format!("{param}=1"));
+        }
+    }
+    if sub == "exec" {
+        for (_, v) in query.iter().filter(|(k, _)| k == "command") {
+            out.push(format!("command={}", encode(v)));
+        }
+    }
+}
+
+/// A log the kubelet refuses comes back as a Status carrying the kubelet's words and
+/// code, as the API server's response checker makes it.
+async fn refused_log(r: Response<Body>) -> Response<Body> {
+    let code = r.status().as_u16();
+    let body = axum::body::to_bytes(r.into_body(), 64 << 10)
+        .await
+        .unwrap_or_default();
+    let reason = match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        422 => "Invalid",
+        _ => "InternalError",
+    };
+    reply(
+        code,
+        reason,
+        String::from_utf8_lossy(&body).trim_end().to_owned(),
+    )
 }
 
 /// Sends the client's request to the kubelet at `host:port` as `target`, over TLS with
