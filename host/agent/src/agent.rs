@@ -133,102 +133,24 @@ impl<R: CriRuntime + 'static> Agent<R> {
         pod_sources: Option<Arc<PodSources>>,
     ) -> Self {
         if let Some(s) = &pod_sources {
-            // The cluster's sources a restarted node serves from its store count too:
-            // their pods are not orphans before they have reported.
-            let cluster = s.cluster_sources().into_keys();
-            for name in s.configured().iter().map(|(n, _)| n.clone()).chain(cluster) {
-                if !options.sources.contains(&name) {
-                    options.sources.push(name);
-                }
-            }
+            add_plugin_sources(&mut options.sources, s);
         }
-        let clock = Clock::new();
-        let node = NodeContext {
-            node_name: options.node.name.clone(),
-            hostname: options.node.hostname.clone(),
-            host_ip: options.node.ip.clone(),
-            pod_logs_dir: options.pod_logs_dir.clone(),
-            pods_dir: options.root_dir.join("pods"),
-            dns: criconfig::node_dns(&options.resolv_conf),
-            cluster_dns: options.cluster_dns.servers.clone(),
-            cluster_domain: options.cluster_dns.domain.clone(),
-            hosts_file: PathBuf::from(criconfig::ETC_HOSTS),
-            memory_bytes: options.node.memory_bytes,
-            allocatable: options.node.allocatable(),
-            pod_cgroups: options.pod_cgroups.clone(),
-        };
-        let metrics = Arc::new(Metrics::default());
-        let events: Arc<dyn Recorder> = options
-            .events
-            .clone()
-            .unwrap_or_else(|| Arc::new(LogRecorder));
         let cache = Arc::new(PodCache::new());
         let probe_updates = Arc::new(PodQueue::new());
-        let prober = Arc::new(Prober::new(
-            runtime.clone(),
-            checker.clone(),
+        let ctx = sync_context(
+            &runtime,
+            checker,
+            &options,
+            cache.clone(),
             probe_updates.clone(),
-            clock,
-            &node.host_ip,
-            events.clone(),
-            metrics.probes.clone(),
-        ));
-        let ctx = Arc::new(SyncContext {
-            runtime: runtime.clone(),
-            runtime_name: std::sync::OnceLock::new(),
-            ops: Arc::new(ContainerOps {
-                runtime: runtime.clone(),
-                checker,
-                node: node.clone(),
-            }),
-            node,
-            clock,
-            cache: cache.clone(),
-            statuses: Arc::new(StatusManager::new()),
-            prober,
-            crash_backoff: Mutex::new(Backoff::default()),
-            pull_backoff: Mutex::new(Backoff::default()),
-            mount_backoff: Mutex::new(Backoff::new(MOUNT_RETRY, MOUNT_RETRY_MAX)),
-            metrics: metrics.clone(),
-            first_relist: tokio::sync::watch::Sender::new(false),
-            events,
-            sources_ready: std::sync::atomic::AtomicBool::new(false),
-            volume_source: options.volumes.clone(),
-            services: options.services.clone(),
-            volumes_ready: Mutex::default(),
-            said: Mutex::default(),
-            pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
-        });
+        );
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);
         let (sources_tx, sources_rx) = mpsc::channel(64);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let events = Arc::new(EventQueue::new());
-        let health = Arc::new(Health::default());
-        let runtime_state = Arc::new(RuntimeState::default());
-        let relist_now = Arc::new(Notify::new());
-
-        let mut tasks = Vec::new();
-        let pleg = Pleg::new(
-            runtime.clone(),
-            &options.node.name,
-            cache,
-            events.clone(),
-            health.clone(),
-        );
-        tasks.push(tokio::spawn(relist_loop(
-            pleg,
-            ctx.clone(),
-            runtime_state.clone(),
-            options.relist_period,
-            relist_now.clone(),
-            shutdown_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(event_stream(
-            runtime,
-            relist_now,
-            shutdown_rx.clone(),
-        )));
+        let started = start_pleg(runtime, &ctx, &options, cache, shutdown_rx.clone());
+        let (events, health, runtime_state) = (started.events, started.health, started.state);
+        let mut tasks = Vec::from(started.tasks);
         if let Some(s) = pod_sources {
             tasks.extend(crate::sources::start(
                 s,
@@ -426,4 +348,134 @@ async fn resync_on_volume_changes<R: CriRuntime + 'static>(
             Err(RecvError::Closed) => return,
         }
     }
+}
+
+/// PLEG as started: its event queue, health and the runtime's state, and its two tasks.
+struct StartedPleg {
+    events: Arc<EventQueue>,
+    health: Arc<Health>,
+    state: Arc<RuntimeState>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+/// PLEG: the relist loop, woken early by the runtime's event stream.
+fn start_pleg<R: CriRuntime + 'static>(
+    runtime: Arc<R>,
+    ctx: &Arc<SyncContext<R>>,
+    options: &AgentOptions,
+    cache: Arc<PodCache>,
+    shutdown: watch::Receiver<bool>,
+) -> StartedPleg {
+    let events = Arc::new(EventQueue::new());
+    let health = Arc::new(Health::default());
+    let state = Arc::new(RuntimeState::default());
+    let relist_now = Arc::new(Notify::new());
+    let pleg = Pleg::new(
+        runtime.clone(),
+        &options.node.name,
+        cache,
+        events.clone(),
+        health.clone(),
+    );
+    let relist = tokio::spawn(relist_loop(
+        pleg,
+        ctx.clone(),
+        state.clone(),
+        options.relist_period,
+        relist_now.clone(),
+        shutdown.clone(),
+    ));
+    let stream = tokio::spawn(event_stream(runtime, relist_now, shutdown));
+    StartedPleg {
+        events,
+        health,
+        state,
+        tasks: [relist, stream],
+    }
+}
+
+/// The pod sources' names join `sources`, and the cluster's sources a restarted node
+/// serves from its store too: their pods are not orphans before they have reported.
+fn add_plugin_sources(sources: &mut Vec<String>, plugins: &PodSources) {
+    let cluster = plugins.cluster_sources().into_keys();
+    for name in plugins
+        .configured()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .chain(cluster)
+    {
+        if !sources.contains(&name) {
+            sources.push(name);
+        }
+    }
+}
+
+/// What the CRI configurations need of the node.
+fn node_context(options: &AgentOptions) -> NodeContext {
+    NodeContext {
+        node_name: options.node.name.clone(),
+        hostname: options.node.hostname.clone(),
+        host_ip: options.node.ip.clone(),
+        pod_logs_dir: options.pod_logs_dir.clone(),
+        pods_dir: options.root_dir.join("pods"),
+        dns: criconfig::node_dns(&options.resolv_conf),
+        cluster_dns: options.cluster_dns.servers.clone(),
+        cluster_domain: options.cluster_dns.domain.clone(),
+        hosts_file: PathBuf::from(criconfig::ETC_HOSTS),
+        memory_bytes: options.node.memory_bytes,
+        allocatable: options.node.allocatable(),
+        pod_cgroups: options.pod_cgroups.clone(),
+    }
+}
+
+/// What every pod's sync shares: the runtime, the prober, the caches, the back-offs.
+fn sync_context<R: CriRuntime + 'static>(
+    runtime: &Arc<R>,
+    checker: Arc<dyn Checker>,
+    options: &AgentOptions,
+    cache: Arc<PodCache>,
+    probe_updates: Arc<PodQueue<crate::prober::ProbeUpdate>>,
+) -> Arc<SyncContext<R>> {
+    let clock = Clock::new();
+    let node = node_context(options);
+    let metrics = Arc::new(Metrics::default());
+    let events: Arc<dyn Recorder> = options
+        .events
+        .clone()
+        .unwrap_or_else(|| Arc::new(LogRecorder));
+    let prober = Arc::new(Prober::new(
+        runtime.clone(),
+        checker.clone(),
+        probe_updates,
+        clock,
+        &node.host_ip,
+        events.clone(),
+        metrics.probes.clone(),
+    ));
+    Arc::new(SyncContext {
+        runtime: runtime.clone(),
+        runtime_name: std::sync::OnceLock::new(),
+        ops: Arc::new(ContainerOps {
+            runtime: runtime.clone(),
+            checker,
+            node: node.clone(),
+        }),
+        node,
+        clock,
+        cache,
+        statuses: Arc::new(StatusManager::new()),
+        prober,
+        crash_backoff: Mutex::new(Backoff::default()),
+        pull_backoff: Mutex::new(Backoff::default()),
+        mount_backoff: Mutex::new(Backoff::new(MOUNT_RETRY, MOUNT_RETRY_MAX)),
+        metrics,
+        first_relist: tokio::sync::watch::Sender::new(false),
+        events,
+        sources_ready: std::sync::atomic::AtomicBool::new(false),
+        volume_source: options.volumes.clone(),
+        services: options.services.clone(),
+        volumes_ready: Mutex::default(),
+        said: Mutex::default(),
+        pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
+    })
 }
