@@ -172,6 +172,29 @@ fn same_cause(a: &Waiting, b: &Waiting) -> bool {
             || matches!(a.reason.as_str(), "CrashLoopBackOff" | "ImagePullBackOff"))
 }
 
+/// The containers to start, in order, each with whether it is an init container: the
+/// next init container, app containers, ephemeral containers. (A fresh sandbox has no
+/// containers: the old ones, in other sandboxes, only count for restart counts and
+/// back-off.)
+fn starting<'a>(
+    pod: &'a k8s::Pod,
+    actions: &actions::PodActions,
+    ephemeral: &'a [k8s::Container],
+) -> Vec<(&'a k8s::Container, bool)> {
+    actions
+        .next_init
+        .map(|i| (&pod::init_containers(pod)[i], true))
+        .into_iter()
+        .chain(
+            actions
+                .start
+                .iter()
+                .map(|&i| (&pod::containers(pod)[i], false)),
+        )
+        .chain(actions.ephemeral.iter().map(|&i| (&ephemeral[i], false)))
+        .collect()
+}
+
 fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.min(b)))
 }
@@ -482,61 +505,18 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             return SyncResult::retry(WorkOutcome::Synced, self.mount_retry(&key.uid));
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
-        let (sandbox_id, pod_ip) = if actions.create_sandbox {
-            match self.create_sandbox(pod, &sandbox_config).await {
-                Ok((id, ip, status)) => {
-                    Self::lock(&self.said).remove(&key.uid);
-                    match status {
-                        Some(sandbox) => touched.read.push(sandbox),
-                        None => touched.sandboxes.push(id.clone()),
-                    }
-                    (id, ip)
-                }
-                Err(e) => {
-                    if self.say_once(&key.uid, &e) {
-                        warn!(pod = %key, "Failed to create pod sandbox: {e}");
-                    } else {
-                        debug!(pod = %key, "Failed to create pod sandbox: {e}");
-                    }
-                    self.events.record(Event::warning(
-                        pod,
-                        None,
-                        "FailedCreatePodSandBox",
-                        format!("Failed to create pod sandbox: {e}"),
-                    ));
-                    self.read_back(pod, touched).await;
-                    return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
-                }
-            }
-        } else {
-            let sandbox = rt.sandbox();
-            (
-                actions.sandbox_id.clone().unwrap_or_default(),
-                sandbox
-                    .and_then(|s| s.ips.first().cloned())
-                    .unwrap_or_default(),
-            )
+        let Some((sandbox_id, pod_ip)) = self
+            .ensure_sandbox(pod, &actions, &rt, &sandbox_config, &mut touched)
+            .await
+        else {
+            self.read_back(pod, touched).await;
+            return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
         };
         for k in &actions.kill {
             self.kill_container(pod, &rt, k, grace, &mut touched).await;
         }
-        // A fresh sandbox has no containers: the old ones (other sandboxes) only count
-        // for restart counts and back-off.
-        // The containers to start, in order: the next init container, app containers,
-        // ephemeral containers (with whether each is an init container).
         let ephemeral = pod::ephemeral_containers(pod);
-        let starting: Vec<(&k8s::Container, bool)> = actions
-            .next_init
-            .map(|i| (&pod::init_containers(pod)[i], true))
-            .into_iter()
-            .chain(
-                actions
-                    .start
-                    .iter()
-                    .map(|&i| (&pod::containers(pod)[i], false)),
-            )
-            .chain(actions.ephemeral.iter().map(|&i| (&ephemeral[i], false)))
-            .collect();
+        let starting = starting(pod, &actions, &ephemeral);
         // ConfigMaps, Secrets and Services their environment refers to.
         let refs = self.env_data(pod, &starting).await;
         let mut results = Vec::new();
@@ -556,17 +536,67 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
         let mut requeue = self.record_starts(&key, results, &sandbox_id, &mut touched);
         self.read_back(pod, touched).await;
-        // Sync again when activeDeadlineSeconds runs out (the start time is known once
-        // the first status is).
-        if let Some(deadline) = self.statuses.deadline(&key.uid) {
-            let at = self
-                .clock
-                .instant_of(deadline.saturating_mul(1_000_000_000));
+        if let Some(at) = self.deadline_sync(&key.uid) {
             requeue = min_instant(requeue, at);
         }
         SyncResult {
             outcome: WorkOutcome::Synced,
             requeue,
+        }
+    }
+
+    /// When the pod must sync again for its activeDeadlineSeconds to end it (known once
+    /// its start time is).
+    fn deadline_sync(&self, uid: &str) -> Option<Instant> {
+        let deadline = self.statuses.deadline(uid)?;
+        Some(
+            self.clock
+                .instant_of(deadline.saturating_mul(1_000_000_000)),
+        )
+    }
+
+    /// The sandbox the containers start in, and the pod's IP: a new one made when the
+    /// actions say so (its failure recorded as the kubelet's FailedCreatePodSandBox and
+    /// `None`), else the running one's.
+    async fn ensure_sandbox(
+        &self,
+        pod: &Arc<k8s::Pod>,
+        actions: &actions::PodActions,
+        rt: &PodRuntime,
+        sandbox_config: &proto::PodSandboxConfig,
+        touched: &mut Touched,
+    ) -> Option<(String, String)> {
+        if !actions.create_sandbox {
+            let ip = rt.sandbox().and_then(|s| s.ips.first().cloned());
+            return Some((
+                actions.sandbox_id.clone().unwrap_or_default(),
+                ip.unwrap_or_default(),
+            ));
+        }
+        let key = PodKey::of(pod);
+        match self.create_sandbox(pod, sandbox_config).await {
+            Ok((id, ip, status)) => {
+                Self::lock(&self.said).remove(&key.uid);
+                match status {
+                    Some(sandbox) => touched.read.push(sandbox),
+                    None => touched.sandboxes.push(id.clone()),
+                }
+                Some((id, ip))
+            }
+            Err(e) => {
+                if self.say_once(&key.uid, &e) {
+                    warn!(pod = %key, "Failed to create pod sandbox: {e}");
+                } else {
+                    debug!(pod = %key, "Failed to create pod sandbox: {e}");
+                }
+                self.events.record(Event::warning(
+                    pod,
+                    None,
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {e}"),
+                ));
+                None
+            }
         }
     }
 
