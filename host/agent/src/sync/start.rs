@@ -84,43 +84,14 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 created: None,
             }
         };
-        let config =
+        let mut config =
             criconfig::container_config_with(pod, c, init, restart_count, pod_ip, &self.node, refs)
                 .map_err(|e| {
-                    if e.is_volume() {
-                        self.events.record(Event::warning(
-                            pod,
-                            None,
-                            "FailedMount",
-                            format!("MountVolume.SetUp failed: {e}"),
-                        ));
-                    }
+                    self.failed_mount(pod, &e);
                     failed("CreateContainerConfigError", e.to_string())
                 })?;
-        let mut config = config;
-        // An ephemeral container aimed at another (`kubectl debug --target`) shares that
-        // container's process namespace.
-        if let Some(target) = pod::ephemeral_target(pod, &c.name) {
-            let Some(id) = rt
-                .latest(target)
-                .filter(|t| t.state == State::Running)
-                .map(|t| t.id.clone())
-            else {
-                return Err(failed(
-                    "CreateContainerConfigError",
-                    format!("target container \"{target}\" is not running"),
-                ));
-            };
-            if let Some(ns) = config
-                .linux
-                .as_mut()
-                .and_then(|l| l.security_context.as_mut())
-                .and_then(|s| s.namespace_options.as_mut())
-            {
-                ns.pid = proto::NamespaceMode::Target as i32;
-                ns.target_id = id;
-            }
-        }
+        share_target_pid(pod, c, rt, &mut config)
+            .map_err(|message| failed("CreateContainerConfigError", message))?;
         if let Some((backoff_key, failed_at)) = restarting {
             Self::lock(&self.crash_backoff).next(&backoff_key, failed_at);
         }
@@ -142,7 +113,44 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             "Created",
             format!("Created container: {}", c.name),
         ));
-        if let Err(e) = self.pacer.run(self.runtime.start_container(&id)).await {
+        let not_started = |waiting: Waiting| NotStarted {
+            waiting,
+            retry,
+            created: Some(id.clone()),
+        };
+        self.run_created(pod, c, &id, &log, restart_count)
+            .await
+            .map_err(not_started)?;
+        self.post_start(pod, c, &id, pod_ip)
+            .await
+            .map_err(not_started)?;
+        Ok(id)
+    }
+
+    /// A volume the container's configuration could not set up: the kubelet's
+    /// FailedMount event.
+    fn failed_mount(&self, pod: &k8s::Pod, e: &criconfig::ConfigError) {
+        if e.is_volume() {
+            self.events.record(Event::warning(
+                pod,
+                None,
+                "FailedMount",
+                format!("MountVolume.SetUp failed: {e}"),
+            ));
+        }
+    }
+
+    /// Starts the created container `id` and links its log; else why it waits
+    /// (`RunContainerError`).
+    async fn run_created(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        id: &str,
+        log: &std::path::Path,
+        restart_count: i32,
+    ) -> Result<(), Waiting> {
+        if let Err(e) = self.pacer.run(self.runtime.start_container(id)).await {
             self.metrics.start_errors.inc();
             self.events.record(Event::warning(
                 pod,
@@ -150,13 +158,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 "Failed",
                 format!("Error: {}", e.message()),
             ));
-            return Err(NotStarted {
-                waiting: waiting("RunContainerError", e.message().to_owned()),
-                retry,
-                created: Some(id),
-            });
+            return Err(waiting("RunContainerError", e.message().to_owned()));
         }
-        self.link_log(pod, c, &id, &log);
+        self.link_log(pod, c, id, log);
         self.metrics.started_containers.inc();
         info!(pod = %PodKey::of(pod), container = %c.name, id = %id, restart_count, "started container");
         self.events.record(Event::normal(
@@ -165,30 +169,40 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             "Started",
             format!("Started container {}", c.name),
         ));
-        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())
-            && let Err(message) = self
-                .ops
-                .run_hook(pod, c, hook, &id, pod_ip, POST_START_TIMEOUT)
-                .await
-        {
-            warn!(pod = %PodKey::of(pod), container = %c.name, "PostStartHook failed: {message}");
-            self.events.record(Event::warning(
-                pod,
-                Some(&c.name),
-                "FailedPostStartHook",
-                message.clone(),
-            ));
-            let _ = self
-                .runtime
-                .stop_container(&id, pod::grace_seconds(pod))
-                .await;
-            return Err(NotStarted {
-                waiting: waiting("PostStartHookError", message),
-                retry,
-                created: Some(id),
-            });
-        }
-        Ok(id)
+        Ok(())
+    }
+
+    /// Runs the container's postStart hook, if it has one; a failed hook stops the
+    /// container (`PostStartHookError`, as the kubelet).
+    async fn post_start(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        id: &str,
+        pod_ip: &str,
+    ) -> Result<(), Waiting> {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return Ok(());
+        };
+        let Err(message) = self
+            .ops
+            .run_hook(pod, c, hook, id, pod_ip, POST_START_TIMEOUT)
+            .await
+        else {
+            return Ok(());
+        };
+        warn!(pod = %PodKey::of(pod), container = %c.name, "PostStartHook failed: {message}");
+        self.events.record(Event::warning(
+            pod,
+            Some(&c.name),
+            "FailedPostStartHook",
+            message.clone(),
+        ));
+        let _ = self
+            .runtime
+            .stop_container(id, pod::grace_seconds(pod))
+            .await;
+        Err(waiting("PostStartHookError", message))
     }
 
     /// Links the container's log where log shippers read the kubelet's
@@ -265,6 +279,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         })
     }
 
+    /// The container's image there per its pull policy: found, or pulled (with the
+    /// kubelet's ImagePullBackOff between failed pulls); else why the container waits.
     pub(super) async fn ensure_image(
         &self,
         pod: &k8s::Pod,
@@ -277,103 +293,118 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             ..Default::default()
         };
         let now = Instant::now();
+        let not_started = |waiting: Waiting, retry: Instant| NotStarted {
+            waiting,
+            retry,
+            created: None,
+        };
         let present = match self.runtime.image_status(spec.clone()).await {
             Ok(p) => p.is_some(),
             Err(e) => {
-                return Err(NotStarted {
-                    waiting: waiting("ErrImageInspect", e.message().to_owned()),
-                    retry: now + ERROR_RETRY,
-                    created: None,
-                });
+                let waiting = waiting("ErrImageInspect", e.message().to_owned());
+                return Err(not_started(waiting, now + ERROR_RETRY));
             }
-        };
-        let event = |kind: fn(&k8s::Pod, Option<&str>, &str, String) -> Event,
-                     reason: &str,
-                     message: String| {
-            self.events
-                .record(kind(pod, Some(c.name.as_str()), reason, message));
         };
         match policy {
             "Never" if !present => {
-                event(
-                    Event::warning,
-                    "ErrImageNeverPull",
-                    format!("Container image \"{image}\" is not present with pull policy of Never"),
-                );
-                return Err(NotStarted {
-                    waiting: waiting(
-                        "ErrImageNeverPull",
-                        format!(
-                            "Container image \"{image}\" is not present with pull policy of Never"
-                        ),
-                    ),
-                    retry: now + ERROR_RETRY,
-                    created: None,
-                });
+                let message =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                self.image_event(pod, c, Event::warning, "ErrImageNeverPull", message.clone());
+                let waiting = waiting("ErrImageNeverPull", message);
+                return Err(not_started(waiting, now + ERROR_RETRY));
             }
             "Never" | "IfNotPresent" if present => {
-                event(
-                    Event::normal,
-                    "Pulled",
-                    format!("Container image \"{image}\" already present on machine"),
-                );
+                let message = format!("Container image \"{image}\" already present on machine");
+                self.image_event(pod, c, Event::normal, "Pulled", message);
                 return Ok(());
             }
             _ => {}
         }
         let key = format!("{}/{image}", pod::uid(pod));
-        {
-            let backoff = Self::lock(&self.pull_backoff);
-            if let Some(at) = backoff.retry_at(&key, now, now) {
-                event(
-                    Event::normal,
-                    "BackOff",
-                    format!("Back-off pulling image \"{image}\""),
-                );
-                return Err(NotStarted {
-                    waiting: waiting(
-                        "ImagePullBackOff",
-                        format!("Back-off pulling image \"{image}\""),
-                    ),
-                    retry: at,
-                    created: None,
-                });
-            }
+        let backing_off = Self::lock(&self.pull_backoff).retry_at(&key, now, now);
+        if let Some(at) = backing_off {
+            let message = format!("Back-off pulling image \"{image}\"");
+            self.image_event(pod, c, Event::normal, "BackOff", message.clone());
+            return Err(not_started(waiting("ImagePullBackOff", message), at));
         }
-        event(
-            Event::normal,
-            "Pulling",
-            format!("Pulling image \"{image}\""),
-        );
+        self.pull(pod, c, spec, (&key, now))
+            .await
+            .map_err(|(waiting, retry)| not_started(waiting, retry))
+    }
+
+    /// Pulls the container's image (`key` its pull back-off's, counted from `now`); else
+    /// why the container waits, and until when.
+    async fn pull(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        spec: ImageSpec,
+        (key, now): (&str, Instant),
+    ) -> Result<(), (Waiting, Instant)> {
+        let image = spec.image.clone();
+        let message = format!("Pulling image \"{image}\"");
+        self.image_event(pod, c, Event::normal, "Pulling", message);
         let pulling = Instant::now();
         match self.runtime.pull_image(spec, None, None).await {
             Ok(_) => {
-                Self::lock(&self.pull_backoff).reset(&key);
-                event(
-                    Event::normal,
-                    "Pulled",
-                    format!(
-                        "Successfully pulled image \"{image}\" in {:.3}s",
-                        pulling.elapsed().as_secs_f64()
-                    ),
+                Self::lock(&self.pull_backoff).reset(key);
+                let message = format!(
+                    "Successfully pulled image \"{image}\" in {:.3}s",
+                    pulling.elapsed().as_secs_f64()
                 );
+                self.image_event(pod, c, Event::normal, "Pulled", message);
                 Ok(())
             }
             Err(e) => {
-                event(
-                    Event::warning,
-                    "Failed",
-                    format!("Failed to pull image \"{image}\": {}", e.message()),
-                );
+                let message = format!("Failed to pull image \"{image}\": {}", e.message());
+                self.image_event(pod, c, Event::warning, "Failed", message);
                 let mut backoff = Self::lock(&self.pull_backoff);
-                backoff.next(&key, now);
-                let delay = backoff.delay(&key).unwrap_or(ERROR_RETRY);
-                Err(NotStarted {
-                    waiting: waiting("ErrImagePull", e.message().to_owned()),
-                    retry: now + delay,
-                    created: None,
-                })
+                backoff.next(key, now);
+                let delay = backoff.delay(key).unwrap_or(ERROR_RETRY);
+                Err((waiting("ErrImagePull", e.message().to_owned()), now + delay))
             }
         }
     }
+
+    fn image_event(
+        &self,
+        pod: &k8s::Pod,
+        c: &k8s::Container,
+        kind: fn(&k8s::Pod, Option<&str>, &str, String) -> Event,
+        reason: &str,
+        message: String,
+    ) {
+        self.events
+            .record(kind(pod, Some(c.name.as_str()), reason, message));
+    }
+}
+
+/// An ephemeral container aimed at another (`kubectl debug --target`) shares that
+/// container's process namespace; it must be running.
+fn share_target_pid(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    rt: &PodRuntime,
+    config: &mut proto::ContainerConfig,
+) -> Result<(), String> {
+    let Some(target) = pod::ephemeral_target(pod, &c.name) else {
+        return Ok(());
+    };
+    let Some(id) = rt
+        .latest(target)
+        .filter(|t| t.state == State::Running)
+        .map(|t| t.id.clone())
+    else {
+        return Err(format!("target container \"{target}\" is not running"));
+    };
+    if let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    {
+        ns.pid = proto::NamespaceMode::Target as i32;
+        ns.target_id = id;
+    }
+    Ok(())
 }
