@@ -29,7 +29,7 @@ use crate::pod::{self, PodKey};
 use crate::podconfig::{Op, PodConfig, PodUpdate};
 use crate::prober::{Kind, ProbeUpdate};
 use crate::queue::PodQueue;
-use crate::runtime::State;
+use crate::runtime::{PodRuntime, State};
 use crate::sync::SyncContext;
 use crate::workers::{DueQueue, PodWorkers};
 
@@ -415,59 +415,12 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// source has reported), forgets finished workers of removed pods, starts workers
     /// for wanted pods that lost theirs, collects dead containers, updates gauges.
     pub fn housekeeping(&mut self) {
-        let ready = self.config.all_sources_ready();
         let runtime_pods = self.ctx.cache.all();
-        if ready {
-            for rt in &runtime_pods {
-                if self.config.contains(&rt.uid) || self.workers.lifecycle(&rt.uid).is_some() {
-                    continue;
-                }
-                if rt.running().next().is_none()
-                    && rt.sandboxes.iter().all(|s| !s.ready)
-                    && rt.containers.is_empty()
-                    && rt.sandboxes.is_empty()
-                {
-                    continue;
-                }
-                let mut stub = k8s::Pod::default();
-                stub.metadata.uid = Some(rt.uid.clone());
-                stub.metadata.name = Some(rt.name.clone());
-                stub.metadata.namespace = Some(rt.namespace.clone());
-                info!(pod = %PodKey::of(&stub), "stopping an orphaned pod no source wants");
-                let grace =
-                    Duration::from_secs(u64::try_from(pod::DEFAULT_GRACE_SECONDS).unwrap_or(30));
-                self.workers.kill(Arc::new(stub), grace);
-            }
+        if self.config.all_sources_ready() {
+            self.stop_orphans(&runtime_pods);
             let config = &self.config;
             self.workers.remove_done(|uid| config.contains(uid));
-            if let Some(cgroups) = self.ctx.node.pod_cgroups.clone() {
-                // Pod cgroups left by pods that are gone (removed while the agent was
-                // down, or still busy when their pod was cleaned up).
-                let active = self.config.pods();
-                let known: HashSet<String> = runtime_pods
-                    .iter()
-                    .map(|rt| rt.uid.clone())
-                    .chain(active.iter().map(|p| pod::uid(p).to_owned()))
-                    .chain(self.workers.uids())
-                    .collect();
-                tokio::spawn(async move {
-                    // Listing every hierarchy's tiers is blocking file-system work.
-                    let listing = cgroups.clone();
-                    let Ok(pods) = tokio::task::spawn_blocking(move || listing.pods()).await else {
-                        return;
-                    };
-                    for uid in pods.into_iter().filter(|u| !known.contains(u)) {
-                        if cgroups.remove(&uid).await.is_empty() {
-                            info!(uid = %uid, "removed the cgroup of a pod that is gone");
-                        }
-                    }
-                    // The tiers as the pods the node runs make them (the kubelet's
-                    // periodic QoS update, once a minute).
-                    if let Err(e) = cgroups.reconcile(&active).await {
-                        warn!("updating the QoS cgroups: {e}");
-                    }
-                });
-            }
+            self.tidy_cgroups(&runtime_pods);
         }
         for pod in self.config.pods() {
             let uid = pod::uid(&pod);
@@ -475,9 +428,82 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                 self.workers.add(pod.clone());
             }
         }
+        for rt in &runtime_pods {
+            if self.workers.lifecycle(&rt.uid) == Some(Lifecycle::Syncing) {
+                let ctx = self.ctx.clone();
+                let rt = rt.clone();
+                tokio::spawn(async move { ctx.collect_garbage(&rt).await });
+            }
+        }
+        self.count_running(&runtime_pods);
+        let now = Instant::now();
+        self.ctx
+            .crash_backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gc(now);
+    }
+
+    /// Stops the pods the runtime has that no source wants and no worker has.
+    fn stop_orphans(&mut self, runtime_pods: &[Arc<PodRuntime>]) {
+        for rt in runtime_pods {
+            if self.config.contains(&rt.uid) || self.workers.lifecycle(&rt.uid).is_some() {
+                continue;
+            }
+            if rt.running().next().is_none()
+                && rt.sandboxes.iter().all(|s| !s.ready)
+                && rt.containers.is_empty()
+                && rt.sandboxes.is_empty()
+            {
+                continue;
+            }
+            let mut stub = k8s::Pod::default();
+            stub.metadata.uid = Some(rt.uid.clone());
+            stub.metadata.name = Some(rt.name.clone());
+            stub.metadata.namespace = Some(rt.namespace.clone());
+            info!(pod = %PodKey::of(&stub), "stopping an orphaned pod no source wants");
+            let grace =
+                Duration::from_secs(u64::try_from(pod::DEFAULT_GRACE_SECONDS).unwrap_or(30));
+            self.workers.kill(Arc::new(stub), grace);
+        }
+    }
+
+    /// Removes pod cgroups left by pods that are gone (removed while the agent was down,
+    /// or still busy when their pod was cleaned up), and sets the QoS tiers as the
+    /// node's pods make them (the kubelet's periodic QoS update), in a task.
+    fn tidy_cgroups(&self, runtime_pods: &[Arc<PodRuntime>]) {
+        let Some(cgroups) = self.ctx.node.pod_cgroups.clone() else {
+            return;
+        };
+        let active = self.config.pods();
+        let known: HashSet<String> = runtime_pods
+            .iter()
+            .map(|rt| rt.uid.clone())
+            .chain(active.iter().map(|p| pod::uid(p).to_owned()))
+            .chain(self.workers.uids())
+            .collect();
+        tokio::spawn(async move {
+            // Listing every hierarchy's tiers is blocking file-system work.
+            let listing = cgroups.clone();
+            let Ok(pods) = tokio::task::spawn_blocking(move || listing.pods()).await else {
+                return;
+            };
+            for uid in pods.into_iter().filter(|u| !known.contains(u)) {
+                if cgroups.remove(&uid).await.is_empty() {
+                    info!(uid = %uid, "removed the cgroup of a pod that is gone");
+                }
+            }
+            if let Err(e) = cgroups.reconcile(&active).await {
+                warn!("updating the QoS cgroups: {e}");
+            }
+        });
+    }
+
+    /// The running pods and containers by state, as the kubelet's gauges count them.
+    fn count_running(&self, runtime_pods: &[Arc<PodRuntime>]) {
         let mut running_pods = 0;
         let mut states: BTreeMap<&str, i64> = BTreeMap::new();
-        for rt in &runtime_pods {
+        for rt in runtime_pods {
             if rt.sandboxes.iter().any(|s| s.ready) {
                 running_pods += 1;
             }
@@ -490,11 +516,6 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                 };
                 *states.entry(state).or_default() += 1;
             }
-            if self.workers.lifecycle(&rt.uid) == Some(Lifecycle::Syncing) {
-                let ctx = self.ctx.clone();
-                let rt = rt.clone();
-                tokio::spawn(async move { ctx.collect_garbage(&rt).await });
-            }
         }
         self.ctx.metrics.running_pods.set(running_pods);
         for state in ["running", "exited", "created", "unknown"] {
@@ -506,11 +527,5 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                 })
                 .set(states.get(state).copied().unwrap_or(0));
         }
-        let now = Instant::now();
-        self.ctx
-            .crash_backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gc(now);
     }
 }
