@@ -133,67 +133,85 @@ pub async fn build<R: CriRuntime>(
         ..Default::default()
     };
     for s in sandboxes {
-        let id = listed::text(&s.id);
-        let ready = s.state == proto::PodSandboxState::SandboxReady as i32;
-        let known = previous.and_then(|p| p.sandboxes.iter().find(|o| o.id == id));
-        if let Some(o) = known.filter(|o| o.ready == ready) {
-            pod.sandboxes.push(o.clone());
-            continue;
+        let known = previous.and_then(|p| p.sandboxes.iter().find(|o| o.id == listed::text(&s.id)));
+        if let Some(sandbox) = sandbox_view(runtime, s, known).await {
+            pod.sandboxes.push(sandbox);
         }
-        let sandbox = match runtime.pod_sandbox_status(id, false).await {
-            Ok(st) => match st.status {
-                Some(status) => runtime::sandbox_from_status(&status),
-                None => continue,
-            },
-            // Removed between the list and now: leave it out.
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            // Unreadable for now: what is known, with the listed state.
-            Err(_) => Sandbox {
-                ready,
-                ..known.cloned().unwrap_or_else(|| Sandbox {
-                    id: id.to_owned(),
-                    created_at: s.created_at,
-                    ..Default::default()
-                })
-            },
-        };
-        pod.sandboxes.push(sandbox);
     }
     for c in containers {
-        let id = listed::text(&c.id);
-        let state = State::from_cri(c.state);
-        let known = previous.and_then(|p| p.containers.iter().find(|o| o.id == id));
-        if let Some(o) = known.filter(|o| o.detailed && o.state == state) {
-            pod.containers.push(o.clone());
-            continue;
+        let known =
+            previous.and_then(|p| p.containers.iter().find(|o| o.id == listed::text(&c.id)));
+        if let Some(info) = container_view(runtime, c, known).await {
+            pod.containers.push(info);
         }
-        let info = match runtime.container_status(id, false).await {
-            Ok(st) => match st.status {
-                Some(status) => {
-                    crate::termination::observed(&status, listed::text(&c.pod_sandbox_id))
-                }
-                None => continue,
-            },
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(_) => ContainerInfo {
-                state,
-                detailed: false,
-                ..known.cloned().unwrap_or_else(|| ContainerInfo {
-                    id: id.to_owned(),
-                    sandbox_id: listed::text(&c.pod_sandbox_id).to_owned(),
-                    name: listed::label(&c.labels, CONTAINER_NAME_LABEL)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    state,
-                    created_at: c.created_at,
-                    ..Default::default()
-                })
-            },
-        };
-        pod.containers.push(info);
     }
     pod.sort();
     pod
+}
+
+/// A listed sandbox as the pod's view has it: `known` again if its readiness is
+/// unchanged, else its status read; `None` if it is gone.
+async fn sandbox_view<R: CriRuntime>(
+    runtime: &R,
+    s: &ListedSandbox,
+    known: Option<&Sandbox>,
+) -> Option<Sandbox> {
+    let id = listed::text(&s.id);
+    let ready = s.state == proto::PodSandboxState::SandboxReady as i32;
+    if let Some(o) = known.filter(|o| o.ready == ready) {
+        return Some(o.clone());
+    }
+    match runtime.pod_sandbox_status(id, false).await {
+        Ok(st) => st
+            .status
+            .map(|status| runtime::sandbox_from_status(&status)),
+        // Removed between the list and now: leave it out.
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        // Unreadable for now: what is known, with the listed state.
+        Err(_) => Some(Sandbox {
+            ready,
+            ..known.cloned().unwrap_or_else(|| Sandbox {
+                id: id.to_owned(),
+                created_at: s.created_at,
+                ..Default::default()
+            })
+        }),
+    }
+}
+
+/// A listed container as the pod's view has it: `known` again if it was read in
+/// detail and its state is unchanged, else its status read; `None` if it is gone.
+async fn container_view<R: CriRuntime>(
+    runtime: &R,
+    c: &ListedContainer,
+    known: Option<&ContainerInfo>,
+) -> Option<ContainerInfo> {
+    let id = listed::text(&c.id);
+    let state = State::from_cri(c.state);
+    if let Some(o) = known.filter(|o| o.detailed && o.state == state) {
+        return Some(o.clone());
+    }
+    let sandbox_id = listed::text(&c.pod_sandbox_id);
+    match runtime.container_status(id, false).await {
+        Ok(st) => st
+            .status
+            .map(|status| crate::termination::observed(&status, sandbox_id)),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(_) => Some(ContainerInfo {
+            state,
+            detailed: false,
+            ..known.cloned().unwrap_or_else(|| ContainerInfo {
+                id: id.to_owned(),
+                sandbox_id: sandbox_id.to_owned(),
+                name: listed::label(&c.labels, CONTAINER_NAME_LABEL)
+                    .unwrap_or_default()
+                    .to_owned(),
+                state,
+                created_at: c.created_at,
+                ..Default::default()
+            })
+        }),
+    }
 }
 
 /// Reads one pod's runtime view afresh (a worker does this after changing it).
@@ -376,23 +394,7 @@ impl<R: CriRuntime + 'static> Pleg<R> {
         for (uid, id, state, container) in listed {
             seen.insert(uid);
             count += usize::from(container);
-            let old = match self.record.get_mut(id) {
-                Some(entry) => {
-                    entry.generation = generation;
-                    Some(std::mem::replace(&mut entry.state, state))
-                }
-                None => {
-                    self.record.insert(
-                        id.to_owned(),
-                        Recorded {
-                            uid: uid.to_owned(),
-                            state,
-                            generation,
-                        },
-                    );
-                    None
-                }
-            };
+            let old = record(&mut self.record, (uid, id), state, generation);
             events.extend(generate_events(uid, id, old, Some(state)));
         }
         self.record.retain(|id, r| {
@@ -408,19 +410,10 @@ impl<R: CriRuntime + 'static> Pleg<R> {
             .chain(seen.iter().copied().filter(|uid| !self.cache.contains(uid)))
             .collect();
         if !stale.is_empty() {
-            type Group<'a> = (Vec<&'a ListedSandbox>, Vec<&'a ListedContainer>);
-            let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
-            for s in &sandboxes {
-                if let Some(uid) = ours(&s.labels).filter(|u| stale.contains(u)) {
-                    pods.entry(uid).or_default().0.push(s);
-                }
-            }
-            for c in &containers {
-                if let Some(uid) = ours(&c.labels).filter(|u| stale.contains(u)) {
-                    pods.entry(uid).or_default().1.push(c);
-                }
-            }
-            for (uid, (s, c)) in &pods {
+            let stale = group(&sandboxes, &containers, |labels| {
+                ours(labels).filter(|u| stale.contains(u))
+            });
+            for (uid, (s, c)) in &stale {
                 let previous = self.cache.get(uid);
                 let rt = build(&*self.runtime, uid, s, c, previous.as_deref()).await;
                 self.cache.set(rt, observed);
@@ -439,6 +432,53 @@ impl<R: CriRuntime + 'static> Pleg<R> {
         self.health.relisted();
         Ok(stats)
     }
+}
+
+/// Marks `id` (of pod `uid`) as listed in this relist's `generation` with `state`, and
+/// returns the state the last relist saw it in (`None`: new).
+fn record(
+    record: &mut HashMap<String, Recorded>,
+    (uid, id): (&str, &str),
+    state: PlegState,
+    generation: u64,
+) -> Option<PlegState> {
+    if let Some(entry) = record.get_mut(id) {
+        entry.generation = generation;
+        return Some(std::mem::replace(&mut entry.state, state));
+    }
+    record.insert(
+        id.to_owned(),
+        Recorded {
+            uid: uid.to_owned(),
+            state,
+            generation,
+        },
+    );
+    None
+}
+
+/// A pod's listed sandboxes and containers.
+type Group<'a> = (Vec<&'a ListedSandbox>, Vec<&'a ListedContainer>);
+
+/// The listed sandboxes and containers of the pods `pick` names (from their labels),
+/// grouped by pod.
+fn group<'a>(
+    sandboxes: &'a [ListedSandbox],
+    containers: &'a [ListedContainer],
+    pick: impl Fn(&'a [listed::Label]) -> Option<&'a str>,
+) -> HashMap<&'a str, Group<'a>> {
+    let mut pods: HashMap<&str, Group<'_>> = HashMap::new();
+    for s in sandboxes {
+        if let Some(uid) = pick(&s.labels) {
+            pods.entry(uid).or_default().0.push(s);
+        }
+    }
+    for c in containers {
+        if let Some(uid) = pick(&c.labels) {
+            pods.entry(uid).or_default().1.push(c);
+        }
+    }
+    pods
 }
 
 #[cfg(test)]
