@@ -171,7 +171,6 @@ pub(super) fn environment(
     }
     let mut env: Vec<(String, String)> = Vec::new();
     let mut known: BTreeMap<String, String> = refs.services.iter().cloned().collect();
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     for from in c.env_from.iter().flatten() {
         let (secret, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
             (Some(r), _) => (false, &r.name, r.optional.unwrap_or(false)),
@@ -195,39 +194,11 @@ pub(super) fn environment(
         let field = format!("env[{i}] ({})", e.name);
         let value = match (&e.value, &e.value_from) {
             (Some(v), _) => expand(v, &known),
-            (None, Some(from)) => {
-                if let Some(f) = &from.field_ref {
-                    field_ref(pod, &f.field_path, pod_ip, ctx).ok_or_else(|| {
-                        ConfigError::new(format!("{field}: unsupported fieldRef {}", f.field_path))
-                    })?
-                } else if let Some(r) = &from.resource_field_ref {
-                    resource_ref(c, r, &field, ctx)?
-                } else if let Some((secret, name, key, optional)) = from
-                    .config_map_key_ref
-                    .as_ref()
-                    .map(|r| (false, &r.name, &r.key, r.optional.unwrap_or(false)))
-                    .or_else(|| {
-                        from.secret_key_ref
-                            .as_ref()
-                            .map(|r| (true, &r.name, &r.key, r.optional.unwrap_or(false)))
-                    })
-                {
-                    match refs.get(secret, name).map(|d| d.get(key).cloned()) {
-                        Ok(Some(v)) => v,
-                        _ if optional => continue,
-                        Err(e) => return Err(e),
-                        // The kubelet's words.
-                        Ok(None) => {
-                            return Err(ConfigError::new(format!(
-                                "couldn't find key {key} in {} {namespace}/{name}",
-                                if secret { "Secret" } else { "ConfigMap" }
-                            )));
-                        }
-                    }
-                } else {
-                    String::new()
-                }
-            }
+            (None, Some(from)) => match value_from(pod, c, from, (&field, pod_ip), ctx, refs)? {
+                Some(v) => v,
+                // An optional reference to what is not there: no variable.
+                None => continue,
+            },
             (None, None) => String::new(),
         };
         known.insert(e.name.clone(), value.clone());
@@ -240,4 +211,52 @@ pub(super) fn environment(
         }
     }
     Ok(env)
+}
+
+/// An env var's `valueFrom`: a field of the pod, a resource of the container, or a key
+/// of a ConfigMap or Secret (`None`: an optional one that is not there). `field` names
+/// the variable in errors.
+fn value_from(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    from: &k8s::EnvVarSource,
+    (field, pod_ip): (&str, &str),
+    ctx: &NodeContext,
+    refs: &EnvData,
+) -> Result<Option<String>, ConfigError> {
+    if let Some(f) = &from.field_ref {
+        return field_ref(pod, &f.field_path, pod_ip, ctx)
+            .map(Some)
+            .ok_or_else(|| {
+                ConfigError::new(format!("{field}: unsupported fieldRef {}", f.field_path))
+            });
+    }
+    if let Some(r) = &from.resource_field_ref {
+        return resource_ref(c, r, field, ctx).map(Some);
+    }
+    let key_ref = from
+        .config_map_key_ref
+        .as_ref()
+        .map(|r| (false, &r.name, &r.key, r.optional.unwrap_or(false)))
+        .or_else(|| {
+            from.secret_key_ref
+                .as_ref()
+                .map(|r| (true, &r.name, &r.key, r.optional.unwrap_or(false)))
+        });
+    let Some((secret, name, key, optional)) = key_ref else {
+        return Ok(Some(String::new()));
+    };
+    match refs.get(secret, name).map(|d| d.get(key).cloned()) {
+        Ok(Some(v)) => Ok(Some(v)),
+        _ if optional => Ok(None),
+        Err(e) => Err(e),
+        // The kubelet's words.
+        Ok(None) => {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            Err(ConfigError::new(format!(
+                "couldn't find key {key} in {} {namespace}/{name}",
+                if secret { "Secret" } else { "ConfigMap" }
+            )))
+        }
+    }
 }

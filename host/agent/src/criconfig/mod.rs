@@ -433,39 +433,14 @@ pub fn container_config_with(
         .termination_message_path
         .clone()
         .unwrap_or_else(|| "/dev/termination-log".into());
-    let message_file = termination_message_file(pod, ctx, &c.name, restart_count);
-    if let Some(dir) = message_file.parent() {
-        // Writable by whatever user the container runs as, as the kubelet makes it.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&message_file, b""))
-            .and_then(|()| {
-                std::fs::set_permissions(&message_file, std::fs::Permissions::from_mode(0o666))
-            })
-            .map_err(|e| ConfigError::new(format!("{}: {e}", message_file.display())))?;
-    }
     mounts.push(proto::Mount {
         container_path: message_path.clone(),
-        host_path: message_file.to_string_lossy().into_owned(),
+        host_path: termination_message_file_made(pod, ctx, &c.name, restart_count)?,
         ..Default::default()
     });
     let mut labels = base_labels(pod, ctx);
     labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
-    let mut annotations = BTreeMap::from([
-        (CONTAINER_HASH_ANNOTATION.into(), container_hash(c)),
-        (RESTART_COUNT_ANNOTATION.into(), restart_count.to_string()),
-        (TERMINATION_MESSAGE_PATH_ANNOTATION.into(), message_path),
-        (
-            TERMINATION_MESSAGE_POLICY_ANNOTATION.into(),
-            c.termination_message_policy
-                .clone()
-                .unwrap_or_else(|| "File".into()),
-        ),
-        (GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string()),
-    ]);
-    if init {
-        annotations.insert(CONTAINER_TYPE_ANNOTATION.into(), "init".into());
-    }
+    let annotations = container_annotations(pod, c, init, restart_count, message_path);
     Ok(proto::ContainerConfig {
         metadata: Some(proto::ContainerMetadata {
             name: c.name.clone(),
@@ -501,6 +476,52 @@ pub fn container_config_with(
         }),
         ..Default::default()
     })
+}
+
+/// The container's annotations: its hash, restart count, termination message path and
+/// policy, the pod's grace period, and whether it is an init container.
+fn container_annotations(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    init: bool,
+    restart_count: i32,
+    message_path: String,
+) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([
+        (CONTAINER_HASH_ANNOTATION.into(), container_hash(c)),
+        (RESTART_COUNT_ANNOTATION.into(), restart_count.to_string()),
+        (TERMINATION_MESSAGE_PATH_ANNOTATION.into(), message_path),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.into(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
+        ),
+        (GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string()),
+    ]);
+    if init {
+        annotations.insert(CONTAINER_TYPE_ANNOTATION.into(), "init".into());
+    }
+    annotations
+}
+
+/// The file mounted at the container's termination message path, made empty and
+/// writable by whatever user the container runs as, as the kubelet makes it.
+fn termination_message_file_made(
+    pod: &k8s::Pod,
+    ctx: &NodeContext,
+    container: &str,
+    restart_count: i32,
+) -> Result<String, ConfigError> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = termination_message_file(pod, ctx, container, restart_count);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&file, b""))
+            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| ConfigError::new(format!("{}: {e}", file.display())))?;
+    }
+    Ok(file.to_string_lossy().into_owned())
 }
 
 /// Reads the node's memory from `/proc/meminfo` (0 if it cannot).
