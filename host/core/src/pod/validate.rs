@@ -140,18 +140,7 @@ fn name_and_image<'a>(
 /// name and an image for every container, valid ports, volumes that exist, one handler
 /// per probe. The first problem is returned.
 pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    if name.is_empty() {
-        return Err(invalid("metadata.name", "Required value: name is required"));
-    }
-    if let Some(e) = dns_subdomain_error(name) {
-        return Err(invalid("metadata.name", e));
-    }
-    if let Some(ns) = pod.metadata.namespace.as_deref()
-        && let Some(e) = dns_label_error(ns)
-    {
-        return Err(invalid("metadata.namespace", e));
-    }
+    metadata(pod)?;
     let Some(spec) = pod.spec.as_ref() else {
         return Err(invalid("spec", "Required value"));
     };
@@ -167,18 +156,7 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
             ),
         ));
     }
-    let mut volumes = BTreeSet::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        if let Some(e) = dns_label_error(&v.name) {
-            return Err(invalid(format!("spec.volumes[{i}].name"), e));
-        }
-        if !volumes.insert(v.name.as_str()) {
-            return Err(invalid(
-                format!("spec.volumes[{i}].name"),
-                format!("Duplicate value: \"{}\"", v.name),
-            ));
-        }
-    }
+    let volumes = volume_names(spec)?;
     let mut names = BTreeSet::new();
     let lists = [
         (
@@ -191,33 +169,7 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
         for (i, c) in containers.iter().enumerate() {
             let field = format!("spec.{list}[{i}]");
             name_and_image(&field, &c.name, c.image.as_deref(), &mut names)?;
-            for (j, p) in c.ports.iter().flatten().enumerate() {
-                if !(1..=65535).contains(&p.container_port) {
-                    return Err(invalid(
-                        format!("{field}.ports[{j}].containerPort"),
-                        format!(
-                            "Invalid value: {}: must be between 1 and 65535, inclusive",
-                            p.container_port
-                        ),
-                    ));
-                }
-                if let Some(h) = p.host_port
-                    && !(0..=65535).contains(&h)
-                {
-                    return Err(invalid(
-                        format!("{field}.ports[{j}].hostPort"),
-                        format!("Invalid value: {h}: must be between 1 and 65535, inclusive"),
-                    ));
-                }
-            }
-            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-                if !volumes.contains(m.name.as_str()) {
-                    return Err(invalid(
-                        format!("{field}.volumeMounts[{j}].name"),
-                        format!("Not found: \"{}\"", m.name),
-                    ));
-                }
-            }
+            ports_and_mounts(&field, c, &volumes)?;
             if list == "containers" {
                 for (name, probe) in [
                     ("livenessProbe", c.liveness_probe.as_ref()),
@@ -232,36 +184,116 @@ pub fn validate(pod: &k8s::Pod) -> Result<(), InvalidPod> {
     for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let field = format!("spec.ephemeralContainers[{i}]");
         name_and_image(&field, &c.name, c.image.as_deref(), &mut names)?;
-        if let Some(target) = c.target_container_name.as_deref().filter(|t| !t.is_empty())
-            && !spec
-                .containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .any(|x| x.name == target)
+        ephemeral(spec, &field, c)?;
+    }
+    Ok(())
+}
+
+/// The pod's name (a DNS subdomain) and namespace (a DNS label).
+fn metadata(pod: &k8s::Pod) -> Result<(), InvalidPod> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err(invalid("metadata.name", "Required value: name is required"));
+    }
+    if let Some(e) = dns_subdomain_error(name) {
+        return Err(invalid("metadata.name", e));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref()
+        && let Some(e) = dns_label_error(ns)
+    {
+        return Err(invalid("metadata.namespace", e));
+    }
+    Ok(())
+}
+
+/// The volumes' names: DNS labels, each once.
+fn volume_names(spec: &k8s::PodSpec) -> Result<BTreeSet<&str>, InvalidPod> {
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if let Some(e) = dns_label_error(&v.name) {
+            return Err(invalid(format!("spec.volumes[{i}].name"), e));
+        }
+        if !volumes.insert(v.name.as_str()) {
+            return Err(invalid(
+                format!("spec.volumes[{i}].name"),
+                format!("Duplicate value: \"{}\"", v.name),
+            ));
+        }
+    }
+    Ok(volumes)
+}
+
+/// A container's ports in range and its mounts of volumes the pod has.
+fn ports_and_mounts(
+    field: &str,
+    c: &k8s::Container,
+    volumes: &BTreeSet<&str>,
+) -> Result<(), InvalidPod> {
+    for (j, p) in c.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&p.container_port) {
+            return Err(invalid(
+                format!("{field}.ports[{j}].containerPort"),
+                format!(
+                    "Invalid value: {}: must be between 1 and 65535, inclusive",
+                    p.container_port
+                ),
+            ));
+        }
+        if let Some(h) = p.host_port
+            && !(0..=65535).contains(&h)
         {
             return Err(invalid(
-                format!("{field}.targetContainerName"),
-                format!("Not found: \"{target}\""),
+                format!("{field}.ports[{j}].hostPort"),
+                format!("Invalid value: {h}: must be between 1 and 65535, inclusive"),
             ));
         }
-        if c.ports.as_ref().is_some_and(|p| !p.is_empty()) {
+    }
+    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+        if !volumes.contains(m.name.as_str()) {
             return Err(invalid(
-                format!("{field}.ports"),
+                format!("{field}.volumeMounts[{j}].name"),
+                format!("Not found: \"{}\"", m.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What an ephemeral container may not have (ports, probes) and its target, which must
+/// be one of the pod's containers.
+fn ephemeral(
+    spec: &k8s::PodSpec,
+    field: &str,
+    c: &k8s::EphemeralContainer,
+) -> Result<(), InvalidPod> {
+    if let Some(target) = c.target_container_name.as_deref().filter(|t| !t.is_empty())
+        && !spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|x| x.name == target)
+    {
+        return Err(invalid(
+            format!("{field}.targetContainerName"),
+            format!("Not found: \"{target}\""),
+        ));
+    }
+    if c.ports.as_ref().is_some_and(|p| !p.is_empty()) {
+        return Err(invalid(
+            format!("{field}.ports"),
+            "Forbidden: cannot be set for an Ephemeral Container",
+        ));
+    }
+    for (probe, set) in [
+        ("livenessProbe", c.liveness_probe.is_some()),
+        ("readinessProbe", c.readiness_probe.is_some()),
+        ("startupProbe", c.startup_probe.is_some()),
+    ] {
+        if set {
+            return Err(invalid(
+                format!("{field}.{probe}"),
                 "Forbidden: cannot be set for an Ephemeral Container",
             ));
-        }
-        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
-            let set = match probe {
-                "livenessProbe" => c.liveness_probe.is_some(),
-                "readinessProbe" => c.readiness_probe.is_some(),
-                _ => c.startup_probe.is_some(),
-            };
-            if set {
-                return Err(invalid(
-                    format!("{field}.{probe}"),
-                    "Forbidden: cannot be set for an Ephemeral Container",
-                ));
-            }
         }
     }
     Ok(())
