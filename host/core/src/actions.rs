@@ -167,34 +167,8 @@ pub fn compute(
         attempt,
         ..Default::default()
     };
-    let containers = pod::containers(pod);
     if create {
-        // A pod that must not restart and has run before is finished, not recreated.
-        if !restart_on_failure(pod) && attempt != 0 && !rt.containers.is_empty() {
-            actions.create_sandbox = false;
-            return actions;
-        }
-        let start: Vec<usize> = containers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| {
-                !(pod::restart_policy(pod) == "OnFailure"
-                    && rt
-                        .latest(&c.name)
-                        .is_some_and(|s| s.state == State::Exited && s.exit_code == 0))
-            })
-            .map(|(i, _)| i)
-            .collect();
-        if start.is_empty() && next_init(pod, rt).2 {
-            actions.create_sandbox = false;
-            return actions;
-        }
-        if !pod::init_containers(pod).is_empty() {
-            actions.next_init = Some(0);
-            return actions;
-        }
-        actions.start = start;
-        return actions;
+        return new_sandbox(pod, rt, actions);
     }
 
     // Ephemeral containers start in the running sandbox, initialized or not, once.
@@ -222,7 +196,7 @@ pub fn compute(
     }
 
     let mut keep = 0;
-    for (i, c) in containers.iter().enumerate() {
+    for (i, c) in pod::containers(pod).iter().enumerate() {
         let status = rt.latest(&c.name);
         let Some(status) = status.filter(|s| s.state == State::Running) else {
             if should_restart(c, pod, rt) {
@@ -238,45 +212,92 @@ pub fn compute(
             }
             continue;
         };
-        let mut restart = restart_on_failure(pod);
-        let own_grace =
-            |p: &Option<k8s::Probe>| p.as_ref().and_then(|p| p.termination_grace_period_seconds);
-        let (message, grace) = if !status.hash.is_empty() && !hash_matches(&status.hash, c) {
-            restart = true;
-            (format!("Container {} definition changed", c.name), None)
-        } else {
-            match probe(&status.id) {
-                Some(ProbeFailure::Liveness) => (
-                    format!("Container {} failed liveness probe", c.name),
-                    own_grace(&c.liveness_probe),
-                ),
-                Some(ProbeFailure::Startup) => (
-                    format!("Container {} failed startup probe", c.name),
-                    own_grace(&c.startup_probe),
-                ),
-                None => {
-                    keep += 1;
-                    continue;
+        match running(pod, c, status, probe) {
+            Some((kill, restart)) => {
+                if restart {
+                    actions.start.push(i);
                 }
+                actions.kill.push(kill);
             }
-        };
-        let message = if restart {
-            actions.start.push(i);
-            format!("{message}, will be restarted")
-        } else {
-            message
-        };
-        actions.kill.push(Kill {
-            id: status.id.clone(),
-            name: c.name.clone(),
-            message,
-            grace,
-        });
+            None => keep += 1,
+        }
     }
     if keep == 0 && actions.start.is_empty() {
         actions.kill_pod = true;
     }
     actions
+}
+
+/// The actions in a new sandbox: none for a pod that must not restart and has run
+/// before (it is finished), else the first init container or the app containers that
+/// are to run.
+fn new_sandbox(pod: &k8s::Pod, rt: &PodRuntime, mut actions: PodActions) -> PodActions {
+    if !restart_on_failure(pod) && actions.attempt != 0 && !rt.containers.is_empty() {
+        actions.create_sandbox = false;
+        return actions;
+    }
+    let start: Vec<usize> = pod::containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            !(pod::restart_policy(pod) == "OnFailure"
+                && rt
+                    .latest(&c.name)
+                    .is_some_and(|s| s.state == State::Exited && s.exit_code == 0))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if start.is_empty() && next_init(pod, rt).2 {
+        actions.create_sandbox = false;
+        return actions;
+    }
+    if !pod::init_containers(pod).is_empty() {
+        actions.next_init = Some(0);
+        return actions;
+    }
+    actions.start = start;
+    actions
+}
+
+/// A running container to kill — its definition changed, or a liveness or startup
+/// probe failed (with the probe's own grace period) — and whether it restarts; `None`
+/// when it keeps running.
+fn running(
+    pod: &k8s::Pod,
+    c: &k8s::Container,
+    status: &ContainerInfo,
+    probe: &dyn Fn(&str) -> Option<ProbeFailure>,
+) -> Option<(Kill, bool)> {
+    let own_grace =
+        |p: &Option<k8s::Probe>| p.as_ref().and_then(|p| p.termination_grace_period_seconds);
+    let changed = !status.hash.is_empty() && !hash_matches(&status.hash, c);
+    let (message, grace) = if changed {
+        (format!("Container {} definition changed", c.name), None)
+    } else {
+        match probe(&status.id)? {
+            ProbeFailure::Liveness => (
+                format!("Container {} failed liveness probe", c.name),
+                own_grace(&c.liveness_probe),
+            ),
+            ProbeFailure::Startup => (
+                format!("Container {} failed startup probe", c.name),
+                own_grace(&c.startup_probe),
+            ),
+        }
+    };
+    let restart = changed || restart_on_failure(pod);
+    let message = if restart {
+        format!("{message}, will be restarted")
+    } else {
+        message
+    };
+    let kill = Kill {
+        id: status.id.clone(),
+        name: c.name.clone(),
+        message,
+        grace,
+    };
+    Some((kill, restart))
 }
 
 #[cfg(test)]
