@@ -108,21 +108,7 @@ fn container_status(
     };
     let waiting = input.waiting.get(&spec.name);
     let Some(c) = latest else {
-        // Gone from the runtime after it ended (a finished pod's containers removed to
-        // free the disk): what it ended with stays its status, as the kubelet keeps it.
-        let ended = input.previous.and_then(|p| {
-            [
-                &p.container_statuses,
-                &p.init_container_statuses,
-                &p.ephemeral_container_statuses,
-            ]
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|s| s.name == spec.name)
-            .filter(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
-        });
-        if let Some(ended) = ended {
+        if let Some(ended) = ended_before(spec, input) {
             return ended.clone();
         }
         status.state = Some(match waiting {
@@ -142,21 +128,7 @@ fn container_status(
     };
     match c.state {
         State::Running => {
-            let probes = (input.probes)(&c.id);
-            let started = spec.startup_probe.is_none() || probes.started == Some(true);
-            status.started = Some(started);
-            status.ready = started
-                && if spec.readiness_probe.is_some() {
-                    probes.ready == Some(true)
-                } else {
-                    true
-                };
-            status.state = Some(k8s::ContainerState {
-                running: Some(k8s::ContainerStateRunning {
-                    started_at: time(nanos_rfc3339(c.started_at)),
-                }),
-                ..Default::default()
-            });
+            running(spec, c, input, &mut status);
             status.last_state = rt.previous(&spec.name).and_then(last_terminated);
         }
         State::Exited => match waiting {
@@ -176,25 +148,64 @@ fn container_status(
                 None => waiting_state("ContainerCreating", None),
             });
         }
-        State::Unknown => {
-            status.state = Some(k8s::ContainerState {
-                terminated: Some(k8s::ContainerStateTerminated {
-                    exit_code: 137,
-                    reason: Some("ContainerStatusUnknown".into()),
-                    message: Some(
-                        "The container could not be located when the pod was terminated".into(),
-                    ),
-                    container_id: status.container_id.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
-        }
+        State::Unknown => status.state = Some(unknown(status.container_id.clone())),
     }
     if status.last_state.is_none() {
         status.last_state = Some(k8s::ContainerState::default());
     }
     status
+}
+
+/// A container gone from the runtime after it ended (a finished pod's containers
+/// removed to free the disk): what it ended with stays its status, as the kubelet
+/// keeps it.
+fn ended_before<'a>(spec: &k8s::Container, input: &Input<'a>) -> Option<&'a k8s::ContainerStatus> {
+    let p = input.previous?;
+    [
+        &p.container_statuses,
+        &p.init_container_statuses,
+        &p.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|s| s.name == spec.name)
+    .filter(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+}
+
+/// A running container: started once its startup probe succeeded (or it has none),
+/// ready once started and its readiness probe succeeded (or it has none).
+fn running(
+    spec: &k8s::Container,
+    c: &ContainerInfo,
+    input: &Input<'_>,
+    status: &mut k8s::ContainerStatus,
+) {
+    let probes = (input.probes)(&c.id);
+    let started = spec.startup_probe.is_none() || probes.started == Some(true);
+    status.started = Some(started);
+    status.ready = started && (spec.readiness_probe.is_none() || probes.ready == Some(true));
+    status.state = Some(k8s::ContainerState {
+        running: Some(k8s::ContainerStateRunning {
+            started_at: time(nanos_rfc3339(c.started_at)),
+        }),
+        ..Default::default()
+    });
+}
+
+/// The state of a container the runtime cannot locate: terminated, 137, the kubelet's
+/// ContainerStatusUnknown.
+fn unknown(container_id: Option<String>) -> k8s::ContainerState {
+    k8s::ContainerState {
+        terminated: Some(k8s::ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some("ContainerStatusUnknown".into()),
+            message: Some("The container could not be located when the pod was terminated".into()),
+            container_id,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// The kubelet's getPhase over the computed container statuses.
