@@ -19,8 +19,12 @@ use crate::cgroup::Memory;
 use crate::node::{self, DEFAULT_INTERFACE, Fs, Interface, NodeFiles};
 use crate::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
-    PodReference, PodStats, ProcessStats, RlimitStats, RuntimeStats, Summary, VolumeStats,
+    RlimitStats, RuntimeStats, Summary,
 };
+
+mod pod;
+
+use pod::PodSources;
 
 /// The sandbox label that carries the pod's UID (the kubelet's, which the agent sets).
 const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
@@ -123,17 +127,6 @@ impl Complaints {
         self.0.insert(what.to_owned());
         true
     }
-}
-
-/// Where one pod's numbers come from besides its own files.
-struct PodSources<'a> {
-    /// Its pod cgroup's CPU counter (`None`: no pod cgroup the agent reads).
-    pod_cpu: Option<u64>,
-    /// The runtime's stats of its sandbox, asked for when the agent cannot read the pod
-    /// cgroup the runtime was given.
-    sandbox: Option<&'a proto::LinuxPodSandboxStats>,
-    /// The runtime's stats of containers, by id.
-    containers: &'a HashMap<String, proto::ContainerStats>,
 }
 
 /// How long what changes slowly is reused: memory limits, a pod's process (for its
@@ -270,7 +263,12 @@ impl<R: CriRuntime> Collector<R> {
                 sandbox: sandbox.as_ref(),
                 containers: &cri_stats,
             };
-            out.push(self.pod(pod, now, &time, from, nodefs.as_ref()));
+            let at = pod::At {
+                now,
+                time: &time,
+                nodefs: nodefs.as_ref(),
+            };
+            out.push(self.pod(pod, at, from));
         }
         // CPU readings not taken in this sample belong to what is gone.
         self.previous.retain(|_, (_, at)| *at == now);
@@ -489,153 +487,6 @@ impl<R: CriRuntime> Collector<R> {
             });
         }
         out
-    }
-
-    fn pod(
-        &mut self,
-        pod: &PodInfo,
-        now: i64,
-        time: &str,
-        from: PodSources<'_>,
-        nodefs: Option<&FsStats>,
-    ) -> PodStats {
-        let cgroups = self.settings.files.cgroups.clone();
-        let PodSources {
-            pod_cpu,
-            sandbox,
-            containers: cri,
-        } = from;
-        let pod_cgroup = pod.cgroup.as_deref().filter(|_| pod_cpu.is_some());
-        let mut containers = Vec::with_capacity(pod.containers.len());
-        let mut ephemeral_used = 0u64;
-        let mut ephemeral_inodes = 0u64;
-        for c in &pod.containers {
-            let own = pod_cgroup.map(|p| format!("{p}/{}", c.id));
-            let from_cri = cri.get(&c.id);
-            let mut stats = ContainerStats {
-                name: c.name.clone(),
-                start_time: rfc3339(c.started_at),
-                ..ContainerStats::default()
-            };
-            let own_cpu = match (&cgroups, own.as_deref()) {
-                (Some(cg), Some(own)) => cg.cpu_ns(own).ok(),
-                _ => None,
-            };
-            match (&cgroups, own.as_deref(), own_cpu) {
-                (Some(cg), Some(own), Some(ns)) => {
-                    stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
-                    stats.memory = self.cgroup_memory(cg, own, now, time);
-                }
-                _ => {
-                    if let Some(s) = from_cri {
-                        if let Some(ns) = cri_cpu_ns(s.cpu.as_ref()) {
-                            stats.cpu = Some(self.cpu(c.id.clone(), ns, now, time));
-                        }
-                        stats.memory = s.memory.as_ref().map(|m| cri_memory(m, time));
-                    }
-                }
-            }
-            if let Some(layer) = from_cri.and_then(|s| s.writable_layer.as_ref()) {
-                let used = layer.used_bytes.as_ref().map(|v| v.value);
-                let inodes = layer.inodes_used.as_ref().map(|v| v.value);
-                ephemeral_used += used.unwrap_or(0);
-                ephemeral_inodes += inodes.unwrap_or(0);
-                stats.rootfs = Some(FsStats {
-                    used_bytes: used,
-                    inodes_used: inodes,
-                    ..on_nodefs(nodefs, time)
-                });
-            }
-            let logs = pod.log_dir.join(&c.name);
-            if let Some((bytes, inodes)) = self.disk_usage(&logs, now) {
-                ephemeral_used += bytes;
-                ephemeral_inodes += inodes;
-                stats.logs = Some(FsStats {
-                    used_bytes: Some(bytes),
-                    inodes_used: Some(inodes),
-                    ..on_nodefs(nodefs, time)
-                });
-            }
-            containers.push(stats);
-        }
-        let mut volumes = Vec::new();
-        for (name, dir) in &pod.empty_dirs {
-            if let Some((bytes, inodes)) = self.disk_usage(dir, now) {
-                ephemeral_used += bytes;
-                ephemeral_inodes += inodes;
-                volumes.push(VolumeStats {
-                    fs: FsStats {
-                        used_bytes: Some(bytes),
-                        inodes_used: Some(inodes),
-                        ..on_nodefs(nodefs, time)
-                    },
-                    name: name.clone(),
-                });
-            }
-        }
-        let key = format!("pod/{}", pod.uid);
-        let (cpu, mem, processes) = match (&cgroups, pod_cgroup, sandbox) {
-            (Some(cg), Some(pc), _) => {
-                let cpu = pod_cpu.map(|ns| self.cpu(key.clone(), ns, now, time));
-                let mem = self.cgroup_memory(cg, pc, now, time);
-                (cpu, mem, cg.processes(pc).ok())
-            }
-            // No pod cgroup here: the runtime's measure of the sandbox.
-            (_, _, Some(s)) => (
-                cri_cpu_ns(s.cpu.as_ref()).map(|ns| self.cpu(key.clone(), ns, now, time)),
-                s.memory.as_ref().map(|m| cri_memory(m, time)),
-                s.process.as_ref().and_then(|p| value(&p.process_count)),
-            ),
-            _ => {
-                // Neither: the pod is the sum of its containers.
-                let cpu = sum(containers.iter().map(|c| c.cpu.as_ref()), |c| {
-                    c.usage_core_nano_seconds
-                })
-                .map(|ns| self.cpu(key.clone(), ns, now, time));
-                let ws = sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
-                    m.working_set_bytes
-                });
-                let mem = ws.map(|ws| MemoryStats {
-                    time: time.to_owned(),
-                    working_set_bytes: Some(ws),
-                    usage_bytes: sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
-                        m.usage_bytes
-                    }),
-                    rss_bytes: sum(containers.iter().map(|c| c.memory.as_ref()), |m| {
-                        m.rss_bytes
-                    }),
-                    ..MemoryStats::default()
-                });
-                (cpu, mem, None)
-            }
-        };
-        let network = match (&cgroups, pod_cgroup) {
-            (Some(cg), Some(pc)) => self.pod_network(&pod.uid, cg, pc, now, time),
-            _ => sandbox
-                .and_then(|s| s.network.as_ref())
-                .map(|n| cri_network(n, time)),
-        };
-        PodStats {
-            pod_ref: PodReference {
-                name: pod.name.clone(),
-                namespace: pod.namespace.clone(),
-                uid: pod.uid.clone(),
-            },
-            start_time: rfc3339(pod.start_time),
-            containers,
-            cpu,
-            memory: mem,
-            network,
-            volume_stats: volumes,
-            ephemeral_storage: Some(FsStats {
-                used_bytes: Some(ephemeral_used),
-                inodes_used: Some(ephemeral_inodes),
-                ..on_nodefs(nodefs, time)
-            }),
-            process_stats: processes.map(|n| ProcessStats {
-                process_count: Some(n),
-            }),
-        }
     }
 
     /// CPU stats for `key` with the rate since its previous reading.
