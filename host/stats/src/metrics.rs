@@ -275,93 +275,91 @@ type Family = (
 );
 
 /// The families of `/metrics/cadvisor`, in the order they are written.
-fn families() -> [Family; 10] {
-    [
-        (
-            "container_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed in seconds.",
-            |i| {
-                i.cpu
-                    .map(|ns| Series {
-                        labels: vec![("cpu", "total".to_owned())],
-                        value: seconds(ns),
-                    })
-                    .into_iter()
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_usage_bytes",
-            "gauge",
-            "Number of bytes that are consumed by the container on this filesystem.",
-            |i| {
-                i.fs.map(|b| Series {
-                    labels: vec![("device", String::new())],
-                    value: b as f64,
+const FAMILIES: [Family; 10] = [
+    (
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed in seconds.",
+        |i| {
+            i.cpu
+                .map(|ns| Series {
+                    labels: vec![("cpu", "total".to_owned())],
+                    value: seconds(ns),
                 })
                 .into_iter()
                 .collect()
-            },
-        ),
-        (
-            "container_memory_rss",
-            "gauge",
-            "Size of RSS in bytes.",
-            |i| one(i.mem.and_then(|m| m.rss_bytes)),
-        ),
-        (
-            "container_memory_usage_bytes",
-            "gauge",
-            "Current memory usage in bytes, including all memory regardless of when it was accessed",
-            |i| one(i.mem.and_then(|m| m.usage_bytes)),
-        ),
-        (
-            "container_memory_working_set_bytes",
-            "gauge",
-            "Current working set in bytes.",
-            |i| one(i.mem.and_then(|m| m.working_set_bytes)),
-        ),
-        (
-            "container_network_receive_bytes_total",
-            "counter",
-            "Cumulative count of bytes received",
-            |i| per_interface(i.net, |f| f.rx_bytes),
-        ),
-        (
-            "container_network_receive_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while receiving",
-            |i| per_interface(i.net, |f| f.rx_errors),
-        ),
-        (
-            "container_network_transmit_bytes_total",
-            "counter",
-            "Cumulative count of bytes transmitted",
-            |i| per_interface(i.net, |f| f.tx_bytes),
-        ),
-        (
-            "container_network_transmit_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while transmitting",
-            |i| per_interface(i.net, |f| f.tx_errors),
-        ),
-        (
-            "container_start_time_seconds",
-            "gauge",
-            "Start time of the container since unix epoch in seconds.",
-            |i| {
-                i.start
-                    .map(|v| Series {
-                        labels: Vec::new(),
-                        value: v,
-                    })
-                    .into_iter()
-                    .collect()
-            },
-        ),
-    ]
-}
+        },
+    ),
+    (
+        "container_fs_usage_bytes",
+        "gauge",
+        "Number of bytes that are consumed by the container on this filesystem.",
+        |i| {
+            i.fs.map(|b| Series {
+                labels: vec![("device", String::new())],
+                value: b as f64,
+            })
+            .into_iter()
+            .collect()
+        },
+    ),
+    (
+        "container_memory_rss",
+        "gauge",
+        "Size of RSS in bytes.",
+        |i| one(i.mem.and_then(|m| m.rss_bytes)),
+    ),
+    (
+        "container_memory_usage_bytes",
+        "gauge",
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+        |i| one(i.mem.and_then(|m| m.usage_bytes)),
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set in bytes.",
+        |i| one(i.mem.and_then(|m| m.working_set_bytes)),
+    ),
+    (
+        "container_network_receive_bytes_total",
+        "counter",
+        "Cumulative count of bytes received",
+        |i| per_interface(i.net, |f| f.rx_bytes),
+    ),
+    (
+        "container_network_receive_errors_total",
+        "counter",
+        "Cumulative count of errors encountered while receiving",
+        |i| per_interface(i.net, |f| f.rx_errors),
+    ),
+    (
+        "container_network_transmit_bytes_total",
+        "counter",
+        "Cumulative count of bytes transmitted",
+        |i| per_interface(i.net, |f| f.tx_bytes),
+    ),
+    (
+        "container_network_transmit_errors_total",
+        "counter",
+        "Cumulative count of errors encountered while transmitting",
+        |i| per_interface(i.net, |f| f.tx_errors),
+    ),
+    (
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds.",
+        |i| {
+            i.start
+                .map(|v| Series {
+                    labels: Vec::new(),
+                    value: v,
+                })
+                .into_iter()
+                .collect()
+        },
+    ),
+];
 
 /// `/metrics/cadvisor`: the node's root cgroup (`id="/"`), each pod's cgroup
 /// (`container=""`) and each container.
@@ -372,7 +370,7 @@ pub fn cadvisor(sample: Option<&Sample>) -> String {
     };
     let ms = Some(sample.at / 1_000_000);
     let items = items(sample);
-    for (name, kind, help, get) in families() {
+    for (name, kind, help, get) in FAMILIES {
         header(&mut out, name, kind, help);
         let stamp = if name == "container_start_time_seconds" {
             None
