@@ -362,8 +362,14 @@ impl Controller {
         };
         let obj = &seen.object;
         let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
-        let selected = object::selector(obj).map(|s| s.matches(&self.labels));
-        let wanted = match selected {
+        let serving_digest = self
+            .serving
+            .get(name)
+            .map(|d| format!("sha256:{}", d.sha256));
+        let status = |state: State, message: String| {
+            Some((generation, serving_digest.clone(), state, message))
+        };
+        let desired = match object::selector(obj).map(|s| s.matches(&self.labels)) {
             Ok(false) => {
                 self.unload(name, "the node no longer matches its nodeSelector");
                 self.report(name, None);
@@ -372,112 +378,101 @@ impl Controller {
             Ok(true) => object::desired(obj),
             Err(e) => Err(e),
         };
-        let serving_digest = self
-            .serving
-            .get(name)
-            .map(|d| format!("sha256:{}", d.sha256));
-        let desired = match wanted {
+        let desired = match desired {
             Ok(d) => d,
             Err(message) => {
                 // A version the node cannot run: the old one, if any, keeps serving.
                 self.cancel(name);
-                self.report(
-                    name,
-                    Some((generation, serving_digest, State::Failed, message)),
-                );
+                self.report(name, status(State::Failed, message));
                 return;
             }
         };
-        if let Some(s) = self.serving.get(name)
-            && s.same_plugin(&desired)
-        {
-            self.cancel(name);
-            self.failed.remove(name);
-            self.report(
-                name,
-                Some((generation, serving_digest, State::Loaded, String::new())),
-            );
-            return;
-        }
-        if let Some(l) = self.loading.get(name)
-            && l.desired.same_plugin(&desired)
-        {
-            let message = format!("loading sha256:{}", desired.sha256);
-            self.report(
-                name,
-                Some((generation, serving_digest, State::Pending, message)),
-            );
-            return;
-        }
-        if let Some(f) = self.failed.get(name)
-            && f.desired.same_plugin(&desired)
-            && f.retry_at > Instant::now()
-        {
-            let message = f.message.clone();
-            self.report(
-                name,
-                Some((generation, serving_digest, State::Failed, message)),
-            );
+        if let Some((state, message)) = self.settled(name, &desired) {
+            if state == State::Loaded {
+                self.cancel(name);
+                self.failed.remove(name);
+            }
+            self.report(name, status(state, message));
             return;
         }
         let path = Fetcher::path(self.fetcher.dir(), &desired.sha256);
-        match plan(
+        let planned = plan(
             &desired,
             &path,
             &self.grants,
             &self.targets.probes,
             &self.targets.sources,
-        ) {
+        );
+        let (state, message) = match planned {
             Err(message) => {
                 self.cancel(name);
-                self.report(
-                    name,
-                    Some((generation, serving_digest, State::Failed, message)),
-                );
+                (State::Failed, message)
             }
-            Ok(_) if self.foreign(name) => {
-                let message = format!(
+            Ok(_) if self.foreign(name) => (
+                State::Failed,
+                format!(
                     "this node has an admission plugin of its own called {name}; a WasmletPlugin cannot replace it"
-                );
-                self.report(
-                    name,
-                    Some((generation, serving_digest, State::Failed, message)),
-                );
-            }
-            Ok(p) => {
-                self.cancel(name);
-                self.set_cluster_order(Some(&desired));
-                let token = self.next_token;
-                self.next_token += 1;
-                let (abort, registration) = AbortHandle::new_pair();
-                let future = load(
-                    self.fetcher.clone(),
-                    self.targets.clone(),
-                    desired.clone(),
-                    p,
-                );
-                let owned = name.to_owned();
-                self.loads.push(Box::pin(async move {
-                    Abortable::new(future, registration)
-                        .await
-                        .ok()
-                        .map(|r| (owned, token, r))
-                }));
-                let message = format!("loading sha256:{}", desired.sha256);
-                self.loading.insert(
-                    name.to_owned(),
-                    Loading {
-                        desired,
-                        token,
-                        abort,
-                    },
-                );
-                self.report(
-                    name,
-                    Some((generation, serving_digest, State::Pending, message)),
-                );
-            }
+                ),
+            ),
+            Ok(p) => (State::Pending, self.begin_load(name, desired, p)),
+        };
+        self.report(name, status(state, message));
+    }
+
+    /// What the node already does about `desired`, if it need not start anything:
+    /// serving it, loading it, or waiting to retry it after it failed.
+    fn settled(&self, name: &str, desired: &Desired) -> Option<(State, String)> {
+        if self
+            .serving
+            .get(name)
+            .is_some_and(|s| s.same_plugin(desired))
+        {
+            return Some((State::Loaded, String::new()));
         }
+        if self
+            .loading
+            .get(name)
+            .is_some_and(|l| l.desired.same_plugin(desired))
+        {
+            return Some((State::Pending, format!("loading sha256:{}", desired.sha256)));
+        }
+        self.failed
+            .get(name)
+            .filter(|f| f.desired.same_plugin(desired) && f.retry_at > Instant::now())
+            .map(|f| (State::Failed, f.message.clone()))
+    }
+
+    /// Starts loading `desired` as planned (any other load of `name` cancelled);
+    /// returns the status message that says so.
+    fn begin_load(&mut self, name: &str, desired: Desired, planned: crate::plan::Plan) -> String {
+        self.cancel(name);
+        self.set_cluster_order(Some(&desired));
+        let token = self.next_token;
+        self.next_token += 1;
+        let (abort, registration) = AbortHandle::new_pair();
+        let future = load(
+            self.fetcher.clone(),
+            self.targets.clone(),
+            desired.clone(),
+            planned,
+        );
+        let owned = name.to_owned();
+        self.loads.push(Box::pin(async move {
+            Abortable::new(future, registration)
+                .await
+                .ok()
+                .map(|r| (owned, token, r))
+        }));
+        let message = format!("loading sha256:{}", desired.sha256);
+        self.loading.insert(
+            name.to_owned(),
+            Loading {
+                desired,
+                token,
+                abort,
+            },
+        );
+        message
     }
 
     /// Whether `name` is a link of the node's own chain.
