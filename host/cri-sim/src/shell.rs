@@ -195,14 +195,7 @@ impl Shell {
         let name = cmd.rsplit('/').next().unwrap_or(cmd);
         let args = &argv[1..];
         match name {
-            "sh" | "ash" | "bash" | "dash" => match args.iter().position(|a| a == "-c") {
-                Some(i) => match args.get(i + 1) {
-                    Some(script) => self.script(script),
-                    None => self.fail(redirect, "sh: -c requires an argument", 2),
-                },
-                // A shell with no script and no stdin reads EOF and exits.
-                None => Flow::Exit(0),
-            },
+            "sh" | "ash" | "bash" | "dash" => self.shell(args, redirect),
             "exit" => Flow::Exit(
                 args.first()
                     .and_then(|a| a.parse().ok())
@@ -210,33 +203,8 @@ impl Shell {
             ),
             "true" | ":" => self.set(0),
             "false" => self.set(1),
-            "sleep" => match args.first().map(String::as_str) {
-                Some("infinity") => Flow::Forever,
-                Some(arg) => match parse_sleep(arg) {
-                    Some(d) => {
-                        self.t += d;
-                        self.set(0)
-                    }
-                    None => self.fail(
-                        Redirect::Stderr,
-                        &format!("sleep: invalid number '{arg}'"),
-                        1,
-                    ),
-                },
-                None => self.fail(Redirect::Stderr, "sleep: missing operand", 1),
-            },
-            "echo" | "printf" => {
-                let (newline, words) = match args.first().map(String::as_str) {
-                    Some("-n") => (false, &args[1..]),
-                    _ => (name == "echo", args),
-                };
-                let mut text = words.join(" ");
-                if newline {
-                    text.push('\n');
-                }
-                self.write(&redirect, text.as_bytes());
-                self.set(0)
-            }
+            "sleep" => self.sleep(args),
+            "echo" | "printf" => self.echo(name == "echo", args, &redirect),
             "touch" => {
                 for path in args.iter().filter(|a| !a.starts_with('-')) {
                     let content = self.files.read(path).unwrap_or_default();
@@ -244,49 +212,26 @@ impl Shell {
                 }
                 self.set(0)
             }
-            "rm" => {
-                let force = args.iter().any(|a| a.starts_with('-') && a.contains('f'));
-                let mut status = 0;
-                for path in args.iter().filter(|a| !a.starts_with('-')) {
-                    if self.files.read(path).is_some() {
-                        self.effect(Effect::Remove(path.clone()));
-                    } else if !force {
-                        let msg = format!("rm: can't remove '{path}': No such file or directory\n");
-                        self.write(&Redirect::Stderr, msg.as_bytes());
-                        status = 1;
-                    }
-                }
-                self.set(status)
-            }
+            "rm" => self.rm(args),
             "mkdir" | "cd" | "export" | "set" | "wait" | "kill" | "ulimit" | "umask" => self.set(0),
-            "cat" => {
-                let mut status = 0;
-                for path in args.iter().filter(|a| !a.starts_with('-')) {
-                    match self.files.read(path) {
-                        Some(data) => self.write(&redirect, &data),
-                        None => {
-                            let msg =
-                                format!("cat: can't open '{path}': No such file or directory\n");
-                            self.write(&Redirect::Stderr, msg.as_bytes());
-                            status = 1;
-                        }
-                    }
-                }
-                self.set(status)
-            }
-            "ls" => {
-                let mut status = 0;
-                for path in args.iter().filter(|a| !a.starts_with('-')) {
-                    if self.files.read(path).is_some() {
-                        self.write(&redirect, format!("{path}\n").as_bytes());
-                    } else {
-                        let msg = format!("ls: {path}: No such file or directory\n");
-                        self.write(&Redirect::Stderr, msg.as_bytes());
-                        status = 1;
-                    }
-                }
-                self.set(status)
-            }
+            "cat" => self.each_file(
+                args,
+                |path, data| match data {
+                    Some(data) => Ok(data),
+                    None => Err(format!(
+                        "cat: can't open '{path}': No such file or directory\n"
+                    )),
+                },
+                &redirect,
+            ),
+            "ls" => self.each_file(
+                args,
+                |path, data| match data {
+                    Some(_) => Ok(format!("{path}\n").into_bytes()),
+                    None => Err(format!("ls: {path}: No such file or directory\n")),
+                },
+                &redirect,
+            ),
             "test" | "[" => {
                 let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
                 if name == "[" && words.last() == Some(&"]") {
@@ -295,25 +240,7 @@ impl Shell {
                 let ok = self.test(&words);
                 self.set(if ok { 0 } else { 1 })
             }
-            "trap" => {
-                // trap BODY SIG...: record the exit code a TERM would produce.
-                if let Some((body, sigs)) = args.split_first()
-                    && sigs
-                        .iter()
-                        .any(|s| matches!(s.as_str(), "TERM" | "SIGTERM" | "15"))
-                {
-                    let words = tokenize(body);
-                    self.out.on_term = match words.as_slice() {
-                        [Token::Word(e)] if e == "exit" => Some(0),
-                        [Token::Word(e), Token::Word(n), ..] if e == "exit" => {
-                            n.parse().ok().or(Some(0))
-                        }
-                        [] => None,
-                        _ => Some(143),
-                    };
-                }
-                self.set(0)
-            }
+            "trap" => self.trap(args),
             "exec" => match self.command(args, redirect) {
                 Flow::Next => Flow::Exit(self.status),
                 other => other,
@@ -323,6 +250,105 @@ impl Shell {
                 Mode::Exec => self.set(0),
             },
         }
+    }
+
+    /// `sh -c SCRIPT`; a shell with no script and no stdin reads EOF and exits.
+    fn shell(&mut self, args: &[String], redirect: Redirect) -> Flow {
+        match args.iter().position(|a| a == "-c") {
+            Some(i) => match args.get(i + 1) {
+                Some(script) => self.script(script),
+                None => self.fail(redirect, "sh: -c requires an argument", 2),
+            },
+            None => Flow::Exit(0),
+        }
+    }
+
+    /// `sleep N` (time moves on), `sleep infinity` (forever).
+    fn sleep(&mut self, args: &[String]) -> Flow {
+        match args.first().map(String::as_str) {
+            Some("infinity") => Flow::Forever,
+            Some(arg) => match parse_sleep(arg) {
+                Some(d) => {
+                    self.t += d;
+                    self.set(0)
+                }
+                None => self.fail(
+                    Redirect::Stderr,
+                    &format!("sleep: invalid number '{arg}'"),
+                    1,
+                ),
+            },
+            None => self.fail(Redirect::Stderr, "sleep: missing operand", 1),
+        }
+    }
+
+    /// `echo` (a newline after, unless `-n`) and `printf` (none).
+    fn echo(&mut self, echo: bool, args: &[String], redirect: &Redirect) -> Flow {
+        let (newline, words) = match args.first().map(String::as_str) {
+            Some("-n") => (false, &args[1..]),
+            _ => (echo, args),
+        };
+        let mut text = words.join(" ");
+        if newline {
+            text.push('\n');
+        }
+        self.write(redirect, text.as_bytes());
+        self.set(0)
+    }
+
+    /// `rm [-f] PATH…`.
+    fn rm(&mut self, args: &[String]) -> Flow {
+        let force = args.iter().any(|a| a.starts_with('-') && a.contains('f'));
+        let mut status = 0;
+        for path in args.iter().filter(|a| !a.starts_with('-')) {
+            if self.files.read(path).is_some() {
+                self.effect(Effect::Remove(path.clone()));
+            } else if !force {
+                let msg = format!("rm: can't remove '{path}': No such file or directory\n");
+                self.write(&Redirect::Stderr, msg.as_bytes());
+                status = 1;
+            }
+        }
+        self.set(status)
+    }
+
+    /// A command over files (`cat`, `ls`): what `each` makes of every path (and its
+    /// content, if it exists) is written out, or its error to stderr (status 1).
+    fn each_file(
+        &mut self,
+        args: &[String],
+        each: impl Fn(&str, Option<Vec<u8>>) -> Result<Vec<u8>, String>,
+        redirect: &Redirect,
+    ) -> Flow {
+        let mut status = 0;
+        for path in args.iter().filter(|a| !a.starts_with('-')) {
+            match each(path, self.files.read(path)) {
+                Ok(out) => self.write(redirect, &out),
+                Err(msg) => {
+                    self.write(&Redirect::Stderr, msg.as_bytes());
+                    status = 1;
+                }
+            }
+        }
+        self.set(status)
+    }
+
+    /// `trap BODY SIG...`: records the exit code a TERM would produce.
+    fn trap(&mut self, args: &[String]) -> Flow {
+        if let Some((body, sigs)) = args.split_first()
+            && sigs
+                .iter()
+                .any(|s| matches!(s.as_str(), "TERM" | "SIGTERM" | "15"))
+        {
+            let words = tokenize(body);
+            self.out.on_term = match words.as_slice() {
+                [Token::Word(e)] if e == "exit" => Some(0),
+                [Token::Word(e), Token::Word(n), ..] if e == "exit" => n.parse().ok().or(Some(0)),
+                [] => None,
+                _ => Some(143),
+            };
+        }
+        self.set(0)
     }
 
     fn set(&mut self, status: i32) -> Flow {
@@ -455,113 +481,134 @@ fn parse_sleep(arg: &str) -> Option<Duration> {
 
 /// Splits a script into words, operators and redirections, honouring quotes and escapes.
 fn tokenize(text: &str) -> Vec<Token> {
-    let mut tokens = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = text.chars().peekable();
-    let flush = |tokens: &mut Vec<Token>, word: &mut String, in_word: &mut bool| {
-        if *in_word {
-            tokens.push(Token::Word(std::mem::take(word)));
-            *in_word = false;
-        }
+    let mut lexer = Lexer {
+        tokens: Vec::new(),
+        word: String::new(),
+        in_word: false,
+        chars: text.chars().peekable(),
     };
-    while let Some(c) = chars.next() {
+    while let Some(c) = lexer.chars.next() {
+        lexer.take(c);
+    }
+    lexer.flush();
+    lexer.tokens
+}
+
+/// The tokenizer's state: the tokens so far and the word being read.
+struct Lexer<'a> {
+    tokens: Vec<Token>,
+    word: String,
+    in_word: bool,
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+}
+
+impl Lexer<'_> {
+    /// Ends the word being read, if any.
+    fn flush(&mut self) {
+        if self.in_word {
+            self.tokens
+                .push(Token::Word(std::mem::take(&mut self.word)));
+            self.in_word = false;
+        }
+    }
+
+    /// Whether the next character is `c` (taken if so).
+    fn next_is(&mut self, c: char) -> bool {
+        self.chars.next_if_eq(&c).is_some()
+    }
+
+    fn take(&mut self, c: char) {
         match c {
             '\'' => {
-                in_word = true;
-                for c in chars.by_ref() {
+                self.in_word = true;
+                for c in self.chars.by_ref() {
                     if c == '\'' {
                         break;
                     }
-                    word.push(c);
+                    self.word.push(c);
                 }
             }
-            '"' => {
-                in_word = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => {
-                            if let Some(n) = chars.next() {
-                                word.push(n);
-                            }
-                        }
-                        _ => word.push(c),
-                    }
-                }
-            }
+            '"' => self.double_quoted(),
             '\\' => {
-                in_word = true;
-                if let Some(n) = chars.next()
+                self.in_word = true;
+                if let Some(n) = self.chars.next()
                     && n != '\n'
                 {
-                    word.push(n);
+                    self.word.push(n);
                 }
             }
-            ' ' | '\t' => flush(&mut tokens, &mut word, &mut in_word),
-            '#' if !in_word => {
+            ' ' | '\t' => self.flush(),
+            '#' if !self.in_word => {
                 // A comment runs to the end of the line.
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        tokens.push(Token::Op(";"));
-                        break;
-                    }
+                if self.chars.by_ref().any(|c| c == '\n') {
+                    self.tokens.push(Token::Op(";"));
                 }
             }
             ';' | '\n' => {
-                flush(&mut tokens, &mut word, &mut in_word);
-                tokens.push(Token::Op(";"));
+                self.flush();
+                self.tokens.push(Token::Op(";"));
             }
             '&' => {
-                flush(&mut tokens, &mut word, &mut in_word);
-                if chars.peek() == Some(&'&') {
-                    chars.next();
-                    tokens.push(Token::Op("&&"));
-                } else {
-                    tokens.push(Token::Op("&"));
-                }
+                self.flush();
+                let op = if self.next_is('&') { "&&" } else { "&" };
+                self.tokens.push(Token::Op(op));
             }
             '|' => {
-                flush(&mut tokens, &mut word, &mut in_word);
-                if chars.peek() == Some(&'|') {
-                    chars.next();
-                    tokens.push(Token::Op("||"));
-                } else {
-                    tokens.push(Token::Op(";"));
-                }
+                self.flush();
+                // A pipe runs its commands one after the other here.
+                let op = if self.next_is('|') { "||" } else { ";" };
+                self.tokens.push(Token::Op(op));
             }
-            '>' => {
-                let fd2 = word == "2" && in_word;
-                let fd1 = word == "1" && in_word;
-                if fd2 || fd1 {
-                    word.clear();
-                    in_word = false;
-                } else {
-                    flush(&mut tokens, &mut word, &mut in_word);
-                }
-                if chars.peek() == Some(&'&') {
-                    chars.next();
-                    let target = chars.next();
-                    tokens.push(Token::Redir(match (fd2, target) {
-                        (true, _) => "2>&1",
-                        (false, Some('2')) => ">&2",
-                        _ => "2>&1",
-                    }));
-                } else if chars.peek() == Some(&'>') {
-                    chars.next();
-                    tokens.push(Token::Redir(if fd2 { "2>" } else { ">>" }));
-                } else {
-                    tokens.push(Token::Redir(if fd2 { "2>" } else { ">" }));
-                }
-            }
+            '>' => self.redirect(),
             _ => {
-                in_word = true;
-                word.push(c);
+                self.in_word = true;
+                self.word.push(c);
             }
         }
     }
-    flush(&mut tokens, &mut word, &mut in_word);
-    tokens
+
+    /// A double-quoted string: backslash escapes the next character.
+    fn double_quoted(&mut self) {
+        self.in_word = true;
+        while let Some(c) = self.chars.next() {
+            match c {
+                '"' => break,
+                '\\' => {
+                    if let Some(n) = self.chars.next() {
+                        self.word.push(n);
+                    }
+                }
+                _ => self.word.push(c),
+            }
+        }
+    }
+
+    /// `>`, `>>`, `2>`, `1>`, `>&2` and `2>&1` (a `1` or `2` just read is the
+    /// descriptor, not a word).
+    fn redirect(&mut self) {
+        let fd2 = self.word == "2" && self.in_word;
+        let fd1 = self.word == "1" && self.in_word;
+        if fd2 || fd1 {
+            self.word.clear();
+            self.in_word = false;
+        } else {
+            self.flush();
+        }
+        let redirect = if self.next_is('&') {
+            match (fd2, self.chars.next()) {
+                (true, _) => "2>&1",
+                (false, Some('2')) => ">&2",
+                _ => "2>&1",
+            }
+        } else if self.next_is('>') {
+            if fd2 { "2>" } else { ">>" }
+        } else if fd2 {
+            "2>"
+        } else {
+            ">"
+        };
+        self.tokens.push(Token::Redir(redirect));
+    }
 }
 
 #[cfg(test)]
