@@ -3,6 +3,117 @@
 
 use super::*;
 
+/// The container's name in its sandbox (`<name>_<pod>_<namespace>_<uid>_<attempt>`, as
+/// containerd's CRI makes it) if it is free and the sandbox ready, with the sandbox's
+/// annotations.
+fn reserve_name(
+    st: &State,
+    sandbox_id: &str,
+    meta: &proto::ContainerMetadata,
+) -> Result<(String, BTreeMap<String, String>), Status> {
+    let sandbox = st
+        .sandboxes
+        .get(sandbox_id)
+        .ok_or_else(|| sandbox_not_found(sandbox_id))?;
+    if sandbox.state != PodSandboxState::SandboxReady {
+        return Err(Status::not_found(format!(
+            "failed to get sandbox container task: no running task found: task {sandbox_id} not found: not found"
+        )));
+    }
+    let pod_meta = sandbox.config.metadata.clone().unwrap_or_default();
+    let name = format!(
+        "{}_{}_{}_{}_{}",
+        meta.name, pod_meta.name, pod_meta.namespace, pod_meta.uid, meta.attempt
+    );
+    if let Some(holder) = st.names.get(&name) {
+        return Err(unknown(format!(
+            "failed to reserve container name {name:?}: name {name:?} is reserved for {holder:?}"
+        )));
+    }
+    Ok((name, sandbox.config.annotations.clone()))
+}
+
+/// When a started container ends on its own, and how (after, exit code, reason): as
+/// its script or program says, or OOM-killed first if its script says so.
+fn planned_end(c: &Container) -> Option<(Duration, i32, &'static str)> {
+    let natural = if c.script.run_forever {
+        None
+    } else {
+        match (&c.program.end, c.script.exit_after) {
+            (_, Some(after)) => Some((
+                after,
+                c.script.exit_code.unwrap_or(0),
+                reason_for(c.script.exit_code.unwrap_or(0)),
+            )),
+            (End::Exit { after, code }, None) => Some((*after, *code, reason_for(*code))),
+            (End::Forever, None) => None,
+        }
+    };
+    match (natural, c.script.oom_after) {
+        (Some(n), Some(oom)) if n.0 <= oom => Some(n),
+        (_, Some(oom)) => Some((oom, 137, "OOMKilled")),
+        (n, None) => n,
+    }
+}
+
+/// The container config CreateContainer needs, with its metadata and image, or the
+/// runtime's InvalidArgument.
+fn checked(
+    config: Option<proto::ContainerConfig>,
+) -> Result<(proto::ContainerConfig, proto::ContainerMetadata, String), Status> {
+    let config =
+        config.ok_or_else(|| Status::invalid_argument("container config must not be nil"))?;
+    let meta = config
+        .metadata
+        .clone()
+        .ok_or_else(|| Status::invalid_argument("container config must include metadata"))?;
+    let image_ref = config
+        .image
+        .as_ref()
+        .map(|i| i.image.clone())
+        .unwrap_or_default();
+    if image_ref.is_empty() {
+        return Err(Status::invalid_argument(
+            "container config must include an image",
+        ));
+    }
+    Ok((config, meta, image_ref))
+}
+
+/// What the container runs: its command (else the image's) and arguments, read by the
+/// simulator's shell.
+fn program(config: &proto::ContainerConfig, image_cmd: &[String]) -> shell::Program {
+    let mut argv: Vec<String> = if config.command.is_empty() {
+        image_cmd.to_vec()
+    } else {
+        config.command.clone()
+    };
+    argv.extend(config.args.iter().cloned());
+    shell::interpret(&argv, &Files::default(), Mode::Main)
+}
+
+/// Whether the container has a PID namespace of its own (its process is PID 1).
+fn own_pid_namespace(config: &proto::ContainerConfig) -> bool {
+    config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_some_and(|n| n.pid == proto::NamespaceMode::Container as i32)
+}
+
+/// The container's log: its path under the sandbox's log directory (none if unset).
+fn log_path(sandbox: &proto::PodSandboxConfig, config: &proto::ContainerConfig) -> String {
+    if config.log_path.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{}/{}",
+        sandbox.log_directory.trim_end_matches('/'),
+        config.log_path
+    )
+}
+
 impl Simulator {
     /// `CreateContainer`.
     pub(crate) async fn create_container(
@@ -11,44 +122,10 @@ impl Simulator {
         config: Option<proto::ContainerConfig>,
     ) -> Result<String, Status> {
         self.enter("CreateContainer").await?;
-        let config =
-            config.ok_or_else(|| Status::invalid_argument("container config must not be nil"))?;
-        let meta = config
-            .metadata
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("container config must include metadata"))?;
-        let image_ref = config
-            .image
-            .as_ref()
-            .map(|i| i.image.clone())
-            .unwrap_or_default();
-        if image_ref.is_empty() {
-            return Err(Status::invalid_argument(
-                "container config must include an image",
-            ));
-        }
+        let (config, meta, image_ref) = checked(config)?;
         let id = self.inner.ids.next();
         let mut st = self.inner.lock();
-        let sandbox = st
-            .sandboxes
-            .get(sandbox_id)
-            .ok_or_else(|| sandbox_not_found(sandbox_id))?;
-        if sandbox.state != PodSandboxState::SandboxReady {
-            return Err(Status::not_found(format!(
-                "failed to get sandbox container task: no running task found: task {sandbox_id} not found: not found"
-            )));
-        }
-        let pod_meta = sandbox.config.metadata.clone().unwrap_or_default();
-        let pod_annotations = sandbox.config.annotations.clone();
-        let name = format!(
-            "{}_{}_{}_{}_{}",
-            meta.name, pod_meta.name, pod_meta.namespace, pod_meta.uid, meta.attempt
-        );
-        if let Some(holder) = st.names.get(&name) {
-            return Err(unknown(format!(
-                "failed to reserve container name {name:?}: name {name:?} is reserved for {holder:?}"
-            )));
-        }
+        let (name, pod_annotations) = reserve_name(&st, sandbox_id, &meta)?;
         let image = st.images.resolve(&image_ref).ok_or_else(|| {
             Status::not_found(format!(
                 "failed to resolve image {:?}: no such image",
@@ -67,31 +144,9 @@ impl Simulator {
                 "failed to create containerd container: {msg}"
             )));
         }
-        let mut argv: Vec<String> = if config.command.is_empty() {
-            image.cmd.clone()
-        } else {
-            config.command.clone()
-        };
-        argv.extend(config.args.iter().cloned());
-        let program = shell::interpret(&argv, &Files::default(), Mode::Main);
-        let pid1 = config
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.as_ref())
-            .is_some_and(|n| n.pid == proto::NamespaceMode::Container as i32);
-        let log_path = if config.log_path.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "{}/{}",
-                st.sandboxes[sandbox_id]
-                    .config
-                    .log_directory
-                    .trim_end_matches('/'),
-                config.log_path
-            )
-        };
+        let program = program(&config, &image.cmd);
+        let pid1 = own_pid_namespace(&config);
+        let log_path = log_path(&st.sandboxes[sandbox_id].config, &config);
         let container = Container {
             id: id.clone(),
             sandbox_id: sandbox_id.to_owned(),
@@ -183,25 +238,7 @@ impl Simulator {
         c.started = Some(Instant::now());
         c.reencode();
         Self::write_start_log(&c.log_path, &c.program.stdout, &c.program.stderr, now);
-        // When does it end on its own, and how?
-        let natural = if c.script.run_forever {
-            None
-        } else {
-            match (&c.program.end, c.script.exit_after) {
-                (_, Some(after)) => Some((
-                    after,
-                    c.script.exit_code.unwrap_or(0),
-                    reason_for(c.script.exit_code.unwrap_or(0)),
-                )),
-                (End::Exit { after, code }, None) => Some((*after, *code, reason_for(*code))),
-                (End::Forever, None) => None,
-            }
-        };
-        let end = match (natural, c.script.oom_after) {
-            (Some(n), Some(oom)) if n.0 <= oom => Some(n),
-            (_, Some(oom)) => Some((oom, 137, "OOMKilled")),
-            (n, None) => n,
-        };
+        let end = planned_end(c);
         if let Some((after, code, reason)) = end {
             let sim = self.clone();
             let cid = id.to_owned();

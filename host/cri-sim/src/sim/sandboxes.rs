@@ -3,6 +3,58 @@
 
 use super::*;
 
+/// The sandbox config RunPodSandbox needs, with its metadata, for a runtime handler
+/// there is; else the runtime's error.
+fn checked(
+    config: Option<proto::PodSandboxConfig>,
+    runtime_handler: &str,
+) -> Result<(proto::PodSandboxConfig, proto::PodSandboxMetadata), Status> {
+    let config =
+        config.ok_or_else(|| Status::invalid_argument("sandbox config must not be nil"))?;
+    let meta = config
+        .metadata
+        .clone()
+        .ok_or_else(|| Status::invalid_argument("sandbox config must include metadata"))?;
+    if meta.name.is_empty() || meta.uid.is_empty() || meta.namespace.is_empty() {
+        return Err(Status::invalid_argument(
+            "sandbox metadata must include name, uid and namespace",
+        ));
+    }
+    if !matches!(runtime_handler, "" | "runc") {
+        return Err(unknown(format!(
+            "failed to get sandbox runtime: no runtime for {runtime_handler:?} is configured"
+        )));
+    }
+    Ok((config, meta))
+}
+
+/// The first N runs of a pod's sandbox fail as a CNI failure would, when its
+/// annotation `FAIL_RUN_SANDBOX_ANNOTATION` says N.
+fn simulated_failure(
+    st: &mut State,
+    config: &proto::PodSandboxConfig,
+    uid: &str,
+    id: &str,
+) -> Result<(), Status> {
+    let Some(n) = config.annotations.get(FAIL_RUN_SANDBOX_ANNOTATION) else {
+        return Ok(());
+    };
+    let n: u32 = n.parse().map_err(|_| {
+        Status::invalid_argument(format!(
+            "annotation {FAIL_RUN_SANDBOX_ANNOTATION}={n:?} is not a count"
+        ))
+    })?;
+    let served = st.sandbox_failures.entry(uid.to_owned()).or_insert(0);
+    if *served < n {
+        *served += 1;
+        return Err(unknown(format!(
+            "failed to setup network for sandbox {id:?}: plugin type=\"bridge\" failed (add): \
+             simulated failure {served} of {n}"
+        )));
+    }
+    Ok(())
+}
+
 impl Simulator {
     /// `RunPodSandbox`.
     pub(crate) async fn run_pod_sandbox(
@@ -11,22 +63,7 @@ impl Simulator {
         runtime_handler: &str,
     ) -> Result<String, Status> {
         self.enter("RunPodSandbox").await?;
-        let config =
-            config.ok_or_else(|| Status::invalid_argument("sandbox config must not be nil"))?;
-        let meta = config
-            .metadata
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("sandbox config must include metadata"))?;
-        if meta.name.is_empty() || meta.uid.is_empty() || meta.namespace.is_empty() {
-            return Err(Status::invalid_argument(
-                "sandbox metadata must include name, uid and namespace",
-            ));
-        }
-        if !matches!(runtime_handler, "" | "runc") {
-            return Err(unknown(format!(
-                "failed to get sandbox runtime: no runtime for {runtime_handler:?} is configured"
-            )));
-        }
+        let (config, meta) = checked(config, runtime_handler)?;
         let id = self.inner.ids.next();
         let name = format!(
             "{}_{}_{}_{}",
@@ -38,21 +75,7 @@ impl Simulator {
                 "failed to reserve sandbox name {name:?}: name {name:?} is reserved for {holder:?}"
             )));
         }
-        if let Some(n) = config.annotations.get(FAIL_RUN_SANDBOX_ANNOTATION) {
-            let n: u32 = n.parse().map_err(|_| {
-                Status::invalid_argument(format!(
-                    "annotation {FAIL_RUN_SANDBOX_ANNOTATION}={n:?} is not a count"
-                ))
-            })?;
-            let served = st.sandbox_failures.entry(meta.uid.clone()).or_insert(0);
-            if *served < n {
-                *served += 1;
-                return Err(unknown(format!(
-                    "failed to setup network for sandbox {id:?}: plugin type=\"bridge\" failed (add): \
-                     simulated failure {served} of {n}"
-                )));
-            }
-        }
+        simulated_failure(&mut st, &config, &meta.uid, &id)?;
         let host_network = network_mode(&config) == proto::NamespaceMode::Node;
         let ip = if host_network {
             None
