@@ -63,22 +63,7 @@ pub async fn run(args: CriArgs) -> Result<()> {
     };
     let client = CriClient::connect_with(&args.endpoint, options).await?;
     match args.command {
-        CriCommand::Version => {
-            let n = client.negotiated();
-            println!(
-                "runtime:            {} {}",
-                n.version.runtime_name, n.version.runtime_version
-            );
-            println!("CRI version:        {}", n.version.runtime_api_version);
-            println!(
-                "container events:   {}",
-                if n.container_events {
-                    "streamed"
-                } else {
-                    "not served (relist)"
-                }
-            );
-        }
+        CriCommand::Version => version(&client),
         CriCommand::Info => {
             let status = client.status(false).await?;
             for c in status.status.map(|s| s.conditions).unwrap_or_default() {
@@ -88,58 +73,8 @@ pub async fn run(args: CriArgs) -> Result<()> {
                 );
             }
         }
-        CriCommand::Pods => {
-            println!(
-                "{:<13} {:<9} {:<40} {:<16} ATTEMPT",
-                "POD ID", "STATE", "NAME", "NAMESPACE"
-            );
-            for p in client.list_pod_sandbox(None).await? {
-                let m = p.metadata.clone().unwrap_or_default();
-                let state = if p.state() == PodSandboxState::SandboxReady {
-                    "Ready"
-                } else {
-                    "NotReady"
-                };
-                println!(
-                    "{:<13} {:<9} {:<40} {:<16} {}",
-                    short(&p.id),
-                    state,
-                    m.name,
-                    m.namespace,
-                    m.attempt
-                );
-            }
-        }
-        CriCommand::Ps { all } => {
-            println!(
-                "{:<13} {:<8} {:<24} {:<13} IMAGE",
-                "CONTAINER", "STATE", "NAME", "POD ID"
-            );
-            for c in client.list_containers(None).await? {
-                if !all && c.state() != ContainerState::ContainerRunning {
-                    continue;
-                }
-                let name = c
-                    .metadata
-                    .as_ref()
-                    .map(|m| m.name.as_str())
-                    .unwrap_or_default();
-                let image = c
-                    .image
-                    .as_ref()
-                    .map(|i| i.image.as_str())
-                    .unwrap_or_default();
-                let state = c.state().as_str_name().trim_start_matches("CONTAINER_");
-                println!(
-                    "{:<13} {:<8} {:<24} {:<13} {}",
-                    short(&c.id),
-                    state,
-                    name,
-                    short(&c.pod_sandbox_id),
-                    image
-                );
-            }
-        }
+        CriCommand::Pods => pods(&client).await?,
+        CriCommand::Ps { all } => ps(&client, all).await?,
         CriCommand::Images => {
             println!("{:<20} {:>10}  TAGS", "IMAGE ID", "SIZE");
             for i in client.list_images(None).await? {
@@ -160,6 +95,80 @@ pub async fn run(args: CriArgs) -> Result<()> {
             Err(e) => return Err(e.into()),
         },
         CriCommand::Reset => reset(&client).await?,
+    }
+    Ok(())
+}
+
+/// `wasmlet cri version`: the runtime, the CRI version and whether events stream.
+fn version(client: &CriClient) {
+    let n = client.negotiated();
+    println!(
+        "runtime:            {} {}",
+        n.version.runtime_name, n.version.runtime_version
+    );
+    println!("CRI version:        {}", n.version.runtime_api_version);
+    let events = if n.container_events {
+        "streamed"
+    } else {
+        "not served (relist)"
+    };
+    println!("container events:   {events}");
+}
+
+/// `wasmlet cri pods`: the sandboxes, as `crictl pods` lists them.
+async fn pods(client: &CriClient) -> Result<()> {
+    println!(
+        "{:<13} {:<9} {:<40} {:<16} ATTEMPT",
+        "POD ID", "STATE", "NAME", "NAMESPACE"
+    );
+    for p in client.list_pod_sandbox(None).await? {
+        let m = p.metadata.clone().unwrap_or_default();
+        let state = if p.state() == PodSandboxState::SandboxReady {
+            "Ready"
+        } else {
+            "NotReady"
+        };
+        println!(
+            "{:<13} {:<9} {:<40} {:<16} {}",
+            short(&p.id),
+            state,
+            m.name,
+            m.namespace,
+            m.attempt
+        );
+    }
+    Ok(())
+}
+
+/// `wasmlet cri ps [--all]`: the (running) containers, as `crictl ps` lists them.
+async fn ps(client: &CriClient, all: bool) -> Result<()> {
+    println!(
+        "{:<13} {:<8} {:<24} {:<13} IMAGE",
+        "CONTAINER", "STATE", "NAME", "POD ID"
+    );
+    for c in client.list_containers(None).await? {
+        if !all && c.state() != ContainerState::ContainerRunning {
+            continue;
+        }
+        let name = c
+            .metadata
+            .as_ref()
+            .map(|m| m.name.as_str())
+            .unwrap_or_default();
+        let image = c
+            .image
+            .as_ref()
+            .map(|i| i.image.as_str())
+            .unwrap_or_default();
+        let state = c.state().as_str_name().trim_start_matches("CONTAINER_");
+        println!(
+            "{:<13} {:<8} {:<24} {:<13} {}",
+            short(&c.id),
+            state,
+            name,
+            short(&c.pod_sandbox_id),
+            image
+        );
     }
     Ok(())
 }
