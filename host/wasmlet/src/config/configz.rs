@@ -98,46 +98,7 @@ impl Config {
         });
         self.shutdown_fields(&mut v);
         if let (Some(s), Some(o)) = (server, v.as_object_mut()) {
-            o.insert("address".into(), s.addr.ip().to_string().into());
-            o.insert("port".into(), s.addr.port().into());
-            if let Some(c) = &s.tls.cert_file {
-                o.insert("tlsCertFile".into(), json!(c));
-            }
-            if let Some(k) = &s.tls.key_file {
-                o.insert("tlsPrivateKeyFile".into(), json!(k));
-            }
-            o.insert(
-                "tlsMinVersion".into(),
-                match s.tls.min_version {
-                    wasmlet_server::tls::MinVersion::Tls12 => "VersionTLS12",
-                    wasmlet_server::tls::MinVersion::Tls13 => "VersionTLS13",
-                }
-                .into(),
-            );
-            if !s.tls.cipher_suites.is_empty() {
-                o.insert("tlsCipherSuites".into(), json!(s.tls.cipher_suites));
-            }
-            o.insert(
-                "authentication".into(),
-                json!({
-                    "x509": {"clientCAFile": s.tls.client_ca_file},
-                    "webhook": {"enabled": s.authn.webhook, "cacheTTL": go_duration(s.authn.cache_ttl)},
-                    "anonymous": {"enabled": s.authn.anonymous},
-                }),
-            );
-            o.insert(
-                "authorization".into(),
-                json!({
-                    "mode": match s.authz.mode {
-                        wasmlet_server::authz::Mode::Webhook => "Webhook",
-                        wasmlet_server::authz::Mode::AlwaysAllow => "AlwaysAllow",
-                    },
-                    "webhook": {
-                        "cacheAuthorizedTTL": go_duration(s.authz.authorized_ttl),
-                        "cacheUnauthorizedTTL": go_duration(s.authz.unauthorized_ttl),
-                    },
-                }),
-            );
+            server_fields(s, o);
         }
         v
     }
@@ -157,6 +118,48 @@ impl Config {
             o.insert("shutdownGracePeriodByPodPriority".into(), groups.into());
         }
     }
+}
+
+/// The kubelet server's fields: address and port, TLS, authentication, authorization.
+fn server_fields(s: &crate::config::ServerConfig, o: &mut serde_json::Map<String, Value>) {
+    o.insert("address".into(), s.addr.ip().to_string().into());
+    o.insert("port".into(), s.addr.port().into());
+    if let Some(c) = &s.tls.cert_file {
+        o.insert("tlsCertFile".into(), json!(c));
+    }
+    if let Some(k) = &s.tls.key_file {
+        o.insert("tlsPrivateKeyFile".into(), json!(k));
+    }
+    let min_version = match s.tls.min_version {
+        wasmlet_server::tls::MinVersion::Tls12 => "VersionTLS12",
+        wasmlet_server::tls::MinVersion::Tls13 => "VersionTLS13",
+    };
+    o.insert("tlsMinVersion".into(), min_version.into());
+    if !s.tls.cipher_suites.is_empty() {
+        o.insert("tlsCipherSuites".into(), json!(s.tls.cipher_suites));
+    }
+    o.insert(
+        "authentication".into(),
+        json!({
+            "x509": {"clientCAFile": s.tls.client_ca_file},
+            "webhook": {"enabled": s.authn.webhook, "cacheTTL": go_duration(s.authn.cache_ttl)},
+            "anonymous": {"enabled": s.authn.anonymous},
+        }),
+    );
+    let mode = match s.authz.mode {
+        wasmlet_server::authz::Mode::Webhook => "Webhook",
+        wasmlet_server::authz::Mode::AlwaysAllow => "AlwaysAllow",
+    };
+    o.insert(
+        "authorization".into(),
+        json!({
+            "mode": mode,
+            "webhook": {
+                "cacheAuthorizedTTL": go_duration(s.authz.authorized_ttl),
+                "cacheUnauthorizedTTL": go_duration(s.authz.unauthorized_ttl),
+            },
+        }),
+    );
 }
 
 #[cfg(test)]
