@@ -157,11 +157,7 @@ async fn run_agent(
     }
     let shutdown = wasmlet_shutdown::ShutdownState::default();
     let admission = node::admission(&loaded, &facts, &pressure, &shutdown)?;
-    let negotiated = &runtime.negotiated().version;
-    let runtime_version = wasmlet_cluster::node::runtime_version(
-        &negotiated.runtime_name,
-        &negotiated.runtime_version,
-    );
+    let runtime_version = runtime_version(&runtime);
     let agent = node::start(
         &config,
         runtime,
@@ -200,6 +196,21 @@ async fn run_agent(
         };
         cluster::start_node(client, &config, &agent, reported, cluster_stopped);
     }
+    run_until_stopped(&agent, &stop_cluster).await
+}
+
+/// The runtime's name and version as the node reports them (`containerd://1.6.20`).
+fn runtime_version(runtime: &CriClient) -> String {
+    let negotiated = &runtime.negotiated().version;
+    wasmlet_cluster::node::runtime_version(&negotiated.runtime_name, &negotiated.runtime_version)
+}
+
+/// Runs until SIGINT or SIGTERM, then stops the agent (its pods keep running) and
+/// exits.
+async fn run_until_stopped(
+    agent: &wasmlet_agent::agent::Agent<CriClient>,
+    stop_cluster: &tokio::sync::watch::Sender<bool>,
+) -> Result<()> {
     shutdown_signal().await;
     info!("stopping (pods keep running; a restarted agent adopts them)");
     let _ = stop_cluster.send(true);
