@@ -144,31 +144,9 @@ async fn send(
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let by_url = access.url_granted(&uri.to_string());
 
-    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| Error::DnsError {
-                rcode: Some(e.to_string()),
-                info_code: None,
-            })?
-            .collect(),
-    };
-    let addr = addrs
-        .into_iter()
-        .find(|a| by_url || access.address_granted(a.ip()))
-        .ok_or(Error::HttpRequestDenied)?;
-
+    let addr = granted_address(access, host, port, by_url).await?;
     let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
-    let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
-        .await
-        .map_err(|_| Error::ConnectionTimeout)?
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
-            std::io::ErrorKind::TimedOut => Error::ConnectionTimeout,
-            _ => Error::Connect(e),
-        })?;
-    let _ = stream.set_nodelay(true);
+    let stream = connect(addr, connect_timeout).await?;
 
     let grpc = request
         .headers()
@@ -182,19 +160,8 @@ async fn send(
     }
 
     let io: Box<dyn IoStream> = if tls {
-        let name = match host.parse::<IpAddr>() {
-            Ok(ip) => ServerName::from(ip),
-            Err(_) => ServerName::try_from(host.to_owned()).map_err(|e| Error::DnsError {
-                rcode: Some(e.to_string()),
-                info_code: None,
-            })?,
-        };
-        let connector = tokio_rustls::TlsConnector::from(client_config(access.tls, grpc)?);
-        let stream = tokio::time::timeout(connect_timeout, connector.connect(name, stream))
-            .await
-            .map_err(|_| Error::ConnectionTimeout)?
-            .map_err(Error::Tls)?;
-        Box::new(stream)
+        let config = client_config(access.tls, grpc)?;
+        Box::new(tls_handshake(stream, host, config, connect_timeout).await?)
     } else {
         Box::new(stream)
     };
@@ -222,6 +189,64 @@ async fn send(
         response,
         Box::new(async move { driver.await.map_err(Error::from) }),
     ))
+}
+
+/// The first address of `host` the plugin may reach (any, when its URL was granted).
+async fn granted_address(
+    access: &HttpAccess,
+    host: &str,
+    port: u16,
+    by_url: bool,
+) -> Result<SocketAddr, Error> {
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| Error::DnsError {
+                rcode: Some(e.to_string()),
+                info_code: None,
+            })?
+            .collect(),
+    };
+    addrs
+        .into_iter()
+        .find(|a| by_url || access.address_granted(a.ip()))
+        .ok_or(Error::HttpRequestDenied)
+}
+
+/// A TCP connection to `addr` within `limit`, its errors in WASI's terms.
+async fn connect(addr: SocketAddr, limit: Duration) -> Result<TcpStream, Error> {
+    let stream = tokio::time::timeout(limit, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::ConnectionTimeout)?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
+            std::io::ErrorKind::TimedOut => Error::ConnectionTimeout,
+            _ => Error::Connect(e),
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// TLS over `stream` to `host` (a name, or an address), within `limit`.
+async fn tls_handshake(
+    stream: TcpStream,
+    host: &str,
+    config: Arc<rustls::ClientConfig>,
+    limit: Duration,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Error> {
+    let name = match host.parse::<IpAddr>() {
+        Ok(ip) => ServerName::from(ip),
+        Err(_) => ServerName::try_from(host.to_owned()).map_err(|e| Error::DnsError {
+            rcode: Some(e.to_string()),
+            info_code: None,
+        })?,
+    };
+    let connector = tokio_rustls::TlsConnector::from(config);
+    tokio::time::timeout(limit, connector.connect(name, stream))
+        .await
+        .map_err(|_| Error::ConnectionTimeout)?
+        .map_err(Error::Tls)
 }
 
 async fn timeout_or<T>(
