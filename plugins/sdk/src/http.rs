@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
-    ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+    ErrorCode, Fields, IncomingBody, IncomingResponse, Method, OutgoingBody, OutgoingRequest,
+    RequestOptions, Scheme,
 };
 use wasip2::io::streams::StreamError;
 
@@ -174,36 +175,7 @@ fn parse_url(url: &str) -> Result<Url<'_>, Error> {
 /// Sends `request` and reads the whole response, all within `timeout`.
 pub fn send(request: &Request, timeout: Duration) -> Result<Response, Error> {
     let deadline = Instant::now() + timeout;
-    let url = parse_url(&request.url)?;
-    let headers = Fields::new();
-    for (name, value) in &request.headers {
-        headers
-            .append(&name.to_ascii_lowercase(), value.as_bytes())
-            .map_err(|e| Error::Other(format!("header {name:?}: {e:?}")))?;
-    }
-    let outgoing = OutgoingRequest::new(headers);
-    let method = match request.method.as_str() {
-        "GET" => Method::Get,
-        "HEAD" => Method::Head,
-        "POST" => Method::Post,
-        "PUT" => Method::Put,
-        "DELETE" => Method::Delete,
-        other => Method::Other(other.to_owned()),
-    };
-    let set = |ok: Result<(), ()>, what: &str| {
-        ok.map_err(|()| Error::Other(format!("{what} refused for {}", request.url)))
-    };
-    set(outgoing.set_method(&method), "method")?;
-    set(
-        outgoing.set_scheme(Some(if url.https {
-            &Scheme::Https
-        } else {
-            &Scheme::Http
-        })),
-        "scheme",
-    )?;
-    set(outgoing.set_authority(Some(url.authority)), "authority")?;
-    set(outgoing.set_path_with_query(Some(url.path)), "path")?;
+    let outgoing = outgoing(request)?;
     let body = outgoing
         .body()
         .map_err(|()| Error::Other("request body taken twice".into()))?;
@@ -232,7 +204,49 @@ pub fn send(request: &Request, timeout: Duration) -> Result<Response, Error> {
         Some(Ok(result)) => result?,
         _ => return Err(Error::Other("the response was lost".into())),
     };
+    read_response(incoming, request.max_body, deadline)
+}
 
+/// The WASI request for `request`: method, scheme, authority, path and headers.
+fn outgoing(request: &Request) -> Result<OutgoingRequest, Error> {
+    let url = parse_url(&request.url)?;
+    let headers = Fields::new();
+    for (name, value) in &request.headers {
+        headers
+            .append(&name.to_ascii_lowercase(), value.as_bytes())
+            .map_err(|e| Error::Other(format!("header {name:?}: {e:?}")))?;
+    }
+    let outgoing = OutgoingRequest::new(headers);
+    let method = match request.method.as_str() {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        other => Method::Other(other.to_owned()),
+    };
+    let set = |ok: Result<(), ()>, what: &str| {
+        ok.map_err(|()| Error::Other(format!("{what} refused for {}", request.url)))
+    };
+    let scheme = if url.https {
+        &Scheme::Https
+    } else {
+        &Scheme::Http
+    };
+    set(outgoing.set_method(&method), "method")?;
+    set(outgoing.set_scheme(Some(scheme)), "scheme")?;
+    set(outgoing.set_authority(Some(url.authority)), "authority")?;
+    set(outgoing.set_path_with_query(Some(url.path)), "path")?;
+    Ok(outgoing)
+}
+
+/// The response: status, headers, at most `max_body` bytes of its body (the rest read
+/// and dropped) and its trailers, all by `deadline`.
+fn read_response(
+    incoming: IncomingResponse,
+    max_body: usize,
+    deadline: Instant,
+) -> Result<Response, Error> {
     let mut response = Response {
         status: incoming.status(),
         headers: incoming.headers().entries(),
@@ -249,7 +263,7 @@ pub fn send(request: &Request, timeout: Duration) -> Result<Response, Error> {
             wait(&stream.subscribe(), deadline)?;
             match stream.read(64 * 1024) {
                 Ok(chunk) => {
-                    let room = request.max_body.saturating_sub(response.body.len());
+                    let room = max_body.saturating_sub(response.body.len());
                     response
                         .body
                         .extend_from_slice(&chunk[..chunk.len().min(room)]);
