@@ -179,7 +179,6 @@ async fn perform(
     statuses: Arc<StatusManager>,
     job: Job,
 ) -> Done {
-    let api = |ns: &str| Api::<k8s::Pod>::namespaced(client.clone(), ns);
     limiter.acquire().await;
     match job {
         Job::Patch { target, uid, base } => {
@@ -187,84 +186,100 @@ async fn perform(
             let Some(entry) = statuses.get(&uid) else {
                 return Done::Skipped;
             };
-            let version = entry.version;
-            let status = serde_json::to_value(&entry.status).unwrap_or(Value::Null);
-            let body = patch_body(&target.uid, &status, base.as_ref());
-            let r = api(&target.namespace)
-                .patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&body))
-                .await;
-            match r {
-                Ok(_) => Done::Patched {
-                    version,
-                    to: target.uid,
-                    status,
-                },
-                Err(e) if matches!(code(&e), Some(404 | 409)) => {
-                    debug!(pod = %target.name, error = %e, "the pod is gone or was replaced; its status is not sent");
-                    Done::Gone
-                }
-                Err(e) => {
-                    warn!(namespace = %target.namespace, pod = %target.name, error = %e, "Failed to update status for pod; retrying");
-                    Done::Failed
-                }
-            }
+            patch_status(&client, target, entry.version, &entry.status, base.as_ref()).await
         }
-        Job::Delete(target) => {
-            match api(&target.namespace)
-                .delete(&target.name, &delete_params(&target.uid))
-                .await
-            {
-                Ok(_) => {
-                    info!(namespace = %target.namespace, pod = %target.name, "Pod fully terminated and removed from etcd");
-                    Done::Deleted
-                }
-                Err(e) if matches!(code(&e), Some(404 | 409)) => Done::Deleted,
-                Err(e) => {
-                    warn!(pod = %target.name, error = %e, "the final delete failed; retrying");
-                    Done::Failed
-                }
+        Job::Delete(target) => match delete(&client, &target).await {
+            Ok(()) => {
+                info!(namespace = %target.namespace, pod = %target.name, "Pod fully terminated and removed from etcd");
+                Done::Deleted
             }
+            Err(e) => {
+                warn!(pod = %target.name, error = %e, "the final delete failed; retrying");
+                Done::Failed
+            }
+        },
+        Job::Mirror { stale, create } => mirror(&client, &limiter, stale, create).await,
+        Job::Orphan(target) => match delete(&client, &target).await {
+            Ok(()) => {
+                info!(namespace = %target.namespace, pod = %target.name, "deleted the mirror pod of a static pod that is gone");
+                Done::OrphanDeleted
+            }
+            Err(e) => {
+                warn!(pod = %target.name, error = %e, "deleting an orphaned mirror pod failed; retrying");
+                Done::Failed
+            }
+        },
+    }
+}
+
+/// Deletes `target` (its UID a precondition); gone already, or replaced, is done.
+async fn delete(client: &kube::Client, target: &Target) -> Result<(), kube::Error> {
+    let api = Api::<k8s::Pod>::namespaced(client.clone(), &target.namespace);
+    match api.delete(&target.name, &delete_params(&target.uid)).await {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// PATCHes `target`'s status with `status` (version `version` of the agent's), the
+/// fields of `base` it lacks cleared.
+async fn patch_status(
+    client: &kube::Client,
+    target: Target,
+    version: u64,
+    status: &k8s::PodStatus,
+    base: Option<&Value>,
+) -> Done {
+    let status = serde_json::to_value(status).unwrap_or(Value::Null);
+    let body = patch_body(&target.uid, &status, base);
+    let r = Api::<k8s::Pod>::namespaced(client.clone(), &target.namespace)
+        .patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await;
+    match r {
+        Ok(_) => Done::Patched {
+            version,
+            to: target.uid,
+            status,
+        },
+        Err(e) if matches!(code(&e), Some(404 | 409)) => {
+            debug!(pod = %target.name, error = %e, "the pod is gone or was replaced; its status is not sent");
+            Done::Gone
         }
-        Job::Mirror { stale, create } => {
-            let ns = create.metadata.namespace.clone().unwrap_or_default();
-            if let Some(stale) = stale {
-                info!(pod = %stale.name, "deleting a mirror pod that no longer matches its static pod");
-                if let Err(e) = api(&ns)
-                    .delete(&stale.name, &delete_params(&stale.uid))
-                    .await
-                    && code(&e) != Some(404)
-                {
-                    warn!(pod = %stale.name, error = %e, "deleting the old mirror pod failed; retrying");
-                    return Done::Failed;
-                }
-                limiter.acquire().await;
-            }
-            match api(&ns).create(&PostParams::default(), &create).await {
-                Ok(created) => {
-                    info!(namespace = %ns, pod = created.metadata.name.as_deref().unwrap_or(""), "created the mirror pod");
-                    Done::MirrorCreated(Box::new(created))
-                }
-                Err(e) => {
-                    warn!(pod = create.metadata.name.as_deref().unwrap_or(""), error = %e, "creating the mirror pod failed; retrying");
-                    Done::Failed
-                }
-            }
+        Err(e) => {
+            warn!(namespace = %target.namespace, pod = %target.name, error = %e, "Failed to update status for pod; retrying");
+            Done::Failed
         }
-        Job::Orphan(target) => {
-            match api(&target.namespace)
-                .delete(&target.name, &delete_params(&target.uid))
-                .await
-            {
-                Ok(_) => {
-                    info!(namespace = %target.namespace, pod = %target.name, "deleted the mirror pod of a static pod that is gone");
-                    Done::OrphanDeleted
-                }
-                Err(e) if matches!(code(&e), Some(404 | 409)) => Done::OrphanDeleted,
-                Err(e) => {
-                    warn!(pod = %target.name, error = %e, "deleting an orphaned mirror pod failed; retrying");
-                    Done::Failed
-                }
-            }
+    }
+}
+
+/// Creates the mirror pod `create`, deleting the `stale` one first.
+async fn mirror(
+    client: &kube::Client,
+    limiter: &RateLimiter,
+    stale: Option<Target>,
+    create: Box<k8s::Pod>,
+) -> Done {
+    let ns = create.metadata.namespace.clone().unwrap_or_default();
+    let api = Api::<k8s::Pod>::namespaced(client.clone(), &ns);
+    if let Some(stale) = stale {
+        info!(pod = %stale.name, "deleting a mirror pod that no longer matches its static pod");
+        if let Err(e) = api.delete(&stale.name, &delete_params(&stale.uid)).await
+            && code(&e) != Some(404)
+        {
+            warn!(pod = %stale.name, error = %e, "deleting the old mirror pod failed; retrying");
+            return Done::Failed;
+        }
+        limiter.acquire().await;
+    }
+    match api.create(&PostParams::default(), &create).await {
+        Ok(created) => {
+            info!(namespace = %ns, pod = created.metadata.name.as_deref().unwrap_or(""), "created the mirror pod");
+            Done::MirrorCreated(Box::new(created))
+        }
+        Err(e) => {
+            warn!(pod = create.metadata.name.as_deref().unwrap_or(""), error = %e, "creating the mirror pod failed; retrying");
+            Done::Failed
         }
     }
 }
