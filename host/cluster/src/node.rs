@@ -183,9 +183,40 @@ pub fn status(
         ),
         Some(why) => condition("Ready", false, "KubeletNotReady", why),
     };
-    // Each pressure condition, in the kubelet's words when it is on and when it is off.
-    let p = state.pressure;
-    let pressures = [
+    let pressures = pressure_words(state.pressure);
+    let mut conditions: Vec<k8s::NodeCondition> = pressures
+        .into_iter()
+        .map(
+            |(kind, on, (reason_on, message_on), (reason_off, message_off))| {
+                if on {
+                    condition(kind, false, reason_on, message_on)
+                } else {
+                    condition(kind, true, reason_off, message_off)
+                }
+            },
+        )
+        .collect();
+    conditions.push(ready);
+    status.conditions = Some(conditions);
+    status.node_info = Some(info.clone());
+    status.daemon_endpoints = Some(k8s::NodeDaemonEndpoints {
+        kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),
+    });
+    status.images = (!state.images.is_empty()).then(|| state.images.to_vec());
+    status
+}
+
+/// Each pressure condition and whether it is on, with the kubelet's reason and message
+/// when it is on and when it is off.
+type PressureWords = (
+    &'static str,
+    bool,
+    (&'static str, &'static str),
+    (&'static str, &'static str),
+);
+
+fn pressure_words(p: Pressure) -> [PressureWords; 3] {
+    [
         (
             "MemoryPressure",
             p.memory,
@@ -216,27 +247,7 @@ pub fn status(
                 "kubelet has sufficient PID available",
             ),
         ),
-    ];
-    let mut conditions: Vec<k8s::NodeCondition> = pressures
-        .into_iter()
-        .map(
-            |(kind, on, (reason_on, message_on), (reason_off, message_off))| {
-                if on {
-                    condition(kind, false, reason_on, message_on)
-                } else {
-                    condition(kind, true, reason_off, message_off)
-                }
-            },
-        )
-        .collect();
-    conditions.push(ready);
-    status.conditions = Some(conditions);
-    status.node_info = Some(info.clone());
-    status.daemon_endpoints = Some(k8s::NodeDaemonEndpoints {
-        kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),
-    });
-    status.images = (!state.images.is_empty()).then(|| state.images.to_vec());
-    status
+    ]
 }
 
 /// The status with heartbeat times taken out: two statuses that differ only in those
