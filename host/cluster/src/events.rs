@@ -285,42 +285,15 @@ pub async fn run(
         events: mut queue,
         stats,
     } = queue;
-    let mut seen: HashMap<Key, (String, i32)> = HashMap::new();
-    // Events to write now (with the tries they had), and those waiting to be tried
-    // again, soonest first (they all wait the same time).
-    let mut ready: VecDeque<(Event, u32)> = VecDeque::new();
-    let mut later: VecDeque<Retry> = VecDeque::new();
-    // Namespaces that answered that they are gone, and when.
-    let mut gone: HashMap<String, tokio::time::Instant> = HashMap::new();
+    let mut w = Writing::default();
     loop {
-        if ready.is_empty() {
-            let due = later.front().map(|r| r.due);
-            tokio::select! {
-                e = queue.recv() => {
-                    let Some(e) = e else { return };
-                    tokio::select! {
-                        () = tokio::time::sleep(GATHER) => {}
-                        _ = shutdown.changed() => return,
-                    }
-                    ready.push_back((e, 0));
-                    while let Ok(e) = queue.try_recv() {
-                        ready.push_back((e, 0));
-                    }
-                }
-                () = sleep_until(due) => {}
-                _ = shutdown.changed() => return,
-            }
-            let now = tokio::time::Instant::now();
-            while later.front().is_some_and(|r| r.due <= now) {
-                if let Some(r) = later.pop_front() {
-                    ready.push_back((r.event, r.tries));
-                }
-            }
+        if w.ready.is_empty() && !w.gather(&mut queue, &mut shutdown).await {
+            return;
         }
-        let Some((event, tries)) = ready.pop_front() else {
+        let Some((event, tries)) = w.ready.pop_front() else {
             continue;
         };
-        if gone
+        if w.gone
             .get(&event.pod.namespace)
             .is_some_and(|at| at.elapsed() < NAMESPACE_GONE)
         {
@@ -329,31 +302,93 @@ pub async fn run(
         }
         let k = key(&event);
         limiter.acquire().await;
-        match write(&client, &node, &event, seen.get(&k)).await {
+        let result = write(&client, &node, &event, w.seen.get(&k)).await;
+        w.written(result, (k, event, tries), &stats);
+    }
+}
+
+/// The writer's state.
+#[derive(Default)]
+struct Writing {
+    /// What was written for each event's key (its name and count), for the next
+    /// occurrence's count.
+    seen: HashMap<Key, (String, i32)>,
+    /// Events to write now (with the tries they had) …
+    ready: VecDeque<(Event, u32)>,
+    /// … and those waiting to be tried again, soonest first (they all wait the same
+    /// time).
+    later: VecDeque<Retry>,
+    /// Namespaces that answered that they are gone, and when.
+    gone: HashMap<String, tokio::time::Instant>,
+}
+
+impl Writing {
+    /// Waits for events (gathered for a moment, then all that came) or for retries
+    /// that are due; `false` when the writer is to stop.
+    async fn gather(
+        &mut self,
+        queue: &mut mpsc::Receiver<Event>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let due = self.later.front().map(|r| r.due);
+        tokio::select! {
+            e = queue.recv() => {
+                let Some(e) = e else { return false };
+                tokio::select! {
+                    () = tokio::time::sleep(GATHER) => {}
+                    _ = shutdown.changed() => return false,
+                }
+                self.ready.push_back((e, 0));
+                while let Ok(e) = queue.try_recv() {
+                    self.ready.push_back((e, 0));
+                }
+            }
+            () = sleep_until(due) => {}
+            _ = shutdown.changed() => return false,
+        }
+        let now = tokio::time::Instant::now();
+        while self.later.front().is_some_and(|r| r.due <= now) {
+            if let Some(r) = self.later.pop_front() {
+                self.ready.push_back((r.event, r.tries));
+            }
+        }
+        true
+    }
+
+    /// Takes the outcome of writing `event` (its `tries`th try): remembered, dropped
+    /// (refused, or out of tries), or queued to be tried again.
+    fn written(
+        &mut self,
+        result: Result<(String, i32), kube::Error>,
+        (k, event, tries): (Key, Event, u32),
+        stats: &EventStats,
+    ) {
+        match result {
             Ok(written) => {
                 stats.written.inc();
-                if seen.len() >= REMEMBERED {
-                    seen.clear();
+                if self.seen.len() >= REMEMBERED {
+                    self.seen.clear();
                 }
-                seen.insert(k, written);
+                self.seen.insert(k, written);
             }
             Err(e) if rejected(&e) => {
                 stats.drop_one("rejected");
                 if namespace_gone(&e) {
-                    if gone.len() >= REMEMBERED {
-                        gone.retain(|_, at| at.elapsed() < NAMESPACE_GONE);
+                    if self.gone.len() >= REMEMBERED {
+                        self.gone.retain(|_, at| at.elapsed() < NAMESPACE_GONE);
                     }
-                    gone.insert(event.pod.namespace.clone(), tokio::time::Instant::now());
+                    let at = tokio::time::Instant::now();
+                    self.gone.insert(event.pod.namespace.clone(), at);
                 }
                 debug!(pod = %event.pod, reason = %event.reason, error = %e, "the API server rejected an event (will not retry)");
             }
-            Err(e) if tries + 1 >= MAX_TRIES || later.len() >= QUEUE => {
+            Err(e) if tries + 1 >= MAX_TRIES || self.later.len() >= QUEUE => {
                 stats.drop_one("retries");
                 warn!(pod = %event.pod, reason = %event.reason, error = %e, "dropping an event after {} tries", tries + 1);
             }
             Err(e) => {
                 debug!(pod = %event.pod, reason = %event.reason, error = %e, attempt = tries + 1, "writing an event failed; trying again later");
-                later.push_back(Retry {
+                self.later.push_back(Retry {
                     event,
                     tries: tries + 1,
                     due: tokio::time::Instant::now() + RETRY_SLEEP,
