@@ -335,46 +335,7 @@ pub(crate) fn apply(
         .map(|i| others.remove(i).fields)
         .unwrap_or_default();
 
-    // Conflicts: a field another applier owns, set to something else.
-    let mut leaves = Vec::new();
-    new.leaves(&mut Vec::new(), &mut leaves);
-    let mut conflicts = Vec::new();
-    for leaf in &leaves {
-        if leaf.is_empty() {
-            continue;
-        }
-        let differs = at(current, leaf) != at(&applied, leaf);
-        for other in others.iter_mut().filter(|o| o.fields.contains(leaf)) {
-            if !differs {
-                continue;
-            }
-            if force {
-                other.fields.remove(leaf);
-            } else {
-                conflicts.push((other.manager.clone(), dotted(leaf)));
-            }
-        }
-    }
-    if !conflicts.is_empty() {
-        let mut s = status(
-            409,
-            "Conflict",
-            format!(
-                "Apply failed with {} conflict{}: {}",
-                conflicts.len(),
-                if conflicts.len() == 1 { "" } else { "s" },
-                conflicts
-                    .iter()
-                    .map(|(m, f)| format!("conflict with \"{m}\": {f}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ),
-        );
-        s["details"] = json!({"causes": conflicts.iter().map(|(m, f)| json!({
-            "reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f,
-        })).collect::<Vec<_>>()});
-        return Err(s);
-    }
+    conflicts(current, &applied, &new, &mut others, force)?;
 
     // What this manager no longer applies goes, unless someone else holds it.
     let mut keep = new.clone();
@@ -385,6 +346,67 @@ pub(crate) fn apply(
     prune(&mut object, &previous, Some(&keep));
     merge(&mut object, &applied, &mut Vec::new(), maps);
 
+    let entries = managed_fields(others, &new, manager, subresource, &current["apiVersion"]);
+    object["metadata"]["managedFields"] = Value::Array(entries);
+    Ok(object)
+}
+
+/// Checks the fields `new` sets against those other appliers own: a field set to
+/// something else is a 409 Conflict naming each (or, forced, taken from its owner).
+fn conflicts(
+    current: &Value,
+    applied: &Value,
+    new: &Fields,
+    others: &mut [Managed],
+    force: bool,
+) -> Result<(), Value> {
+    let mut leaves = Vec::new();
+    new.leaves(&mut Vec::new(), &mut leaves);
+    let mut conflicts = Vec::new();
+    for leaf in leaves.iter().filter(|l| !l.is_empty()) {
+        if at(current, leaf) == at(applied, leaf) {
+            continue;
+        }
+        for other in others.iter_mut().filter(|o| o.fields.contains(leaf)) {
+            if force {
+                other.fields.remove(leaf);
+            } else {
+                conflicts.push((other.manager.clone(), dotted(leaf)));
+            }
+        }
+    }
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    let mut s = status(
+        409,
+        "Conflict",
+        format!(
+            "Apply failed with {} conflict{}: {}",
+            conflicts.len(),
+            if conflicts.len() == 1 { "" } else { "s" },
+            conflicts
+                .iter()
+                .map(|(m, f)| format!("conflict with \"{m}\": {f}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    );
+    s["details"] = json!({"causes": conflicts.iter().map(|(m, f)| json!({
+        "reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f,
+    })).collect::<Vec<_>>()});
+    Err(s)
+}
+
+/// The object's managedFields after the apply: the other managers' entries that still
+/// own something, then this manager's.
+fn managed_fields(
+    others: Vec<Managed>,
+    new: &Fields,
+    manager: &str,
+    subresource: &str,
+    api_version: &Value,
+) -> Vec<Value> {
     let mut entries: Vec<Value> = others
         .into_iter()
         .filter(|o| !o.fields.children.is_empty() || o.fields.own)
@@ -398,7 +420,7 @@ pub(crate) fn apply(
         let mut entry = json!({
             "manager": manager,
             "operation": "Apply",
-            "apiVersion": current["apiVersion"].clone(),
+            "apiVersion": api_version.clone(),
             "time": now_rfc3339(),
             "fieldsType": "FieldsV1",
             "fieldsV1": new.to_json(),
@@ -408,8 +430,7 @@ pub(crate) fn apply(
         }
         entries.push(entry);
     }
-    object["metadata"]["managedFields"] = Value::Array(entries);
-    Ok(object)
+    entries
 }
 
 /// `.status.nodes[nodeName="a"].state` for a field path.

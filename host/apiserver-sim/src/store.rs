@@ -190,46 +190,8 @@ impl Store {
         ns: &str,
         mut object: Value,
     ) -> Result<Value, Value> {
-        let meta = object["metadata"].as_object().cloned().unwrap_or_default();
-        let name = match (
-            meta.get("name").and_then(Value::as_str),
-            meta.get("generateName").and_then(Value::as_str),
-        ) {
-            (Some(n), _) if !n.is_empty() => n.to_owned(),
-            (_, Some(g)) => format!("{g}{:05x}", self.rv + 1),
-            _ => {
-                return Err(status(
-                    422,
-                    "Invalid",
-                    format!(
-                        "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
-                        kind_of(resource)
-                    ),
-                ));
-            }
-        };
-        if self.deleted_namespaces.contains(ns) {
-            // Terminating while something is left in it, then gone.
-            return Err(if self.objects.keys().any(|k| k.2 == ns) {
-                let mut s = status(
-                    403,
-                    "Forbidden",
-                    format!(
-                        "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
-                    ),
-                );
-                s["details"] = json!({"name": name, "kind": resource, "causes": [{
-                    "reason": "NamespaceTerminating",
-                    "message": format!("namespace {ns} is being terminated"),
-                    "field": "metadata.namespace",
-                }]});
-                s
-            } else {
-                let mut s = status(404, "NotFound", format!("namespaces \"{ns}\" not found"));
-                s["details"] = json!({"name": ns, "kind": "namespaces"});
-                s
-            });
-        }
+        let name = self.new_name(resource, &object)?;
+        self.namespace_open(resource, ns, &name)?;
         let key = (
             prefix.to_owned(),
             resource.to_owned(),
@@ -258,28 +220,56 @@ impl Store {
             object = crd::established(object);
         }
         let rv = self.next_rv();
-        let meta = object
-            .as_object_mut()
-            .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
-            .and_then(Value::as_object_mut);
-        if let Some(m) = meta {
-            m.insert("name".into(), json!(name));
-            if !ns.is_empty() {
-                m.insert("namespace".into(), json!(ns));
-            }
-            m.insert(
-                "uid".into(),
-                json!(format!("{:08x}-0000-4000-8000-{:012x}", self.rv, self.rv)),
-            );
-            m.insert("resourceVersion".into(), json!(rv));
-            m.insert("creationTimestamp".into(), json!(now_rfc3339()));
-            if custom {
-                m.insert("generation".into(), json!(1));
-            }
-        }
+        let uid = format!("{:08x}-0000-4000-8000-{:012x}", self.rv, self.rv);
+        stamp(&mut object, (&name, ns), &uid, &rv, custom);
         self.objects.insert(key.clone(), object.clone());
         self.emit("ADDED", &key, &object);
         Ok(object)
+    }
+
+    /// The new object's name: its own, or its generateName with a suffix; else the API
+    /// server's 422.
+    fn new_name(&self, resource: &str, object: &Value) -> Result<String, Value> {
+        let meta = &object["metadata"];
+        match (meta["name"].as_str(), meta["generateName"].as_str()) {
+            (Some(n), _) if !n.is_empty() => Ok(n.to_owned()),
+            (_, Some(g)) => Ok(format!("{g}{:05x}", self.rv + 1)),
+            _ => Err(status(
+                422,
+                "Invalid",
+                format!(
+                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                    kind_of(resource)
+                ),
+            )),
+        }
+    }
+
+    /// Whether namespace `ns` takes new objects: a deleted one is terminating (403
+    /// NamespaceTerminating) while something is left in it, then gone (404).
+    fn namespace_open(&self, resource: &str, ns: &str, name: &str) -> Result<(), Value> {
+        if !self.deleted_namespaces.contains(ns) {
+            return Ok(());
+        }
+        Err(if self.objects.keys().any(|k| k.2 == ns) {
+            let mut s = status(
+                403,
+                "Forbidden",
+                format!(
+                    "{resource} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            );
+            s["details"] = json!({"name": name, "kind": resource, "causes": [{
+                "reason": "NamespaceTerminating",
+                "message": format!("namespace {ns} is being terminated"),
+                "field": "metadata.namespace",
+            }]});
+            s
+        } else {
+            let mut s = status(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+            s["details"] = json!({"name": ns, "kind": "namespaces"});
+            s
+        })
     }
 
     /// A Service's `clusterIP` (and `clusterIPs`): the one asked for, or the next free
@@ -607,6 +597,28 @@ fn check_ephemeral(old: &Value, new: &Value, pod: &str) -> Result<(), Value> {
         }
     }
     Ok(())
+}
+
+/// A new object's metadata as the API server sets it: name, namespace, UID,
+/// resourceVersion, creationTimestamp, and generation 1 for a custom resource.
+fn stamp(object: &mut Value, (name, ns): (&str, &str), uid: &str, rv: &str, custom: bool) {
+    let meta = object
+        .as_object_mut()
+        .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut);
+    let Some(m) = meta else {
+        return;
+    };
+    m.insert("name".into(), json!(name));
+    if !ns.is_empty() {
+        m.insert("namespace".into(), json!(ns));
+    }
+    m.insert("uid".into(), json!(uid));
+    m.insert("resourceVersion".into(), json!(rv));
+    m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    if custom {
+        m.insert("generation".into(), json!(1));
+    }
 }
 
 #[cfg(test)]
