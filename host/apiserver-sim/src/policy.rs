@@ -214,32 +214,15 @@ fn evaluate(
     request: &Request<'_>,
 ) -> Result<(), Value> {
     let spec = &policy["spec"];
-    let ignore = spec["failurePolicy"] == "Ignore";
+    let names = (
+        policy["metadata"]["name"].as_str().unwrap_or_default(),
+        binding["metadata"]["name"].as_str().unwrap_or_default(),
+    );
     let refuse = |code: u16, reason: &str, message: String| {
-        let (group, _) = group_version(&request.key.0);
-        let resource = if group.is_empty() {
-            request.key.1.clone()
-        } else {
-            format!("{}.{group}", request.key.1)
-        };
-        let verb = if code == 422 {
-            "is invalid"
-        } else {
-            "is forbidden"
-        };
-        status(
-            code,
-            reason,
-            format!(
-                "{resource} \"{}\" {verb}: ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
-                request.key.3,
-                policy["metadata"]["name"].as_str().unwrap_or_default(),
-                binding["metadata"]["name"].as_str().unwrap_or_default(),
-            ),
-        )
+        refusal(request, names, (code, reason), &message)
     };
     let failed = |message: String| {
-        if ignore {
+        if spec["failurePolicy"] == "Ignore" {
             Ok(())
         } else {
             Err(refuse(403, "Forbidden", message))
@@ -266,35 +249,75 @@ fn evaluate(
         }
     }
     for validation in list("validations") {
-        let expression = validation["expression"].as_str().unwrap_or_default();
         let context = activation.context(&variables);
-        match run(expression, &context) {
-            Ok(CelValue::Bool(true)) => continue,
-            Ok(CelValue::Bool(false)) => {}
-            Ok(other) => {
-                return failed(format!(
-                    "expression '{expression}' gave {other:?}, not a bool"
-                ));
-            }
+        match validate(&validation, &context) {
+            Ok(None) => {}
+            Ok(Some((code, reason, message))) => return Err(refuse(code, reason, message)),
             Err(e) => return failed(e),
         }
-        let message = validation["messageExpression"]
-            .as_str()
-            .and_then(|m| match run(m, &context) {
-                Ok(CelValue::String(s)) => Some(s.to_string()),
-                _ => None,
-            })
-            .or_else(|| validation["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| format!("failed expression: {expression}"));
-        let (code, reason) = match validation["reason"].as_str().unwrap_or("Invalid") {
-            "Forbidden" => (403, "Forbidden"),
-            "Unauthorized" => (401, "Unauthorized"),
-            "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
-            _ => (422, "Invalid"),
-        };
-        return Err(refuse(code, reason, message));
     }
     Ok(())
+}
+
+/// One validation: `None` when its expression holds, else the code, reason and
+/// message it refuses with; an expression that fails or is not a bool is an error.
+fn validate(
+    validation: &Value,
+    context: &Context,
+) -> Result<Option<(u16, &'static str, String)>, String> {
+    let expression = validation["expression"].as_str().unwrap_or_default();
+    match run(expression, context)? {
+        CelValue::Bool(true) => return Ok(None),
+        CelValue::Bool(false) => {}
+        other => {
+            return Err(format!(
+                "expression '{expression}' gave {other:?}, not a bool"
+            ));
+        }
+    }
+    let message = validation["messageExpression"]
+        .as_str()
+        .and_then(|m| match run(m, context) {
+            Ok(CelValue::String(s)) => Some(s.to_string()),
+            _ => None,
+        })
+        .or_else(|| validation["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("failed expression: {expression}"));
+    let (code, reason) = match validation["reason"].as_str().unwrap_or("Invalid") {
+        "Forbidden" => (403, "Forbidden"),
+        "Unauthorized" => (401, "Unauthorized"),
+        "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
+        _ => (422, "Invalid"),
+    };
+    Ok(Some((code, reason, message)))
+}
+
+/// The API server's Status refusing `request` for policy and binding `names`.
+fn refusal(
+    request: &Request<'_>,
+    (policy, binding): (&str, &str),
+    (code, reason): (u16, &str),
+    message: &str,
+) -> Value {
+    let (group, _) = group_version(&request.key.0);
+    let resource = if group.is_empty() {
+        request.key.1.clone()
+    } else {
+        format!("{}.{group}", request.key.1)
+    };
+    let verb = if code == 422 {
+        "is invalid"
+    } else {
+        "is forbidden"
+    };
+    status(
+        code,
+        reason,
+        format!(
+            "{resource} \"{}\" {verb}: ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}",
+            request.key.3,
+        ),
+    )
 }
 
 #[cfg(test)]
