@@ -366,36 +366,7 @@ impl Store {
             check_ephemeral(&old, &s, &key.3)?;
             s
         } else {
-            let mut s = new;
-            if self.has_status(key) {
-                s["status"] = old["status"].clone();
-            }
-            // Ephemeral containers change only through their subresource.
-            if key.1 == "pods" {
-                match old["spec"].get("ephemeralContainers") {
-                    Some(ec) => s["spec"]["ephemeralContainers"] = ec.clone(),
-                    None => {
-                        if let Some(spec) = s["spec"].as_object_mut() {
-                            spec.remove("ephemeralContainers");
-                        }
-                    }
-                }
-            }
-            // What the server owns stays the server's.
-            for field in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "namespace",
-                "name",
-                "generation",
-                "managedFields",
-            ] {
-                if !old["metadata"][field].is_null() {
-                    s["metadata"][field] = old["metadata"][field].clone();
-                }
-            }
-            s
+            replaced(&old, new, key, self.has_status(key))
         };
         Ok((old, stored))
     }
@@ -436,6 +407,28 @@ impl Store {
         }
     }
 
+    /// A deleted CRD's custom resources go with it.
+    fn remove_custom_resources(&mut self, definition: &str) {
+        let served: Vec<(String, String)> = self
+            .crds
+            .iter()
+            .filter(|(_, c)| c.definition == definition)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (prefix, plural) in served {
+            self.crds.remove(&(prefix.clone(), plural.clone()));
+            let objects: Vec<Key> = self
+                .objects
+                .keys()
+                .filter(|k| k.0 == prefix && k.1 == plural)
+                .cloned()
+                .collect();
+            for k in objects {
+                let _ = self.delete(&k, &json!({}));
+            }
+        }
+    }
+
     pub(crate) fn delete(&mut self, key: &Key, options: &Value) -> Result<Value, Value> {
         let Some(old) = self.objects.get(key).cloned() else {
             return Err(status(
@@ -444,23 +437,7 @@ impl Store {
                 format!("{} \"{}\" not found", key.1, key.3),
             ));
         };
-        let pre = &options["preconditions"];
-        for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
-            if let Some(want) = pre[field].as_str()
-                && want != old["metadata"][field]
-            {
-                return Err(status(
-                    409,
-                    "Conflict",
-                    format!(
-                        "Operation cannot be fulfilled on {} \"{}\": Precondition failed: {what} in precondition: {want}, {what} in object meta: {}",
-                        key.1,
-                        key.3,
-                        old["metadata"][field].as_str().unwrap_or("")
-                    ),
-                ));
-            }
-        }
+        preconditions(key, &old, &options["preconditions"])?;
         let grace = options["gracePeriodSeconds"]
             .as_i64()
             .or_else(|| old["metadata"]["deletionGracePeriodSeconds"].as_i64())
@@ -496,28 +473,65 @@ impl Store {
         gone["metadata"]["resourceVersion"] = json!(self.next_rv());
         self.emit("DELETED", key, &gone);
         if key.0 == crd::PREFIX && key.1 == crd::RESOURCE {
-            // Its custom resources go with it.
-            let served: Vec<(String, String)> = self
-                .crds
-                .iter()
-                .filter(|(_, c)| c.definition == key.3)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for (prefix, plural) in served {
-                self.crds.remove(&(prefix.clone(), plural.clone()));
-                let objects: Vec<Key> = self
-                    .objects
-                    .keys()
-                    .filter(|k| k.0 == prefix && k.1 == plural)
-                    .cloned()
-                    .collect();
-                for k in objects {
-                    let _ = self.delete(&k, &json!({}));
-                }
-            }
+            self.remove_custom_resources(&key.3);
         }
         Ok(old)
     }
+}
+
+/// What a replace of `old` with `new` on the main resource stores: the status kept
+/// (where the resource has the subresource), ephemeral containers kept (they change
+/// only through theirs), and what the server owns in metadata kept the server's.
+fn replaced(old: &Value, new: Value, key: &Key, has_status: bool) -> Value {
+    let mut s = new;
+    if has_status {
+        s["status"] = old["status"].clone();
+    }
+    if key.1 == "pods" {
+        match old["spec"].get("ephemeralContainers") {
+            Some(ec) => s["spec"]["ephemeralContainers"] = ec.clone(),
+            None => {
+                if let Some(spec) = s["spec"].as_object_mut() {
+                    spec.remove("ephemeralContainers");
+                }
+            }
+        }
+    }
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "namespace",
+        "name",
+        "generation",
+        "managedFields",
+    ] {
+        if !old["metadata"][field].is_null() {
+            s["metadata"][field] = old["metadata"][field].clone();
+        }
+    }
+    s
+}
+
+/// A delete's preconditions (UID, resourceVersion) held against the object, or the 409.
+fn preconditions(key: &Key, old: &Value, pre: &Value) -> Result<(), Value> {
+    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+        if let Some(want) = pre[field].as_str()
+            && want != old["metadata"][field]
+        {
+            return Err(status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": Precondition failed: {what} in precondition: {want}, {what} in object meta: {}",
+                    key.1,
+                    key.3,
+                    old["metadata"][field].as_str().unwrap_or("")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many finalizers hold `object`.
