@@ -429,63 +429,7 @@ pub fn probe_target(
     pod_ip: &str,
     field: &str,
 ) -> Result<crate::probe::Target, ConvertError> {
-    use crate::probe::{Action, GrpcAction, HttpGetAction, TcpSocketAction};
-    let action = if let Some(exec) = &probe.exec {
-        let env: BTreeMap<&str, &str> = container
-            .env
-            .iter()
-            .flatten()
-            .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
-            .collect();
-        let command: Vec<String> = exec
-            .command
-            .iter()
-            .flatten()
-            .map(|a| expand_command(a, &env))
-            .collect();
-        if command.is_empty() {
-            return Err(bad(format!("{field}.exec.command"), "Required value"));
-        }
-        Action::Exec(command)
-    } else if let Some(get) = &probe.http_get {
-        Action::HttpGet(HttpGetAction {
-            scheme: get.scheme.clone().unwrap_or_else(|| "HTTP".into()),
-            host: get.host.clone().unwrap_or_default(),
-            port: probe_port(&format!("{field}.httpGet.port"), &get.port, container)?,
-            path: get.path.clone().unwrap_or_default(),
-            headers: get
-                .http_headers
-                .iter()
-                .flatten()
-                .map(|h| (h.name.clone(), h.value.clone()))
-                .collect(),
-        })
-    } else if let Some(tcp) = &probe.tcp_socket {
-        Action::TcpSocket(TcpSocketAction {
-            host: tcp.host.clone().unwrap_or_default(),
-            port: probe_port(&format!("{field}.tcpSocket.port"), &tcp.port, container)?,
-        })
-    } else if let Some(grpc) = &probe.grpc {
-        let port = u16::try_from(grpc.port)
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| {
-                bad(
-                    format!("{field}.grpc.port"),
-                    format!("invalid port number: {}", grpc.port),
-                )
-            })?;
-        Action::Grpc(GrpcAction {
-            host: String::new(),
-            port,
-            service: grpc.service.clone(),
-        })
-    } else {
-        return Err(bad(
-            field,
-            "must specify a handler type (exec, httpGet, tcpSocket or grpc)",
-        ));
-    };
+    let action = probe_action(probe, container, field)?;
     let timeout = probe.timeout_seconds.unwrap_or(1);
     if timeout < 1 {
         return Err(bad(
@@ -509,6 +453,73 @@ pub fn probe_target(
             .unwrap_or(u32::MAX / 1000)
             .saturating_mul(1000),
     })
+}
+
+/// The handler a probe names, its ports resolved and its command expanded.
+fn probe_action(
+    probe: &k8s::Probe,
+    container: &k8s::Container,
+    field: &str,
+) -> Result<crate::probe::Action, ConvertError> {
+    use crate::probe::{Action, GrpcAction, HttpGetAction, TcpSocketAction};
+    if let Some(exec) = &probe.exec {
+        let env: BTreeMap<&str, &str> = container
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+            .collect();
+        let command: Vec<String> = exec
+            .command
+            .iter()
+            .flatten()
+            .map(|a| expand_command(a, &env))
+            .collect();
+        if command.is_empty() {
+            return Err(bad(format!("{field}.exec.command"), "Required value"));
+        }
+        return Ok(Action::Exec(command));
+    }
+    if let Some(get) = &probe.http_get {
+        return Ok(Action::HttpGet(HttpGetAction {
+            scheme: get.scheme.clone().unwrap_or_else(|| "HTTP".into()),
+            host: get.host.clone().unwrap_or_default(),
+            port: probe_port(&format!("{field}.httpGet.port"), &get.port, container)?,
+            path: get.path.clone().unwrap_or_default(),
+            headers: get
+                .http_headers
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+        }));
+    }
+    if let Some(tcp) = &probe.tcp_socket {
+        return Ok(Action::TcpSocket(TcpSocketAction {
+            host: tcp.host.clone().unwrap_or_default(),
+            port: probe_port(&format!("{field}.tcpSocket.port"), &tcp.port, container)?,
+        }));
+    }
+    let Some(grpc) = &probe.grpc else {
+        return Err(bad(
+            field,
+            "must specify a handler type (exec, httpGet, tcpSocket or grpc)",
+        ));
+    };
+    let port = u16::try_from(grpc.port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| {
+            bad(
+                format!("{field}.grpc.port"),
+                format!("invalid port number: {}", grpc.port),
+            )
+        })?;
+    Ok(Action::Grpc(GrpcAction {
+        host: String::new(),
+        port,
+        service: grpc.service.clone(),
+    }))
 }
 
 #[cfg(test)]
