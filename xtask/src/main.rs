@@ -167,21 +167,18 @@ fn test(extra: &[String]) -> Result {
     result.and(down).and(leaks)
 }
 
-fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Result {
-    step("toolchain: the wasm32-wasip2 target plugins are built for");
-    run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+/// Format and lint of the host, the plugins and the templates (each its own
+/// workspace), and the plugins' unit tests on this machine.
+fn static_checks() -> Result {
     let plugins = repo().join("plugins");
     let templates = ["admission-policy", "probe-handler", "pod-source"]
         .map(|t| repo().join("templates").join(t));
-    let [admission_template, probe_template, source_template] = &templates;
+    let workspaces: Vec<&Path> = std::iter::once(plugins.as_path())
+        .chain(templates.iter().map(PathBuf::as_path))
+        .collect();
     step("format (cargo fmt --check): host, plugins, templates");
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    for dir in [
-        &plugins,
-        admission_template,
-        probe_template,
-        source_template,
-    ] {
+    for dir in &workspaces {
         run(cargo().args(["fmt", "--all", "--check"]).current_dir(dir))?;
     }
     step("lint (cargo clippy -D warnings): host, plugins, templates");
@@ -189,12 +186,7 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
     run(cargo()
         .args(["clippy", "--workspace", "--all-targets", "--locked"])
         .args(deny))?;
-    for dir in [
-        &plugins,
-        admission_template,
-        probe_template,
-        source_template,
-    ] {
+    for dir in &workspaces {
         // A template is its own workspace; it shares the plugins' build directory.
         run(cargo()
             .args(["clippy", "--release", "--locked"])
@@ -211,7 +203,14 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
             "--target",
             &host_triple()?,
         ])
-        .current_dir(&plugins))?;
+        .current_dir(&plugins))
+}
+
+/// Everything CI runs once containerd and the registry are up.
+fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Result {
+    step("toolchain: the wasm32-wasip2 target plugins are built for");
+    run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    static_checks()?;
     // `cargo test --no-run` builds the binaries with the tests' feature set, so the test
     // step reuses them instead of building every crate a second time.
     step("build (tests and binaries, including the wasmlet CLI used by containerd.sh down)");
