@@ -39,17 +39,7 @@ async fn main() -> Result<(), CriError> {
             e.to_string(),
         )
     })?;
-    let sandbox = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "example".into(),
-            uid: format!("example-{}", std::process::id()),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: "example".into(),
-        log_directory: log_dir.display().to_string(),
-        ..Default::default()
-    };
+    let sandbox = sandbox_config(&log_dir);
     let pod = cri.run_pod_sandbox(sandbox.clone(), "").await?;
     let status = cri
         .pod_sandbox_status(&pod, false)
@@ -62,23 +52,7 @@ async fn main() -> Result<(), CriError> {
         status.network.map(|n| n.ip).unwrap_or_default()
     );
 
-    let container = ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: "hello".into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: "localhost/busybox:latest".into(),
-            ..Default::default()
-        }),
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            "echo hello > /tmp/greeting; sleep 3600".into(),
-        ],
-        log_path: "hello/0.log".into(),
-        ..Default::default()
-    };
+    let container = container_config();
     let id = cri.create_container(&pod, container, sandbox).await?;
     cri.start_container(&id).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -106,4 +80,40 @@ async fn main() -> Result<(), CriError> {
     cri.remove_pod_sandbox(&pod).await?;
     println!("pod removed");
     Ok(())
+}
+
+/// The example's sandbox, its logs under `log_dir`.
+fn sandbox_config(log_dir: &std::path::Path) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "example".into(),
+            uid: format!("example-{}", std::process::id()),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "example".into(),
+        log_directory: log_dir.display().to_string(),
+        ..Default::default()
+    }
+}
+
+/// A busybox container that writes a greeting and sleeps.
+fn container_config() -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "hello".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: "localhost/busybox:latest".into(),
+            ..Default::default()
+        }),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo hello > /tmp/greeting; sleep 3600".into(),
+        ],
+        log_path: "hello/0.log".into(),
+        ..Default::default()
+    }
 }
