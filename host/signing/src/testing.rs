@@ -177,15 +177,7 @@ pub async fn attach_referrer(
         .pull_manifest_raw(&image, &auth, &[OCI_IMAGE_MEDIA_TYPE])
         .await
         .map_err(|e| failed(&e))?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_IMAGE_MEDIA_TYPE,
-        "artifactType": crate::bundle::ARTIFACT_TYPE,
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(&empty), "size": empty.len()},
-        "layers": [{"mediaType": crate::bundle::ARTIFACT_TYPE, "digest": sha(bundle.as_bytes()), "size": bundle.len()}],
-        "subject": {"mediaType": OCI_IMAGE_MEDIA_TYPE, "digest": digest, "size": subject_raw.len()}
-    })
-    .to_string();
+    let manifest = referrer_manifest(bundle, &digest, subject_raw.len());
     let manifest_digest = sha(manifest.as_bytes());
     let at = |r: String| {
         Reference::with_digest(
@@ -235,6 +227,23 @@ pub async fn attach_referrer(
         .await
         .map_err(|e| failed(&e))?;
     Ok(digest)
+}
+
+/// A referrer manifest of `bundle` for the subject `digest` (whose manifest is
+/// `subject_len` bytes), as cosign 3 writes it: an empty config, the bundle its layer.
+fn referrer_manifest(bundle: &str, digest: &str, subject_len: usize) -> String {
+    use oci_client::manifest::OCI_IMAGE_MEDIA_TYPE;
+    let sha = |b: &[u8]| format!("sha256:{:x}", Sha256::digest(b));
+    let empty = b"{}";
+    json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_IMAGE_MEDIA_TYPE,
+        "artifactType": crate::bundle::ARTIFACT_TYPE,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(empty), "size": empty.len()},
+        "layers": [{"mediaType": crate::bundle::ARTIFACT_TYPE, "digest": sha(bundle.as_bytes()), "size": bundle.len()}],
+        "subject": {"mediaType": OCI_IMAGE_MEDIA_TYPE, "digest": digest, "size": subject_len}
+    })
+    .to_string()
 }
 
 /// A DER UTF8String.
