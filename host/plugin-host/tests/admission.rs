@@ -330,14 +330,7 @@ async fn compiled_components_are_cached_and_bad_entries_replaced() {
     let load = || {
         // A new engine each time: what an agent restart does.
         let engine = PluginEngine::with_cache(&dir).expect("engine");
-        engine
-            .load_admission(
-                "node-ports",
-                &plugin("node-ports"),
-                BTreeMap::new(),
-                Limits::default(),
-            )
-            .expect("load")
+        load(&engine, "node-ports", Limits::default())
     };
     let first = load();
     assert_eq!(first.load_outcome(), &CacheOutcome::Miss);
@@ -415,16 +408,12 @@ fn precompiled_components_of_a_package_are_read_where_they_are_and_never_changed
         .expect("precompile");
     let entry = cwasm_entries(&shipped).pop().expect("a shipped entry");
     let load = || {
-        PluginEngine::with_cache(&own)
-            .expect("engine")
-            .with_shipped_cache(shipped.clone())
-            .load_admission(
-                "node-ports",
-                &plugin("node-ports"),
-                BTreeMap::new(),
-                Limits::default(),
-            )
-            .expect("load")
+        let engine = PluginEngine::with_cache(&own).expect("engine");
+        load(
+            &engine.with_shipped_cache(shipped.clone()),
+            "node-ports",
+            Limits::default(),
+        )
     };
     // Found there: nothing compiled, nothing written to the node's own cache.
     assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
