@@ -43,17 +43,26 @@ pub fn for_tests() -> Result<PathBuf> {
     Ok(deb)
 }
 
-/// `cargo xtask deb`: the release package, `target/debian/wasmlet_<version>-1_amd64.deb`.
+/// `cargo xtask deb`: the package, `target/debian/wasmlet_<version>-1_amd64.deb`, of
+/// the `dist` profile's binary (whole-program LTO, sized for a node's memory).
 pub fn release() -> Result<PathBuf> {
-    step("the shipped plugins, the release binary, the plugins precompiled by it");
+    step("the shipped plugins, the dist binary (LTO: minutes), the plugins precompiled by it");
     build_plugins()?;
-    run(cargo().args(["build", "--release", "--locked", "-p", "wasmlet"]))?;
-    let profile_dir = repo().join("target/release");
+    run(cargo().args(["build", "--profile", "dist", "--locked", "-p", "wasmlet"]))?;
+    let profile_dir = repo().join("target/dist");
     precompile(&profile_dir.join("wasmlet"), &profile_dir.join(PRECOMPILED))?;
-    step("cargo deb -p wasmlet");
+    step("cargo deb -p wasmlet --profile dist");
     let out = repo().join("target/debian");
     run(cargo_deb()?
-        .args(["deb", "-p", "wasmlet", "--no-build", "-o"])
+        .args([
+            "deb",
+            "-p",
+            "wasmlet",
+            "--profile",
+            "dist",
+            "--no-build",
+            "-o",
+        ])
         .arg(&out))?;
     let newest = std::fs::read_dir(&out)
         .map_err(|e| format!("{}: {e}", out.display()))?
