@@ -142,20 +142,6 @@ pub struct AgentNode<R> {
     pub images: Arc<tokio::sync::Mutex<crate::imagegc::ImageGc>>,
 }
 
-/// Whether the kubelet would never evict `pod`: static, mirror, or at
-/// system-critical priority.
-pub fn critical(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(wasmlet_agent::pod::CONFIG_MIRROR_ANNOTATION));
-    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    wasmlet_agent::pod::is_static(pod)
-        || mirror
-        || priority >= crate::eviction::rank::SYSTEM_CRITICAL_PRIORITY
-}
-
 /// `pod` as eviction ranks it.
 pub fn pod_facts(pod: &k8s_openapi::api::core::v1::Pod) -> crate::eviction::PodFacts {
     use crate::eviction::rank::Requests;
@@ -182,7 +168,7 @@ pub fn pod_facts(pod: &k8s_openapi::api::core::v1::Pod) -> crate::eviction::PodF
         name: pod.metadata.name.clone().unwrap_or_default(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
-        critical: critical(pod),
+        critical: crate::eviction::rank::critical(pod),
         grace: std::time::Duration::from_secs(
             u64::try_from(wasmlet_agent::pod::grace_seconds(pod)).unwrap_or(0),
         ),

@@ -204,7 +204,7 @@ pub fn admit(
     pressure: &std::collections::BTreeSet<Pressure>,
     pod: &k8s_openapi::api::core::v1::Pod,
 ) -> Option<(String, String)> {
-    if pressure.is_empty() || crate::agent::critical(pod) {
+    if pressure.is_empty() || rank::critical(pod) {
         return None;
     }
     let only_memory = pressure.iter().all(|p| *p == Pressure::Memory);

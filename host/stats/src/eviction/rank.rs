@@ -179,3 +179,15 @@ pub fn message(t: &Threshold, o: &Observed, pod: &PodFacts, summary: &Summary) -
     }
     m
 }
+
+/// Whether the kubelet would never evict `pod`: static, mirror, or at
+/// system-critical priority.
+pub fn critical(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(wasmlet_agent::pod::CONFIG_MIRROR_ANNOTATION));
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    wasmlet_agent::pod::is_static(pod) || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
+}
