@@ -23,47 +23,21 @@ pub fn for_tests() -> Result<PathBuf> {
     step(
         "package: the shipped plugins precompiled, then cargo deb -p wasmlet (debug build) for the tests",
     );
-    build_plugins()?;
-    let profile_dir = repo().join("target/debug");
-    precompile(&profile_dir.join("wasmlet"), &profile_dir.join(PRECOMPILED))?;
+    precompiled("target/debug")?;
     let deb = repo().join("target/debian/wasmlet-test.deb");
-    run(cargo_deb()?
-        .args([
-            "deb",
-            "-p",
-            "wasmlet",
-            "--profile",
-            "dev",
-            "--no-build",
-            "--no-strip",
-            "--fast",
-            "-o",
-        ])
-        .arg(&deb))?;
+    cargo_deb("dev", &["--no-strip", "--fast"], &deb)?;
     Ok(deb)
 }
 
 /// `cargo xtask deb`: the package, `target/debian/wasmlet_<version>-1_amd64.deb`, of
 /// the `dist` profile's binary (whole-program LTO, sized for a node's memory).
 pub fn release() -> Result<PathBuf> {
-    step("the shipped plugins, the dist binary (LTO: minutes), the plugins precompiled by it");
-    build_plugins()?;
+    step("the dist binary (LTO: minutes), then the shipped plugins precompiled by it");
     run(cargo().args(["build", "--profile", "dist", "--locked", "-p", "wasmlet"]))?;
-    let profile_dir = repo().join("target/dist");
-    precompile(&profile_dir.join("wasmlet"), &profile_dir.join(PRECOMPILED))?;
+    precompiled("target/dist")?;
     step("cargo deb -p wasmlet --profile dist");
     let out = repo().join("target/debian");
-    run(cargo_deb()?
-        .args([
-            "deb",
-            "-p",
-            "wasmlet",
-            "--profile",
-            "dist",
-            "--no-build",
-            "-o",
-        ])
-        .arg(&out))?;
+    cargo_deb("dist", &[], &out)?;
     let newest = std::fs::read_dir(&out)
         .map_err(|e| format!("{}: {e}", out.display()))?
         .flatten()
@@ -71,6 +45,23 @@ pub fn release() -> Result<PathBuf> {
         .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
         .ok_or("cargo deb wrote no package")?;
     Ok(newest.path())
+}
+
+/// The shipped plugins built and precompiled by the binary of the profile in
+/// `profile_dir` (`target/<profile>`), into its `precompiled-plugins/`.
+fn precompiled(profile_dir: &str) -> Result {
+    build_plugins()?;
+    let dir = repo().join(profile_dir);
+    precompile(&dir.join("wasmlet"), &dir.join(PRECOMPILED))
+}
+
+/// `cargo deb -p wasmlet --profile PROFILE --no-build [EXTRA…] -o OUT`.
+fn cargo_deb(profile: &str, extra: &[&str], out: &Path) -> Result {
+    run(cargo_with_deb()?
+        .args(["deb", "-p", "wasmlet", "--profile", profile, "--no-build"])
+        .args(extra)
+        .arg("-o")
+        .arg(out))
 }
 
 fn build_plugins() -> Result {
@@ -113,7 +104,7 @@ fn shipped_components() -> Result<Vec<PathBuf>> {
 /// `cargo` with the pinned cargo-deb first on its PATH, installed into the build
 /// directory when missing: packaging a debug build is what this version allows (later
 /// ones may refuse it), whatever else the machine has.
-fn cargo_deb() -> Result<Command> {
+fn cargo_with_deb() -> Result<Command> {
     let tools = repo().join("target/tools");
     let have = Command::new(tools.join("bin/cargo-deb"))
         .args(["deb", "--version"])
