@@ -20,6 +20,10 @@ use std::time::Instant;
 
 mod package;
 
+/// The cargo-deb the package is made with (installed from crates.io when missing; also
+/// what `../shared/kubeadm/run.sh` reads here).
+const CARGO_DEB_VERSION: &str = "3.8.0";
+
 /// Where `cargo xtask test` keeps its containerd (override with WASMLET_TEST_CONTAINERD_DIR).
 const TEST_CONTAINERD_DIR: &str = "/var/lib/wasmlet/test-containerd";
 

@@ -6,10 +6,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{Result, cargo, repo, run, step};
-
-/// The cargo-deb the package is made with (installed from crates.io when missing).
-const CARGO_DEB_VERSION: &str = "3.8.0";
+use crate::{CARGO_DEB_VERSION, Result, cargo, repo, run, step};
 
 /// Where the package's precompiled plugins are written, under the profile's directory
 /// (the manifest's asset `target/release/precompiled-plugins/*.cwasm`, which cargo-deb
@@ -55,10 +52,12 @@ fn precompiled(profile_dir: &str) -> Result {
     precompile(&dir.join("wasmlet"), &dir.join(PRECOMPILED))
 }
 
-/// `cargo deb -p wasmlet --profile PROFILE --no-build [EXTRA…] -o OUT`.
+/// `cargo deb -p wasmlet --variant precompiled --profile PROFILE --no-build [EXTRA…] -o
+/// OUT`: the package with its plugins precompiled (the manifest's variant).
 fn cargo_deb(profile: &str, extra: &[&str], out: &Path) -> Result {
     run(cargo_with_deb()?
-        .args(["deb", "-p", "wasmlet", "--profile", profile, "--no-build"])
+        .args(["deb", "-p", "wasmlet", "--variant", "precompiled"])
+        .args(["--profile", profile, "--no-build"])
         .args(extra)
         .arg("-o")
         .arg(out))
