@@ -84,10 +84,6 @@ impl Scope<'_> {
         )
     }
 
-    fn who(&self) -> Option<&Identity> {
-        self.call.who.as_ref()
-    }
-
     fn not_found(&self, name: &str) -> Response {
         error(status(
             404,
@@ -241,11 +237,7 @@ fn list(s: &Scope<'_>) -> Response {
 /// TokenRequest: a token for an existing service account.
 fn token_request(s: &mut Scope<'_>, name: &str) -> Response {
     if !s.store.objects.contains_key(&s.key(name)) {
-        return error(status(
-            404,
-            "NotFound",
-            format!("serviceaccounts \"{name}\" not found"),
-        ));
+        return s.not_found(name);
     }
     let request = match s.call.json() {
         Ok(r) => r,
@@ -400,10 +392,9 @@ fn merge_patch(s: &mut Scope<'_>, name: &str) -> Response {
     } else {
         Value::Null
     };
-    let who = s.who().cloned();
     answer(
         StatusCode::OK,
-        update(&mut s.store, &key, object, &s.t, who.as_ref()),
+        update(&mut s.store, &key, object, &s.t, s.call.who.as_ref()),
     )
 }
 
