@@ -405,11 +405,13 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
             Kind::Startup => &mut r.started,
             Kind::Liveness => &mut r.live,
         };
-        let changed = *slot != Some(ok);
+        let mut changed = *slot != Some(ok);
         *slot = Some(ok);
-        // A startup probe that fails for good restarts the container, as liveness does.
-        if self.kind == Kind::Startup && !ok {
+        // A startup probe that fails for good restarts the container, as liveness does:
+        // a change for the syncLoop even though "not started" is where it began.
+        if self.kind == Kind::Startup && !ok && !r.startup_failed {
             r.startup_failed = true;
+            changed = true;
         }
         changed
     }

@@ -290,6 +290,34 @@ async fn a_probe_s_own_grace_period_ends_its_kill() {
     agent.shutdown().await;
 }
 
+/// A startup probe that fails (threshold 1) restarts the container at once, with the
+/// probe's own grace period — not at the next periodic sync a minute later (the e2e_node
+/// spec "should override timeoutGracePeriodSeconds when StartupProbe field is set").
+#[tokio::test(start_paused = true)]
+async fn a_failing_startup_probe_restarts_the_container_at_once() {
+    let (_sim, agent, events) = start_recording("startup");
+    let p = pod(
+        r#"{"metadata":{"name":"live","annotations":{"sim.wasmlet.io/script.c":"exec-fail-after=0s"}},"spec":{
+        "terminationGracePeriodSeconds":600,"containers":[
+        {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
+         "startupProbe":{"exec":{"command":["cat","/tmp/startup"]},"initialDelaySeconds":2,"failureThreshold":1,
+                         "terminationGracePeriodSeconds":3}}]}}"#,
+    );
+    send(&agent, vec![p]).await;
+    // The first check fails 2 s after the start; then the probe's 3 s.
+    wait_for(&agent, "live", "restarted", Duration::from_secs(10), |p| {
+        container(p, "c").restart_count >= 1
+    })
+    .await;
+    assert!(
+        events.events().iter().any(|e| e.reason == "Killing"
+            && e.message == "Container c failed startup probe, will be restarted"),
+        "{:?}",
+        events.events()
+    );
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_the_container() {
     let (_sim, agent, events) = start_recording("liveness");
