@@ -29,13 +29,8 @@ const POOL_SLOTS: u32 = 1000;
 /// it keeps the pages: measured, a node that loaded a Python and a TypeScript policy
 /// held their 18 and 12 MB of bytes for good.
 fn release_freed_memory(size: usize) {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if size >= 1 << 20 {
-        // SAFETY: malloc_trim only returns free memory of the allocator's arenas.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::memory::return_free_pages();
     }
 }
 

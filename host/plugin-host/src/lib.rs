@@ -45,6 +45,7 @@ mod engine;
 pub mod http;
 pub mod inspect;
 pub mod kinds;
+pub mod memory;
 pub mod metrics;
 pub mod network;
 pub mod probe;
