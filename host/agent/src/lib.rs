@@ -20,8 +20,9 @@
 //! - [`events`] — events about pods in the kubelet's reasons, to a recorder.
 //! - [`syncloop`] — the loop, one handler per input.
 //! - [`sources`] — the pod-source plugins polled, and on directory changes.
-//! - [`criconfig`] — pods and containers as CRI configurations (with the files a
-//!   container mounts: `/etc/hosts`, resolv.conf).
+//! - [`criconfig`] — the core's CRI configurations, with what a container needs on the
+//!   node made before it starts (hostPaths, sub paths, `/etc/hosts`, the termination
+//!   message file) and the node's resolver and Services.
 //! - [`volumes`] — configMap, secret, downwardAPI and projected volumes written before
 //!   the containers start.
 //! - [`cgroups`] — the pods' cgroup tree made in the cgroup filesystem or through

@@ -13,6 +13,8 @@
 //! - [`backoff`] — CrashLoopBackOff and image pull back-off, over any monotonic instant.
 //! - [`status`] — phase, conditions, container statuses, QoS.
 //! - [`runtime`] — what the runtime has for a pod, read back from CRI labels.
+//! - [`criconfig`] — a pod and its containers as CRI configurations, and what the node
+//!   must hold before a container starts ([`criconfig::NodeFile`]: the agent makes them).
 //! - [`time`] — RFC 3339 as the API prints it.
 //! - [`cgroups`] — the kubelet's cgroup tree by name and each cgroup's values.
 //! - [`quantity`] and [`expand`] — quantities, durations and `$(VAR)` references, as
@@ -21,6 +23,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod cgroups;
+pub mod criconfig;
 pub mod expand;
 pub mod lifecycle;
 pub mod pod;

@@ -98,6 +98,12 @@ pub struct PodCgroups {
     reconciled: Mutex<Option<std::time::Instant>>,
 }
 
+impl wasmlet_core::criconfig::CgroupParent for PodCgroups {
+    fn cgroup_parent(&self, pod: &k8s::Pod) -> String {
+        PodCgroups::cgroup_parent(self, pod)
+    }
+}
+
 /// How often the tiers are recomputed from every pod (the kubelet's periodic QoS update):
 /// between times the pods' own starts and removals keep them.
 pub const RECONCILE_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);

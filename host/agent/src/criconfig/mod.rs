@@ -1,402 +1,35 @@
-//! A pod and its containers as CRI configurations: `PodSandboxConfig` and
-//! `ContainerConfig`, with the labels that let the agent find them again, environment
-//! variables resolved, volumes mounted, resources as cgroup limits and the security
-//! context carried over.
+//! Pods and containers as CRI configurations: [`wasmlet_core::criconfig`]'s, with the
+//! node's part — what a container needs on the node's filesystem made before it starts
+//! ([`files`]), the node's resolver and memory read, and where the Services come from
+//! ([`services::ServiceSource`]).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_cri::proto;
-use wasmlet_plugin_host::convert::parse_quantity;
 
-use crate::pod;
-use crate::runtime::{
-    CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, CONTAINER_TYPE_ANNOTATION, GRACE_ANNOTATION,
-    HOST_NETWORK_ANNOTATION, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
-    RESTART_COUNT_ANNOTATION, TERMINATION_MESSAGE_PATH_ANNOTATION,
-    TERMINATION_MESSAGE_POLICY_ANNOTATION, container_hash,
-};
-use crate::status::qos_class;
-
-mod dns;
-mod env;
-mod mounts;
+mod files;
 pub mod services;
 
-pub use dns::{dns_config, node_dns, parse_resolv_conf};
-use env::environment;
-pub use env::{EnvData, expand};
-pub(crate) use env::{field_ref, resource_ref};
-pub use mounts::{
-    ETC_HOSTS, empty_dir_path, expand_sub_path, hostname_and_domain, hosts_file_content,
-    kernel_hostname, managed_volume_kind, managed_volume_path,
+pub use files::{hosts_file_content, prepare};
+pub use wasmlet_core::criconfig::{
+    CgroupParent, ConfigError, ETC_HOSTS, EnvData, HostPathKind, HostsFile, MASKED_PATHS,
+    NoCgroups, NodeFile, READONLY_PATHS, dns_config, empty_dir_path, expand, expand_sub_path,
+    field_ref, hostname_and_domain, hosts_file, kernel_hostname, legacy_log_symlink, log_directory,
+    managed_volume_kind, managed_volume_path, parse_resolv_conf, pod_dir, pod_log_directory,
+    resource_ref, sandbox_config, termination_message_file,
 };
+
+/// The node facts pod configurations depend on, with the node's pod cgroup tree.
+pub type NodeContext = wasmlet_core::criconfig::NodeContext<crate::cgroups::PodCgroups>;
 
 /// A boxed future, for the dyn-compatible sources the configuration is made from
 /// ([`services::ServiceSource`], the volume manager's `VolumeSource`).
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
-/// The node facts pod configurations depend on.
-#[derive(Debug, Clone, Default)]
-pub struct NodeContext {
-    /// The node's name.
-    pub node_name: String,
-    /// The node's hostname.
-    pub hostname: String,
-    /// The node's IP.
-    pub host_ip: String,
-    /// Where pod log directories go (`<dir>/<namespace>_<name>_<uid>`).
-    pub pod_logs_dir: PathBuf,
-    /// Where pod volumes and termination message files go (`<dir>/<uid>/…`).
-    pub pods_dir: PathBuf,
-    /// The node's resolver configuration (`/etc/resolv.conf`), for `dnsPolicy: Default`
-    /// and for ClusterFirst without a cluster DNS.
-    pub dns: proto::DnsConfig,
-    /// The cluster's DNS servers (`clusterDNS`): ClusterFirst pods resolve through them.
-    pub cluster_dns: Vec<String>,
-    /// The cluster's DNS domain (`clusterDomain`, e.g. `cluster.local`; empty: none).
-    pub cluster_domain: String,
-    /// The node's hosts file, which pods on the node's network get (`/etc/hosts`).
-    pub hosts_file: PathBuf,
-    /// The node's memory, for the OOM score of burstable pods.
-    pub memory_bytes: u64,
-    /// The node's allocatable resources: what a `resourceFieldRef` to a limit the
-    /// container does not set reads, as with the kubelet.
-    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    /// The pods' cgroup tree (`None`: pods go where the runtime puts them).
-    pub pod_cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
-}
-
-/// Why a container's configuration could not be made: the kubelet's
-/// `CreateContainerConfigError`, with a message naming what is missing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ConfigError {
-    /// What is wrong.
-    pub message: String,
-    /// Whether a volume could not be prepared (the kubelet's `FailedMount`).
-    pub volume: bool,
-}
-
-impl ConfigError {
-    /// An error about the container's configuration.
-    pub fn new(message: String) -> Self {
-        ConfigError {
-            message,
-            volume: false,
-        }
-    }
-
-    /// Whether a volume could not be prepared.
-    pub fn is_volume(&self) -> bool {
-        self.volume
-    }
-}
-
-/// The masked paths the kubelet gives unprivileged containers.
-const MASKED_PATHS: [&str; 11] = [
-    "/proc/asound",
-    "/proc/acpi",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-    "/sys/devices/virtual/powercap",
-];
-/// The read-only paths the kubelet gives unprivileged containers.
-const READONLY_PATHS: [&str; 5] = [
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
-
-/// The pod's log directory.
-pub fn log_directory(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
-    let m = &pod.metadata;
-    pod_log_directory(
-        ctx,
-        m.namespace.as_deref().unwrap_or("default"),
-        m.name.as_deref().unwrap_or(""),
-        pod::uid(pod),
-    )
-}
-
-/// The log directory of the pod `namespace/name` with `uid`:
-/// `<podLogsDir>/<namespace>_<name>_<uid>`.
-pub fn pod_log_directory(ctx: &NodeContext, namespace: &str, name: &str, uid: &str) -> PathBuf {
-    ctx.pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
-}
-
-/// Where the kubelet links each container's log for log shippers (the legacy log path,
-/// `/var/log/containers/<pod>_<namespace>_<container>-<id>.log`): `containers/` beside the
-/// pod log directory, the file name cut to ext4's 255 bytes.
-pub fn legacy_log_symlink(
-    ctx: &NodeContext,
-    (pod, namespace): (&str, &str),
-    container: &str,
-    id: &str,
-) -> PathBuf {
-    const SUFFIX: &str = ".log";
-    let dir = ctx
-        .pod_logs_dir
-        .parent()
-        .unwrap_or(std::path::Path::new("/"))
-        .join("containers");
-    let mut name = format!("{pod}_{namespace}_{container}-{id}");
-    let mut max = 255 - SUFFIX.len();
-    if name.len() > max {
-        while !name.is_char_boundary(max) {
-            max -= 1;
-        }
-        name.truncate(max);
-    }
-    dir.join(name + SUFFIX)
-}
-
-/// The directory holding the pod's volumes and files.
-pub fn pod_dir(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
-    ctx.pods_dir.join(pod::uid(pod))
-}
-
-fn ns_mode(node: bool, otherwise: proto::NamespaceMode) -> i32 {
-    if node {
-        proto::NamespaceMode::Node as i32
-    } else {
-        otherwise as i32
-    }
-}
-
-fn namespace_options(pod: &k8s::Pod) -> proto::NamespaceOption {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let shared_pid = spec.share_process_namespace.unwrap_or(false);
-    proto::NamespaceOption {
-        network: ns_mode(pod::host_network(pod), proto::NamespaceMode::Pod),
-        pid: ns_mode(
-            spec.host_pid.unwrap_or(false),
-            if shared_pid {
-                proto::NamespaceMode::Pod
-            } else {
-                proto::NamespaceMode::Container
-            },
-        ),
-        ipc: ns_mode(spec.host_ipc.unwrap_or(false), proto::NamespaceMode::Pod),
-        ..Default::default()
-    }
-}
-
-fn privileged(c: &k8s::Container) -> bool {
-    c.security_context
-        .as_ref()
-        .and_then(|s| s.privileged)
-        .unwrap_or(false)
-}
-
-fn base_labels(pod: &k8s::Pod, ctx: &NodeContext) -> BTreeMap<String, String> {
-    let m = &pod.metadata;
-    BTreeMap::from([
-        (POD_UID_LABEL.into(), pod::uid(pod).to_owned()),
-        (POD_NAME_LABEL.into(), m.name.clone().unwrap_or_default()),
-        (
-            POD_NAMESPACE_LABEL.into(),
-            m.namespace.clone().unwrap_or_default(),
-        ),
-        (NODE_LABEL.into(), ctx.node_name.clone()),
-    ])
-}
-
-/// The pod's sandbox configuration.
-pub fn sandbox_config(pod: &k8s::Pod, attempt: u32, ctx: &NodeContext) -> proto::PodSandboxConfig {
-    let m = &pod.metadata;
-    let spec = pod.spec.clone().unwrap_or_default();
-    let host_network = pod::host_network(pod);
-    let mut labels = m.labels.clone().unwrap_or_default();
-    labels.extend(base_labels(pod, ctx));
-    let mut annotations = m.annotations.clone().unwrap_or_default();
-    annotations.insert(HOST_NETWORK_ANNOTATION.into(), host_network.to_string());
-    annotations.insert(GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string());
-    // With the node's network the pod shares the node's UTS namespace too: the runtime
-    // must not set a hostname (runc refuses), as the kubelet leaves it empty.
-    let hostname = if host_network {
-        String::new()
-    } else {
-        // Too long a name stops the sandbox before this is asked for
-        // (`kernel_hostname`, at its creation).
-        kernel_hostname(pod, ctx).unwrap_or_else(|_| hostname_and_domain(pod, ctx).0)
-    };
-    let port_mappings = pod::containers(pod)
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .filter(|p| p.host_port.unwrap_or(0) > 0)
-        .map(|p| proto::PortMapping {
-            protocol: protocol(p.protocol.as_deref()),
-            container_port: p.container_port,
-            host_port: p.host_port.unwrap_or(0),
-            host_ip: p.host_ip.clone().unwrap_or_default(),
-        })
-        .collect();
-    let psc = spec.security_context.clone().unwrap_or_default();
-    let any_privileged = pod::containers(pod)
-        .iter()
-        .chain(pod::init_containers(pod))
-        .any(privileged);
-    proto::PodSandboxConfig {
-        metadata: Some(proto::PodSandboxMetadata {
-            name: m.name.clone().unwrap_or_default(),
-            uid: pod::uid(pod).to_owned(),
-            namespace: m.namespace.clone().unwrap_or_default(),
-            attempt,
-        }),
-        hostname,
-        log_directory: log_directory(pod, ctx).to_string_lossy().into_owned(),
-        dns_config: Some(dns_config(pod, ctx)),
-        port_mappings,
-        labels,
-        annotations,
-        linux: Some(proto::LinuxPodSandboxConfig {
-            cgroup_parent: ctx
-                .pod_cgroups
-                .as_ref()
-                .map(|c| c.cgroup_parent(pod))
-                .unwrap_or_default(),
-            security_context: Some(proto::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                run_as_user: psc.run_as_user.map(|value| proto::Int64Value { value }),
-                run_as_group: psc.run_as_group.map(|value| proto::Int64Value { value }),
-                supplemental_groups: supplemental_groups(&psc),
-                privileged: any_privileged,
-                ..Default::default()
-            }),
-            sysctls: psc
-                .sysctls
-                .iter()
-                .flatten()
-                .map(|s| (s.name.clone(), s.value.clone()))
-                .collect(),
-            ..Default::default()
-        }),
-    }
-}
-
-fn protocol(p: Option<&str>) -> i32 {
-    match p {
-        Some("UDP") => proto::Protocol::Udp as i32,
-        Some("SCTP") => proto::Protocol::Sctp as i32,
-        _ => proto::Protocol::Tcp as i32,
-    }
-}
-
-fn resources(
-    pod: &k8s::Pod,
-    c: &k8s::Container,
-    ctx: &NodeContext,
-) -> proto::LinuxContainerResources {
-    let res = c.resources.clone().unwrap_or_default();
-    let get = |list: &Option<
-        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >,
-               name: &str,
-               scale: i32| {
-        list.as_ref()
-            .and_then(|l| l.get(name))
-            .and_then(|q| parse_quantity(&q.0, scale).ok())
-    };
-    let cpu_limit = get(&res.limits, "cpu", 3);
-    // A request defaults to the limit.
-    let cpu_request = get(&res.requests, "cpu", 3).or(cpu_limit);
-    let memory_limit = get(&res.limits, "memory", 0);
-    let memory_request = get(&res.requests, "memory", 0).or(memory_limit);
-    use crate::cgroups::values::{QUOTA_PERIOD, milli_cpu_to_quota, milli_cpu_to_shares};
-    let period = i64::try_from(QUOTA_PERIOD).unwrap_or(100_000);
-    let shares = milli_cpu_to_shares(cpu_request.unwrap_or(0));
-    let quota = cpu_limit
-        .and_then(|m| milli_cpu_to_quota(m, QUOTA_PERIOD))
-        .unwrap_or(0);
-    let oom_score_adj = match qos_class(pod) {
-        "Guaranteed" => -997,
-        "BestEffort" => 1000,
-        _ => {
-            let request = memory_request.unwrap_or(0);
-            let capacity = ctx.memory_bytes.max(1);
-            let score = 1000 - (1000 * u128::from(request) / u128::from(capacity)) as i64;
-            score.clamp(2, 999)
-        }
-    };
-    proto::LinuxContainerResources {
-        cpu_period: if cpu_limit.is_some() { period } else { 0 },
-        cpu_quota: quota,
-        cpu_shares: i64::try_from(shares).unwrap_or(i64::MAX),
-        memory_limit_in_bytes: memory_limit.map_or(0, |m| i64::try_from(m).unwrap_or(i64::MAX)),
-        oom_score_adj,
-        ..Default::default()
-    }
-}
-
-fn security_context(pod: &k8s::Pod, c: &k8s::Container) -> proto::LinuxContainerSecurityContext {
-    let psc = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.security_context.clone())
-        .unwrap_or_default();
-    let sc = c.security_context.clone().unwrap_or_default();
-    let privileged = sc.privileged.unwrap_or(false);
-    let caps = sc.capabilities.clone().unwrap_or_default();
-    proto::LinuxContainerSecurityContext {
-        capabilities: Some(proto::Capability {
-            add_capabilities: caps.add.unwrap_or_default(),
-            drop_capabilities: caps.drop.unwrap_or_default(),
-            ..Default::default()
-        }),
-        privileged,
-        namespace_options: Some(namespace_options(pod)),
-        run_as_user: sc
-            .run_as_user
-            .or(psc.run_as_user)
-            .map(|value| proto::Int64Value { value }),
-        run_as_group: sc
-            .run_as_group
-            .or(psc.run_as_group)
-            .map(|value| proto::Int64Value { value }),
-        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: supplemental_groups(&psc),
-        no_new_privs: sc.allow_privilege_escalation == Some(false),
-        masked_paths: if privileged {
-            Vec::new()
-        } else {
-            MASKED_PATHS.map(str::to_owned).to_vec()
-        },
-        readonly_paths: if privileged {
-            Vec::new()
-        } else {
-            READONLY_PATHS.map(str::to_owned).to_vec()
-        },
-        ..Default::default()
-    }
-}
-
-/// The file a container's termination message is written to (mounted at its
-/// `terminationMessagePath`).
-pub fn termination_message_file(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    container: &str,
-    restart: i32,
-) -> PathBuf {
-    pod_dir(pod, ctx)
-        .join("containers")
-        .join(container)
-        .join(format!("{restart}.termination-log"))
-}
-
-/// A container's configuration. `restart_count` is its number of earlier instances;
-/// `pod_ip` the sandbox's IP (for `status.podIP` references).
+/// A container's configuration, with what it needs on the node made first.
+/// `restart_count` is its number of earlier instances; `pod_ip` the sandbox's IP (for
+/// `status.podIP` references).
 pub fn container_config(
     pod: &k8s::Pod,
     c: &k8s::Container,
@@ -416,7 +49,8 @@ pub fn container_config(
     )
 }
 
-/// [`container_config`] with the ConfigMaps and Secrets its environment refers to.
+/// [`container_config`] with the ConfigMaps, Secrets and Services its environment
+/// refers to.
 pub fn container_config_with(
     pod: &k8s::Pod,
     c: &k8s::Container,
@@ -426,102 +60,23 @@ pub fn container_config_with(
     ctx: &NodeContext,
     refs: &EnvData,
 ) -> Result<proto::ContainerConfig, ConfigError> {
-    let env = environment(pod, c, pod_ip, ctx, refs)?;
-    let known: BTreeMap<String, String> = env.iter().cloned().collect();
-    let mut mounts = mounts::mounts(pod, c, ctx, &known, pod_ip)?;
-    let message_path = c
-        .termination_message_path
-        .clone()
-        .unwrap_or_else(|| "/dev/termination-log".into());
-    mounts.push(proto::Mount {
-        container_path: message_path.clone(),
-        host_path: termination_message_file_made(pod, ctx, &c.name, restart_count)?,
-        ..Default::default()
-    });
-    let mut labels = base_labels(pod, ctx);
-    labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
-    let annotations = container_annotations(pod, c, init, restart_count, message_path);
-    Ok(proto::ContainerConfig {
-        metadata: Some(proto::ContainerMetadata {
-            name: c.name.clone(),
-            attempt: u32::try_from(restart_count).unwrap_or(0),
-        }),
-        image: Some(proto::ImageSpec {
-            image: c.image.clone().unwrap_or_default(),
-            user_specified_image: c.image.clone().unwrap_or_default(),
-            ..Default::default()
-        }),
-        command: c
-            .command
-            .iter()
-            .flatten()
-            .map(|a| expand(a, &known))
-            .collect(),
-        args: c.args.iter().flatten().map(|a| expand(a, &known)).collect(),
-        working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: env
-            .into_iter()
-            .map(|(key, value)| proto::KeyValue { key, value })
-            .collect(),
-        mounts,
-        labels,
-        annotations,
-        log_path: format!("{}/{restart_count}.log", c.name),
-        stdin: c.stdin.unwrap_or(false),
-        stdin_once: c.stdin_once.unwrap_or(false),
-        tty: c.tty.unwrap_or(false),
-        linux: Some(proto::LinuxContainerConfig {
-            resources: Some(resources(pod, c, ctx)),
-            security_context: Some(security_context(pod, c)),
-        }),
-        ..Default::default()
-    })
+    let (config, files) = wasmlet_core::criconfig::container_config(
+        pod,
+        c,
+        (init, restart_count),
+        pod_ip,
+        ctx,
+        refs,
+    )?;
+    prepare(&files)?;
+    Ok(config)
 }
 
-/// The container's annotations: its hash, restart count, termination message path and
-/// policy, the pod's grace period, and whether it is an init container.
-fn container_annotations(
-    pod: &k8s::Pod,
-    c: &k8s::Container,
-    init: bool,
-    restart_count: i32,
-    message_path: String,
-) -> BTreeMap<String, String> {
-    let mut annotations = BTreeMap::from([
-        (CONTAINER_HASH_ANNOTATION.into(), container_hash(c)),
-        (RESTART_COUNT_ANNOTATION.into(), restart_count.to_string()),
-        (TERMINATION_MESSAGE_PATH_ANNOTATION.into(), message_path),
-        (
-            TERMINATION_MESSAGE_POLICY_ANNOTATION.into(),
-            c.termination_message_policy
-                .clone()
-                .unwrap_or_else(|| "File".into()),
-        ),
-        (GRACE_ANNOTATION.into(), pod::grace_seconds(pod).to_string()),
-    ]);
-    if init {
-        annotations.insert(CONTAINER_TYPE_ANNOTATION.into(), "init".into());
-    }
-    annotations
-}
-
-/// The file mounted at the container's termination message path, made empty and
-/// writable by whatever user the container runs as, as the kubelet makes it.
-fn termination_message_file_made(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    container: &str,
-    restart_count: i32,
-) -> Result<String, ConfigError> {
-    use std::os::unix::fs::PermissionsExt;
-    let file = termination_message_file(pod, ctx, container, restart_count);
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&file, b""))
-            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)))
-            .map_err(|e| ConfigError::new(format!("{}: {e}", file.display())))?;
-    }
-    Ok(file.to_string_lossy().into_owned())
+/// Reads the node's resolver configuration (empty if there is none).
+pub fn node_dns(path: &Path) -> proto::DnsConfig {
+    std::fs::read_to_string(path)
+        .map(|t| parse_resolv_conf(&t))
+        .unwrap_or_default()
 }
 
 /// Reads the node's memory from `/proc/meminfo` (0 if it cannot).
@@ -538,11 +93,3 @@ pub fn node_memory_bytes() -> u64 {
 
 #[cfg(test)]
 mod tests;
-
-/// The pod's supplemental groups, with its `fsGroup` after them: the group its volumes
-/// belong to (the kubelet adds it to the sandbox's and every container's groups).
-fn supplemental_groups(psc: &k8s::PodSecurityContext) -> Vec<i64> {
-    let mut groups = psc.supplemental_groups.clone().unwrap_or_default();
-    groups.extend(psc.fs_group.filter(|g| !groups.contains(g)));
-    groups
-}

@@ -2,10 +2,10 @@
 //! kubelet resolves them) and the kubelet-managed `/etc/hosts`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_cri::proto;
+use wasmlet_cri_api::proto;
 
 use super::{ConfigError, NodeContext, pod_dir};
 use crate::pod;
@@ -18,7 +18,7 @@ const MANAGED_HEADER: &str = "# Kubernetes-managed hosts file.\n";
 const MANAGED_HEADER_HOST_NETWORK: &str = "# Kubernetes-managed hosts file (host network).\n";
 
 /// Where an emptyDir volume lives on the node.
-pub fn empty_dir_path(pod: &k8s::Pod, ctx: &NodeContext, volume: &str) -> PathBuf {
+pub fn empty_dir_path<C>(pod: &k8s::Pod, ctx: &NodeContext<C>, volume: &str) -> PathBuf {
     pod_dir(pod, ctx)
         .join("volumes/kubernetes.io~empty-dir")
         .join(volume)
@@ -29,15 +29,14 @@ pub fn empty_dir_path(pod: &k8s::Pod, ctx: &NodeContext, volume: &str) -> PathBu
 /// naming every such variable (`$$` is a literal `$`).
 pub fn expand_sub_path(expr: &str, env: &BTreeMap<String, String>) -> Result<String, String> {
     let mut missing = BTreeSet::new();
-    let out = wasmlet_plugin_host::convert::expand_with(expr, |name| {
-        match env.get(name).filter(|v| !v.is_empty()) {
+    let out =
+        crate::expand::expand_with(expr, |name| match env.get(name).filter(|v| !v.is_empty()) {
             Some(v) => Some(v.clone()),
             None => {
                 missing.insert(name.to_owned());
                 Some(String::new())
             }
-        }
-    });
+        });
     if missing.is_empty() {
         Ok(out)
     } else {
@@ -68,63 +67,108 @@ fn sub_path(m: &k8s::VolumeMount, env: &BTreeMap<String, String>) -> Result<Stri
     Ok(sub)
 }
 
-/// The host side of volume `v`, creating what must exist (hostPath `DirectoryOrCreate`
-/// / `FileOrCreate`; emptyDirs were set up with the pod's other volumes).
-fn volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<PathBuf, String> {
+/// What a hostPath volume's `type` asks of the node before its mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPathKind {
+    /// `DirectoryOrCreate`: made with its parents when missing.
+    DirectoryOrCreate,
+    /// `FileOrCreate`: an empty file made when missing.
+    FileOrCreate,
+    /// `Directory`: must be one.
+    Directory,
+    /// `File`: must be one.
+    File,
+}
+
+impl HostPathKind {
+    fn of(type_: &str) -> Option<Self> {
+        Some(match type_ {
+            "DirectoryOrCreate" => HostPathKind::DirectoryOrCreate,
+            "FileOrCreate" => HostPathKind::FileOrCreate,
+            "Directory" => HostPathKind::Directory,
+            "File" => HostPathKind::File,
+            _ => return None,
+        })
+    }
+}
+
+/// What the node must hold before a container starts, in the order the agent makes
+/// them; each names what it is for, so that a failure is reported in the kubelet's
+/// words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeFile {
+    /// A hostPath volume's path, made or checked as its `type` says (a failure is the
+    /// kubelet's `FailedMount`).
+    HostPath {
+        /// The volume's name.
+        volume: String,
+        /// The path on the node.
+        path: PathBuf,
+        /// What its type asks.
+        kind: HostPathKind,
+    },
+    /// A volume's sub path, made a directory when it does not exist, as the kubelet
+    /// does, so that the volume's other mounts see it.
+    SubPath {
+        /// The volume mount's name.
+        mount: String,
+        /// The container's name.
+        container: String,
+        /// The path on the node.
+        path: PathBuf,
+    },
+    /// The pod's managed `/etc/hosts`, written unless it already holds the same text.
+    Hosts(HostsFile),
+    /// The container's termination message file: made empty and writable by whatever
+    /// user the container runs as.
+    TerminationLog(PathBuf),
+}
+
+/// The host side of volume `v`, and what must exist there (hostPath `DirectoryOrCreate`
+/// / `FileOrCreate`, `Directory` / `File` checked; emptyDirs were set up with the pod's
+/// other volumes).
+fn volume_path<C>(
+    pod: &k8s::Pod,
+    ctx: &NodeContext<C>,
+    v: &k8s::Volume,
+) -> Result<(PathBuf, Option<NodeFile>), String> {
     if v.empty_dir.is_some() {
-        return Ok(empty_dir_path(pod, ctx, &v.name));
+        return Ok((empty_dir_path(pod, ctx, &v.name), None));
     }
     if let Some(hp) = &v.host_path {
         let path = PathBuf::from(&hp.path);
-        match hp.type_.as_deref().unwrap_or("") {
-            "DirectoryOrCreate" => {
-                std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            "FileOrCreate" if !path.exists() => {
-                if let Some(parent) = path.parent() {
-                    let _ = std::fs::create_dir_all(parent);
-                }
-                std::fs::write(&path, b"").map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            "Directory" if !path.is_dir() => {
-                return Err(format!(
-                    "hostPath type check failed: {} is not a directory",
-                    path.display()
-                ));
-            }
-            "File" if !path.is_file() => {
-                return Err(format!(
-                    "hostPath type check failed: {} is not a file",
-                    path.display()
-                ));
-            }
-            _ => {}
-        }
-        return Ok(path);
+        let file =
+            HostPathKind::of(hp.type_.as_deref().unwrap_or("")).map(|kind| NodeFile::HostPath {
+                volume: v.name.clone(),
+                path: path.clone(),
+                kind,
+            });
+        return Ok((path, file));
     }
     // configMap, secret, downwardAPI, projected: written before the containers start
-    // and kept up to date (crate::volumes).
-    managed_volume_path(pod, ctx, v).ok_or_else(|| {
+    // and kept up to date (the agent's volume manager).
+    managed_volume_path(pod, ctx, v).map(|p| (p, None)).ok_or_else(|| {
         "only emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes are supported on this node".to_owned()
     })
 }
 
 /// The container's mounts: its volume mounts, then the pod's managed `/etc/hosts` unless
-/// the container mounts its own. `env` is the container's environment (for
-/// `subPathExpr`), `pod_ip` the sandbox's address.
-pub(super) fn mounts(
+/// the container mounts its own; with what the node must hold for them. `env` is the
+/// container's environment (for `subPathExpr`), `pod_ip` the sandbox's address.
+pub(super) fn mounts<C>(
     pod: &k8s::Pod,
     c: &k8s::Container,
-    ctx: &NodeContext,
+    ctx: &NodeContext<C>,
     env: &BTreeMap<String, String>,
     pod_ip: &str,
-) -> Result<Vec<proto::Mount>, ConfigError> {
+) -> Result<(Vec<proto::Mount>, Vec<NodeFile>), ConfigError> {
     let volumes = pod
         .spec
         .as_ref()
         .and_then(|s| s.volumes.as_deref())
         .unwrap_or_default();
     let mut out = Vec::new();
+    let mut files = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
             return Err(ConfigError::new(format!(
@@ -133,27 +177,23 @@ pub(super) fn mounts(
             )));
         };
         // The sub path first: a bad one is the container's configuration, not a mount
-        // failure, and leaves nothing created on the node.
+        // failure.
         let sub = sub_path(m, env).map_err(ConfigError::new)?;
-        let host = volume_path(pod, ctx, v).map_err(|e| ConfigError {
+        let (host, file) = volume_path(pod, ctx, v).map_err(|e| ConfigError {
             message: format!("volume \"{}\": {e}", v.name),
             volume: true,
         })?;
+        files.extend(file);
         let host = if sub.is_empty() {
             host
         } else {
-            let p = host.join(&sub);
-            // A sub path that does not exist yet is made a directory, as the kubelet
-            // does, so that the volume's other mounts see it.
-            if !p.exists() {
-                std::fs::create_dir_all(&p).map_err(|e| {
-                    ConfigError::new(format!(
-                        "failed to create subPath directory for volumeMount \"{}\" of container \"{}\": {e}",
-                        m.name, c.name
-                    ))
-                })?;
-            }
-            p
+            let path = host.join(&sub);
+            files.push(NodeFile::SubPath {
+                mount: m.name.clone(),
+                container: c.name.clone(),
+                path: path.clone(),
+            });
+            path
         };
         out.push(proto::Mount {
             container_path: m.mount_path.clone(),
@@ -174,21 +214,22 @@ pub(super) fn mounts(
         .any(|m| m.mount_path.trim_end_matches('/') == ETC_HOSTS);
     let host_network = pod::host_network(pod);
     if !own_hosts && (host_network || !pod_ip.is_empty()) {
-        let file = write_hosts_file(pod, ctx, pod_ip)?;
+        let hosts = hosts_file(pod, ctx, pod_ip);
         out.push(proto::Mount {
             container_path: ETC_HOSTS.into(),
-            host_path: file.to_string_lossy().into_owned(),
+            host_path: hosts.path.to_string_lossy().into_owned(),
             selinux_relabel: true,
             ..Default::default()
         });
+        files.push(NodeFile::Hosts(hosts));
     }
-    Ok(out)
+    Ok((out, files))
 }
 
 /// The pod's hostname and, with a subdomain, its domain
 /// (`<subdomain>.<namespace>.svc.<clusterDomain>`; with no cluster domain it ends in
 /// `svc.`), as the kubelet derives them.
-pub fn hostname_and_domain(pod: &k8s::Pod, ctx: &NodeContext) -> (String, Option<String>) {
+pub fn hostname_and_domain<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> (String, Option<String>) {
     let spec = pod.spec.as_ref();
     let mut name = spec
         .and_then(|s| s.hostname.clone())
@@ -213,7 +254,7 @@ const FQDN_MAX: usize = 64;
 /// The hostname the pod's sandbox gets: its hostname, or with `setHostnameAsFQDN` and a
 /// subdomain its fully qualified name — refused, in the kubelet's words, when longer than
 /// the kernel keeps (the sandbox is then not made).
-pub fn kernel_hostname(pod: &k8s::Pod, ctx: &NodeContext) -> Result<String, String> {
+pub fn kernel_hostname<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> Result<String, String> {
     let (name, domain) = hostname_and_domain(pod, ctx);
     let as_fqdn = pod
         .spec
@@ -254,64 +295,57 @@ fn host_aliases(pod: &k8s::Pod) -> String {
 
 /// The hosts file the kubelet writes for a pod: for the pod network the localhost
 /// lines, the pod's address with its names and the `hostAliases`; for the node's network
-/// the node's own file (`ctx.hosts_file`) with the `hostAliases` after it.
-pub fn hosts_file_content(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    pod_ip: &str,
-) -> Result<String, String> {
-    let mut out = String::new();
+/// the node's own file with the `hostAliases` after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostsFile {
+    /// Where the pod's copy is kept (`<pod dir>/etc-hosts`).
+    pub path: PathBuf,
+    /// What comes first.
+    pub head: String,
+    /// The node's hosts file, whose text follows the head (a pod on the node's network).
+    pub node_file: Option<PathBuf>,
+    /// What comes last: the `hostAliases`.
+    pub tail: String,
+}
+
+impl HostsFile {
+    /// The file's text, `node` being the node's hosts file's (when it has one).
+    pub fn content(&self, node: &str) -> String {
+        let node = if self.node_file.is_some() { node } else { "" };
+        [self.head.as_str(), node, self.tail.as_str()].concat()
+    }
+}
+
+/// The managed hosts file of `pod` with address `pod_ip`.
+pub fn hosts_file<C>(pod: &k8s::Pod, ctx: &NodeContext<C>, pod_ip: &str) -> HostsFile {
+    let path = super::pod_dir(pod, ctx).join("etc-hosts");
+    let tail = host_aliases(pod);
     if pod::host_network(pod) {
-        let node = std::fs::read_to_string(&ctx.hosts_file)
-            .map_err(|e| format!("{}: {e}", ctx.hosts_file.display()))?;
-        out.push_str(MANAGED_HEADER_HOST_NETWORK);
-        out.push_str(&node);
-    } else {
-        out.push_str(MANAGED_HEADER);
-        out.push_str("127.0.0.1\tlocalhost\n");
-        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
-        out.push_str("fe00::0\tip6-localnet\n");
-        out.push_str("fe00::0\tip6-mcastprefix\n");
-        out.push_str("fe00::1\tip6-allnodes\n");
-        out.push_str("fe00::2\tip6-allrouters\n");
-        let (name, domain) = hostname_and_domain(pod, ctx);
-        match domain {
-            Some(d) => out.push_str(&format!("{pod_ip}\t{name}.{d}\t{name}\n")),
-            None => out.push_str(&format!("{pod_ip}\t{name}\n")),
-        }
+        return HostsFile {
+            path,
+            head: MANAGED_HEADER_HOST_NETWORK.into(),
+            node_file: Some(ctx.hosts_file.clone()),
+            tail,
+        };
     }
-    out.push_str(&host_aliases(pod));
-    Ok(out)
-}
-
-/// Where the pod's managed hosts file is kept.
-fn hosts_file_path(pod: &k8s::Pod, ctx: &NodeContext) -> PathBuf {
-    pod_dir(pod, ctx).join("etc-hosts")
-}
-
-fn write_hosts_file(
-    pod: &k8s::Pod,
-    ctx: &NodeContext,
-    pod_ip: &str,
-) -> Result<PathBuf, ConfigError> {
-    let path = hosts_file_path(pod, ctx);
-    let content = hosts_file_content(pod, ctx, pod_ip)
-        .map_err(|e| ConfigError::new(format!("cannot make /etc/hosts: {e}")))?;
-    write_if_changed(&path, content.as_bytes())
-        .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
-    Ok(path)
-}
-
-/// Writes `bytes` to `path` unless it already holds them (a container restart leaves
-/// the file its siblings have open untouched).
-fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if std::fs::read(path).is_ok_and(|old| old == bytes) {
-        return Ok(());
+    let mut head = String::from(MANAGED_HEADER);
+    head.push_str("127.0.0.1\tlocalhost\n");
+    head.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+    head.push_str("fe00::0\tip6-localnet\n");
+    head.push_str("fe00::0\tip6-mcastprefix\n");
+    head.push_str("fe00::1\tip6-allnodes\n");
+    head.push_str("fe00::2\tip6-allrouters\n");
+    let (name, domain) = hostname_and_domain(pod, ctx);
+    match domain {
+        Some(d) => head.push_str(&format!("{pod_ip}\t{name}.{d}\t{name}\n")),
+        None => head.push_str(&format!("{pod_ip}\t{name}\n")),
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    HostsFile {
+        path,
+        head,
+        node_file: None,
+        tail,
     }
-    std::fs::write(path, bytes)
 }
 
 /// The directory kind (`kubernetes.io~projected`, …) of a volume the volume manager
@@ -331,7 +365,11 @@ pub fn managed_volume_kind(v: &k8s::Volume) -> Option<&'static str> {
 }
 
 /// Where volume `v` of `pod` is written, if it is of a kind the volume manager writes.
-pub fn managed_volume_path(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Option<PathBuf> {
+pub fn managed_volume_path<C>(
+    pod: &k8s::Pod,
+    ctx: &NodeContext<C>,
+    v: &k8s::Volume,
+) -> Option<PathBuf> {
     Some(
         super::pod_dir(pod, ctx)
             .join("volumes")

@@ -1,10 +1,8 @@
 //! The pod's resolver configuration, from its `dnsPolicy` and `dnsConfig`, the node's
 //! resolver and the node's `clusterDNS` / `clusterDomain`, as the kubelet forms it.
 
-use std::path::Path;
-
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_cri::proto;
+use wasmlet_cri_api::proto;
 
 use super::NodeContext;
 use crate::pod;
@@ -33,13 +31,6 @@ pub fn parse_resolv_conf(text: &str) -> proto::DnsConfig {
     dns
 }
 
-/// Reads the node's resolver configuration (empty if there is none).
-pub fn node_dns(path: &Path) -> proto::DnsConfig {
-    std::fs::read_to_string(path)
-        .map(|t| parse_resolv_conf(&t))
-        .unwrap_or_default()
-}
-
 /// Where a pod's resolver configuration starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DnsKind {
@@ -54,7 +45,7 @@ enum DnsKind {
 /// The kubelet's reading of `dnsPolicy`: ClusterFirst is the cluster's DNS except on the
 /// node's network (ClusterFirstWithHostNet asks for it there too), and without a
 /// `clusterDNS` the cluster's DNS is the node's resolver.
-fn dns_kind(pod: &k8s::Pod, ctx: &NodeContext) -> DnsKind {
+fn dns_kind<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> DnsKind {
     let policy = pod
         .spec
         .as_ref()
@@ -83,7 +74,7 @@ fn push_unique(list: &mut Vec<String>, items: impl IntoIterator<Item = String>) 
 }
 
 /// The pod's resolver configuration.
-pub fn dns_config(pod: &k8s::Pod, ctx: &NodeContext) -> proto::DnsConfig {
+pub fn dns_config<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> proto::DnsConfig {
     let mut dns = match dns_kind(pod, ctx) {
         DnsKind::None => proto::DnsConfig::default(),
         DnsKind::Node => ctx.dns.clone(),

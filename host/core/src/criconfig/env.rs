@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::quantity::parse_quantity;
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_plugin_host::convert::parse_quantity;
 
 use super::{ConfigError, NodeContext};
 use crate::pod;
@@ -13,14 +13,15 @@ use crate::pod;
 /// Expands `$(VAR)` references from `env` the Kubernetes way: `$$` escapes, unknown
 /// references stay as written.
 pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
-    wasmlet_plugin_host::convert::expand_with(text, |name| env.get(name).cloned())
+    crate::expand::expand_with(text, |name| env.get(name).cloned())
 }
 
-pub(crate) fn field_ref(
+/// The value of a `fieldRef` (`None`: a path the kubelet does not resolve).
+pub fn field_ref<C>(
     pod: &k8s::Pod,
     path: &str,
     pod_ip: &str,
-    ctx: &NodeContext,
+    ctx: &NodeContext<C>,
 ) -> Option<String> {
     let m = &pod.metadata;
     let map_key = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
@@ -57,11 +58,12 @@ pub(crate) fn field_ref(
     })
 }
 
-pub(crate) fn resource_ref(
+/// The value of a `resourceFieldRef`, in its divisor's units.
+pub fn resource_ref<C>(
     c: &k8s::Container,
     r: &k8s::ResourceFieldSelector,
     field: &str,
-    ctx: &NodeContext,
+    ctx: &NodeContext<C>,
 ) -> Result<String, ConfigError> {
     let res = c.resources.clone().unwrap_or_default();
     let (which, name) = r
@@ -159,11 +161,11 @@ impl EnvData {
 }
 
 /// The container's environment, in order, with references resolved.
-pub(super) fn environment(
+pub(super) fn environment<C>(
     pod: &k8s::Pod,
     c: &k8s::Container,
     pod_ip: &str,
-    ctx: &NodeContext,
+    ctx: &NodeContext<C>,
     refs: &EnvData,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     if let Some(e) = &refs.services_error {
@@ -216,12 +218,12 @@ pub(super) fn environment(
 /// An env var's `valueFrom`: a field of the pod, a resource of the container, or a key
 /// of a ConfigMap or Secret (`None`: an optional one that is not there). `field` names
 /// the variable in errors.
-fn value_from(
+fn value_from<C>(
     pod: &k8s::Pod,
     c: &k8s::Container,
     from: &k8s::EnvVarSource,
     (field, pod_ip): (&str, &str),
-    ctx: &NodeContext,
+    ctx: &NodeContext<C>,
     refs: &EnvData,
 ) -> Result<Option<String>, ConfigError> {
     if let Some(f) = &from.field_ref {
