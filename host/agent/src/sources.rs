@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use crate::syncloop::SourceSet;
 
 /// How long a burst of directory changes is left to settle before the poll: long
 /// enough for a burst of writes to end in one poll, short beside a pod's start. (A file
-/// caught half written is reported and read again at its next change.)
+/// caught half written is reported and read again at its next change.) A file renamed
+/// into place or closed after writing is whole: its poll does not wait.
 const SETTLE: Duration = Duration::from_millis(5);
 
 /// Starts one poller per configured source, and one per source the cluster adds (each
@@ -128,38 +130,70 @@ async fn stop(task: JoinHandle<()>) {
     let _ = task.await;
 }
 
-/// Manifest files removed since the last poll, by file name.
-type Removed = Arc<Mutex<HashSet<String>>>;
+/// What the manifest directory's watch saw since the last poll.
+#[derive(Default)]
+struct DirChanges {
+    /// Woken on every change.
+    changed: Notify,
+    /// A file was completed (renamed into place, or closed after writing): poll now.
+    whole: AtomicBool,
+    /// Manifest files removed, by file name.
+    removed: Mutex<HashSet<String>>,
+}
 
-/// Watches `dir` (not recursively), waking `changed` on every event and noting the
-/// names of removed files in `removed`.
+impl DirChanges {
+    fn saw(&self, kind: &notify::EventKind, paths: &[PathBuf]) {
+        use notify::EventKind::{Access, Modify, Remove};
+        use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+        let gone = matches!(kind, Remove(_) | Modify(ModifyKind::Name(RenameMode::From)));
+        if gone {
+            let names = paths.iter().filter_map(|p| p.file_name());
+            let mut set = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+            set.extend(names.map(|n| n.to_string_lossy().into_owned()));
+        }
+        let whole = matches!(
+            kind,
+            Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+                | Access(AccessKind::Close(AccessMode::Write))
+        );
+        if whole {
+            self.whole.store(true, Ordering::Release);
+        }
+        self.changed.notify_one();
+    }
+
+    /// The files removed since the last call.
+    fn take_removed(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.removed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Waits for a change; then, unless a file was completed, for the burst to settle.
+    async fn next(&self) {
+        self.changed.notified().await;
+        if !self.whole.swap(false, Ordering::AcqRel) {
+            tokio::time::sleep(SETTLE).await;
+        }
+    }
+}
+
+/// Watches `dir` (not recursively), telling `changes` of every event.
 fn watch_dir(
     dir: &std::path::Path,
-    changed: Arc<Notify>,
-    removed: Removed,
+    changes: Arc<DirChanges>,
 ) -> Option<notify::RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
             // The source reading its manifests is no change: reacting to it would poll
-            // again, forever.
-            Ok(e) if matches!(e.kind, notify::EventKind::Access(_)) => {}
-            Ok(e) => {
-                let gone = matches!(
+            // again, forever. (A file closed after writing is one.)
+            Ok(e)
+                if matches!(
                     e.kind,
-                    notify::EventKind::Remove(_)
-                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(
-                            notify::event::RenameMode::From
-                        ))
-                );
-                if gone {
-                    let names = e.paths.iter().filter_map(|p| p.file_name());
-                    let mut set = removed.lock().unwrap_or_else(|p| p.into_inner());
-                    set.extend(names.map(|n| n.to_string_lossy().into_owned()));
-                }
-                changed.notify_one();
-            }
+                    notify::EventKind::Access(a)
+                        if a != notify::event::AccessKind::Close(notify::event::AccessMode::Write)
+                ) => {}
+            Ok(e) => changes.saw(&e.kind, &e.paths),
             // Lost events: poll.
-            Err(_) => changed.notify_one(),
+            Err(_) => changes.changed.notify_one(),
         }
     })
     .map_err(|e| warn!(dir = %dir.display(), "cannot watch the manifest directory: {e}"))
@@ -181,16 +215,15 @@ async fn poll_loop(
     tx: mpsc::Sender<SourceSet>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let changed = Arc::new(Notify::new());
-    let removed = Removed::default();
+    let changes = Arc::new(DirChanges::default());
     let _watcher = dir.as_ref().and_then(|d| {
         let _ = std::fs::create_dir_all(d);
-        watch_dir(d, changed.clone(), removed.clone())
+        watch_dir(d, changes.clone())
     });
     let mut last_error = String::new();
     loop {
         // Taken before the poll: a file removed while it reads counts for the next.
-        let gone = std::mem::take(&mut *removed.lock().unwrap_or_else(|p| p.into_inner()));
+        let gone = changes.take_removed();
         match sources.get(&name) {
             None => {
                 let message = format!("pod source {name} is not loaded; its pods are kept");
@@ -230,10 +263,8 @@ async fn poll_loop(
         }
         tokio::select! {
             () = tokio::time::sleep(period) => {}
-            () = changed.notified() => {
-                // Let a burst of writes (an editor's save) finish first.
-                tokio::time::sleep(SETTLE).await;
-            }
+            // A burst of writes (an editor's save) settles first.
+            () = changes.next() => {}
             _ = shutdown.changed() => return,
         }
     }
@@ -270,6 +301,48 @@ mod tests {
     use super::*;
     use wasmlet_plugin_host::config::PluginsConfig;
     use wasmlet_plugin_host::kinds::ClusterSource;
+
+    /// A manifest renamed into place or closed after writing is polled at once; any
+    /// other change (a file created, written to, removed) waits for its burst to settle.
+    async fn waited(changes: &DirChanges) -> Duration {
+        let start = tokio::time::Instant::now();
+        changes.next().await;
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_file_is_polled_at_once_and_a_burst_settles_first() {
+        use notify::EventKind::{Access, Create, Modify, Remove};
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode,
+        };
+        let changes = DirChanges::default();
+        let file = |name: &str| vec![PathBuf::from("/etc/kubernetes/manifests").join(name)];
+        changes.saw(&Create(CreateKind::File), &file("a.yaml"));
+        changes.saw(&Modify(ModifyKind::Any), &file("a.yaml"));
+        assert_eq!(waited(&changes).await, SETTLE, "written: settles");
+        changes.saw(&Modify(ModifyKind::Name(RenameMode::To)), &file("b.yaml"));
+        assert_eq!(waited(&changes).await, Duration::ZERO, "renamed into place");
+        changes.saw(
+            &Access(AccessKind::Close(AccessMode::Write)),
+            &file("a.yaml"),
+        );
+        assert_eq!(
+            waited(&changes).await,
+            Duration::ZERO,
+            "closed after writing"
+        );
+        // A whole file is polled at once once: what follows it settles again.
+        changes.saw(&Modify(ModifyKind::Any), &file("a.yaml"));
+        assert_eq!(waited(&changes).await, SETTLE);
+        changes.saw(&Remove(RemoveKind::File), &file("a.yaml"));
+        changes.saw(&Modify(ModifyKind::Name(RenameMode::From)), &file("b.yaml"));
+        assert_eq!(
+            changes.take_removed(),
+            HashSet::from(["a.yaml".to_owned(), "b.yaml".to_owned()])
+        );
+        assert!(changes.take_removed().is_empty());
+    }
 
     /// A cluster source removed while its poller is busy sends nothing after its
     /// removal: a late set would bring its pods back for good.
