@@ -2,31 +2,13 @@
 //! environment, mounts, resources and security contexts, as the kubelet makes them.
 
 use super::*;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::path::PathBuf;
 use wasmlet_core::runtime::{CONTAINER_NAME_LABEL, RESTART_COUNT_ANNOTATION};
 
 fn ctx(dir: &Path) -> NodeContext {
-    NodeContext {
-        node_name: "node-a".into(),
-        hostname: "node-a.local".into(),
-        host_ip: "192.168.1.2".into(),
-        pod_logs_dir: dir.join("logs"),
-        pods_dir: dir.join("pods"),
-        dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch lan\noptions ndots:2\n"),
-        cluster_dns: Vec::new(),
-        cluster_domain: String::new(),
-        hosts_file: dir.join("node-hosts"),
-        memory_bytes: 8 << 30,
-        allocatable: [
-            ("cpu".to_string(), Quantity("3500m".into())),
-            ("memory".to_string(), Quantity("8388608Ki".into())),
-        ]
-        .into(),
-        pod_cgroups: None,
-    }
+    wasmlet_core::criconfig::testing::node(dir)
 }
 
 fn tempdir(name: &str) -> PathBuf {
@@ -37,9 +19,7 @@ fn tempdir(name: &str) -> PathBuf {
 }
 
 fn pod(json: &str) -> k8s::Pod {
-    let mut p: k8s::Pod = serde_json::from_str(json).expect("pod");
-    crate::pod::make_static(&mut p, ("file", "p.yaml"), "node-a", None);
-    p
+    wasmlet_core::criconfig::testing::static_pod(json)
 }
 
 #[test]

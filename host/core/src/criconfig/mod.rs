@@ -29,6 +29,8 @@ mod dns;
 mod env;
 mod mounts;
 pub mod services;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 

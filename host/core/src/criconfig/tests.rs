@@ -3,65 +3,37 @@
 //! what a container needs on the node, as [`NodeFile`]s (nothing here touches the disk).
 
 use super::*;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::path::Path;
 
 fn ctx(dir: &Path) -> NodeContext {
-    NodeContext {
-        node_name: "node-a".into(),
-        hostname: "node-a.local".into(),
-        host_ip: "192.168.1.2".into(),
-        pod_logs_dir: dir.join("logs"),
-        pods_dir: dir.join("pods"),
-        dns: parse_resolv_conf("nameserver 1.1.1.1\nsearch lan\noptions ndots:2\n"),
-        cluster_dns: Vec::new(),
-        cluster_domain: String::new(),
-        hosts_file: dir.join("node-hosts"),
-        memory_bytes: 8 << 30,
-        allocatable: [
-            ("cpu".to_string(), Quantity("3500m".into())),
-            ("memory".to_string(), Quantity("8388608Ki".into())),
-        ]
-        .into(),
-        pod_cgroups: None,
-    }
+    super::testing::node(dir)
 }
 
 fn pod(json: &str) -> k8s::Pod {
-    let mut p: k8s::Pod = serde_json::from_str(json).expect("pod");
-    crate::pod::make_static(&mut p, ("file", "p.yaml"), "node-a", None);
-    p
+    super::testing::static_pod(json)
 }
 
-/// The configuration alone (what the node must hold: `what_the_node_must_hold_comes_in_order`).
-fn container_config_with(
-    pod: &k8s::Pod,
+/// A first container's configuration alone, with `refs` (what the node must hold:
+/// `what_the_node_must_hold_comes_in_order`).
+fn with_refs(
+    p: &k8s::Pod,
     c: &k8s::Container,
-    init: bool,
-    restart_count: i32,
-    pod_ip: &str,
-    ctx: &NodeContext,
+    node: &NodeContext,
     refs: &EnvData,
 ) -> Result<proto::ContainerConfig, ConfigError> {
-    container_config(pod, c, (init, restart_count), pod_ip, ctx, refs).map(|(config, _)| config)
+    container_config(p, c, (false, 0), "", node, refs).map(|(config, _)| config)
 }
 
+/// `c`'s configuration alone, of its `restart_count`th restart, in a sandbox at `pod_ip`.
 fn config_of(
-    pod: &k8s::Pod,
+    p: &k8s::Pod,
     c: &k8s::Container,
     restart_count: i32,
     pod_ip: &str,
-    ctx: &NodeContext,
+    node: &NodeContext,
 ) -> Result<proto::ContainerConfig, ConfigError> {
-    container_config_with(
-        pod,
-        c,
-        false,
-        restart_count,
-        pod_ip,
-        ctx,
-        &EnvData::default(),
-    )
+    let refs = EnvData::default();
+    container_config(p, c, (false, restart_count), pod_ip, node, &refs).map(|(config, _)| config)
 }
 
 #[test]
@@ -181,7 +153,7 @@ fn environment_from_config_maps_and_secrets() {
             "s3cret".to_string(),
         )])),
     );
-    let cfg = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect("config");
+    let cfg = with_refs(&p, c, &ctx(&dir), &refs).expect("config");
     let env: BTreeMap<String, String> = cfg.envs.into_iter().map(|e| (e.key, e.value)).collect();
     assert_eq!(env["APP_mode"], "fast");
     assert_eq!(env["PASSWORD"], "s3cret");
@@ -190,13 +162,13 @@ fn environment_from_config_maps_and_secrets() {
     assert!(!env.contains_key("OPT"));
     // A key that is not there, in the kubelet's words.
     refs.secrets.insert("db".into(), Some(BTreeMap::new()));
-    let err = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("no key");
+    let err = with_refs(&p, c, &ctx(&dir), &refs).expect_err("no key");
     assert_eq!(
         err.to_string(),
         "couldn't find key password in Secret shop/db"
     );
     refs.secrets.insert("db".into(), None);
-    let err = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("no secret");
+    let err = with_refs(&p, c, &ctx(&dir), &refs).expect_err("no secret");
     assert_eq!(err.to_string(), "secret \"db\" not found");
 }
 
@@ -360,7 +332,7 @@ fn service_variables_are_overridden_by_the_containers_own() {
         ..Default::default()
     };
     let c = &crate::pod::containers(&p)[0];
-    let cfg = container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect("config");
+    let cfg = with_refs(&p, c, &ctx(&dir), &refs).expect("config");
     let env = env_of(&cfg);
     assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
     assert_eq!(env["KUBERNETES_SERVICE_PORT"], "8443");
@@ -372,8 +344,7 @@ fn service_variables_are_overridden_by_the_containers_own() {
         ),
         ..Default::default()
     };
-    let err =
-        container_config_with(&p, c, false, 0, "", &ctx(&dir), &refs).expect_err("not listed");
+    let err = with_refs(&p, c, &ctx(&dir), &refs).expect_err("not listed");
     assert!(
         err.to_string()
             .starts_with("services have not yet been read")
