@@ -317,9 +317,9 @@ async fn floor_with_agent_configs(
     let mut tasks = Vec::new();
     for i in 0..n {
         let (c, node) = (client.clone(), node.clone());
-        tasks.push(tokio::spawn(
-            async move { start_as_the_agent_would(&c, &node, i).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            start_as_the_agent_would(&c, &node, i).await
+        }));
     }
     let mut last_start = Some(started_unix);
     for t in tasks {
