@@ -145,6 +145,11 @@ impl DirChanges {
     fn saw(&self, kind: &notify::EventKind, paths: &[PathBuf]) {
         use notify::EventKind::{Access, Modify, Remove};
         use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+        // The source reading its manifests is no change: reacting to it would poll
+        // again, forever. (A file closed after writing is one.)
+        if matches!(kind, Access(a) if *a != AccessKind::Close(AccessMode::Write)) {
+            return;
+        }
         let gone = matches!(kind, Remove(_) | Modify(ModifyKind::Name(RenameMode::From)));
         if gone {
             let names = paths.iter().filter_map(|p| p.file_name());
@@ -183,14 +188,6 @@ fn watch_dir(
 ) -> Option<notify::RecommendedWatcher> {
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
-            // The source reading its manifests is no change: reacting to it would poll
-            // again, forever. (A file closed after writing is one.)
-            Ok(e)
-                if matches!(
-                    e.kind,
-                    notify::EventKind::Access(a)
-                        if a != notify::event::AccessKind::Close(notify::event::AccessMode::Write)
-                ) => {}
             Ok(e) => changes.saw(&e.kind, &e.paths),
             // Lost events: poll.
             Err(_) => changes.changed.notify_one(),
@@ -318,6 +315,14 @@ mod tests {
         };
         let changes = DirChanges::default();
         let file = |name: &str| vec![PathBuf::from("/etc/kubernetes/manifests").join(name)];
+        // The source's own reads are no change.
+        changes.saw(&Access(AccessKind::Read), &file("a.yaml"));
+        changes.saw(
+            &Access(AccessKind::Close(AccessMode::Read)),
+            &file("a.yaml"),
+        );
+        let idle = tokio::time::timeout(Duration::from_secs(60), changes.next()).await;
+        assert!(idle.is_err(), "a read woke the poller");
         changes.saw(&Create(CreateKind::File), &file("a.yaml"));
         changes.saw(&Modify(ModifyKind::Any), &file("a.yaml"));
         assert_eq!(waited(&changes).await, SETTLE, "written: settles");

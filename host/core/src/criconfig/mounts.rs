@@ -318,7 +318,7 @@ impl HostsFile {
 
 /// The managed hosts file of `pod` with address `pod_ip`.
 pub fn hosts_file<C>(pod: &k8s::Pod, ctx: &NodeContext<C>, pod_ip: &str) -> HostsFile {
-    let path = super::pod_dir(pod, ctx).join("etc-hosts");
+    let path = pod_dir(pod, ctx).join("etc-hosts");
     let tail = host_aliases(pod);
     if pod::host_network(pod) {
         return HostsFile {
@@ -371,7 +371,7 @@ pub fn managed_volume_path<C>(
     v: &k8s::Volume,
 ) -> Option<PathBuf> {
     Some(
-        super::pod_dir(pod, ctx)
+        pod_dir(pod, ctx)
             .join("volumes")
             .join(managed_volume_kind(v)?)
             .join(&v.name),
