@@ -487,8 +487,8 @@ impl PluginEngine {
     ) -> Result<AdmissionPlugin, PluginError> {
         let kind = LoadKind {
             label: "admission",
-            world: "admission-policy",
-            linker: &self.linker,
+            world: crate::backend::World::Admission,
+            world_name: "admission-policy",
         };
         let (loaded, pre) = self.load_as(
             name,

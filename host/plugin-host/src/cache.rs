@@ -38,11 +38,11 @@ pub enum CacheOutcome {
     Replaced(String),
 }
 
-/// A directory of compiled components for one engine configuration.
+/// A directory of compiled components, each entry for the engine configuration that
+/// compiled it.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
     dir: PathBuf,
-    engine_key: String,
     /// A program that compiles into this cache in a process of its own
     /// ([`ComponentCache::compile_with`]).
     compiler: Option<PathBuf>,
@@ -60,16 +60,11 @@ pub const COMPILER_ARGS: [&str; 3] = ["plugin", "precompile", "--cache-dir"];
 pub const COMPILER_REFUSED: i32 = 2;
 
 impl ComponentCache {
-    /// Uses (and creates) `dir` for components compiled by `engine`.
-    pub fn new(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
+    /// Uses (and creates) `dir`.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        // DefaultHasher::new() has fixed keys: the same settings hash the same in every
-        // run of this binary; the wasmtime version is part of what is hashed.
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(Self {
             dir: dir.to_owned(),
-            engine_key: format!("{:016x}", hasher.finish()),
             compiler: None,
             shipped: Vec::new(),
         })
@@ -100,11 +95,11 @@ impl ComponentCache {
         &self.dir
     }
 
-    /// What the names of the entries for a component with this sha256 start with (the
-    /// artifact's own sha256 and `.cwasm` follow).
-    fn entry_prefix(&self, component_sha256: &str) -> PathBuf {
+    /// What the names of the entries for a component with this sha256 compiled by
+    /// `engine` start with (the artifact's own sha256 and `.cwasm` follow).
+    fn entry_prefix(&self, engine: &Engine, component_sha256: &str) -> PathBuf {
         self.dir
-            .join(format!("{component_sha256}-{}-", self.engine_key))
+            .join(format!("{component_sha256}-{}-", engine_key(engine)))
     }
 
     /// The component for `wasm` (a component's bytes, whose sha256 is `digest`), from
@@ -115,7 +110,7 @@ impl ComponentCache {
         wasm: &[u8],
         digest: &str,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let path = self.entry_prefix(digest);
+        let path = self.entry_prefix(engine, digest);
         // One compilation per entry at a time in this process: a second load of the
         // same component (another plugin using it, another hollow node) waits for the
         // first and then finds its entry.
@@ -191,6 +186,15 @@ impl ComponentCache {
             }
         })
     }
+}
+
+/// A hash of `engine`'s compilation settings (the wasmtime version among them).
+/// `DefaultHasher::new()` has fixed keys: the same settings hash the same in every run of
+/// this binary.
+fn engine_key(engine: &Engine) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// Compiles `wasm`, stores the artifact as an entry and loads it from there (mapped, as
@@ -369,9 +373,10 @@ fn write_entry(prefix: &Path, artifact: &[u8]) -> std::io::Result<PathBuf> {
     name.push(format!("{}.cwasm", sha256_hex(artifact)));
     let path = PathBuf::from(name);
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(artifact)?;
-    file.sync_all()?;
+    // Not synced to disk: after a crash an entry may be cut short or empty, and then its
+    // checksum does not match its name, it is refused and compiled again. Syncing the
+    // tens of megabytes of a Python plugin's code cost its first load 20–100 ms.
+    std::fs::File::create(&tmp)?.write_all(artifact)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

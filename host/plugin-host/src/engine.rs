@@ -7,21 +7,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, Store};
+use std::sync::OnceLock;
 
+use wasmtime::component::Component;
+use wasmtime::{Engine, Store};
+
+use crate::backend::{Backend, Compiler, World};
 use crate::{
-    BoxError, CacheOutcome, ComponentCache, Limits, Loaded, MAX_CORE_INSTANCES, MAX_MEMORY_BYTES,
-    PluginError, PluginMetrics, PluginState, bindings, cache, probe, read_component, source,
+    BoxError, CacheOutcome, ComponentCache, Limits, Loaded, PluginError, PluginMetrics,
+    PluginState, cache, read_component,
 };
 
 /// How often the epoch advances: a running guest yields to the async runtime and its
 /// deadline is checked at this period.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-/// Instances that may exist at once, across all plugins (calls in flight plus reused
-/// instances kept idle). A call beyond it fails with a clear error.
-const POOL_SLOTS: u32 = 1000;
 
 /// Gives the allocator's free pages back to the kernel once the bytes of a large
 /// component have been dropped. glibc raises its mmap threshold to the size of a large
@@ -94,10 +93,7 @@ pub(crate) fn plugin_store(engine: &Engine, state: PluginState) -> Store<PluginS
 /// The wasmtime engine every plugin shares, with its epoch ticker.
 #[derive(Clone)]
 pub struct PluginEngine {
-    pub(crate) engine: Engine,
-    pub(crate) linker: Arc<Linker<PluginState>>,
-    pub(crate) probe_linker: Arc<Linker<PluginState>>,
-    pub(crate) source_linker: Arc<Linker<PluginState>>,
+    backends: Arc<Backends>,
     cache: Option<ComponentCache>,
     metrics: PluginMetrics,
     ticker: Arc<Ticker>,
@@ -138,6 +134,39 @@ impl SignedFiles {
                 tracing::warn!(path = %path.display(), reason = %e, "a plugin's signature does not verify; loading it anyway (plugins.verification.required is false)");
                 Ok(())
             }
+        }
+    }
+}
+
+/// The engines of both compilers: cranelift's made with the plugin engine, Winch's when
+/// the first large component is loaded (a node with no such plugin never pays for it).
+struct Backends {
+    cranelift: Backend,
+    winch: OnceLock<Option<Backend>>,
+}
+
+impl Backends {
+    /// The engine that compiles `compiler`'s components: cranelift's when Winch's cannot
+    /// be made (said once, in the log).
+    fn get(&self, compiler: Compiler) -> &Backend {
+        if compiler == Compiler::Cranelift {
+            return &self.cranelift;
+        }
+        let winch = self.winch.get_or_init(|| match Backend::new(Compiler::Winch) {
+            Ok(backend) => Some(backend),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make the baseline compiler's engine; large plugins are compiled by cranelift");
+                None
+            }
+        });
+        winch.as_ref().unwrap_or(&self.cranelift)
+    }
+
+    /// Advances the epoch of every engine made so far.
+    fn tick(&self) {
+        self.cranelift.engine.increment_epoch();
+        if let Some(Some(winch)) = self.winch.get() {
+            winch.engine.increment_epoch();
         }
     }
 }
@@ -190,7 +219,7 @@ impl Clock {
     }
 
     /// The ticking thread's loop: asleep (parked) while no call is under way.
-    fn run(&self, engine: &Engine) {
+    fn run(&self, tick: impl Fn()) {
         while !self.stop.load(Ordering::Acquire) {
             if self.running.load(Ordering::Acquire) == 0 {
                 // A call starting between the check and here unparks first, and this
@@ -199,7 +228,7 @@ impl Clock {
                 continue;
             }
             std::thread::sleep(EPOCH_TICK);
-            engine.increment_epoch();
+            tick();
             self.ticks.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -234,58 +263,25 @@ impl PluginEngine {
     }
 
     fn build(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        // Plugins are small and their calls cost the boundary, not the code: measured,
-        // cranelift's optimisations left decisions as fast (8.3 vs 8.8 µs p50 warm) and
-        // made every compile — every hot swap of a new version — 20 ms slower.
-        config.cranelift_opt_level(wasmtime::OptLevel::None);
-        // Instances come from pre-reserved slots: a fresh instance per call costs
-        // microseconds, not an mmap and page faults. The first 256 KiB of a memory are
-        // reset with memset and stay resident (a small guest's whole working set);
-        // beyond that, pages go back to the kernel in batches. Measured: with 64 KiB
-        // resident and no batching a fresh-instance decision cost 49 µs, with these 19.
-        let mut pool = wasmtime::PoolingAllocationConfig::new();
-        pool.total_component_instances(POOL_SLOTS)
-            .total_core_instances(POOL_SLOTS * 4)
-            .total_memories(POOL_SLOTS * 2)
-            .total_tables(POOL_SLOTS * 4)
-            .total_stacks(POOL_SLOTS)
-            .max_core_instances_per_component(MAX_CORE_INSTANCES as u32)
-            .max_memory_size(MAX_MEMORY_BYTES)
-            .linear_memory_keep_resident(256 << 10)
-            .decommit_batch_size(8)
-            .table_keep_resident(16 << 10);
-        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config)?;
-        let mut linker = Linker::<PluginState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        bindings::AdmissionPolicy::add_to_linker::<PluginState, HasSelf<PluginState>>(
-            &mut linker,
-            |s| s,
-        )?;
-
-        let probe_linker = Arc::new(probe::linker(&engine)?);
-        let source_linker = Arc::new(source::linker(&engine)?);
+        let backends = Arc::new(Backends {
+            cranelift: Backend::new(Compiler::Cranelift)?,
+            winch: OnceLock::new(),
+        });
         let clock = Arc::new(Clock::default());
-        let (ticking, shared) = (engine.clone(), clock.clone());
+        let (ticking, shared) = (backends.clone(), clock.clone());
         let thread = std::thread::Builder::new()
             .name("wasmlet-epoch".into())
-            .spawn(move || shared.run(&ticking))?;
+            .spawn(move || shared.run(|| ticking.tick()))?;
         let _ = clock.thread.set(thread.thread().clone());
         let cache = match cache_dir {
             Some(dir) => Some(
-                ComponentCache::new(dir, &engine)
+                ComponentCache::new(dir)
                     .map_err(|e| anyhow::anyhow!("plugin cache {}: {e}", dir.display()))?,
             ),
             None => None,
         };
         Ok(Self {
-            engine,
-            linker: Arc::new(linker),
-            probe_linker,
-            source_linker,
+            backends,
             cache,
             metrics: PluginMetrics::default(),
             ticker: Arc::new(Ticker { clock }),
@@ -335,16 +331,14 @@ impl PluginEngine {
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("the engine has no cache to compile into"))?;
         let digest = cache::sha256_hex(wasm);
-        cache.load(&self.engine, wasm, &digest)?;
+        let backend = self.backends.get(Compiler::for_size(wasm.len()));
+        cache.load(&backend.engine, wasm, &digest)?;
         Ok(())
     }
 
-    /// Reads and compiles (or loads from the cache) the component at `path`.
-    pub(crate) fn component(
-        &self,
-        name: &str,
-        path: &Path,
-    ) -> Result<(Component, String, CacheOutcome), PluginError> {
+    /// Reads and compiles (or loads from the cache) the component at `path`, with the
+    /// engine of the compiler its size calls for.
+    pub(crate) fn component(&self, name: &str, path: &Path) -> Result<Compiled<'_>, PluginError> {
         let load_err = |source: BoxError| PluginError::Load {
             plugin: name.to_owned(),
             path: path.to_owned(),
@@ -355,15 +349,21 @@ impl PluginEngine {
             signed.check(path, &wasm).map_err(load_err)?;
         }
         let digest = cache::sha256_hex(&wasm);
+        let backend = self.backends.get(Compiler::for_size(wasm.len()));
         let loaded = match &self.cache {
-            Some(cache) => cache.load(&self.engine, &wasm, &digest),
-            None => Component::new(&self.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
+            Some(cache) => cache.load(&backend.engine, &wasm, &digest),
+            None => Component::new(&backend.engine, &wasm).map(|c| (c, CacheOutcome::Miss)),
         };
         let size = wasm.len();
         drop(wasm);
         release_freed_memory(size);
         let (component, outcome) = loaded.map_err(|e| load_err(e.into_boxed_dyn_error()))?;
-        Ok((component, digest, outcome))
+        Ok(Compiled {
+            component,
+            digest,
+            outcome,
+            backend,
+        })
     }
 
     /// How often the epoch has advanced: every 10 ms while a plugin call is under way,
@@ -383,27 +383,33 @@ impl PluginEngine {
         &self,
         name: &str,
         path: &Path,
-        kind: LoadKind<'_>,
+        kind: LoadKind,
         config: BTreeMap<String, String>,
         limits: Limits,
         prepare: impl FnOnce(wasmtime::component::InstancePre<PluginState>) -> wasmtime::Result<P>,
     ) -> Result<(Loaded, P), PluginError> {
         let loaded = (|| {
-            let (component, digest, outcome) = self.component(name, path)?;
-            let pre = kind
-                .linker
+            let Compiled {
+                component,
+                digest,
+                outcome,
+                backend,
+            } = self.component(name, path)?;
+            let pre = backend
+                .linker(kind.world)
                 .instantiate_pre(&component)
                 .and_then(prepare)
                 .map_err(|source| PluginError::World {
                     plugin: name.to_owned(),
-                    world: kind.world,
+                    world: kind.world_name,
                     source: source.into_boxed_dyn_error(),
                 })?;
             let loaded = Loaded {
                 name: name.into(),
                 digest,
                 outcome,
-                engine: self.engine.clone(),
+                compiler: backend.compiler,
+                engine: backend.engine.clone(),
                 clock: self.ticker.clock.clone(),
                 config: Arc::new(config),
                 limits,
@@ -417,11 +423,20 @@ impl PluginEngine {
 }
 
 /// A plugin kind, as [`PluginEngine::load_as`] loads it.
-pub(crate) struct LoadKind<'a> {
+pub(crate) struct LoadKind {
     /// Its metrics label: `admission`, `probe`, `source`.
     pub(crate) label: &'static str,
-    /// The world it must implement.
-    pub(crate) world: &'static str,
-    /// The linker of that world.
-    pub(crate) linker: &'a Linker<PluginState>,
+    /// The world it must implement, and its name.
+    pub(crate) world: World,
+    pub(crate) world_name: &'static str,
+}
+
+/// A component compiled (or taken from the cache) by one of the engines.
+pub(crate) struct Compiled<'a> {
+    pub(crate) component: Component,
+    /// The component file's sha256.
+    pub(crate) digest: String,
+    pub(crate) outcome: CacheOutcome,
+    /// The engine that compiled it, on which it is instantiated.
+    pub(crate) backend: &'a Backend,
 }

@@ -38,23 +38,21 @@ pub struct Inspection {
     pub digest: String,
     /// The file's size in bytes.
     pub size: u64,
+    /// The compiler its code comes from: Winch for a component of
+    /// [`crate::backend::BASELINE_FROM_BYTES`] or more, else cranelift.
+    pub compiler: crate::backend::Compiler,
 }
 
 impl PluginEngine {
     /// Compiles the component at `path` (or takes it from the cache) and reports what it
     /// is, without running it.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, PluginError> {
-        let (component, digest, _) = self.component(&path.display().to_string(), path)?;
+        let compiled = self.component(&path.display().to_string(), path)?;
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        let ty = component.component_type();
-        let imports: Vec<String> = ty
-            .imports(&self.engine)
-            .map(|(n, _)| n.to_owned())
-            .collect();
-        let exports: Vec<String> = ty
-            .exports(&self.engine)
-            .map(|(n, _)| n.to_owned())
-            .collect();
+        let engine = &compiled.backend.engine;
+        let ty = compiled.component.component_type();
+        let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_owned()).collect();
+        let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
         let world = WORLDS
             .iter()
             .find(|(export, _)| exports.iter().any(|e| e == export))
@@ -70,8 +68,9 @@ impl PluginEngine {
             imports,
             exports,
             capabilities,
-            digest,
             size,
+            compiler: compiled.backend.compiler,
+            digest: compiled.digest,
         })
     }
 }

@@ -35,6 +35,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 mod admission;
+pub mod backend;
 pub mod cache;
 pub mod chain;
 pub mod config;
@@ -327,6 +328,7 @@ pub struct Loaded {
     name: Arc<str>,
     digest: String,
     outcome: CacheOutcome,
+    compiler: backend::Compiler,
     engine: Engine,
     clock: Arc<engine::Clock>,
     config: Arc<BTreeMap<String, String>>,
@@ -408,5 +410,10 @@ pub trait Plugin: Send + Sync + 'static {
     /// The limits its calls run under.
     fn limits(&self) -> &Limits {
         &self.loaded().limits
+    }
+
+    /// The compiler its code came from (Winch for a large component, else cranelift).
+    fn compiler(&self) -> backend::Compiler {
+        self.loaded().compiler
     }
 }

@@ -134,8 +134,8 @@ impl PluginEngine {
     ) -> Result<ProbeHandler, PluginError> {
         let kind = LoadKind {
             label: "probe",
-            world: "probe-handler",
-            linker: &self.probe_linker,
+            world: crate::backend::World::Probe,
+            world_name: "probe-handler",
         };
         let (loaded, pre) = self.load_as(
             name,

@@ -137,8 +137,8 @@ impl PluginEngine {
     ) -> Result<PodSource, PluginError> {
         let kind = LoadKind {
             label: "source",
-            world: "pod-source",
-            linker: &self.source_linker,
+            world: crate::backend::World::Source,
+            world_name: "pod-source",
         };
         let (loaded, pre) = self.load_as(
             name,

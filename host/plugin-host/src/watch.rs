@@ -471,7 +471,7 @@ impl<T: Plugin> Follow for SetFollower<T> {
             let loaded = tokio::task::spawn_blocking(move || load(&owned)).await;
             match loaded {
                 Ok(Ok(plugin)) => {
-                    tracing::info!(plugin = %name, digest = plugin.digest(), "{what} loaded");
+                    tracing::info!(plugin = %name, digest = plugin.digest(), compiler = plugin.compiler().name(), "{what} loaded");
                     self.set.insert(name, Arc::new(plugin));
                 }
                 Ok(Err(error)) => {

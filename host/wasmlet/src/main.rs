@@ -86,18 +86,28 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
     .into()
 }
 
-/// Allocator arenas at most: see [`wasmlet_plugin_host::memory::limit_arenas`]. With
-/// glibc's default (eight per core) the idle agent at 30 pods held 1 MB more of freed
-/// memory spread over its threads' arenas (bench/README, "Where a node's memory is now").
+/// Allocator arenas at most, for the commands that run for good (the agent, the
+/// controller): see [`wasmlet_plugin_host::memory::limit_arenas`]. With glibc's default
+/// (eight per core) the idle agent at 30 pods held 1 MB more of freed memory spread over
+/// its threads' arenas (bench/README, "Where a node's memory is now"). Not for `plugin`,
+/// which compiles components (the agent's compiler process among them): its compiler
+/// threads contend for arenas, measured 1.6 s with one arena against 1.2 s with glibc's
+/// default for a Python policy.
 const ALLOCATOR_ARENAS: i32 = 2;
 
 fn main() -> ExitCode {
-    wasmlet_plugin_host::memory::limit_arenas(ALLOCATOR_ARENAS);
+    let mut cli = Cli::parse_from(arguments());
+    if !matches!(cli.command, Command::Plugin(_)) {
+        wasmlet_plugin_host::memory::limit_arenas(ALLOCATOR_ARENAS);
+    }
+    if let Command::Run(args) = &mut cli.command {
+        args.0.as_kubelet = called_as_kubelet();
+    }
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(run()),
+        Ok(runtime) => runtime.block_on(run(cli)),
         Err(e) => {
             eprintln!("wasmlet: cannot start the async runtime: {e}");
             ExitCode::FAILURE
@@ -105,12 +115,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run() -> ExitCode {
+async fn run(cli: Cli) -> ExitCode {
     wasmlet_cluster::connect::install_crypto_provider();
-    let mut cli = Cli::parse_from(arguments());
-    if let Command::Run(args) = &mut cli.command {
-        args.0.as_kubelet = called_as_kubelet();
-    }
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(&cli))
         .with_writer(std::io::stderr)

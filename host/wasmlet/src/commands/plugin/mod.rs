@@ -417,6 +417,7 @@ fn inspect(engine: &PluginEngine, file: &Path) -> Result<ExitCode> {
     println!("file:         {}", file.display());
     println!("size:         {} bytes", i.size);
     println!("sha256:       {}", i.digest);
+    println!("compiler:     {}", i.compiler.name());
     println!(
         "world:        {}",
         i.world
