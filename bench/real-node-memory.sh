@@ -2,8 +2,8 @@
 # A real node's memory and idle CPU: `wasmlet run` (release build) on the test
 # containerd with N static busybox pods, the kubelet server and stats on, every pod
 # started from nothing and every shipped plugin compiled (a fresh rootDir). Prints the
-# agent's RSS (anonymous and file-backed), the biggest mappings, and its CPU over a
-# minute of idling.
+# agent's RSS (anonymous and file-backed) and the biggest mappings 45 s after start, its
+# CPU over a minute of idling, and its RSS again after that minute.
 #
 #   scripts/containerd.sh up /var/lib/wasmlet/test-containerd
 #   cargo build --release -p wasmlet
@@ -80,6 +80,12 @@ sleep 60
 t1=$(awk '{print $14+$15}' "/proc/$pid/stat")
 ticks=$(getconf CLK_TCK)
 echo "idle CPU: $(echo "scale=3; ($t1-$t0)*100/$ticks/60" | bc) % of a core"
+# A minute later: the start-up pages of the executable and the idle plugins' code have
+# been paged out (60 s after start, and 10 s after a plugin's last call).
+echo "after the idle minute (105 s after start):"
+grep -E 'VmRSS|RssAnon|RssFile' "/proc/$pid/status"
+awk '/^[0-9a-f]+-[0-9a-f]+ /{n=$6; if(n=="")n="[anon]"} /^Rss:/{r[n]+=$2} END{for(n in r) if(r[n]>500) print "  " r[n], n}' \
+  "/proc/$pid/smaps" | sort -rn
 kill $pid; wait $pid 2>/dev/null || true
 
 # Remove the pods: the same node with no manifests.

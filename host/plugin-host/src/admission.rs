@@ -350,12 +350,34 @@ impl Policy {
                 let mut idle = policy.idle.lock().unwrap_or_else(|e| e.into_inner());
                 idle.retain(|w| now.duration_since(w.used_at) < IDLE_INSTANCE_LIFETIME);
                 if idle.is_empty() {
+                    drop(idle);
+                    policy.page_out_code();
                     // An instance kept from here on starts a task of its own.
                     policy.expiring.store(false, Ordering::Release);
                     return;
                 }
             }
         });
+    }
+
+    /// Once a large plugin has no instance left, the pages of its compiled code (and of
+    /// its memory image, mapped from the same cache entry) leave the agent's resident
+    /// memory until its next call reads them back: a Python or JavaScript policy's
+    /// interpreter kept 20–30 MB resident that a node admitting a pod now and then does
+    /// not need in between. Small plugins keep theirs (a megabyte at most, read on every
+    /// admission); one compiled without a cache has no file to read its pages back from,
+    /// and keeps them too.
+    fn page_out_code(&self) {
+        let image = self.pre.instance_pre().component().image_range();
+        let size = image.end as usize - image.start as usize;
+        if size >= crate::backend::BASELINE_FROM_BYTES {
+            let bytes = crate::memory::page_out_file_at(image.start);
+            tracing::debug!(
+                plugin = &*self.loaded.name,
+                bytes,
+                "an idle plugin's code paged out"
+            );
+        }
     }
 
     /// Makes a spare fresh instance for a later call, unless there are enough.
