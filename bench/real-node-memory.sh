@@ -91,6 +91,10 @@ kill $pid; wait $pid 2>/dev/null || true
 # Remove the pods: the same node with no manifests.
 "$bin" run --config "$work/config-empty.yaml" > "$work/clean.log" 2>&1 &
 pid=$!
-sleep 15
+for _ in $(seq 1 60); do
+  sleep 2
+  left=$("$bin" cri --endpoint "$endpoint" pods 2>/dev/null || true)
+  grep -q -- '-memnode ' <<< "$left" || break
+done
 kill $pid; wait $pid 2>/dev/null || true
 rm -rf "$work"
