@@ -99,6 +99,7 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse_from(arguments());
     if !matches!(cli.command, Command::Plugin(_)) {
         wasmlet_plugin_host::memory::limit_arenas(ALLOCATOR_ARENAS);
+        wasmlet_plugin_host::memory::map_large_blocks();
     }
     if let Command::Run(args) = &mut cli.command {
         args.0.as_kubelet = called_as_kubelet();
