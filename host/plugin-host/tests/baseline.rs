@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{admission, node, plugin, pod, usage};
+use common::{admission, load_admission, node, plugin, pod, usage};
 use wasmlet_plugin_host::backend::{BASELINE_FROM_BYTES, Compiler};
 use wasmlet_plugin_host::*;
 
@@ -65,22 +64,18 @@ fn limits(deadline: Duration) -> Limits {
 async fn a_large_component_decides_as_the_small_one_does() {
     let dir = scratch("decides");
     let engine = PluginEngine::new().expect("engine");
-    let small = engine
-        .load_admission(
-            "deny-all",
-            &plugin("fixture-deny-all"),
-            BTreeMap::new(),
-            Limits::default(),
-        )
-        .expect("load");
-    let large = engine
-        .load_admission(
-            "deny-all",
-            &padded("fixture-deny-all", &dir),
-            BTreeMap::new(),
-            Limits::default(),
-        )
-        .expect("load the padded one");
+    let small = load_admission(
+        &engine,
+        "deny-all",
+        &plugin("fixture-deny-all"),
+        Limits::default(),
+    );
+    let large = load_admission(
+        &engine,
+        "deny-all",
+        &padded("fixture-deny-all", &dir),
+        Limits::default(),
+    );
     assert_eq!(small.compiler(), Compiler::Cranelift);
     let expected = if baseline_available() {
         Compiler::Winch
@@ -115,14 +110,12 @@ async fn a_large_component_decides_as_the_small_one_does() {
 async fn a_large_component_that_spins_is_cut_off_at_its_deadline() {
     let dir = scratch("spin");
     let engine = PluginEngine::new().expect("engine");
-    let spin = engine
-        .load_admission(
-            "fixture-spin",
-            &padded("fixture-spin", &dir),
-            BTreeMap::new(),
-            limits(Duration::from_millis(200)),
-        )
-        .expect("load");
+    let spin = load_admission(
+        &engine,
+        "fixture-spin",
+        &padded("fixture-spin", &dir),
+        limits(Duration::from_millis(200)),
+    );
     let args = (pod(Vec::new()), node(), usage(&[]));
     let started = Instant::now();
     let request = admission(&args.0, &args.1, &args.2);
@@ -147,24 +140,17 @@ fn a_large_component_loads_from_the_cache() {
     let dir = scratch("cache");
     let cache = dir.join("cache");
     let path = padded("fixture-deny-all", &dir);
-    let load = || {
-        PluginEngine::with_cache(&cache)
-            .expect("engine")
-            .load_admission("deny-all", &path, BTreeMap::new(), Limits::default())
-            .expect("load")
-    };
+    let engine = || PluginEngine::with_cache(&cache).expect("engine");
+    let load = || load_admission(&engine(), "deny-all", &path, Limits::default());
     assert_eq!(load().load_outcome(), &CacheOutcome::Miss);
     assert_eq!(load().load_outcome(), &CacheOutcome::Hit);
     // The small one compiled into the same cache has an entry of another engine.
-    PluginEngine::with_cache(&cache)
-        .expect("engine")
-        .load_admission(
-            "small",
-            &plugin("fixture-deny-all"),
-            BTreeMap::new(),
-            Limits::default(),
-        )
-        .expect("load");
+    load_admission(
+        &engine(),
+        "small",
+        &plugin("fixture-deny-all"),
+        Limits::default(),
+    );
     let keys: std::collections::BTreeSet<String> = std::fs::read_dir(&cache)
         .expect("cache")
         .flatten()

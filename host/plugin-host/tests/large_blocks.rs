@@ -2,15 +2,9 @@
 //! of its own, so that no other test allocates in this process while it counts resident
 //! memory.
 
-/// The process's resident anonymous memory, in KiB.
-fn rss_anon_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("RssAnon in /proc/self/status")
-}
+mod common;
+
+use common::rss_anon_kib;
 
 /// What a node loading a Python and then a TypeScript policy does: the first
 /// component's bytes (18 MB) freed, then the second's (12 MB) read and freed, on a thread

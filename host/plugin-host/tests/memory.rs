@@ -1,15 +1,9 @@
 //! The allocator's free pages go back to the kernel: a test of its own, so that no other
 //! test allocates in this process while it counts resident memory.
 
-/// The process's resident anonymous memory, in KiB.
-fn rss_anon_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("RssAnon in /proc/self/status")
-}
+mod common;
+
+use common::rss_anon_kib;
 
 #[test]
 fn pages_freed_in_the_middle_of_an_arena_are_returned() {

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{admission, node, pod, usage};
+use common::{admission, load_admission, node, pod, usage};
 use wasmlet_plugin_host::dev::{lang_cache_dir, lang_plugin_named, lang_toolchains};
 use wasmlet_plugin_host::memory::page_out;
 use wasmlet_plugin_host::*;
@@ -116,14 +114,7 @@ async fn an_idle_python_policys_code_is_paged_out() {
     }
     let component = lang_plugin_named("restricted-pods-python");
     let engine = PluginEngine::with_cache(&lang_cache_dir()).expect("engine");
-    let policy = engine
-        .load_admission(
-            "restricted-pods",
-            &component,
-            BTreeMap::new(),
-            Limits::default(),
-        )
-        .expect("load");
+    let policy = load_admission(&engine, "restricted-pods", &component, Limits::default());
     let cache = std::fs::canonicalize(lang_cache_dir()).expect("the cache");
     let cache = cache.to_string_lossy().into_owned();
     let digest = policy.digest().to_owned();

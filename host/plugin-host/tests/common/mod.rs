@@ -111,3 +111,25 @@ pub fn load_probe(engine: &PluginEngine, name: &str, grants: probe::Grants) -> p
         )
         .expect("load")
 }
+
+/// The process's resident anonymous memory, in KiB.
+pub fn rss_anon_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon in /proc/self/status")
+}
+
+/// The admission policy at `path`, loaded as `name` with no configuration.
+pub fn load_admission(
+    engine: &PluginEngine,
+    name: &str,
+    path: &std::path::Path,
+    limits: Limits,
+) -> AdmissionPlugin {
+    engine
+        .load_admission(name, path, std::collections::BTreeMap::new(), limits)
+        .unwrap_or_else(|e| panic!("load {name} from {}: {e}", path.display()))
+}
