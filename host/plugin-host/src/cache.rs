@@ -191,7 +191,7 @@ impl ComponentCache {
 /// A hash of `engine`'s compilation settings (the wasmtime version among them).
 /// `DefaultHasher::new()` has fixed keys: the same settings hash the same in every run of
 /// this binary.
-fn engine_key(engine: &Engine) -> String {
+pub(crate) fn engine_key(engine: &Engine) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     format!("{:016x}", hasher.finish())
