@@ -141,10 +141,12 @@ async fn an_idle_python_policys_code_is_paged_out() {
     tokio::time::sleep(IDLE_INSTANCE_LIFETIME * 2).await;
     assert_eq!(policy.idle_instances(), 0);
     let idle = resident_kib(entries);
-    // What stays: the first 256 KiB of each memory slot, reset in place for the next
-    // instance.
+    // What stays: the first 256 KiB of each memory slot an instance used (written over
+    // the entry's memory image, so counted in its mapping), reset in place for the next
+    // instance — three instances or more (a spare may be made ahead under load) of a
+    // few memories each: about a megabyte, against the 30 MB of a decision.
     assert!(
-        idle < 1 << 10,
+        idle < 2 << 10,
         "{idle} KiB resident when idle, {working} KiB when deciding"
     );
     let again = policy
