@@ -489,7 +489,12 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
                 return;
             };
             for uid in pods.into_iter().filter(|u| !known.contains(u)) {
-                if cgroups.remove(&uid).await.is_empty() {
+                // Judged again when removed: a pod may have started with this UID since.
+                if cgroups
+                    .remove_orphan(&uid)
+                    .await
+                    .is_some_and(|l| l.is_empty())
+                {
                     info!(uid = %uid, "removed the cgroup of a pod that is gone");
                 }
             }

@@ -10,7 +10,7 @@
 //! sandboxes go into the tree. Housekeeping removes the cgroups of pods that are gone,
 //! in both places.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -94,6 +94,11 @@ pub struct PodCgroups {
     burstable_shares: Mutex<Option<u64>>,
     /// Where each pod's cgroup is (cgroupfs path), once known.
     places: Mutex<HashMap<String, String>>,
+    /// The pods that made their cgroup here and have not had it removed: each claims
+    /// its UID before its cgroup is made. Held while housekeeping judges a cgroup an
+    /// orphan and removes it ([`PodCgroups::remove_orphan`]): a pod that starts while
+    /// its UID's old cgroup is being removed waits for the removal, then makes its own.
+    claims: tokio::sync::Mutex<HashSet<String>>,
     /// When [`PodCgroups::reconcile`] last went through the pods.
     reconciled: Mutex<Option<std::time::Instant>>,
 }
@@ -160,6 +165,7 @@ impl PodCgroups {
             burstable: Mutex::default(),
             burstable_shares: Mutex::default(),
             places: Mutex::default(),
+            claims: tokio::sync::Mutex::default(),
             reconciled: Mutex::default(),
         };
         cgroups.make_tree(&setup).await?;
@@ -264,14 +270,14 @@ impl PodCgroups {
         let (name, qos) = self.pod_name(pod);
         let resources = values::pod_resources(pod, qos);
         let uid = crate::pod::uid(pod).to_owned();
+        self.claims.lock().await.insert(uid.clone());
+        lock(&self.places).insert(uid.clone(), self.name(&name));
         if qos == Qos::Burstable {
-            lock(&self.burstable).insert(uid.clone(), resources.cpu_request_milli);
+            lock(&self.burstable).insert(uid, resources.cpu_request_milli);
             self.update_burstable().await?;
         }
         self.apply(&name, &resources.settings(self.pids_limit))
-            .await?;
-        lock(&self.places).insert(uid, self.name(&name));
-        Ok(())
+            .await
     }
 
     /// Writes the burstable tier's shares when its pods' requests changed them.
@@ -343,6 +349,25 @@ impl PodCgroups {
     /// Removes pod `uid`'s cgroup wherever it is (after its sandboxes are removed). What
     /// still holds processes stays: returns those directories.
     pub async fn remove(&self, uid: &str) -> Vec<PathBuf> {
+        self.claims.lock().await.remove(uid);
+        self.remove_cgroup(uid).await
+    }
+
+    /// Removes pod `uid`'s cgroup as [`PodCgroups::remove`] does, unless a pod has
+    /// claimed it since housekeeping judged it an orphan (`None`): a static pod's UID is
+    /// its manifest's, so a pod written again after it went (or found again after a
+    /// restart) starts with its old UID while the old cgroup may still be there.
+    pub async fn remove_orphan(&self, uid: &str) -> Option<Vec<PathBuf>> {
+        let claims = self.claims.lock().await;
+        if claims.contains(uid) {
+            return None;
+        }
+        let left = self.remove_cgroup(uid).await;
+        drop(claims);
+        Some(left)
+    }
+
+    async fn remove_cgroup(&self, uid: &str) -> Vec<PathBuf> {
         let mut left = Vec::new();
         for (name, path) in self.places_of(uid) {
             if let (Some(sd), Some(name)) = (&self.systemd, &name)

@@ -468,3 +468,36 @@ mod systemd_bus {
         let _ = std::fs::remove_dir_all(&root);
     }
 }
+
+/// Housekeeping judges cgroups against a snapshot of the pods, then removes them on a
+/// task of its own: a pod that starts in between with an orphan's UID (a static pod
+/// written again: its UID is its manifest's) keeps the cgroup it has just made.
+#[tokio::test]
+async fn an_orphan_claimed_by_a_pod_starting_is_not_removed() {
+    let root = v1_root("claimed");
+    let cg = tree(&root, false).await;
+    // What an earlier run left: the pods' cgroups, and a container's below one.
+    cg.ensure(&pod("again", "{}")).await.expect("ensure");
+    cg.ensure(&pod("gone", "{}")).await.expect("ensure");
+    let (again, gone) = (
+        root.join("cpu/kubepods/besteffort/podagain"),
+        root.join("cpu/kubepods/besteffort/podgone"),
+    );
+    std::fs::create_dir_all(again.join("c1")).expect("mkdir");
+    let restarted = tree(&root, false).await;
+    // Judged orphans while no pod is known, then "again" starts before the removal.
+    assert_eq!(restarted.pods(), ["again", "gone"]);
+    restarted.ensure(&pod("again", "{}")).await.expect("ensure");
+    assert_eq!(restarted.remove_orphan("again").await, None);
+    assert_eq!(restarted.remove_orphan("gone").await, Some(Vec::new()));
+    assert!(
+        again.join("c1").exists(),
+        "the starting pod's cgroup was removed"
+    );
+    assert!(!gone.exists(), "the orphan's cgroup is still there");
+    // Once the pod itself goes, its cgroup goes with it and is no one's claim.
+    std::fs::remove_dir(again.join("c1")).expect("rmdir");
+    assert!(restarted.remove("again").await.is_empty());
+    assert!(!again.exists());
+    let _ = std::fs::remove_dir_all(&root);
+}
