@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 pub mod floor;
+pub mod process;
 
 /// How long to measure each case.
 #[derive(Debug, Clone, Copy)]

@@ -12,6 +12,8 @@
 //! shipped file source watching a directory, writes the manifests, and measures until
 //! every container runs (seen through the CRI) and until every pod reports Running; the
 //! floor is the same pods through the bare CRI calls, one task per pod, no agent.
+//! `WASMLET_BENCH_AGENT_BIN=path/to/wasmlet` runs `wasmlet run` in a process of its own
+//! each round instead (its status read from its read-only `/pods`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +26,8 @@ use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_bench::floor::{floor_started, remove_all, sandboxes};
-use wasmlet_bench::{Samples, cpu_time};
+use wasmlet_bench::process::AgentProcess;
+use wasmlet_bench::{Samples, cpu_time, cpu_time_of};
 use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
@@ -253,19 +256,31 @@ async fn containerd(endpoint: &str, n: usize, rounds: usize) {
         tokio::time::sleep(QUIET).await;
         let (_, floor_tails, floor_took) = floor_started(&client, n).await;
         tails.extend(floor_tails);
-        let (agent, dir, _admission) = fresh_agent(&client, &node, n, round).await;
-        let (all, status_took, round_lags, removed, cpu) =
-            agent_round(&agent, &client, &dir, &node, n, round).await;
+        let (all, status_took, round_lags, removed, cpu, node_context) = match agent_binary() {
+            Some(bin) => {
+                let (all, status_took, lags, removed, cpu) =
+                    process_round(&bin, endpoint, &client, &node, n, round).await;
+                (all, status_took, lags, removed, cpu, None)
+            }
+            None => {
+                let (agent, dir, _admission) = fresh_agent(&client, &node, n, round).await;
+                let (all, status_took, lags, removed, cpu) =
+                    agent_round(&agent, &client, &dir, &node, n, round).await;
+                let node_context = Arc::new(agent.ctx.node.clone());
+                agent.shutdown().await;
+                (all, status_took, lags, removed, cpu, Some(node_context))
+            }
+        };
         cpus.push(cpu / n as u32);
-        let node_context = Arc::new(agent.ctx.node.clone());
-        agent.shutdown().await;
-        tokio::time::sleep(QUIET).await;
         // Unpaced, a hundred sandboxes at once can fail in runc: that round has none.
-        if let Some(configured) = floor_with_agent_configs(&client, &node_context, n).await {
-            configured_ratios.push(Duration::from_secs_f64(
-                all.as_secs_f64() / configured.as_secs_f64(),
-            ));
-            configured_floors.push(configured);
+        if let Some(node_context) = node_context {
+            tokio::time::sleep(QUIET).await;
+            if let Some(configured) = floor_with_agent_configs(&client, &node_context, n).await {
+                configured_ratios.push(Duration::from_secs_f64(
+                    all.as_secs_f64() / configured.as_secs_f64(),
+                ));
+                configured_floors.push(configured);
+            }
         }
         floors.push(floor_took);
         agents.push(all);
@@ -464,10 +479,102 @@ async fn fresh_agent(
     (agent, dir, admitting)
 }
 
+/// What one round of an agent measured: all containers running, all Running in its
+/// status, per pod the lag from container start to Running, sandboxes removed after the
+/// manifests went, the agent's CPU until all were Running.
+type Round = (Duration, Duration, Vec<Duration>, Duration, Duration);
+
+/// Round `round`'s `n` manifests, written aside in `dir`'s staging sibling; their file
+/// names.
+fn stage_manifests(dir: &std::path::Path, n: usize, round: usize) -> Vec<String> {
+    // Written aside, then placed at once (as `cp` or a deploy tool does).
+    let staging = dir.with_extension("staging");
+    std::fs::create_dir_all(&staging).expect("staging dir");
+    (0..n)
+        .map(|i| {
+            let name = format!("bench-{round}-{i}");
+            let text =
+                manifest(i, 0).replace(&format!("name: bench-{i}\n"), &format!("name: {name}\n"));
+            let file = format!("{name}.yaml");
+            std::fs::write(staging.join(&file), text).expect("manifest");
+            file
+        })
+        .collect()
+}
+
+/// Renames the staged `files` into `dir` at once.
+fn place_manifests(dir: &std::path::Path, files: &[String]) {
+    let staging = dir.with_extension("staging");
+    for file in files {
+        std::fs::rename(staging.join(file), dir.join(file)).expect("place manifest");
+    }
+}
+
+/// Per pod, when its container started, read back from the runtime after the round:
+/// the last container of the pod that started before the pod showed Running (one whose
+/// start failed has no `startedAt`; its replacement made the pod Running). Returns when
+/// the last of them started after `started_unix`, and each pod's lag.
+async fn started_and_lags(
+    client: &CriClient,
+    node: &str,
+    first_running: &BTreeMap<String, i64>,
+    started_unix: i64,
+) -> (Duration, Vec<Duration>) {
+    let filter = ContainerFilter {
+        label_selector: [("wasmlet.io/node".to_string(), node.to_owned())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    let mut started_at: BTreeMap<String, i64> = BTreeMap::new();
+    for c in client.list_containers(Some(filter)).await.expect("list") {
+        let pod = c
+            .labels
+            .get("io.kubernetes.pod.name")
+            .cloned()
+            .unwrap_or_default();
+        let Some(&seen) = first_running.get(&pod) else {
+            continue;
+        };
+        let st = client.container_status(&c.id, false).await.expect("status");
+        let at = st.status.map_or(0, |s| s.started_at);
+        if at > 0 && at <= seen {
+            let slot = started_at.entry(pod).or_insert(at);
+            *slot = (*slot).max(at);
+        }
+    }
+    let mut last_start = started_unix;
+    let mut lags = Vec::new();
+    for (pod, at) in &started_at {
+        last_start = last_start.max(*at);
+        let lag = first_running[pod] - at;
+        lags.push(Duration::from_nanos(u64::try_from(lag).unwrap_or(0)));
+    }
+    let all = Duration::from_nanos(u64::try_from(last_start - started_unix).unwrap_or(0));
+    (all, lags)
+}
+
+/// Removes the `files` from `dir` and waits until node `node` has no sandbox left;
+/// how long that took.
+async fn removed(
+    client: &CriClient,
+    dir: &std::path::Path,
+    files: &[String],
+    node: &str,
+) -> Duration {
+    let deleted = Instant::now();
+    for file in files {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    while !sandboxes(client, node).await.is_empty() {
+        assert!(deleted.elapsed() < Duration::from_secs(300), "not removed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    deleted.elapsed()
+}
+
 /// One round: writes `n` manifests, waits until every container runs and every pod
-/// reports Running, deletes them and waits until their sandboxes are gone. Returns
-/// (all running, all Running in status, per-pod lag from container start to Running,
-/// sandboxes removed, the process's CPU until all were Running).
+/// reports Running, deletes them and waits until their sandboxes are gone.
 async fn agent_round(
     agent: &Agent<CriClient>,
     client: &CriClient,
@@ -475,26 +582,13 @@ async fn agent_round(
     node: &str,
     n: usize,
     round: usize,
-) -> (Duration, Duration, Vec<Duration>, Duration, Duration) {
-    let name = |i: usize| format!("bench-{round}-{i}");
-    // Written aside, then placed at once (as `cp` or a deploy tool does).
-    let staging = dir.with_extension("staging");
-    std::fs::create_dir_all(&staging).expect("staging dir");
-    for i in 0..n {
-        let text = manifest(i, 0).replace(
-            &format!("name: bench-{i}\n"),
-            &format!("name: {}\n", name(i)),
-        );
-        std::fs::write(staging.join(format!("{}.yaml", name(i))), text).expect("manifest");
-    }
+) -> Round {
+    let files = stage_manifests(dir, n, round);
     agent.ctx.statuses.follow();
     let started = Instant::now();
     let started_unix = wasmlet_cri::labels::unix_nanos();
     let cpu = cpu_time();
-    for i in 0..n {
-        let file = format!("{}.yaml", name(i));
-        std::fs::rename(staging.join(&file), dir.join(&file)).expect("place manifest");
-    }
+    place_manifests(dir, &files);
     // The agent's own view is followed (in process: each change the status manager
     // records wakes the bench, as the cluster's status writer is woken); the runtime is
     // not polled: ListContainers every few ms would load containerd while the agent
@@ -521,56 +615,58 @@ async fn agent_round(
     let status_took = started.elapsed();
     // The process's CPU until then: the agent's, and the bench's following it.
     let cpu = cpu_time() - cpu;
-    // How long after each container started its pod showed Running.
-    let mut lags = Vec::new();
-    let filter = ContainerFilter {
-        label_selector: [("wasmlet.io/node".to_string(), node.to_owned())]
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    };
-    // Per pod, when its container started: the last one that did, before the pod
-    // showed Running (one whose start failed has no `startedAt`; its replacement made
-    // the pod Running).
-    let mut started_at: BTreeMap<String, i64> = BTreeMap::new();
-    for c in client.list_containers(Some(filter)).await.expect("list") {
-        let pod = c
-            .labels
-            .get("io.kubernetes.pod.name")
-            .cloned()
-            .unwrap_or_default();
-        let Some(&seen) = first_running.get(&pod) else {
-            continue;
-        };
-        let st = client.container_status(&c.id, false).await.expect("status");
-        let at = st.status.map_or(0, |s| s.started_at);
-        if at > 0 && at <= seen {
-            let slot = started_at.entry(pod).or_insert(at);
-            *slot = (*slot).max(at);
-        }
-    }
-    let mut last_start = started_unix;
-    for (pod, at) in &started_at {
-        last_start = last_start.max(*at);
-        let lag = first_running[pod] - at;
-        lags.push(Duration::from_nanos(u64::try_from(lag).unwrap_or(0)));
-    }
-    let all_running = Duration::from_nanos(u64::try_from(last_start - started_unix).unwrap_or(0));
-
-    let deleted = Instant::now();
-    for i in 0..n {
-        let _ = std::fs::remove_file(dir.join(format!("{}.yaml", name(i))));
-    }
-    while !sandboxes(client, node).await.is_empty() {
-        assert!(deleted.elapsed() < Duration::from_secs(300), "not removed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let removed = deleted.elapsed();
+    let (all_running, lags) = started_and_lags(client, node, &first_running, started_unix).await;
+    let removed = removed(client, dir, &files, node).await;
     (all_running, status_took, lags, removed, cpu)
 }
 
-/// `-- containerd` runs only the containerd part; `-- containerd 30` only that size (any
-/// size: `-- containerd 100`).
+/// `WASMLET_BENCH_AGENT_BIN`: each round runs this `wasmlet` binary (`wasmlet run`, a
+/// process of its own, a fresh root directory and the shipped plugins) instead of an
+/// agent in the bench's process.
+fn agent_binary() -> Option<PathBuf> {
+    std::env::var_os("WASMLET_BENCH_AGENT_BIN").map(PathBuf::from)
+}
+
+/// [`agent_round`] with `wasmlet run` in a process of its own, started for the round
+/// and settled for [`QUIET`] first. Its status is read from outside: `/pods` on its
+/// read-only port every [`process_poll`], so a pod's lag is known to that step.
+async fn process_round(
+    bin: &std::path::Path,
+    endpoint: &str,
+    client: &CriClient,
+    node: &str,
+    n: usize,
+    round: usize,
+) -> Round {
+    let agent = AgentProcess::start(bin, endpoint, node).await;
+    tokio::time::sleep(QUIET).await;
+    let dir = agent.manifests.clone();
+    let files = stage_manifests(&dir, n, round);
+    let pid = agent.pid().to_string();
+    let started = Instant::now();
+    let started_unix = wasmlet_cri::labels::unix_nanos();
+    let cpu = cpu_time_of(&pid);
+    place_manifests(&dir, &files);
+    let first_running = agent.wait_running(n, process_poll()).await;
+    let status_took = started.elapsed();
+    let cpu = cpu_time_of(&pid).saturating_sub(cpu);
+    let (all_running, lags) = started_and_lags(client, node, &first_running, started_unix).await;
+    let removed = removed(client, &dir, &files, node).await;
+    agent.stop();
+    (all_running, status_took, lags, removed, cpu)
+}
+
+/// How often a round with the agent in a process of its own asks it for `/pods`
+/// (`WASMLET_BENCH_POLL_MS`, 10 ms by default): the finer, the more of the agent's CPU
+/// the asking takes.
+fn process_poll() -> Duration {
+    let ms = std::env::var("WASMLET_BENCH_POLL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    Duration::from_millis(ms)
+}
+
 /// How long each run on containerd is preceded by quiet: the fresh agent's settling,
 /// and as long before each floor.
 const QUIET: Duration = Duration::from_secs(1);
