@@ -256,21 +256,20 @@ async fn containerd(endpoint: &str, n: usize, rounds: usize) {
         tokio::time::sleep(QUIET).await;
         let (_, floor_tails, floor_took) = floor_started(&client, n).await;
         tails.extend(floor_tails);
-        let (all, status_took, round_lags, removed, cpu, node_context) = match agent_binary() {
-            Some(bin) => {
-                let (all, status_took, lags, removed, cpu) =
-                    process_round(&bin, endpoint, &client, &node, n, round).await;
-                (all, status_took, lags, removed, cpu, None)
-            }
+        let (measured, node_context) = match agent_binary() {
+            Some(bin) => (
+                process_round(&bin, endpoint, &client, &node, n, round).await,
+                None,
+            ),
             None => {
                 let (agent, dir, _admission) = fresh_agent(&client, &node, n, round).await;
-                let (all, status_took, lags, removed, cpu) =
-                    agent_round(&agent, &client, &dir, &node, n, round).await;
+                let measured = agent_round(&agent, &client, &dir, &node, n, round).await;
                 let node_context = Arc::new(agent.ctx.node.clone());
                 agent.shutdown().await;
-                (all, status_took, lags, removed, cpu, Some(node_context))
+                (measured, Some(node_context))
             }
         };
+        let (all, status_took, round_lags, removed, cpu) = measured;
         cpus.push(cpu / n as u32);
         // Unpaced, a hundred sandboxes at once can fail in runc: that round has none.
         if let Some(node_context) = node_context {
