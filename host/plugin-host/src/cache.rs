@@ -5,7 +5,8 @@
 //! settings (wasmtime version, target, tunables) and the sha256 of the compiled artifact
 //! it holds: a component compiled under other settings is simply never looked up, and
 //! an entry whose content does not match its name, or that wasmtime refuses, is removed,
-//! compiled again and rewritten — never trusted blindly. The file is the artifact as
+//! compiled again and rewritten — never trusted blindly (but for the entry the agent's
+//! compiler process names as the one it has just written). The file is the artifact as
 //! wasmtime wrote it, loaded with `Component::deserialize_file`: its code and memory
 //! images are mapped from the file, so only the pages a plugin runs take memory (a
 //! Python or JavaScript plugin's interpreter is megabytes of code, most of it never
@@ -52,8 +53,8 @@ pub struct ComponentCache {
 
 /// The arguments a compiler program is run with, the component on its standard input:
 /// `<program> plugin precompile --cache-dir <dir>`. It compiles the component into the
-/// cache at `<dir>` (an engine configured as this one) and exits 0, or prints why not
-/// and exits 2.
+/// cache at `<dir>` (an engine configured as this one), prints the entry's path on its
+/// standard output and exits 0, or prints why not on its standard error and exits 2.
 pub const COMPILER_ARGS: [&str; 3] = ["plugin", "precompile", "--cache-dir"];
 
 /// The exit code of a compiler program that could not compile the component.
@@ -144,8 +145,12 @@ impl ComponentCache {
             return Ok((component, CacheOutcome::Hit));
         }
         let from_compiler = match self.compile_elsewhere(wasm) {
-            // The compiler process wrote the entry: read as any entry is.
-            Some(Ok(())) => match read_entry(engine, prefix, Refused::Remove) {
+            // The compiler process wrote the entry it names: mapped as it is. One that
+            // names none, or one that does not load: read as any entry is.
+            Some(Ok(named)) => match named
+                .and_then(|name| self.entry_just_written(engine, prefix, &name))
+                .map_or_else(|| read_entry(engine, prefix, Refused::Remove), Ok)
+            {
                 Ok(component) => Some(component),
                 Err(why) => {
                     let why = why.unwrap_or_else(|| "no entry was written".to_owned());
@@ -171,6 +176,56 @@ impl ComponentCache {
 }
 
 impl ComponentCache {
+    /// What a compiler process does: the path of the entry for `wasm` (whose sha256 is
+    /// `digest`) — a whole one already there, else compiled and written now — without
+    /// loading it.
+    pub fn compile_entry(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        digest: &str,
+    ) -> wasmtime::Result<PathBuf> {
+        let prefix = self.entry_prefix(engine, digest);
+        let flight = in_flight(&prefix);
+        let guard = flight.lock().unwrap_or_else(|e| e.into_inner());
+        let whole = entries(&prefix).into_iter().find_map(|(path, sum)| {
+            let whole = whole(&path, &sum).is_ok();
+            if !whole {
+                let _ = std::fs::remove_file(&path);
+            }
+            whole.then_some(path)
+        });
+        let path = match whole {
+            Some(path) => Ok(path),
+            None => engine
+                .precompile_component(wasm)
+                .and_then(|artifact| Ok(write_entry(&prefix, &artifact)?)),
+        };
+        drop(guard);
+        landed(&prefix, flight);
+        path
+    }
+
+    /// The component in the entry the compiler process named (`name`, as it printed
+    /// it), if it is one of `prefix`'s and loads. Not checksummed: the process that
+    /// wrote it exited a moment ago, so what the file holds is what it wrote (the
+    /// checksum finds entries damaged since, by a crash or the disk).
+    fn entry_just_written(&self, engine: &Engine, prefix: &Path, name: &str) -> Option<Component> {
+        let file = Path::new(name.trim()).file_name()?.to_str()?;
+        let start = prefix.file_name()?.to_str()?;
+        if !(file.starts_with(start) && file.ends_with(".cwasm")) {
+            return None;
+        }
+        // SAFETY: as in `deserialize`: the compiler process wrote the file from
+        // `precompile_component` of an engine configured as this one (the name carries
+        // its settings' hash, and wasmtime checks them again in the header).
+        #[allow(unsafe_code)]
+        let mapped = unsafe { Component::deserialize_file(engine, self.dir.join(file)) };
+        mapped
+            .inspect_err(|e| tracing::warn!(entry = file, error = %e, "the entry the compiler process wrote does not load"))
+            .ok()
+    }
+
     /// The component in a shipped directory's entry named as `prefix`'s, if one loads.
     fn read_shipped(&self, engine: &Engine, prefix: &Path) -> Option<Component> {
         let name = prefix.file_name()?;
@@ -248,16 +303,17 @@ fn landed(path: &Path, flight: Flight) {
 
 impl ComponentCache {
     /// Runs the compiler program on `wasm`, if there is one: `Some(Ok)` once it has
-    /// written the entry, `Some(Err)` when it refused the component (why, in its words),
-    /// `None` when it could not be run or died (this process compiles instead).
-    fn compile_elsewhere(&self, wasm: &[u8]) -> Option<wasmtime::Result<()>> {
+    /// written the entry (with the path it printed, if any), `Some(Err)` when it refused
+    /// the component (why, in its words), `None` when it could not be run or died (this
+    /// process compiles instead).
+    fn compile_elsewhere(&self, wasm: &[u8]) -> Option<wasmtime::Result<Option<String>>> {
         let program = self.compiler.as_ref()?;
         let run = || -> std::io::Result<std::process::Output> {
             let mut child = std::process::Command::new(program)
                 .args(COMPILER_ARGS)
                 .arg(&self.dir)
                 .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()?;
             if let Some(mut stdin) = child.stdin.take() {
@@ -266,7 +322,10 @@ impl ComponentCache {
             child.wait_with_output()
         };
         match run() {
-            Ok(out) if out.status.success() => Some(Ok(())),
+            Ok(out) if out.status.success() => {
+                let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                Some(Ok((!printed.is_empty()).then_some(printed)))
+            }
             Ok(out) if out.status.code() == Some(COMPILER_REFUSED) => {
                 let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
                 Some(Err(wasmtime::Error::msg(why)))
@@ -320,8 +379,8 @@ fn read_entry(
 ) -> Result<Component, Option<String>> {
     let mut refused = None;
     for (path, sum) in entries(prefix) {
-        let why = match file_sha256(&path) {
-            Ok(actual) if actual == sum => {
+        let why = match whole(&path, &sum) {
+            Ok(()) => {
                 // SAFETY: as in `deserialize`; the file's content is the artifact its
                 // name's checksum was taken of.
                 #[allow(unsafe_code)]
@@ -330,8 +389,7 @@ fn read_entry(
                     Err(e) => format!("wasmtime refused it: {e}"),
                 }
             }
-            Ok(_) => "its checksum does not match its content".to_owned(),
-            Err(e) => format!("it cannot be read: {e}"),
+            Err(why) => why,
         };
         if refused_entry == Refused::Remove {
             let _ = std::fs::remove_file(&path);
@@ -339,6 +397,15 @@ fn read_entry(
         refused = Some(why);
     }
     Err(refused)
+}
+
+/// Whether the entry at `path` holds what its name's checksum `sum` says; why not.
+fn whole(path: &Path, sum: &str) -> Result<(), String> {
+    match file_sha256(path) {
+        Ok(actual) if actual == sum => Ok(()),
+        Ok(_) => Err("its checksum does not match its content".to_owned()),
+        Err(e) => Err(format!("it cannot be read: {e}")),
+    }
 }
 
 /// The sha256 of a file, read in blocks (the file's pages are not kept by this process).
@@ -369,14 +436,25 @@ fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> 
 
 /// Writes `artifact` as the entry `<prefix><its sha256>.cwasm` and returns its path.
 fn write_entry(prefix: &Path, artifact: &[u8]) -> std::io::Result<PathBuf> {
-    let mut name = prefix.as_os_str().to_owned();
-    name.push(format!("{}.cwasm", sha256_hex(artifact)));
-    let path = PathBuf::from(name);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let with = |tail: String| {
+        let mut name = prefix.as_os_str().to_owned();
+        name.push(tail);
+        PathBuf::from(name)
+    };
+    let tmp = with(format!("tmp{}", std::process::id()));
     // Not synced to disk: after a crash an entry may be cut short or empty, and then its
     // checksum does not match its name, it is refused and compiled again. Syncing the
     // tens of megabytes of a Python plugin's code cost its first load 20–100 ms.
-    std::fs::File::create(&tmp)?.write_all(artifact)?;
+    // The checksum is taken while the file is written (each 30–40 ms for a Python
+    // plugin's 42 MB here).
+    let (sum, written) = std::thread::scope(|s| {
+        let sum = s.spawn(|| sha256_hex(artifact));
+        let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(artifact));
+        (sum.join(), written)
+    });
+    let sum = sum.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    written?;
+    let path = with(format!("{sum}.cwasm"));
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

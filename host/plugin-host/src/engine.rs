@@ -323,17 +323,16 @@ impl PluginEngine {
         self
     }
 
-    /// Compiles `wasm` into the cache (what a compiler process does); an error says
-    /// why the component does not compile.
-    pub fn precompile_into_cache(&self, wasm: &[u8]) -> anyhow::Result<()> {
+    /// Compiles `wasm` into the cache (what a compiler process does) and returns the
+    /// entry's path; an error says why the component does not compile.
+    pub fn precompile_into_cache(&self, wasm: &[u8]) -> anyhow::Result<PathBuf> {
         let cache = self
             .cache
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("the engine has no cache to compile into"))?;
         let digest = cache::sha256_hex(wasm);
         let backend = self.backends.get(Compiler::for_size(wasm.len()));
-        cache.load(&backend.engine, wasm, &digest)?;
-        Ok(())
+        Ok(cache.compile_entry(&backend.engine, wasm, &digest)?)
     }
 
     /// Reads and compiles (or loads from the cache) the component at `path`, with the

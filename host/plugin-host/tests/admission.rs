@@ -731,6 +731,53 @@ fn a_compiler_process_compiles_refuses_or_is_done_without() {
     let loaded = load("compiled", copying).expect("loads");
     assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
     assert!(top.join("ran").exists(), "the compiler process ran");
+    // One that prints the entry it wrote: that file is mapped as it is, not checked
+    // against its name's checksum (here a wrong one, which a check would refuse and
+    // replace); a printed name that is not one of the component's entries is ignored.
+    let entry = std::fs::read_dir(&made)
+        .expect("made")
+        .flatten()
+        .map(|e| e.file_name().into_string().expect("name"))
+        .find(|n| n.ends_with(".cwasm"))
+        .expect("an entry");
+    let (stem, _) = entry
+        .rsplit_once('-')
+        .expect("<component>-<engine>-<artifact>.cwasm");
+    let renamed = format!("{stem}-{}.cwasm", "0".repeat(64));
+    let naming = script(
+        "naming",
+        &format!(
+            "cat >/dev/null; cp {}/{entry} \"$4\"/{renamed}; echo \"$4/{renamed}\"",
+            made.display()
+        ),
+    );
+    let loaded = load("named", naming).expect("loads");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+    let named: Vec<_> = std::fs::read_dir(top.join("caches/named"))
+        .expect("cache")
+        .flatten()
+        .map(|e| e.file_name().into_string().expect("name"))
+        .collect();
+    assert_eq!(
+        named,
+        std::slice::from_ref(&renamed),
+        "the printed entry was used as it is"
+    );
+    let elsewhere = script(
+        "elsewhere",
+        &format!(
+            "cat >/dev/null; cp {}/{entry} \"$4\"/{renamed}; echo /etc/passwd",
+            made.display()
+        ),
+    );
+    let loaded = load("elsewhere", elsewhere).expect("loads");
+    assert_eq!(*loaded.load_outcome(), CacheOutcome::Miss);
+    let checked: Vec<_> = std::fs::read_dir(top.join("caches/elsewhere"))
+        .expect("cache")
+        .flatten()
+        .map(|e| e.file_name().into_string().expect("name"))
+        .collect();
+    assert_eq!(checked, [entry], "checked, refused and compiled again here");
     // A compiler that says it is done but wrote nothing: compiled here.
     let saying_done = script("done", "cat >/dev/null; exit 0");
     let loaded = load("nothing-written", saying_done).expect("compiled here");

@@ -12,6 +12,7 @@
 //! - `wasmlet controller`: count the nodes' WasmletNodes into each WasmletPlugin's
 //!   status (a Deployment in `wasmlet-system`; replicas elect a leader).
 
+mod allocator;
 mod commands;
 mod config;
 mod http;
@@ -20,6 +21,9 @@ mod plugins;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static ALLOCATOR: allocator::Switch = allocator::Switch;
 
 /// wasmlet: a Kubernetes node agent extensible with WebAssembly components.
 #[derive(Debug, Parser)]
@@ -90,14 +94,15 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
 /// controller): see [`wasmlet_plugin_host::memory::limit_arenas`]. With glibc's default
 /// (eight per core) the idle agent at 30 pods held 1 MB more of freed memory spread over
 /// its threads' arenas (bench/README, "Where a node's memory is now"). Not for `plugin`,
-/// which compiles components (the agent's compiler process among them): its compiler
-/// threads contend for arenas, measured 1.6 s with one arena against 1.2 s with glibc's
-/// default for a Python policy.
+/// which compiles components (the agent's compiler process among them) and allocates
+/// with mimalloc instead (see [`allocator`]).
 const ALLOCATOR_ARENAS: i32 = 2;
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse_from(arguments());
-    if !matches!(cli.command, Command::Plugin(_)) {
+    if matches!(cli.command, Command::Plugin(_)) {
+        allocator::use_mimalloc();
+    } else {
         wasmlet_plugin_host::memory::limit_arenas(ALLOCATOR_ARENAS);
         wasmlet_plugin_host::memory::map_large_blocks();
     }

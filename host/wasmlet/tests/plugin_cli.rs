@@ -393,6 +393,11 @@ fn precompile_fills_a_cache_or_says_why_not() {
         .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
         .collect();
     assert_eq!(entries.len(), 1);
+    // It names the entry it wrote, for the agent that runs it.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        entries[0].path().display().to_string()
+    );
     // The agent's engine takes the entry as its own.
     let loaded = wasmlet_plugin_host::PluginEngine::with_cache(&dir)
         .expect("engine")

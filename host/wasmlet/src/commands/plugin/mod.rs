@@ -282,8 +282,9 @@ fn engine(cache: Option<&Path>) -> Result<PluginEngine> {
     }
 }
 
-/// `wasmlet plugin precompile`: exit 0 once the component is in the cache, 2 (and why,
-/// on stderr) when it does not compile.
+/// `wasmlet plugin precompile`: exit 0 once the component is in the cache (the entry's
+/// path on stdout, for the agent that ran it), 2 (and why, on stderr) when it does not
+/// compile.
 fn precompile(cache_dir: &std::path::Path) -> Result<ExitCode> {
     use std::io::Read as _;
     let mut wasm = Vec::new();
@@ -292,7 +293,10 @@ fn precompile(cache_dir: &std::path::Path) -> Result<ExitCode> {
         .context("reading the component from standard input")?;
     let engine = wasmlet_plugin_host::PluginEngine::with_cache(cache_dir)?;
     match engine.precompile_into_cache(&wasm) {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+        Ok(entry) => {
+            println!("{}", entry.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Err(e) => {
             eprintln!("{e:#}");
             Ok(ExitCode::from(
