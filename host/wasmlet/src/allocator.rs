@@ -31,7 +31,7 @@ static MIMALLOC: AtomicBool = AtomicBool::new(false);
 /// (`MIMALLOC_ALLOW_THP`): a compile's memory is touched once and gone with the process,
 /// and where freed memory goes back to a hypervisor (this machine's balloon) every huge
 /// page faulted in is 2 MiB the host provides anew. Measured on a Python policy, the
-/// first compile after ten idle seconds: 1.05–1.15 s with huge pages, 0.72–0.75 s
+/// first compile after ten idle seconds: 1.05–1.15 s with huge pages, 0.72–0.77 s
 /// without; back to back 0.58–0.91 s and 0.72–0.82 s.
 pub fn use_mimalloc() {
     #[cfg(target_os = "linux")]
