@@ -188,14 +188,14 @@ impl ComponentCache {
         let prefix = self.entry_prefix(engine, digest);
         let flight = in_flight(&prefix);
         let guard = flight.lock().unwrap_or_else(|e| e.into_inner());
-        let whole = entries(&prefix).into_iter().find_map(|(path, sum)| {
-            let whole = whole(&path, &sum).is_ok();
-            if !whole {
+        let found = entries(&prefix).into_iter().find_map(|(path, sum)| {
+            let is_whole = whole(&path, &sum).is_ok();
+            if !is_whole {
                 let _ = std::fs::remove_file(&path);
             }
-            whole.then_some(path)
+            is_whole.then_some(path)
         });
-        let path = match whole {
+        let path = match found {
             Some(path) => Ok(path),
             None => engine
                 .precompile_component(wasm)
