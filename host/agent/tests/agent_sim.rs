@@ -641,53 +641,6 @@ async fn a_pod_picks_a_custom_probe_kind_by_annotation() {
     agent.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn slow_runtime_calls_hold_up_only_their_own_pod() {
-    let (sim, agent) = start("slow");
-    // Creating a sandbox takes 5 s and every list 2 s (so does each relist).
-    sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
-    sim.set_method_latency("ListContainers", Duration::from_secs(2));
-    sim.set_method_latency("ListPodSandbox", Duration::from_secs(2));
-    let named = |name: &str| SLEEPER.replace("\"sleeper\"", &format!("\"{name}\""));
-    send(&agent, vec![pod(&named("first")), pod(&named("second"))]).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // Both are being created at once, neither waits for the other.
-    for name in ["first", "second"] {
-        wait_for(&agent, name, "Pending", Duration::from_secs(1), |p| {
-            phase(p) == "Pending"
-        })
-        .await;
-    }
-    // "first" goes away while its sandbox is still being made: the kill waits for that
-    // call, then removes what it made; "second" runs, and reports Running without
-    // waiting for a (slow) relist.
-    send(&agent, vec![pod(&named("second"))]).await;
-    let started = tokio::time::Instant::now();
-    wait_for(&agent, "second", "Running", Duration::from_secs(8), |p| {
-        phase(p) == "Running"
-    })
-    .await;
-    // 5 s of sandbox, then one read back through the slow lists: not after the other
-    // pod's calls, nor a relist's.
-    assert!(
-        started.elapsed() < Duration::from_secs(8),
-        "Running {:?} after the pods were sent",
-        started.elapsed() + Duration::from_secs(1)
-    );
-    loop {
-        if sim.counts() == (1, 1) && agent.ctx.statuses.pods().len() == 1 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "first not removed: {:?}",
-            sim.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    agent.shutdown().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_of_a_source_the_cluster_adds_run_and_go_with_it() {
     use wasmlet_plugin_host::config::{PluginsConfig, SourceConfig};

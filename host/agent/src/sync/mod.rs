@@ -200,71 +200,6 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
 }
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
-    /// Reads the ConfigMaps and Secrets the environment of the containers `starting`
-    /// refers to (none without a volume source: those containers then wait with
-    /// CreateContainerConfigError, naming what is missing), and the Services whose
-    /// variables they get.
-    async fn env_data(
-        &self,
-        pod: &k8s::Pod,
-        starting: &[(&k8s::Container, bool)],
-    ) -> criconfig::EnvData {
-        let mut data = criconfig::EnvData::default();
-        if starting.is_empty() {
-            return data;
-        }
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        if let Some(services) = &self.services {
-            // Static pods never wait for the API server: on a control-plane node it is
-            // one of them (the kubelet exempts them the same way).
-            match services.services(namespace, !pod::is_static(pod)).await {
-                Ok(all) => {
-                    let links = pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.enable_service_links)
-                        .unwrap_or(true);
-                    let chosen = criconfig::services::for_pod(&all, namespace, links);
-                    data.services = criconfig::services::env(&chosen);
-                }
-                Err(e) => data.services_error = Some(e),
-            }
-        }
-        let Some(source) = &self.volume_source else {
-            return data;
-        };
-        let mut wanted: Vec<(bool, String)> = starting
-            .iter()
-            .flat_map(|(c, _)| criconfig::EnvData::wanted(c))
-            .collect();
-        wanted.sort();
-        wanted.dedup();
-        for (secret, name) in wanted {
-            let got = if secret {
-                source.secret(namespace, &name).await
-            } else {
-                source.config_map(namespace, &name).await
-            };
-            let text = match got {
-                Ok(d) => d.map(|d| {
-                    d.into_iter()
-                        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                        .collect()
-                }),
-                Err(e) => {
-                    warn!(pod = %PodKey::of(pod), "{e}");
-                    None
-                }
-            };
-            if secret {
-                data.secrets.insert(name, text);
-            } else {
-                data.config_maps.insert(name, text);
-            }
-        }
-        data
-    }
-
     /// The kubelet's mount step, on every sync of a pod that is not finished: volumes are
     /// set up before anything starts — a pod waits (ContainerCreating, a FailedMount
     /// event) until they are — and brought up to date afterwards (changed ConfigMaps,
@@ -505,20 +440,20 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             return SyncResult::retry(WorkOutcome::Synced, self.mount_retry(&key.uid));
         }
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
-        let Some((sandbox_id, pod_ip)) = self
-            .ensure_sandbox(pod, &actions, &rt, &sandbox_config, &mut touched)
-            .await
-        else {
+        let ephemeral = pod::ephemeral_containers(pod);
+        let starting = starting(pod, &actions, &ephemeral);
+        // What the containers need next is asked for while their sandbox is made.
+        let (sandbox, ahead) = tokio::join!(
+            self.ensure_sandbox(pod, &actions, &rt, &sandbox_config, &mut touched),
+            self.ahead(pod, &starting, actions.create_sandbox),
+        );
+        let Some((sandbox_id, pod_ip)) = sandbox else {
             self.read_back(pod, touched).await;
             return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
         };
         for k in &actions.kill {
             self.kill_container(pod, &rt, k, grace, &mut touched).await;
         }
-        let ephemeral = pod::ephemeral_containers(pod);
-        let starting = starting(pod, &actions, &ephemeral);
-        // ConfigMaps, Secrets and Services their environment refers to.
-        let refs = self.env_data(pod, &starting).await;
         let mut results = Vec::new();
         for (c, init) in starting {
             let r = self
@@ -529,7 +464,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     &rt,
                     (&sandbox_id, &sandbox_config),
                     &pod_ip,
-                    &refs,
+                    &ahead,
                 )
                 .await;
             results.push((c.name.clone(), r));
@@ -669,6 +604,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     }
 }
 
+mod ahead;
 pub mod pacing;
 mod start;
 mod stop;

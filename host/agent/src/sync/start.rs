@@ -60,7 +60,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         rt: &PodRuntime,
         (sandbox_id, sandbox_config): (&str, &proto::PodSandboxConfig),
         pod_ip: &str,
-        refs: &criconfig::EnvData,
+        ahead: &ahead::Ahead,
     ) -> Result<String, NotStarted> {
         let previous = rt.latest(&c.name);
         // The crash-loop back-off advances when a container is about to be created
@@ -68,7 +68,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         // configuration of the agent's own that fails is not the container's crash.
         let restarting = self.crash_loop_gate(pod, c, previous)?;
         let restart_count = previous.map_or(0, |p| p.restart_count + 1);
-        self.ensure_image(pod, c).await?;
+        let ahead::Ahead { env, images } = ahead;
+        self.ensure_image(pod, c, images).await?;
         let retry = Instant::now() + ERROR_RETRY;
         let failed = |reason: &str, message: String| {
             // The kubelet's event for a container it could not create: `Failed`.
@@ -85,7 +86,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         };
         let mut config =
-            criconfig::container_config_with(pod, c, init, restart_count, pod_ip, &self.node, refs)
+            criconfig::container_config_with(pod, c, init, restart_count, pod_ip, &self.node, env)
                 .map_err(|e| {
                     self.failed_mount(pod, &e);
                     failed("CreateContainerConfigError", e.to_string())
@@ -281,10 +282,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
 
     /// The container's image there per its pull policy: found, or pulled (with the
     /// kubelet's ImagePullBackOff between failed pulls); else why the container waits.
+    /// `asked`: the images whose presence this sync asked for already (the others are
+    /// asked for here).
     pub(super) async fn ensure_image(
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
+        asked: &std::collections::HashMap<String, bool>,
     ) -> Result<(), NotStarted> {
         let image = c.image.clone().unwrap_or_default();
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
@@ -298,8 +302,16 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             retry,
             created: None,
         };
-        let present = match self.runtime.image_status(spec.clone()).await {
-            Ok(p) => p.is_some(),
+        let looked_up = match asked.get(&image) {
+            Some(&p) => Ok(p),
+            None => self
+                .runtime
+                .image_status(spec.clone())
+                .await
+                .map(|s| s.is_some()),
+        };
+        let present = match looked_up {
+            Ok(p) => p,
             Err(e) => {
                 let waiting = waiting("ErrImageInspect", e.message().to_owned());
                 return Err(not_started(waiting, now + ERROR_RETRY));

@@ -1,0 +1,120 @@
+//! A pod's start path against the in-process CRI simulator with slow calls: what each
+//! start waits for, and what it does not. Time is paused: the simulated seconds pass in
+//! milliseconds, and what they add up to is exact.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
+    {"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+     "command":["sleep","3600"]}]}}"#;
+
+/// Whether a new pod's image is present is asked while its sandbox is made, not after:
+/// a slow ImageStatus adds nothing to a start that waits on a slower RunPodSandbox, and
+/// it is not asked again before the container is created.
+#[tokio::test(start_paused = true)]
+async fn a_new_pods_image_is_looked_up_while_its_sandbox_is_made() {
+    let (sim, agent) = start("ahead");
+    sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
+    sim.set_method_latency("ImageStatus", Duration::from_secs(3));
+    let sent = tokio::time::Instant::now();
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(20), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let took = sent.elapsed();
+    // 5 s of sandbox; the image's 3 s within them. (After the sandbox, or asked twice:
+    // 8 s or more.)
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+        "Running after {took:?}"
+    );
+    assert!(
+        container(&p, "main")
+            .state
+            .and_then(|s| s.running)
+            .is_some()
+    );
+    agent.shutdown().await;
+}
+
+/// An image the runtime does not have is still pulled after the sandbox is made, as the
+/// kubelet does (its Pulling and Pulled events follow the sandbox's creation): what was
+/// asked while the sandbox was made only says that it must be.
+#[tokio::test(start_paused = true)]
+async fn a_missing_image_is_pulled_after_the_sandbox_as_the_kubelet_does() {
+    let (sim, agent, events) = start_recording("ahead-pull");
+    sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
+    sim.set_method_latency("PullImage", Duration::from_secs(2));
+    let missing = SLEEPER.replace("localhost/busybox:latest", "registry.example/app:1");
+    let sent = tokio::time::Instant::now();
+    send(&agent, vec![pod(&missing)]).await;
+    wait_for(&agent, "sleeper", "Running", Duration::from_secs(20), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_secs(7) && took < Duration::from_secs(8),
+        "Running after {took:?}: the pull is to follow the 5 s sandbox"
+    );
+    let reasons: Vec<String> = events
+        .events()
+        .into_iter()
+        .map(|e| e.reason)
+        .filter(|r| ["Pulling", "Pulled", "Created", "Started"].contains(&r.as_str()))
+        .collect();
+    assert_eq!(reasons, ["Pulling", "Pulled", "Created", "Started"]);
+    agent.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_runtime_calls_hold_up_only_their_own_pod() {
+    let (sim, agent) = start("slow");
+    // Creating a sandbox takes 5 s and every list 2 s (so does each relist).
+    sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
+    sim.set_method_latency("ListContainers", Duration::from_secs(2));
+    sim.set_method_latency("ListPodSandbox", Duration::from_secs(2));
+    let named = |name: &str| SLEEPER.replace("\"sleeper\"", &format!("\"{name}\""));
+    send(&agent, vec![pod(&named("first")), pod(&named("second"))]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Both are being created at once, neither waits for the other.
+    for name in ["first", "second"] {
+        wait_for(&agent, name, "Pending", Duration::from_secs(1), |p| {
+            phase(p) == "Pending"
+        })
+        .await;
+    }
+    // "first" goes away while its sandbox is still being made: the kill waits for that
+    // call, then removes what it made; "second" runs, and reports Running without
+    // waiting for a (slow) relist.
+    send(&agent, vec![pod(&named("second"))]).await;
+    let started = tokio::time::Instant::now();
+    wait_for(&agent, "second", "Running", Duration::from_secs(8), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    // 5 s of sandbox, then one read back through the slow lists: not after the other
+    // pod's calls, nor a relist's.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "Running {:?} after the pods were sent",
+        started.elapsed() + Duration::from_secs(1)
+    );
+    loop {
+        if sim.counts() == (1, 1) && agent.ctx.statuses.pods().len() == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "first not removed: {:?}",
+            sim.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    agent.shutdown().await;
+}
