@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
+use tonic::Code;
 
 const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
     {"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
@@ -38,6 +39,34 @@ async fn a_new_pods_image_is_looked_up_while_its_sandbox_is_made() {
             .state
             .and_then(|s| s.running)
             .is_some()
+    );
+    agent.shutdown().await;
+}
+
+/// A sandbox that cannot be made ends its sync at once, without waiting for what was
+/// being asked beside it: the retry comes ERROR_RETRY (10 s) after the failure, not
+/// after a slow image lookup.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_that_fails_does_not_wait_for_the_lookups_beside_it() {
+    let (sim, agent) = start("ahead-fails");
+    sim.set_method_latency("ImageStatus", Duration::from_secs(20));
+    sim.fail_next("RunPodSandbox", 1, Code::Internal, "CNI is not ready");
+    let sent = tokio::time::Instant::now();
+    send(&agent, vec![pod(SLEEPER)]).await;
+    wait_for(
+        &agent,
+        "sleeper",
+        "Running",
+        Duration::from_secs(120),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    let took = sent.elapsed();
+    // Failed at once, made again 10 s later, its image's 20 s after that: 30 s. (Had
+    // the failed sync waited for its lookup: 20 + 10 + 20 s.)
+    assert!(
+        took >= Duration::from_secs(30) && took < Duration::from_secs(40),
+        "Running after {took:?}"
     );
     agent.shutdown().await;
 }

@@ -442,12 +442,14 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let sandbox_config = criconfig::sandbox_config(pod, actions.attempt, &self.node);
         let ephemeral = pod::ephemeral_containers(pod);
         let starting = starting(pod, &actions, &ephemeral);
-        // What the containers need next is asked for while their sandbox is made.
-        let (sandbox, ahead) = tokio::join!(
-            self.ensure_sandbox(pod, &actions, &rt, &sandbox_config, &mut touched),
-            self.ahead(pod, &starting, actions.create_sandbox),
-        );
-        let Some((sandbox_id, pod_ip)) = sandbox else {
+        // What the containers need next is asked for while their sandbox is made; a
+        // sandbox that cannot be made ends the sync at once, whatever is still asked.
+        let sandbox = async {
+            let made = self.ensure_sandbox(pod, &actions, &rt, &sandbox_config, &mut touched);
+            made.await.ok_or(())
+        };
+        let ahead = async { Ok(self.ahead(pod, &starting, actions.create_sandbox).await) };
+        let Ok(((sandbox_id, pod_ip), ahead)) = tokio::try_join!(sandbox, ahead) else {
             self.read_back(pod, touched).await;
             return SyncResult::retry(WorkOutcome::Synced, ERROR_RETRY);
         };
