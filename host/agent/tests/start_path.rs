@@ -6,12 +6,27 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1 as k8s;
 use support::*;
 use tonic::Code;
+use wasmlet_agent::agent::Agent;
+use wasmlet_cri_sim::Simulator;
 
 const SLEEPER: &str = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
     {"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
      "command":["sleep","3600"]}]}}"#;
+
+/// Sends the pod `json` (named "sleeper") and waits until it is Running; how long that
+/// took on the paused clock, and the pod as it then was.
+async fn running_after(agent: &Agent<Simulator>, json: &str) -> (Duration, k8s::Pod) {
+    let sent = tokio::time::Instant::now();
+    send(agent, vec![pod(json)]).await;
+    let p = wait_for(agent, "sleeper", "Running", Duration::from_secs(120), |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    (sent.elapsed(), p)
+}
 
 /// Whether a new pod's image is present is asked while its sandbox is made, not after:
 /// a slow ImageStatus adds nothing to a start that waits on a slower RunPodSandbox, and
@@ -21,13 +36,7 @@ async fn a_new_pods_image_is_looked_up_while_its_sandbox_is_made() {
     let (sim, agent) = start("ahead");
     sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
     sim.set_method_latency("ImageStatus", Duration::from_secs(3));
-    let sent = tokio::time::Instant::now();
-    send(&agent, vec![pod(SLEEPER)]).await;
-    let p = wait_for(&agent, "sleeper", "Running", Duration::from_secs(20), |p| {
-        phase(p) == "Running"
-    })
-    .await;
-    let took = sent.elapsed();
+    let (took, p) = running_after(&agent, SLEEPER).await;
     // 5 s of sandbox; the image's 3 s within them. (After the sandbox, or asked twice:
     // 8 s or more.)
     assert!(
@@ -51,17 +60,7 @@ async fn a_sandbox_that_fails_does_not_wait_for_the_lookups_beside_it() {
     let (sim, agent) = start("ahead-fails");
     sim.set_method_latency("ImageStatus", Duration::from_secs(20));
     sim.fail_next("RunPodSandbox", 1, Code::Internal, "CNI is not ready");
-    let sent = tokio::time::Instant::now();
-    send(&agent, vec![pod(SLEEPER)]).await;
-    wait_for(
-        &agent,
-        "sleeper",
-        "Running",
-        Duration::from_secs(120),
-        |p| phase(p) == "Running",
-    )
-    .await;
-    let took = sent.elapsed();
+    let (took, _) = running_after(&agent, SLEEPER).await;
     // Failed at once, made again 10 s later, its image's 20 s after that: 30 s. (Had
     // the failed sync waited for its lookup: 20 + 10 + 20 s.)
     assert!(
@@ -80,13 +79,7 @@ async fn a_missing_image_is_pulled_after_the_sandbox_as_the_kubelet_does() {
     sim.set_method_latency("RunPodSandbox", Duration::from_secs(5));
     sim.set_method_latency("PullImage", Duration::from_secs(2));
     let missing = SLEEPER.replace("localhost/busybox:latest", "registry.example/app:1");
-    let sent = tokio::time::Instant::now();
-    send(&agent, vec![pod(&missing)]).await;
-    wait_for(&agent, "sleeper", "Running", Duration::from_secs(20), |p| {
-        phase(p) == "Running"
-    })
-    .await;
-    let took = sent.elapsed();
+    let (took, _) = running_after(&agent, &missing).await;
     assert!(
         took >= Duration::from_secs(7) && took < Duration::from_secs(8),
         "Running after {took:?}: the pull is to follow the 5 s sandbox"
