@@ -61,6 +61,50 @@ struct Joined<R: CriRuntime + 'static> {
     events: Arc<wasmlet_cluster::events::EventStats>,
 }
 
+/// The agent of a joined node: its files under `dir`, pods from the API server, events
+/// recorded there, the default start pacing.
+fn agent_options(
+    dir: &std::path::Path,
+    facts: NodeFacts,
+    pod_cgroups: Option<Arc<wasmlet_agent::cgroups::PodCgroups>>,
+    recorder: Arc<wasmlet_cluster::events::ApiRecorder>,
+) -> AgentOptions {
+    AgentOptions {
+        node: facts,
+        pod_logs_dir: dir.join("logs"),
+        root_dir: dir.join("root"),
+        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        sync_frequency: Duration::from_secs(60),
+        relist_period: Duration::from_secs(1),
+        sources: vec!["api".into()],
+        pod_cgroups,
+        events: Some(recorder),
+        volumes: None,
+        services: None,
+        cluster_dns: Default::default(),
+        start_parallelism: wasmlet_agent::sync::pacing::default_limit(
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        ),
+    }
+}
+
+/// Waits (at most 15 s) until node `node` is Ready on `api`.
+async fn ready_on(api: &ApiServerSim, node: &str) {
+    let started = Instant::now();
+    while !api.get("api/v1", "nodes", "", node).is_some_and(|n| {
+        n["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "node not Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 impl Joined<Simulator> {
     /// On a fresh in-process simulator.
     async fn start(round: usize) -> Self {
@@ -98,25 +142,10 @@ impl<R: CriRuntime + 'static> Joined<R> {
         };
         let (recorder, events) = wasmlet_cluster::events::ApiRecorder::new();
         let event_stats = recorder.stats();
+        let options = agent_options(&dir, facts.clone(), pod_cgroups, recorder);
         let agent = Arc::new(Agent::start(
             runtime,
-            AgentOptions {
-                node: facts.clone(),
-                pod_logs_dir: dir.join("logs"),
-                root_dir: dir.join("root"),
-                resolv_conf: PathBuf::from("/etc/resolv.conf"),
-                sync_frequency: Duration::from_secs(60),
-                relist_period: Duration::from_secs(1),
-                sources: vec!["api".into()],
-                pod_cgroups,
-                events: Some(recorder),
-                volumes: None,
-                services: None,
-                cluster_dns: Default::default(),
-                start_parallelism: wasmlet_agent::sync::pacing::default_limit(
-                    std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
-                ),
-            },
+            options,
             Arc::new(NoProbes),
             None,
             None,
@@ -149,19 +178,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
             stopped,
         );
         // Registered and Ready before the burst.
-        let started = Instant::now();
-        while !api.get("api/v1", "nodes", "", &node).is_some_and(|n| {
-            n["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        }) {
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "node not Ready"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        ready_on(&api, &node).await;
         Joined {
             api,
             served,

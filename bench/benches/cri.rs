@@ -141,8 +141,13 @@ async fn list_cases(pods: usize, budget: Budget) -> ListCases {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let budget = Budget::from_args(2000);
-    let big = Budget::from_args(200);
+    sequential_calls(budget).await;
+    listings(budget).await;
+    concurrent_lists().await;
+}
 
+/// One call at a time against a simulator holding 1,000 containers.
+async fn sequential_calls(budget: Budget) {
     header("CRI client → wasmlet-cri-sim over a unix socket (sequential calls)");
     let s = served(1000).await;
     let id = s.client.list_containers(None).await.expect("list")[0]
@@ -202,8 +207,11 @@ async fn main() {
         })
         .await,
     );
-    drop(s);
+}
 
+/// ListContainers, ListPodSandbox and a relist over 110, 1,000 and 10,000 pods.
+async fn listings(budget: Budget) {
+    let big = Budget::from_args(200);
     for pods in [110, 1000, 10_000] {
         let b = if pods >= 10_000 { big } else { budget };
         let c = list_cases(pods, b).await;
@@ -223,8 +231,10 @@ async fn main() {
             &c.inproc,
         );
     }
+}
 
-    // Throughput with calls in flight at once, as several pod workers make them.
+/// Throughput with calls in flight at once, as several pod workers make them.
+async fn concurrent_lists() {
     let s = served(1000).await;
     let concurrency = 8;
     let rounds = if std::env::args().any(|a| a == "--smoke") {

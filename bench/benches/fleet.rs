@@ -45,6 +45,12 @@ struct Round {
 /// file).
 type Signing = Option<(Vec<u8>, std::path::PathBuf)>;
 
+/// The middle of `v` (the upper one of an even count).
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
 fn signer(key: &[u8]) -> wasmlet_signing::Signer {
     keys::signer(key, b"bench").expect("signer")
 }
@@ -168,59 +174,69 @@ async fn main() {
         .iter()
         .flat_map(|&n| [(n, None), (n, required.clone())])
     {
-        let names: Vec<String> = (0..n).map(|i| format!("node-{i:03}")).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let config = FleetConfig {
-            verification: Verification {
-                public_keys: signing.iter().map(|(_, p)| p.clone()).collect(),
-                required: signing.is_some(),
-                ..Verification::default()
-            },
-            ..FleetConfig::default()
-        };
-        let tag = if signing.is_some() { "signed" } else { "plain" };
-        let c = Cluster::start_with(&format!("bench-{n}-{tag}"), &names, config).await;
-        if let Some((addr, user, password)) = &registry {
-            support::pull_secret(&c, addr, user, password);
-        }
-        let mut all = Vec::new();
-        let mut first = Vec::new();
-        let mut per_node = Vec::new();
-        let (mut failed, mut decided) = (0, 0);
-        let mut writes = Vec::new();
-        let mut counted = Vec::new();
-        for i in 0..rounds {
-            let r = round(&c, i, registry.as_ref(), &signing).await;
-            all.push(r.all);
-            first.push(r.nodes.iter().copied().min().unwrap_or_default());
-            per_node.extend(r.nodes);
-            failed += r.failed;
-            decided += r.decided;
-            writes.push(r.writes);
-            counted.push(r.counted);
-        }
-        println!(
-            "| {n} | {} | {} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
-            if signing.is_some() {
-                "required"
-            } else {
-                "none"
-            },
-            fmt(pct(all.clone(), 50.0)),
-            fmt(pct(all, 100.0)),
-            fmt(pct(first, 50.0)),
-            fmt(pct(per_node.clone(), 50.0)),
-            fmt(pct(per_node, 99.0)),
-            fmt(pct(counted, 50.0)),
-            writes
-                .iter()
-                .map(|w| format!("{:.2}", *w as f64 / n as f64))
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
-        assert_eq!(failed, 0, "a decision failed during a rollout");
+        fleet_row(n, signing, rounds, registry.as_ref()).await;
     }
     verification_cost(registry.as_ref(), &required).await;
+}
+
+/// `rounds` rollouts on `n` nodes, signed with `signing` if given: the table's row.
+async fn fleet_row(
+    n: usize,
+    signing: Signing,
+    rounds: usize,
+    registry: Option<&(String, String, String)>,
+) {
+    let names: Vec<String> = (0..n).map(|i| format!("node-{i:03}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let config = FleetConfig {
+        verification: Verification {
+            public_keys: signing.iter().map(|(_, p)| p.clone()).collect(),
+            required: signing.is_some(),
+            ..Verification::default()
+        },
+        ..FleetConfig::default()
+    };
+    let tag = if signing.is_some() { "signed" } else { "plain" };
+    let c = Cluster::start_with(&format!("bench-{n}-{tag}"), &names, config).await;
+    if let Some((addr, user, password)) = &registry {
+        support::pull_secret(&c, addr, user, password);
+    }
+    let mut all = Vec::new();
+    let mut first = Vec::new();
+    let mut per_node = Vec::new();
+    let (mut failed, mut decided) = (0, 0);
+    let mut writes = Vec::new();
+    let mut counted = Vec::new();
+    for i in 0..rounds {
+        let r = round(&c, i, registry, &signing).await;
+        all.push(r.all);
+        first.push(r.nodes.iter().copied().min().unwrap_or_default());
+        per_node.extend(r.nodes);
+        failed += r.failed;
+        decided += r.decided;
+        writes.push(r.writes);
+        counted.push(r.counted);
+    }
+    println!(
+        "| {n} | {} | {} | {} | {} | {} | {} | {} | {decided} | {failed} | {} |",
+        if signing.is_some() {
+            "required"
+        } else {
+            "none"
+        },
+        fmt(pct(all.clone(), 50.0)),
+        fmt(pct(all, 100.0)),
+        fmt(pct(first, 50.0)),
+        fmt(pct(per_node.clone(), 50.0)),
+        fmt(pct(per_node, 99.0)),
+        fmt(pct(counted, 50.0)),
+        writes
+            .iter()
+            .map(|w| format!("{:.2}", *w as f64 / n as f64))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    assert_eq!(failed, 0, "a decision failed during a rollout");
 }
 
 /// A verifier trusting `sigstore`'s root and the identity `subject` of `issuer`.
@@ -283,10 +299,6 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
     .expect("keys")
     .expect("enabled");
     let wasm = variant(&support::bytes(support::RESTRICTED), "verification");
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
     println!("\n### one verification (median of 20)\n");
     println!("| what | time |");
     println!("|---|---|");
@@ -306,11 +318,21 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
         "| a keyless blob signature (Rekor timestamp, certificate chain, CT timestamp, identity) | {} |",
         fmt(median(keyless_cost(&wasm)))
     );
-    let Some(r) = registry else {
-        return;
-    };
+    if let Some(r) = registry {
+        registry_costs(r, &verifier, key, &wasm).await;
+    }
+}
+
+/// What verification costs for an artifact in registry `r`: signed at cosign's tag
+/// with `key`, and signed as cosign 3 does (a keyless bundle referring to it).
+async fn registry_costs(
+    r: &(String, String, String),
+    verifier: &Verifier,
+    key: &[u8],
+    wasm: &[u8],
+) {
     let reference = format!("oci://{}/wasmlet-bench/verify:{}", r.0, std::process::id());
-    wasmlet_fleet::publish::push(&wasm, &reference, true, registry_of(r).credentials, None)
+    wasmlet_fleet::publish::push(wasm, &reference, true, registry_of(r).credentials, None)
         .await
         .expect("push");
     let signed = registry_of(r)
@@ -341,7 +363,7 @@ async fn verification_cost(registry: Option<&(String, String, String)>, signing:
         r.0,
         std::process::id()
     );
-    let variant_bytes = variant(&wasm, "cosign-3");
+    let variant_bytes = variant(wasm, "cosign-3");
     wasmlet_fleet::publish::push(
         &variant_bytes,
         &bundled,

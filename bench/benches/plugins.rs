@@ -190,45 +190,98 @@ async fn main() {
     tokio::spawn(run()).await.expect("benchmark");
 }
 
-async fn run() {
-    let budget = Budget::from_args(20_000);
-    let few = Budget::from_args(100);
-    let paced = Budget::from_args(5_000);
-    let cache = temp("cache");
-    let engine = PluginEngine::with_cache(&cache.0).expect("engine");
+/// A node that already runs 110 pods, a pod to admit there, and the engine deciding.
+struct Scene {
+    engine: PluginEngine,
+    budget: Budget,
+    active: Vec<Pod>,
+    candidate: Arc<Pod>,
+    node: Arc<Node>,
+    usage: NodeLoad,
+}
 
+impl Scene {
+    /// One decision by `plugin` on this scene's candidate, on `node`.
+    async fn admits_on(&self, plugin: &AdmissionPlugin, node: &Arc<Node>) {
+        admits(plugin, &self.candidate, node, &self.usage).await;
+    }
+}
+
+async fn run() {
+    let cache = temp("cache");
     let active: Vec<Pod> = (0..110)
         .map(|i| pod(i, (i % 10 == 0).then_some(30_000 + i as u16)))
         .collect();
-    let candidate = Arc::new(pod(999, Some(31_999)));
-    let node = Arc::new(node());
-    let usage = convert::load(&active);
+    let scene = Scene {
+        engine: PluginEngine::with_cache(&cache.0).expect("engine"),
+        budget: Budget::from_args(20_000),
+        candidate: Arc::new(pod(999, Some(31_999))),
+        node: Arc::new(node()),
+        usage: convert::load(&active),
+        active,
+    };
 
     header("Admission of one pod beside 110 active pods (sequential decisions)");
-    let native = time_async(budget, || async {
-        let wanted = resources::pod_requests(&candidate);
+    let native = native_decisions(&scene).await;
+    let wasm_p50 = component_decisions(&scene).await;
+    chains(&scene).await;
+    cloud_node_and_sum(&scene).await;
+
+    header("What a policy asks for on demand (warm instances)");
+    on_demand(&scene).await;
+    let native_p50 = native.percentile(50.0).as_secs_f64();
+    for (what, p50) in wasm_p50 {
+        println!(
+            "\n{what}: {:.0}× the native decision at p50",
+            p50.as_secs_f64() / native_p50.max(1e-9)
+        );
+    }
+
+    let fresh_dir = temp("fresh");
+    loading(&scene.engine, &fresh_dir).await;
+    hot_swap(&scene).await;
+    probes_and_sources(&scene.engine).await;
+    memory(&scene, &fresh_dir).await;
+    let _ = fmt;
+}
+
+/// The baseline: resource-fit's decision compiled into the host.
+async fn native_decisions(scene: &Scene) -> Samples {
+    let native = time_async(scene.budget, || async {
+        let wanted = resources::pod_requests(&scene.candidate);
         assert!(matches!(
-            fit::admit(&wanted, &node.allocatable, &usage.usage),
+            fit::admit(&wanted, &scene.node.allocatable, &scene.usage.usage),
             Verdict::Admit
         ));
     })
     .await;
     row("resource-fit compiled natively into the host", &native);
+    native
+}
+
+/// resource-fit as a component: warm and fresh instances, back to back, yielding and
+/// paced; the back-to-back rows' p50, by row.
+async fn component_decisions(scene: &Scene) -> Vec<(String, Duration)> {
     let mut wasm_p50 = Vec::new();
     for (gap, iterations, between) in [
-        (Gap::None, budget, "back to back"),
-        (Gap::Yield, budget, "the caller yielding between decisions"),
-        (Gap::Sleep(PACE), paced, "a decision every ~1 ms"),
+        (Gap::None, scene.budget, "back to back"),
+        (
+            Gap::Yield,
+            scene.budget,
+            "the caller yielding between decisions",
+        ),
+        (
+            Gap::Sleep(PACE),
+            Budget::from_args(5_000),
+            "a decision every ~1 ms",
+        ),
     ] {
         for (mode, label) in [
             (InstanceMode::Reused, "warm instance"),
             (InstanceMode::PerCall, "fresh instance"),
         ] {
-            let plugin = load(&engine, "resource-fit", mode);
-            let s = time_paced(iterations, gap, || {
-                admits(&plugin, &candidate, &node, &usage)
-            })
-            .await;
+            let plugin = load(&scene.engine, "resource-fit", mode);
+            let s = time_paced(iterations, gap, || scene.admits_on(&plugin, &scene.node)).await;
             let what = format!("resource-fit as a component, {label}, {between}");
             row(&what, &s);
             if matches!(gap, Gap::None) {
@@ -236,11 +289,16 @@ async fn run() {
             }
         }
     }
+    wasm_p50
+}
+
+/// The kubelet's four checks as one chain, on warm and on fresh instances.
+async fn chains(scene: &Scene) {
     for (mode, label) in [
         (InstanceMode::Reused, "warm instances"),
         (InstanceMode::PerCall, "fresh instances"),
     ] {
-        let chain = AdmissionChain::new(engine.clone());
+        let chain = AdmissionChain::new(scene.engine.clone());
         for name in KUBELET_CHAIN {
             let limits = Limits {
                 instances: mode,
@@ -256,8 +314,9 @@ async fn run() {
                 )
                 .expect("load");
         }
-        let s = time_async(budget, || async {
-            let (v, _) = chain.admit(&admission(&candidate, &node, &usage)).await;
+        let s = time_async(scene.budget, || async {
+            let admission = admission(&scene.candidate, &scene.node, &scene.usage);
+            let (v, _) = chain.admit(&admission).await;
             assert_eq!(reason(&v), "Admit");
         })
         .await;
@@ -266,10 +325,13 @@ async fn run() {
             &s,
         );
     }
-    // A node as a cloud provider labels it: the well-known labels, a few of the
-    // provider's, a role, and two taints. resource-fit never reads them; while policies
-    // were handed the whole node on every call, this node made its decision 2× slower.
-    let cloud_node = Arc::new(Node {
+}
+
+/// A node as a cloud provider labels it: the well-known labels, a few of the
+/// provider's, a role, and two taints. resource-fit never reads them; while policies
+/// were handed the whole node on every call, this node made its decision 2× slower.
+fn cloud_node(node: &Node) -> Node {
+    Node {
         labels: [
             ("kubernetes.io/os", "linux"),
             ("kubernetes.io/arch", "amd64"),
@@ -302,23 +364,31 @@ async fn run() {
                 effect: TaintEffect::NoSchedule,
             },
         ],
-        ..(*node).clone()
-    });
-    let plugin = load(&engine, "resource-fit", InstanceMode::Reused);
-    let s = time_async(budget, || admits(&plugin, &candidate, &cloud_node, &usage)).await;
+        ..node.clone()
+    }
+}
+
+/// A warm decision on [`cloud_node`], and the host's sum of the active pods' usage.
+async fn cloud_node_and_sum(scene: &Scene) {
+    let cloud_node = Arc::new(cloud_node(&scene.node));
+    let plugin = load(&scene.engine, "resource-fit", InstanceMode::Reused);
+    let s = time_async(scene.budget, || scene.admits_on(&plugin, &cloud_node)).await;
     row(
         "resource-fit, warm instance, back to back, a node with 16 labels and 2 taints",
         &s,
     );
-    let sum = time_async(budget, || async {
-        assert_eq!(convert::load(&active).usage.pod_count, 110);
+    let sum = time_async(scene.budget, || async {
+        assert_eq!(convert::load(&scene.active).usage.pod_count, 110);
     })
     .await;
     row("host: node usage summed over the 110 active pods", &sum);
+}
 
-    header("What a policy asks for on demand (warm instances)");
-    // node-ports asks the host for the ports in use only when the pod wants one.
-    let ports = load(&engine, "node-ports", InstanceMode::Reused);
+/// What a policy asks the host for only when it needs it: node-ports the ports in use,
+/// restricted-pods the pod's JSON.
+async fn on_demand(scene: &Scene) {
+    let (candidate, node, usage) = (&scene.candidate, &scene.node, &scene.usage);
+    let ports = load(&scene.engine, "node-ports", InstanceMode::Reused);
     let no_port = Arc::new(Pod {
         containers: candidate
             .containers
@@ -328,7 +398,7 @@ async fn run() {
                 ..c.clone()
             })
             .collect(),
-        ..(*candidate).clone()
+        ..(**candidate).clone()
     });
     for (label, p) in [
         (
@@ -337,17 +407,16 @@ async fn run() {
         ),
         (
             "node-ports, pod with a host port (fetches the 11 ports in use)",
-            &candidate,
+            candidate,
         ),
     ] {
-        let s = time_async(budget, || async {
-            admits(&ports, p, &node, &usage).await;
+        let s = time_async(scene.budget, || async {
+            admits(&ports, p, node, usage).await;
         })
         .await;
         row(label, &s);
     }
-    // restricted-pods reads the pod's JSON (hostPID, hostIPC): produced only on request.
-    let restricted = load(&engine, "restricted-pods", InstanceMode::Reused);
+    let restricted = load(&scene.engine, "restricted-pods", InstanceMode::Reused);
     let json = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "app-999", "namespace": "default"},
@@ -358,7 +427,7 @@ async fn run() {
     })
     .to_string();
     let json: Arc<str> = json.into();
-    let s = time_async(budget, || async {
+    let s = time_async(scene.budget, || async {
         // Made once per admission, as the agent serializes the pod: one copy here.
         let json = json.clone();
         let admission = Admission::new(candidate.clone(), node.clone(), usage.clone(), move || {
@@ -369,22 +438,16 @@ async fn run() {
     })
     .await;
     row("restricted-pods, reads the pod's JSON (≈ 300 bytes)", &s);
-    let native_p50 = native.percentile(50.0).as_secs_f64();
-    for (what, p50) in wasm_p50 {
-        println!(
-            "\n{what}: {:.0}× the native decision at p50",
-            p50.as_secs_f64() / native_p50.max(1e-9)
-        );
-    }
+}
 
+/// Compiling a component the cache has never seen, and loading one it has.
+async fn loading(engine: &PluginEngine, fresh_dir: &Dir) {
     header("Loading a plugin");
-    let fresh_dir = temp("fresh");
     let mut n = 0;
-    let compile = time_async(few, || {
+    let compile = time_async(Budget::from_args(100), || {
         n += 1;
         let path = fresh_dir.0.join(format!("v{n}.wasm"));
         variant(&shipped_plugin("resource-fit"), &path, n);
-        let engine = &engine;
         async move {
             let p = engine
                 .load_admission("fit", &path, BTreeMap::new(), Limits::default())
@@ -398,19 +461,23 @@ async fn run() {
         &compile,
     );
     let cached = time_async(Budget::from_args(500), || async {
-        let p = load(&engine, "resource-fit", InstanceMode::PerCall);
+        let p = load(engine, "resource-fit", InstanceMode::PerCall);
         assert_eq!(*p.load_outcome(), CacheOutcome::Hit);
     })
     .await;
     row("load from the compiled-component cache", &cached);
+}
 
+/// A plugin file renamed into the admission directory, until the chain's decisions
+/// change: from a cached artifact, and with compilation.
+async fn hot_swap(scene: &Scene) {
     header("Hot swap: file renamed into place → new decisions served");
     let swaps = temp("swap");
     let dir = swaps.0.join("admission");
     std::fs::create_dir_all(&dir).expect("dir");
     let live = dir.join("policy.wasm");
     variant(&shipped_plugin("node-ports"), &live, 0);
-    let chain = Arc::new(AdmissionChain::new(engine.clone()));
+    let chain = Arc::new(AdmissionChain::new(scene.engine.clone()));
     let config: PluginsConfig =
         serde_yaml_ng::from_str("admission: [{name: policy}]").expect("config");
     let config = PluginsConfig {
@@ -420,47 +487,22 @@ async fn run() {
     let _watching = AdmissionDirectory::start(chain.clone(), &config, false)
         .await
         .expect("watch");
-    let mut failed = 0usize;
-    let mut calls = 0usize;
-    let (cand, nd, us) = (&candidate, &node, &usage);
-    let swap = |from: &'static str, digest: u64| {
-        let (chain, live) = (chain.clone(), live.clone());
+    let (mut calls, mut failed) = (0usize, 0usize);
+    let decide = || {
+        let chain = chain.clone();
         async move {
-            let before = reason(&chain.admit(&admission(cand, nd, us)).await.0).to_owned();
-            let started = Instant::now();
-            variant(&shipped_plugin(from), &live, digest);
-            let (mut calls, mut failed) = (0, 0);
-            loop {
-                let (v, _) = chain.admit(&admission(cand, nd, us)).await;
-                calls += 1;
-                let got = reason(&v);
-                if got == chain::PLUGIN_ERROR_REASON {
-                    failed += 1;
-                }
-                if got != before {
-                    return (started.elapsed(), calls, failed);
-                }
-                assert!(started.elapsed() < Duration::from_secs(5), "swap not seen");
-                // ~10,000 decisions a second: far more than a node makes, and the
-                // compiler still gets the CPU a spinning loop would take from it.
-                std::thread::sleep(SWAP_PACE);
-                // A decision never waits, so without this the loop would never give its
-                // worker back: the directory's follower, spawned from this task, waits in
-                // the worker's LIFO slot (which no other worker steals) until it does.
-                tokio::task::yield_now().await;
-            }
+            let admission = admission(&scene.candidate, &scene.node, &scene.usage);
+            reason(&chain.admit(&admission).await.0).to_owned()
         }
     };
-    let swap_budget = Budget::from_args(40);
     for (label, fresh) in [
         ("from a cached artifact", false),
         ("with compilation (a new digest each time)", true),
     ] {
         let mut samples = Vec::new();
-        for i in 0..swap_budget.iterations as u64 {
+        for i in 0..Budget::from_args(40).iterations as u64 {
             // Always to the other decision, so that the swap is visible.
-            let now = reason(&chain.admit(&admission(cand, nd, us)).await.0).to_owned();
-            let from = if now == "Admit" {
+            let from = if decide().await == "Admit" {
                 "fixture-deny-all"
             } else {
                 "node-ports"
@@ -471,7 +513,7 @@ async fn run() {
             } else {
                 u64::from(from == "node-ports")
             };
-            let (took, c, f) = swap(from, digest).await;
+            let (took, c, f) = swap_to(&live, from, digest, &decide).await;
             if !fresh && i < 2 {
                 continue;
             }
@@ -482,9 +524,46 @@ async fn run() {
         row(label, &Samples::new(samples));
     }
     println!("\n{calls} decisions made during the swaps, {failed} failed.");
+}
 
-    probes_and_sources(&engine).await;
+/// Puts plugin `from` (as digest `digest`) at `live` and decides until the decision
+/// changes: how long that took, the decisions made meanwhile, and how many failed.
+async fn swap_to<F, Fut>(
+    live: &Path,
+    from: &str,
+    digest: u64,
+    decide: &F,
+) -> (Duration, usize, usize)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = String>,
+{
+    let before = decide().await;
+    let started = Instant::now();
+    variant(&shipped_plugin(from), live, digest);
+    let (mut calls, mut failed) = (0, 0);
+    loop {
+        let got = decide().await;
+        calls += 1;
+        if got == chain::PLUGIN_ERROR_REASON {
+            failed += 1;
+        }
+        if got != before {
+            return (started.elapsed(), calls, failed);
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "swap not seen");
+        // ~10,000 decisions a second: far more than a node makes, and the
+        // compiler still gets the CPU a spinning loop would take from it.
+        std::thread::sleep(SWAP_PACE);
+        // A decision never waits, so without this the loop would never give its
+        // worker back: the directory's follower, spawned from this task, waits in
+        // the worker's LIFO slot (which no other worker steals) until it does.
+        tokio::task::yield_now().await;
+    }
+}
 
+/// The host's memory for 20 loaded plugins with a warm instance each.
+async fn memory(scene: &Scene, fresh_dir: &Dir) {
     header_memory();
     let before = rss_bytes();
     let mut kept = Vec::new();
@@ -496,13 +575,12 @@ async fn run() {
             instances: InstanceMode::Reused,
             ..Limits::default()
         };
-        let p = engine
+        let p = scene
+            .engine
             .load_admission(&format!("p{i}"), &path, BTreeMap::new(), limits)
             .expect("load");
         // One decision each, so that each keeps a warm instance.
-        p.admit(&admission(&candidate, &node, &usage))
-            .await
-            .expect("admit");
+        scene.admits_on(&p, &scene.node).await;
         kept.push(p);
     }
     let after = rss_bytes();
@@ -513,7 +591,6 @@ async fn run() {
         after as f64 / (1 << 20) as f64,
     );
     drop(kept);
-    let _ = fmt;
 }
 
 /// A container whose every command exits 0 at once: the exec probe's own cost.
@@ -566,10 +643,9 @@ async fn ok_server() -> u16 {
 }
 
 /// Probe checks and source polls, each in a fresh instance, against local peers.
-async fn probes_and_sources(engine: &PluginEngine) {
-    let budget = Budget::from_args(2_000);
-    header("Probe checks and pod-source polls (a fresh instance each, local peers)");
-    let target = |action| probe::Target {
+/// A readiness check of container `app` of pod `web`, at 127.0.0.1.
+fn probe_target(action: probe::Action) -> probe::Target {
+    probe::Target {
         pod_namespace: "default".into(),
         pod_name: "web".into(),
         pod_uid: "uid".into(),
@@ -578,11 +654,20 @@ async fn probes_and_sources(engine: &PluginEngine) {
         kind: probe::ProbeKind::Readiness,
         action,
         timeout_ms: 1000,
-    };
-    let grants = |exec: bool, network: &[&str]| probe::Grants {
+    }
+}
+
+fn probe_grants(exec: bool, network: &[&str]) -> probe::Grants {
+    probe::Grants {
         exec,
         network: network.iter().map(|g| g.parse().expect("grant")).collect(),
-    };
+    }
+}
+
+async fn probes_and_sources(engine: &PluginEngine) {
+    let budget = Budget::from_args(2_000);
+    header("Probe checks and pod-source polls (a fresh instance each, local peers)");
+    let (target, grants) = (probe_target, probe_grants);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("listen");
@@ -640,7 +725,11 @@ async fn probes_and_sources(engine: &PluginEngine) {
         .await;
         row(label, &s);
     }
+    file_source_poll(engine).await;
+}
 
+/// A poll of the shipped file source over a directory of 30 manifests.
+async fn file_source_poll(engine: &PluginEngine) {
     let dir = temp("manifests");
     for i in 0..30 {
         std::fs::write(

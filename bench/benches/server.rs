@@ -26,7 +26,7 @@ use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_apiserver_sim::ApiServerSim;
-use wasmlet_bench::{Budget, NoProbes, fmt, header, row, time_async};
+use wasmlet_bench::{Budget, NoProbes, Samples, fmt, header, row, time_async};
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri::proto::ExecRequest;
 use wasmlet_cri_sim::Simulator;
@@ -86,6 +86,24 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
         None,
         None,
     ));
+    agent
+        .sources()
+        .send(file_pods(names))
+        .await
+        .expect("sources");
+    let logs = running_logs(&agent, &dir, names).await;
+    // The relist that saw them running also fed the pod cache.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    Node {
+        sim,
+        agent,
+        logs,
+        dir,
+    }
+}
+
+/// Pods `names` as the file source gives them: one container each, saying `started`.
+fn file_pods(names: &[String]) -> SourceSet {
     let pods = names
         .iter()
         .map(|name| {
@@ -101,18 +119,22 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             }
         })
         .collect();
-    agent
-        .sources()
-        .send(SourceSet {
-            source: "file".into(),
-            pods,
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-            removed: false,
-            directory: None,
-        })
-        .await
-        .expect("sources");
+    SourceSet {
+        source: "file".into(),
+        pods,
+        unchanged: Vec::new(),
+        problems: Vec::new(),
+        removed: false,
+        directory: None,
+    }
+}
+
+/// Waits until each of pods `names` runs; their containers' log files, by pod.
+async fn running_logs(
+    agent: &Agent<Simulator>,
+    dir: &Path,
+    names: &[String],
+) -> BTreeMap<String, PathBuf> {
     let started = Instant::now();
     let mut logs = BTreeMap::new();
     while logs.len() < names.len() {
@@ -144,14 +166,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             }
         }
     }
-    // The relist that saw them running also fed the pod cache.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    Node {
-        sim,
-        agent,
-        logs,
-        dir,
-    }
+    logs
 }
 
 /// The node's kubelet server with `authn` / `authz`, asking `reviews` when given.
@@ -337,99 +352,110 @@ async fn logs_throughput(c: &Child) {
     let client = https(c.port, None);
     for &size in sizes {
         let written = write_log(&path, size);
-        let mb = written as f64 / 1e6;
-        // Raw: the file read in 64 KiB chunks (page cache warm): the floor.
-        let raw = {
-            let t = Instant::now();
-            let mut f = std::fs::File::open(&path).expect("open");
-            let mut buf = vec![0u8; 64 * 1024];
-            while f.read(&mut buf).expect("read") > 0 {}
-            t.elapsed()
-        };
-        println!(
-            "| the file read raw, 64 KiB at a time | {} | {} | {:.0} | |",
-            mib(written as u64),
-            fmt(raw),
-            mb / raw.as_secs_f64()
-        );
-        // The parser alone (wasmlet_logs::read into a sink that counts).
-        struct Count(u64);
-        impl wasmlet_logs::read::Sink for Count {
-            fn write(&mut self, chunk: Vec<u8>) -> bool {
-                self.0 += chunk.len() as u64;
-                true
-            }
-            fn closed(&self) -> bool {
-                false
-            }
-            fn running(&self) -> bool {
-                false
-            }
-        }
-        let parse = {
-            let t = Instant::now();
-            let mut sink = Count(0);
-            wasmlet_logs::read::read(
-                &path,
-                std::fs::File::open(&path).expect("open"),
-                &wasmlet_logs::LogOptions::default(),
-                &mut sink,
-            )
-            .expect("read");
-            assert!(sink.0 > 0);
-            t.elapsed()
-        };
-        println!(
-            "| parsed into output (`wasmlet_logs::read`, no HTTP) | {} | {} | {:.0} | |",
-            mib(written as u64),
-            fmt(parse),
-            mb / parse.as_secs_f64()
-        );
-        // Through the kubelet server over TLS, the node's RSS sampled every 5 ms.
-        let mut best = Duration::MAX;
-        let (before, _) = usage(c.pid());
-        let peak = Arc::new(AtomicU64::new(before));
-        for _ in 0..if smoke() { 1 } else { 3 } {
-            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let sampler = {
-                let (peak, done, pid) = (peak.clone(), done.clone(), c.pid());
-                std::thread::spawn(move || {
-                    while !done.load(Ordering::SeqCst) {
-                        peak.fetch_max(usage(pid).0, Ordering::SeqCst);
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                })
-            };
-            let t = Instant::now();
-            let mut body = client
-                .request_stream(get(&format!("/containerLogs/default/big-{NODE}/c")))
-                .await
-                .expect("logs");
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut got = 0u64;
-            loop {
-                let k = body.read(&mut buf).await.expect("read");
-                if k == 0 {
-                    break;
-                }
-                got += k as u64;
-            }
-            best = best.min(t.elapsed());
-            done.store(true, Ordering::SeqCst);
-            sampler.join().expect("sampler");
-            assert!(got > written as u64 / 2, "the whole log came back");
-        }
-        println!(
-            "| **through the kubelet server** (TLS, kube's client, best of 3) | {} | {} | **{:.0}** | {} → {} |",
-            mib(written as u64),
-            fmt(best),
-            mb / best.as_secs_f64(),
-            mib(before),
-            mib(peak.load(Ordering::SeqCst))
-        );
+        raw_and_parsed(&path, written);
+        through_the_server(c, &client, written).await;
     }
     // Leave a small log behind for the followers' part.
     write_log(&path, 1024);
+}
+
+/// The floors: log `path` (`written` bytes) read raw, and parsed with no HTTP.
+fn raw_and_parsed(path: &Path, written: usize) {
+    let mb = written as f64 / 1e6;
+    // Raw: the file read in 64 KiB chunks (page cache warm): the floor.
+    let raw = {
+        let t = Instant::now();
+        let mut f = std::fs::File::open(path).expect("open");
+        let mut buf = vec![0u8; 64 * 1024];
+        while f.read(&mut buf).expect("read") > 0 {}
+        t.elapsed()
+    };
+    println!(
+        "| the file read raw, 64 KiB at a time | {} | {} | {:.0} | |",
+        mib(written as u64),
+        fmt(raw),
+        mb / raw.as_secs_f64()
+    );
+    // The parser alone (wasmlet_logs::read into a sink that counts).
+    struct Count(u64);
+    impl wasmlet_logs::read::Sink for Count {
+        fn write(&mut self, chunk: Vec<u8>) -> bool {
+            self.0 += chunk.len() as u64;
+            true
+        }
+        fn closed(&self) -> bool {
+            false
+        }
+        fn running(&self) -> bool {
+            false
+        }
+    }
+    let parse = {
+        let t = Instant::now();
+        let mut sink = Count(0);
+        wasmlet_logs::read::read(
+            path,
+            std::fs::File::open(path).expect("open"),
+            &wasmlet_logs::LogOptions::default(),
+            &mut sink,
+        )
+        .expect("read");
+        assert!(sink.0 > 0);
+        t.elapsed()
+    };
+    println!(
+        "| parsed into output (`wasmlet_logs::read`, no HTTP) | {} | {} | {:.0} | |",
+        mib(written as u64),
+        fmt(parse),
+        mb / parse.as_secs_f64()
+    );
+}
+
+/// The big log (`written` bytes) through the kubelet server over TLS, best of 3, the
+/// node's RSS sampled every 5 ms.
+async fn through_the_server(c: &Child, client: &kube::Client, written: usize) {
+    let mb = written as f64 / 1e6;
+    let mut best = Duration::MAX;
+    let (before, _) = usage(c.pid());
+    let peak = Arc::new(AtomicU64::new(before));
+    for _ in 0..if smoke() { 1 } else { 3 } {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (peak, done, pid) = (peak.clone(), done.clone(), c.pid());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    peak.fetch_max(usage(pid).0, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        let t = Instant::now();
+        let mut body = client
+            .request_stream(get(&format!("/containerLogs/default/big-{NODE}/c")))
+            .await
+            .expect("logs");
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut got = 0u64;
+        loop {
+            let k = body.read(&mut buf).await.expect("read");
+            if k == 0 {
+                break;
+            }
+            got += k as u64;
+        }
+        best = best.min(t.elapsed());
+        done.store(true, Ordering::SeqCst);
+        sampler.join().expect("sampler");
+        assert!(got > written as u64 / 2, "the whole log came back");
+    }
+    println!(
+        "| **through the kubelet server** (TLS, kube's client, best of 3) | {} | {} | **{:.0}** | {} → {} |",
+        mib(written as u64),
+        fmt(best),
+        mb / best.as_secs_f64(),
+        mib(before),
+        mib(peak.load(Ordering::SeqCst))
+    );
 }
 
 async fn followers(c: &Child, count: usize, pods: usize) {
@@ -456,8 +482,47 @@ async fn followers(c: &Child, count: usize, pods: usize) {
     let (cpu, rss) = measure(c.pid(), window).await;
     println!("| idle, no followers | {cpu:.1} % | {} | |", mib(rss));
 
-    let client = https(c.port, None);
     let delivered = Arc::new(AtomicU64::new(0));
+    let streams = follow(c, count, pods, &delivered).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (cpu, rss) = measure(c.pid(), window).await;
+    println!(
+        "| {count} followers, nothing written | {cpu:.1} % | {} | 0 |",
+        mib(rss)
+    );
+
+    // Every container writes 10 lines a second.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let paths: Vec<PathBuf> = (0..pods)
+        .map(|i| c.logs[&format!("f{i}")].clone())
+        .collect();
+    let writer = write_lines(paths, stop.clone());
+    let before = delivered.load(Ordering::Relaxed);
+    let (cpu, rss) = measure(c.pid(), window).await;
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.join().expect("writer");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = delivered.load(Ordering::Relaxed) - before;
+    let per_follower = count / pods;
+    println!(
+        "| {count} followers, each container writing 10 lines/s | {cpu:.1} % | {} | {got} of {} |",
+        mib(rss),
+        written * per_follower as u64
+    );
+    for s in streams {
+        s.abort();
+    }
+}
+
+/// `count` followers (`logs -f`) of pods `f0`…, spread over `pods`, each line counted
+/// into `delivered`.
+async fn follow(
+    c: &Child,
+    count: usize,
+    pods: usize,
+    delivered: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client = https(c.port, None);
     let mut streams = Vec::new();
     for i in 0..count {
         let pod = format!("f{}", i % pods);
@@ -475,59 +540,36 @@ async fn followers(c: &Child, count: usize, pods: usize) {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (cpu, rss) = measure(c.pid(), window).await;
-    println!(
-        "| {count} followers, nothing written | {cpu:.1} % | {} | 0 |",
-        mib(rss)
-    );
+    streams
+}
 
-    // Every container writes 10 lines a second.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        let paths: Vec<PathBuf> = (0..pods)
-            .map(|i| c.logs[&format!("f{i}")].clone())
+/// A thread appending a line to each of `paths` ten times a second until `stop`; the
+/// lines it wrote.
+fn write_lines(
+    paths: Vec<PathBuf>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut files: Vec<std::fs::File> = paths
+            .iter()
+            .map(|p| {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(p)
+                    .expect("log")
+            })
             .collect();
-        std::thread::spawn(move || {
-            let mut files: Vec<std::fs::File> = paths
-                .iter()
-                .map(|p| {
-                    std::fs::OpenOptions::new()
-                        .append(true)
-                        .open(p)
-                        .expect("log")
-                })
-                .collect();
-            let mut written = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                for f in &mut files {
-                    f.write_all(
-                        b"2026-11-23T10:00:00.000000000Z stdout F a line of a followed log\n",
-                    )
+        let mut written = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            for f in &mut files {
+                f.write_all(b"2026-11-23T10:00:00.000000000Z stdout F a line of a followed log\n")
                     .expect("append");
-                    written += 1;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+                written += 1;
             }
-            written
-        })
-    };
-    let before = delivered.load(Ordering::Relaxed);
-    let (cpu, rss) = measure(c.pid(), window).await;
-    stop.store(true, Ordering::SeqCst);
-    let written = writer.join().expect("writer");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = delivered.load(Ordering::Relaxed) - before;
-    let per_follower = count / pods;
-    println!(
-        "| {count} followers, each container writing 10 lines/s | {cpu:.1} % | {} | {got} of {} |",
-        mib(rss),
-        written * per_follower as u64
-    );
-    for s in streams {
-        s.abort();
-    }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        written
+    })
 }
 
 // ---- exec and auth, in this process ----
@@ -573,12 +615,42 @@ async fn exec_round_trip(n: &Node, port: u16) {
     })
     .await;
     row("CRI ExecSync, in-process (no streams)", &s);
+    let direct = straight_to_the_streaming_server(n, budget, &id).await;
+    let client = https(port, None);
+    let path = format!("/exec/default/sh-{NODE}/c?command=echo&command=hi&stdout=true");
+    let through = time_async(budget, || async {
+        let (out, _) = ws_exec(&client, &path).await;
+        assert_eq!(out, b"hi\n");
+    })
+    .await;
+    row(
+        "**through the kubelet server** (new TLS connection, CRI Exec, upgrade carried)",
+        &through,
+    );
+    let (fresh, reused) = healthz_for_scale(&client, budget).await;
+    let added = through
+        .percentile(50.0)
+        .saturating_sub(direct.percentile(50.0));
+    let tls = fresh
+        .percentile(50.0)
+        .saturating_sub(reused.percentile(50.0));
+    println!(
+        "\nThrough the server, exec takes {} more at p50 than straight to the runtime; a new TLS connection accounts for {} of it, leaving {} for authentication, the pod lookup, the proxy hop and the extra connection to the runtime.",
+        fmt(added),
+        fmt(tls),
+        fmt(added.saturating_sub(tls))
+    );
+}
+
+/// `echo hi` in container `id` through CRI Exec and a WebSocket straight to the
+/// runtime's streaming server.
+async fn straight_to_the_streaming_server(n: &Node, budget: Budget, id: &str) -> Samples {
     // One client per target: each exec's upgrade takes a connection of its own anyway.
     let streaming = {
         let url = n
             .sim
             .exec(ExecRequest {
-                container_id: id.clone(),
+                container_id: id.to_owned(),
                 cmd: vec!["true".into()],
                 stdout: true,
                 ..Default::default()
@@ -593,7 +665,7 @@ async fn exec_round_trip(n: &Node, port: u16) {
         let url = n
             .sim
             .exec(ExecRequest {
-                container_id: id.clone(),
+                container_id: id.to_owned(),
                 cmd: vec!["echo".into(), "hi".into()],
                 stdout: true,
                 ..Default::default()
@@ -609,17 +681,11 @@ async fn exec_round_trip(n: &Node, port: u16) {
         "CRI Exec + WebSocket straight to the streaming server (new plain connection)",
         &direct,
     );
-    let client = https(port, None);
-    let path = format!("/exec/default/sh-{NODE}/c?command=echo&command=hi&stdout=true");
-    let through = time_async(budget, || async {
-        let (out, _) = ws_exec(&client, &path).await;
-        assert_eq!(out, b"hi\n");
-    })
-    .await;
-    row(
-        "**through the kubelet server** (new TLS connection, CRI Exec, upgrade carried)",
-        &through,
-    );
+    direct
+}
+
+/// GET /healthz on a new TLS connection and on a kept-alive one.
+async fn healthz_for_scale(client: &kube::Client, budget: Budget) -> (Samples, Samples) {
     let fresh = time_async(budget, || async {
         let request = http::Request::get("/healthz")
             .header("connection", "close")
@@ -637,18 +703,7 @@ async fn exec_round_trip(n: &Node, port: u16) {
         "for scale: GET /healthz on a kept-alive connection",
         &reused,
     );
-    let added = through
-        .percentile(50.0)
-        .saturating_sub(direct.percentile(50.0));
-    let tls = fresh
-        .percentile(50.0)
-        .saturating_sub(reused.percentile(50.0));
-    println!(
-        "\nThrough the server, exec takes {} more at p50 than straight to the runtime; a new TLS connection accounts for {} of it, leaving {} for authentication, the pod lookup, the proxy hop and the extra connection to the runtime.",
-        fmt(added),
-        fmt(tls),
-        fmt(added.saturating_sub(tls))
-    );
+    (fresh, reused)
 }
 
 async fn auth_overhead(n: &Node, open_port: u16) {
@@ -672,26 +727,7 @@ async fn auth_overhead(n: &Node, open_port: u16) {
     api.allow("group:readers", "get", "proxy");
 
     header("an authorized request with warm caches");
-    let authn = Authenticator::new(AuthnSettings::default(), Some(reviews.clone()));
-    let authz = Authorizer::new(AuthzSettings::default(), Some(reviews.clone()));
-    let attributes = authz::attributes("GET", "/pods", NODE);
-    let check = || async {
-        let user = authn
-            .authenticate(None, Some("Bearer bench-token"))
-            .await
-            .expect("authenticated");
-        assert_eq!(
-            authz.authorize(&user, &attributes).await,
-            authz::Decision::Allow
-        );
-    };
-    check().await;
-    let s = time_async(budget, check).await;
-    row(
-        "TokenReview + SubjectAccessReview answered from their caches (the check alone)",
-        &s,
-    );
-
+    the_check_alone(&reviews, budget).await;
     let guarded = serve(
         n,
         "guarded",
@@ -732,6 +768,29 @@ async fn auth_overhead(n: &Node, open_port: u16) {
         budget.warmup + budget.iterations
     );
     served.stop();
+}
+
+/// The authenticator and authorizer alone, answering from their warm caches.
+async fn the_check_alone(reviews: &Arc<ApiReviews>, budget: Budget) {
+    let authn = Authenticator::new(AuthnSettings::default(), Some(reviews.clone()));
+    let authz = Authorizer::new(AuthzSettings::default(), Some(reviews.clone()));
+    let attributes = authz::attributes("GET", "/pods", NODE);
+    let check = || async {
+        let user = authn
+            .authenticate(None, Some("Bearer bench-token"))
+            .await
+            .expect("authenticated");
+        assert_eq!(
+            authz.authorize(&user, &attributes).await,
+            authz::Decision::Allow
+        );
+    };
+    check().await;
+    let s = time_async(budget, check).await;
+    row(
+        "TokenReview + SubjectAccessReview answered from their caches (the check alone)",
+        &s,
+    );
 }
 
 fn main() {

@@ -19,7 +19,7 @@ use wasmlet_cri_sim::Simulator;
 use wasmlet_stats::cgroup::{Cgroups, ProcessCgroups};
 use wasmlet_stats::node::NodeFiles;
 use wasmlet_stats::{
-    Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, SystemContainer,
+    Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, Sample, SystemContainer,
 };
 
 const PODS: usize = 110;
@@ -80,13 +80,10 @@ fn cgroups(tmp: &Path) -> (Cgroups, bool, Vec<PathBuf>) {
     (Cgroups::at(tmp, false), false, made)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let tmp = std::env::temp_dir().join(format!("wasmlet-bench-stats-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).expect("tmp");
-    let (cg, real, made) = cgroups(&tmp.join("cgroup"));
-    let pods: Vec<PodInfo> = (0..PODS)
+/// The bench's pods: two containers each, a 4 KiB log per container under `tmp`, the
+/// cgroup `/wasmlet-bench/pod<p>`.
+fn bench_pods(tmp: &std::path::Path) -> Vec<PodInfo> {
+    (0..PODS)
         .map(|p| {
             let log_dir = tmp.join(format!("logs/default_pod{p}_u{p}"));
             for c in 0..2 {
@@ -112,13 +109,17 @@ async fn main() {
                 cgroup: Some(format!("/wasmlet-bench/pod{p}")),
             }
         })
-        .collect();
-    let collector = Collector::new(
+        .collect()
+}
+
+/// A collector of `pods` reading cgroups `cg`, with `/wasmlet-bench` as the pods' parent.
+fn collector(tmp: &std::path::Path, cg: Cgroups, pods: Vec<PodInfo>) -> Collector<Simulator> {
+    Collector::new(
         Arc::new(Simulator::new()),
         Arc::new(Pods(pods)),
         CollectorSettings {
             node_name: "bench".into(),
-            root_dir: tmp.clone(),
+            root_dir: tmp.to_path_buf(),
             files: NodeFiles {
                 cgroups: Some(cg),
                 ..NodeFiles::default()
@@ -132,7 +133,16 @@ async fn main() {
                 },
             }],
         },
-    );
+    )
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let tmp = std::env::temp_dir().join(format!("wasmlet-bench-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let (cg, real, made) = cgroups(&tmp.join("cgroup"));
+    let collector = collector(&tmp, cg, bench_pods(&tmp));
     let budget = Budget::from_args(200);
     println!(
         "{PODS} pods × 2 containers, cgroups: {}",
@@ -158,28 +168,34 @@ async fn main() {
     let wall = wall0.elapsed();
     row("one sample, 110 pods", &samples);
     let sample = collector.lock().await.collect().await;
-    let s = sample.clone();
-    let serve = time_async(budget, || {
-        let s = &s;
-        async move {
-            std::hint::black_box(serde_json::to_vec(&s.summary).expect("json"));
-        }
+    bodies_and_eviction(budget, &sample).await;
+    println!();
+    println!(
+        "CPU per sample: {:.2} ms ({} samples, {:.2} ms wall each)",
+        cpu.as_secs_f64() * 1e3 / f64::from(n.max(1)),
+        n,
+        wall.as_secs_f64() * 1e3 / f64::from(n.max(1))
+    );
+    for dir in made {
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// What is made of one sample: the three endpoints' bodies and an eviction decision.
+async fn bodies_and_eviction(budget: Budget, s: &Sample) {
+    let serve = time_async(budget, || async move {
+        std::hint::black_box(serde_json::to_vec(&s.summary).expect("json"));
     })
     .await;
     row("/stats/summary body, 110 pods", &serve);
-    let resource = time_async(budget, || {
-        let s = &s;
-        async move {
-            std::hint::black_box(wasmlet_stats::metrics::resource(Some(s)));
-        }
+    let resource = time_async(budget, || async move {
+        std::hint::black_box(wasmlet_stats::metrics::resource(Some(s)));
     })
     .await;
     row("/metrics/resource body, 110 pods", &resource);
-    let cadvisor = time_async(budget, || {
-        let s = &s;
-        async move {
-            std::hint::black_box(wasmlet_stats::metrics::cadvisor(Some(s)));
-        }
+    let cadvisor = time_async(budget, || async move {
+        std::hint::black_box(wasmlet_stats::metrics::cadvisor(Some(s)));
     })
     .await;
     row("/metrics/cadvisor body, 110 pods", &cadvisor);
@@ -193,24 +209,9 @@ async fn main() {
         .collect();
     let mut manager = wasmlet_stats::eviction::Manager::new(Default::default());
     let decide = time_async(budget, || {
-        std::hint::black_box(manager.synchronize(
-            tokio::time::Instant::now(),
-            &sample.summary,
-            &facts,
-        ));
+        std::hint::black_box(manager.synchronize(tokio::time::Instant::now(), &s.summary, &facts));
         async {}
     })
     .await;
     row("eviction decision, 110 pods", &decide);
-    println!();
-    println!(
-        "CPU per sample: {:.2} ms ({} samples, {:.2} ms wall each)",
-        cpu.as_secs_f64() * 1e3 / f64::from(n.max(1)),
-        n,
-        wall.as_secs_f64() * 1e3 / f64::from(n.max(1))
-    );
-    for dir in made {
-        let _ = std::fs::remove_dir(&dir);
-    }
-    let _ = std::fs::remove_dir_all(&tmp);
 }
