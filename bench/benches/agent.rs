@@ -27,7 +27,7 @@ use wasmlet_agent::pleg::{EventQueue, Health, Pleg};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_bench::floor::{floor_started, remove_all, sandboxes};
 use wasmlet_bench::process::AgentProcess;
-use wasmlet_bench::{Samples, cpu_time, cpu_time_of};
+use wasmlet_bench::{Budget, Samples, cpu_time, cpu_time_of, fmt, time_async};
 use wasmlet_cri::proto::ContainerFilter;
 use wasmlet_cri::{CriClient, CriRuntime};
 use wasmlet_cri_sim::Simulator;
@@ -197,8 +197,9 @@ async fn simulator(n: usize) {
     let cpu0 = cpu_time();
     tokio::time::sleep(idle_for).await;
     let idle_cpu = (cpu_time() - cpu0).as_secs_f64() / idle_for.as_secs_f64() * 100.0;
+    let (every_pod, unchanged) = pods_bodies(&agent).await;
     println!(
-        "| {n} | {:.2} s | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {} | {idle_cpu:.2} % | {:.0} MB |",
+        "| {n} | {:.2} s | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {} | {idle_cpu:.2} % | {:.0} MB | {} / {} |",
         all_running.as_secs_f64(),
         relist.percentile(50.0).as_secs_f64() * 1000.0,
         relist.percentile(99.0).as_secs_f64() * 1000.0,
@@ -206,8 +207,27 @@ async fn simulator(n: usize) {
         relist_socket.percentile(99.0).as_secs_f64() * 1000.0,
         loop_p99(&agent),
         rss_mb(),
+        fmt(every_pod.percentile(50.0)),
+        fmt(unchanged.percentile(50.0)),
     );
     agent.shutdown().await;
+}
+
+/// What a `GET /pods` body costs the agent: every pod copied and serialized (what each
+/// request cost before the bodies' pods were kept), and the body of a node where
+/// nothing changed since the last request.
+async fn pods_bodies(agent: &Agent<impl CriRuntime + 'static>) -> (Samples, Samples) {
+    let budget = Budget::from_args(200);
+    let statuses = &agent.ctx.statuses;
+    let every_pod = time_async(budget, || async {
+        std::hint::black_box(serde_json::to_vec(&statuses.pods()).expect("json"));
+    })
+    .await;
+    let unchanged = time_async(budget, || async {
+        std::hint::black_box(statuses.pod_list_json());
+    })
+    .await;
+    (every_pod, unchanged)
 }
 
 /// How long `rounds` relists of `node`'s objects take, through a fresh PLEG on
@@ -525,7 +545,8 @@ async fn started_and_lags(
             .collect(),
         ..Default::default()
     };
-    let mut started_at: BTreeMap<String, i64> = BTreeMap::new();
+    // Per pod, its last container to start: (when, its id).
+    let mut started_at: BTreeMap<String, (i64, String)> = BTreeMap::new();
     for c in client.list_containers(Some(filter)).await.expect("list") {
         let pod = c
             .labels
@@ -538,19 +559,42 @@ async fn started_and_lags(
         let st = client.container_status(&c.id, false).await.expect("status");
         let at = st.status.map_or(0, |s| s.started_at);
         if at > 0 && at <= seen {
-            let slot = started_at.entry(pod).or_insert(at);
-            *slot = (*slot).max(at);
+            let slot = started_at.entry(pod).or_insert((at, c.id.clone()));
+            if at > slot.0 {
+                *slot = (at, c.id.clone());
+            }
         }
     }
     let mut last_start = started_unix;
     let mut lags = Vec::new();
-    for (pod, at) in &started_at {
+    for (pod, (at, _)) in &started_at {
         last_start = last_start.max(*at);
         let lag = first_running[pod] - at;
         lags.push(Duration::from_nanos(u64::try_from(lag).unwrap_or(0)));
     }
+    record_lags(&started_at, first_running);
     let all = Duration::from_nanos(u64::try_from(last_start - started_unix).unwrap_or(0));
     (all, lags)
+}
+
+/// `WASMLET_BENCH_LAGS=FILE`: appends to FILE a line per pod, `LAG <container id>
+/// <its startedAt> <when the agent's status said Running>` (Unix nanoseconds), which
+/// `bench/lag-split.py` splits, with containerd's log, into the runtime's part and the
+/// agent's.
+fn record_lags(started_at: &BTreeMap<String, (i64, String)>, seen: &BTreeMap<String, i64>) {
+    let Some(path) = std::env::var_os("WASMLET_BENCH_LAGS") else {
+        return;
+    };
+    let lines: String = started_at
+        .iter()
+        .map(|(pod, (at, id))| format!("LAG {id} {at} {}\n", seen[pod]))
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("WASMLET_BENCH_LAGS");
+    std::io::Write::write_all(&mut file, lines.as_bytes()).expect("WASMLET_BENCH_LAGS");
 }
 
 /// Removes the `files` from `dir` and waits until node `node` has no sandbox left;
@@ -710,9 +754,9 @@ async fn main() {
 async fn simulators() {
     println!("## Agent against the simulator (agent and simulator in one process)\n");
     println!(
-        "| pods | manifests → all Running | relist p50 / p99 (in process) | relist p50 / p99 (CRI socket) | syncLoop iteration p99 | idle CPU (one core) | RSS |"
+        "| pods | manifests → all Running | relist p50 / p99 (in process) | relist p50 / p99 (CRI socket) | syncLoop iteration p99 | idle CPU (one core) | RSS | `GET /pods` body p50: every pod serialized / nothing changed |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let sizes: &[usize] = if smoke() { &[20] } else { &[110, 1000] };
     for &n in sizes {
         simulator(n).await;

@@ -7,7 +7,7 @@
 //! [`StatusManager::follow`] and then takes the UIDs of changed pods with
 //! [`StatusManager::take_changes`], after [`StatusManager::changed`] wakes it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::Notify;
@@ -60,6 +60,17 @@ pub struct StatusManager {
     /// Pods changed since last taken; `None` while nobody follows.
     changes: Mutex<Option<HashSet<String>>>,
     changed: Notify,
+    /// Each listed pod's JSON as `GET /pods` last served it.
+    listed: Mutex<HashMap<String, Listed>>,
+}
+
+/// A pod's JSON in the `GET /pods` body, valid while its entry holds this very pod
+/// (kept here, so that its address is not reused) at this status version.
+#[derive(Debug)]
+struct Listed {
+    pod: Arc<k8s::Pod>,
+    version: u64,
+    json: Arc<[u8]>,
 }
 
 /// What a status update needs besides the pod's own entry.
@@ -400,26 +411,51 @@ impl StatusManager {
         self.read().1.keys().cloned().collect()
     }
 
-    /// The pods as a v1 PodList (`GET /pods`), each with `kind` and `apiVersion`.
-    pub fn pod_list(&self) -> serde_json::Value {
-        let items: Vec<serde_json::Value> = self
-            .pods()
-            .iter()
-            .map(|p| {
-                let mut v = serde_json::to_value(p).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("kind".into(), "Pod".into());
-                    o.insert("apiVersion".into(), "v1".into());
+    /// The pods as a v1 PodList (`GET /pods`), serialized, in the order they were
+    /// added. Each pod's JSON is kept until its spec or status changes: a poll of a
+    /// node where nothing changed serializes no pod, and the entries are read under the
+    /// lock without copying a pod whose JSON is kept.
+    pub fn pod_list_json(&self) -> Vec<u8> {
+        let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        // Per pod: its uid, the pod, its status version, and its status when its JSON
+        // is not kept.
+        let wanted: Vec<(String, Arc<k8s::Pod>, u64, Option<k8s::PodStatus>)> = {
+            let guard = self.read();
+            let mut entries: Vec<&PodEntry> = guard.1.values().filter(|e| !e.retired).collect();
+            entries.sort_by_key(|e| e.seq);
+            entries
+                .into_iter()
+                .map(|e| {
+                    let uid = crate::pod::uid(&e.pod).to_owned();
+                    let kept = listed
+                        .get(&uid)
+                        .is_some_and(|l| Arc::ptr_eq(&l.pod, &e.pod) && l.version == e.version);
+                    let status = (!kept).then(|| e.status.clone());
+                    (uid, e.pod.clone(), e.version, status)
+                })
+                .collect()
+        };
+        let mut body = br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":["#.to_vec();
+        let mut now_listed = HashMap::with_capacity(wanted.len());
+        for (i, (uid, pod, version, status)) in wanted.into_iter().enumerate() {
+            let json = match (status, listed.remove(&uid)) {
+                (None, Some(kept)) => kept.json,
+                (status, _) => {
+                    let mut p = (*pod).clone();
+                    p.status = status;
+                    // k8s-openapi writes a Pod's `apiVersion` and `kind` itself.
+                    Arc::from(serde_json::to_vec(&p).unwrap_or_default())
                 }
-                v
-            })
-            .collect();
-        serde_json::json!({
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {},
-            "items": items,
-        })
+            };
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(&json);
+            now_listed.insert(uid, Listed { pod, version, json });
+        }
+        body.extend_from_slice(b"]}");
+        *listed = now_listed;
+        body
     }
 
     /// How many pods are held.
@@ -484,6 +520,67 @@ mod tests {
             },
         )
         .map(|(s, _)| s)
+    }
+
+    /// The `GET /pods` body as a JSON value.
+    fn listed(m: &StatusManager) -> serde_json::Value {
+        serde_json::from_slice(&m.pod_list_json()).expect("a JSON body")
+    }
+
+    #[test]
+    fn the_pod_list_follows_every_change_of_spec_status_and_membership() {
+        let m = StatusManager::new();
+        assert_eq!(
+            listed(&m),
+            serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+        );
+        m.set_pod(pod());
+        let second: Arc<k8s::Pod> = Arc::new(
+            serde_json::from_str(
+                r#"{"metadata":{"name":"q","namespace":"default","uid":"u2"},
+                "spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+            )
+            .expect("pod"),
+        );
+        m.set_pod(second);
+        let body = listed(&m);
+        let items = body["items"].as_array().expect("items");
+        let names: Vec<&str> = items
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["p", "q"], "in the order they were added");
+        for item in items {
+            assert_eq!(
+                (item["kind"].as_str(), item["apiVersion"].as_str()),
+                (Some("Pod"), Some("v1"))
+            );
+            assert_eq!(item["status"]["phase"], "Pending");
+        }
+        // Unchanged: the same body again.
+        assert_eq!(m.pod_list_json(), m.pod_list_json());
+        // A status change reaches the list.
+        update(&m, &runtime(Some(State::Running)));
+        let body = listed(&m);
+        assert_eq!(body["items"][0]["status"]["phase"], "Running");
+        assert_eq!(body["items"][1]["status"]["phase"], "Pending");
+        // So does a new spec at the same status version.
+        let mut relabelled = (*pod()).clone();
+        relabelled.metadata.labels = Some([("tier".to_owned(), "web".to_owned())].into());
+        m.set_pod(Arc::new(relabelled));
+        let body = listed(&m);
+        assert_eq!(body["items"][0]["metadata"]["labels"]["tier"], "web");
+        assert_eq!(body["items"][0]["status"]["phase"], "Running");
+        // And a removal.
+        m.remove("u1");
+        let body = listed(&m);
+        let names: Vec<&str> = body["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["q"]);
     }
 
     #[test]

@@ -91,7 +91,8 @@ async fn healthz<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
 }
 
 async fn pods<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
-    json(&s.agent.ctx.statuses.pod_list())
+    let body = s.agent.ctx.statuses.pod_list_json();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// `/runningpods/`: the pods the runtime runs, as a PodList of names, UIDs and running

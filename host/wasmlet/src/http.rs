@@ -108,7 +108,11 @@ async fn healthz(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response
 }
 
 async fn pods(State(s): State<Shared>) -> Response {
-    json(&s.agent.ctx.statuses.pod_list())
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        s.agent.ctx.statuses.pod_list_json(),
+    )
+        .into_response()
 }
 
 async fn node(State(s): State<Shared>) -> Response {
