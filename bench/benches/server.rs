@@ -122,10 +122,7 @@ fn file_pods(names: &[String]) -> SourceSet {
     SourceSet {
         source: "file".into(),
         pods,
-        unchanged: Vec::new(),
-        problems: Vec::new(),
-        removed: false,
-        directory: None,
+        ..SourceSet::default()
     }
 }
 
