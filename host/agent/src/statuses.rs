@@ -73,6 +73,14 @@ struct Listed {
     json: Arc<[u8]>,
 }
 
+/// The entries the node lists — not retired static pods, which are no longer its — in
+/// the order they were added.
+fn listed_in_order(pods: &BTreeMap<String, PodEntry>) -> Vec<&PodEntry> {
+    let mut entries: Vec<&PodEntry> = pods.values().filter(|e| !e.retired).collect();
+    entries.sort_by_key(|e| e.seq);
+    entries
+}
+
 /// What a status update needs besides the pod's own entry.
 pub struct Context<'a> {
     /// The runtime's name (container ID prefix).
@@ -394,9 +402,7 @@ impl StatusManager {
     /// are no longer the node's).
     pub fn pods(&self) -> Vec<k8s::Pod> {
         let guard = self.read();
-        let mut entries: Vec<&PodEntry> = guard.1.values().filter(|e| !e.retired).collect();
-        entries.sort_by_key(|e| e.seq);
-        entries
+        listed_in_order(&guard.1)
             .into_iter()
             .map(|e| {
                 let mut p = (*e.pod).clone();
@@ -421,9 +427,7 @@ impl StatusManager {
         // is not kept.
         let wanted: Vec<(String, Arc<k8s::Pod>, u64, Option<k8s::PodStatus>)> = {
             let guard = self.read();
-            let mut entries: Vec<&PodEntry> = guard.1.values().filter(|e| !e.retired).collect();
-            entries.sort_by_key(|e| e.seq);
-            entries
+            listed_in_order(&guard.1)
                 .into_iter()
                 .map(|e| {
                     let uid = crate::pod::uid(&e.pod).to_owned();
