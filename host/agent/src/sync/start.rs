@@ -27,7 +27,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .unwrap_or_default();
         let id = self
             .pacer
-            .run(self.runtime.run_pod_sandbox(config.clone(), &handler))
+            .run(
+                pacing::Step::Sandbox,
+                self.runtime.run_pod_sandbox(config.clone(), &handler),
+            )
             .await
             .map_err(|e| e.to_string())?;
         // Read once: its IP for the containers' environment, and the sandbox for the
@@ -100,6 +103,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         let id = self
             .pacer
             .run(
+                pacing::Step::Create,
                 self.runtime
                     .create_container(sandbox_id, config, sandbox_config.clone()),
             )
@@ -151,7 +155,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         log: &std::path::Path,
         restart_count: i32,
     ) -> Result<(), Waiting> {
-        if let Err(e) = self.pacer.run(self.runtime.start_container(id)).await {
+        if let Err(e) = self
+            .pacer
+            .run(pacing::Step::Start, self.runtime.start_container(id))
+            .await
+        {
             self.metrics.start_errors.inc();
             self.events.record(Event::warning(
                 pod,
