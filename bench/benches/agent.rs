@@ -175,17 +175,7 @@ async fn simulator(n: usize) {
     // then over the CRI socket (the simulator served as `wasmlet-cri-sim` serves it).
     let rounds = if smoke() { 3 } else { 100 };
     let relist = relist_times(sim.clone(), &node, rounds).await;
-    let socket = std::env::temp_dir().join(format!("wasmlet-bench-relist-{n}.sock"));
-    let server = wasmlet_cri_sim::SimServer::serve((*sim).clone(), &socket)
-        .await
-        .expect("serve");
-    let client = Arc::new(
-        CriClient::connect(&server.endpoint())
-            .await
-            .expect("connect"),
-    );
-    let relist_socket = relist_times(client, &node, rounds).await;
-    server.stop().await;
+    let relist_socket = relist_over_socket(&sim, &node, n, rounds).await;
 
     // Idle: every pod running, nothing changing.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -214,6 +204,23 @@ async fn simulator(n: usize) {
         fmt(unchanged.percentile(50.0)),
     );
     agent.shutdown().await;
+}
+
+/// [`relist_times`] through a CRI client, the simulator served on a unix socket as
+/// `wasmlet-cri-sim` serves it.
+async fn relist_over_socket(sim: &Simulator, node: &str, n: usize, rounds: usize) -> Samples {
+    let socket = std::env::temp_dir().join(format!("wasmlet-bench-relist-{n}.sock"));
+    let server = wasmlet_cri_sim::SimServer::serve(sim.clone(), &socket)
+        .await
+        .expect("serve");
+    let client = Arc::new(
+        CriClient::connect(&server.endpoint())
+            .await
+            .expect("connect"),
+    );
+    let times = relist_times(client, node, rounds).await;
+    server.stop().await;
+    times
 }
 
 /// What a `GET /pods` body costs the agent: every pod copied and serialized (what each
