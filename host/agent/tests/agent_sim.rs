@@ -92,18 +92,14 @@ async fn a_pod_runs_reports_status_and_stops_when_removed() {
 
     // Removing it stops it, then removes its containers, sandbox and cgroup.
     send(&agent, vec![]).await;
-    let started = tokio::time::Instant::now();
-    loop {
-        if sim.counts() == (0, 0) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "not removed: {:?}",
-            sim.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_counts(
+        &sim,
+        (0, 0),
+        || true,
+        "not removed",
+        Duration::from_secs(60),
+    )
+    .await;
     assert!(agent.ctx.statuses.is_empty());
     assert!(!pod_cgroup.exists(), "the pod's cgroup is removed with it");
     assert!(
@@ -449,11 +445,8 @@ async fn a_pod_an_earlier_version_put_in_its_cgroup_stays_there_and_leaves_clean
 
     // Removed, it leaves from there.
     send(&agent, vec![]).await;
-    let started = tokio::time::Instant::now();
-    while sim.counts() != (0, 0) || legacy.exists() {
-        assert!(started.elapsed() < Duration::from_secs(60), "not removed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let left = || !legacy.exists();
+    until_counts(&sim, (0, 0), left, "not removed", Duration::from_secs(60)).await;
     for c in ["cpu", "memory", "pids"] {
         assert!(!cgroups.join(c).join(format!("wasmlet/pod{uid}")).exists());
     }
@@ -717,14 +710,8 @@ async fn pods_of_a_source_the_cluster_adds_run_and_go_with_it() {
 
     // The object is deleted: the source and its pods go.
     sources.remove_cluster("team-pods");
-    let started = std::time::Instant::now();
-    while sim.counts() != (0, 0) || !agent.ctx.statuses.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the source's pods are still there: {:?}",
-            sim.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gone = || agent.ctx.statuses.is_empty();
+    let what = "the source's pods are still there";
+    until_counts(&sim, (0, 0), gone, what, Duration::from_secs(30)).await;
     agent.shutdown().await;
 }

@@ -127,16 +127,8 @@ async fn slow_runtime_calls_hold_up_only_their_own_pod() {
         "Running {:?} after the pods were sent",
         started.elapsed() + Duration::from_secs(1)
     );
-    loop {
-        if sim.counts() == (1, 1) && agent.ctx.statuses.pods().len() == 1 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "first not removed: {:?}",
-            sim.counts()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let one_pod = || agent.ctx.statuses.pods().len() == 1;
+    let left = Duration::from_secs(60).saturating_sub(started.elapsed());
+    until_counts(&sim, (1, 1), one_pod, "first not removed", left).await;
     agent.shutdown().await;
 }

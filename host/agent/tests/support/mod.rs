@@ -163,6 +163,26 @@ pub async fn wait_for(
     }
 }
 
+/// Waits until the runtime holds `counts` (sandboxes, containers) and `also` holds;
+/// after `limit`, fails with `what` and the counts there were.
+pub async fn until_counts(
+    sim: &Simulator,
+    counts: (usize, usize),
+    also: impl Fn() -> bool,
+    what: &str,
+    limit: Duration,
+) {
+    let started = tokio::time::Instant::now();
+    while sim.counts() != counts || !also() {
+        assert!(
+            started.elapsed() < limit,
+            "{what}: {:?} after {limit:?}",
+            sim.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub fn phase(p: &k8s::Pod) -> &str {
     p.status
         .as_ref()
