@@ -94,6 +94,37 @@ async fn a_missing_image_is_pulled_after_the_sandbox_as_the_kubelet_does() {
     agent.shutdown().await;
 }
 
+/// Two containers of one pod with the same missing image: the first pulls it, the
+/// second finds it present — what was asked before the sandbox was made is not taken
+/// for the second's answer.
+#[tokio::test(start_paused = true)]
+async fn an_image_one_container_pulled_is_present_for_the_next() {
+    let (_sim, agent, events) = start_recording("ahead-shared");
+    let shared = r#"{"metadata":{"name":"sleeper"},"spec":{"containers":[
+        {"name":"a","image":"registry.example/app:1","imagePullPolicy":"IfNotPresent",
+         "command":["sleep","3600"]},
+        {"name":"b","image":"registry.example/app:1","imagePullPolicy":"IfNotPresent",
+         "command":["sleep","3600"]}]}}"#;
+    running_after(&agent, shared).await;
+    let pulls: Vec<(String, String)> = events
+        .events()
+        .into_iter()
+        .filter(|e| ["Pulling", "Pulled"].contains(&e.reason.as_str()))
+        .map(|e| (e.reason, e.message))
+        .collect();
+    assert_eq!(pulls.len(), 3, "{pulls:?}");
+    assert_eq!(
+        pulls.iter().filter(|(r, _)| r == "Pulling").count(),
+        1,
+        "{pulls:?}"
+    );
+    assert!(
+        pulls[2].1.contains("already present on machine"),
+        "{pulls:?}"
+    );
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn slow_runtime_calls_hold_up_only_their_own_pod() {
     let (sim, agent) = start("slow");

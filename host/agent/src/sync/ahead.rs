@@ -5,7 +5,7 @@
 //! start's path: whether each image is present (ImageStatus), and the ConfigMaps,
 //! Secrets and Services the containers' environment refers to.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use super::*;
 
@@ -14,9 +14,9 @@ use super::*;
 pub(super) struct Ahead {
     /// The ConfigMaps, Secrets and Services of their environment.
     pub env: criconfig::EnvData,
-    /// Whether each image was present when asked; an image the runtime could not tell
-    /// about (or not asked about) is asked for at its container's start.
-    pub images: HashMap<String, bool>,
+    /// The images found present. Any other is asked for again at its container's start:
+    /// another container of the sync may have pulled it meanwhile.
+    pub present: HashSet<String>,
 }
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
@@ -30,27 +30,29 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         new_sandbox: bool,
     ) -> Ahead {
         let images = async {
-            let mut present = HashMap::new();
+            let mut present = HashSet::new();
             if !new_sandbox {
                 return present;
             }
-            for (c, _) in starting {
-                let image = c.image.clone().unwrap_or_default();
-                if present.contains_key(&image) {
-                    continue;
-                }
+            let mut images: Vec<String> = starting
+                .iter()
+                .map(|(c, _)| c.image.clone().unwrap_or_default())
+                .collect();
+            images.sort();
+            images.dedup();
+            for image in images {
                 let spec = ImageSpec {
                     image: image.clone(),
                     ..Default::default()
                 };
-                if let Ok(status) = self.runtime.image_status(spec).await {
-                    present.insert(image, status.is_some());
+                if let Ok(Some(_)) = self.runtime.image_status(spec).await {
+                    present.insert(image);
                 }
             }
             present
         };
-        let (env, images) = tokio::join!(self.env_data(pod, starting), images);
-        Ahead { env, images }
+        let (env, present) = tokio::join!(self.env_data(pod, starting), images);
+        Ahead { env, present }
     }
 
     /// Reads the ConfigMaps and Secrets the environment of the containers `starting`

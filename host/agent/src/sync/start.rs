@@ -71,8 +71,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         // configuration of the agent's own that fails is not the container's crash.
         let restarting = self.crash_loop_gate(pod, c, previous)?;
         let restart_count = previous.map_or(0, |p| p.restart_count + 1);
-        let ahead::Ahead { env, images } = ahead;
-        self.ensure_image(pod, c, images).await?;
+        let ahead::Ahead { env, present } = ahead;
+        self.ensure_image(pod, c, present).await?;
         let retry = Instant::now() + ERROR_RETRY;
         let failed = |reason: &str, message: String| {
             // The kubelet's event for a container it could not create: `Failed`.
@@ -290,13 +290,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
 
     /// The container's image there per its pull policy: found, or pulled (with the
     /// kubelet's ImagePullBackOff between failed pulls); else why the container waits.
-    /// `asked`: the images whose presence this sync asked for already (the others are
-    /// asked for here).
+    /// `present`: the images this sync found present already (the others are asked for
+    /// here).
     pub(super) async fn ensure_image(
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
-        asked: &std::collections::HashMap<String, bool>,
+        present: &std::collections::HashSet<String>,
     ) -> Result<(), NotStarted> {
         let image = c.image.clone().unwrap_or_default();
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
@@ -310,13 +310,13 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             retry,
             created: None,
         };
-        let looked_up = match asked.get(&image) {
-            Some(&p) => Ok(p),
-            None => self
-                .runtime
+        let looked_up = if present.contains(&image) {
+            Ok(true)
+        } else {
+            self.runtime
                 .image_status(spec.clone())
                 .await
-                .map(|s| s.is_some()),
+                .map(|s| s.is_some())
         };
         let present = match looked_up {
             Ok(p) => p,
