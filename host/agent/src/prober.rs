@@ -23,7 +23,7 @@ use wasmlet_plugin_host::convert;
 use wasmlet_plugin_host::kinds::ProbeHandlers;
 use wasmlet_plugin_host::probe::{Action, ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
 
-use crate::actions::ProbeFailure;
+use crate::actions::{ProbeFailure, Probed};
 use crate::events::{Event, Recorder};
 use crate::metrics::ProbeResult;
 use crate::pod;
@@ -233,6 +233,15 @@ impl<R: CriRuntime + 'static> Prober<R> {
         }
     }
 
+    /// What the actions need of container `id`: which probe failed, whether its startup
+    /// probe passed.
+    pub fn probed(&self, id: &str) -> Probed {
+        Probed {
+            failure: self.failure(id),
+            started: self.view(id).started == Some(true),
+        }
+    }
+
     /// Which probe failed for container `id`, if one did.
     pub fn failure(&self, id: &str) -> Option<ProbeFailure> {
         let r = self
@@ -250,8 +259,8 @@ impl<R: CriRuntime + 'static> Prober<R> {
         }
     }
 
-    /// Starts workers for the running containers of `pod` that have probes and stops
-    /// those whose container no longer runs.
+    /// Starts workers for the running containers of `pod` (app containers and sidecars)
+    /// that have probes and stops those whose container no longer runs.
     pub fn sync_pod(&self, pod: &Arc<k8s::Pod>, rt: &PodRuntime) {
         let uid = pod::uid(pod).to_owned();
         let pod_ip = if pod::host_network(pod) {
@@ -264,13 +273,13 @@ impl<R: CriRuntime + 'static> Prober<R> {
         let mut all = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         let workers = all.entry(uid.clone()).or_default();
         let mut wanted = Vec::new();
-        for (index, c) in pod::containers(pod).iter().enumerate() {
+        for (at, c) in probed_containers(pod) {
             let Some(running) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
                 continue;
             };
             for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
                 if kind.of(c).is_some() {
-                    wanted.push(((running.id.clone(), kind), index, running.started_at));
+                    wanted.push(((running.id.clone(), kind), at, running.started_at));
                 }
             }
         }
@@ -288,7 +297,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 results.remove(&key.0);
             }
         }
-        for (key, index, started_at) in wanted {
+        for (key, at, started_at) in wanted {
             if workers.contains_key(&key) {
                 continue;
             }
@@ -300,7 +309,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 events: self.events.clone(),
                 counts: self.counts.clone(),
                 pod: pod.clone(),
-                index,
+                at,
                 container_id: key.0.clone(),
                 kind: key.1,
                 pod_ip: pod_ip.clone(),
@@ -345,6 +354,47 @@ impl<R: CriRuntime + 'static> Prober<R> {
     }
 }
 
+/// Where a probed container is in the pod's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// `spec.containers[i]`.
+    App(usize),
+    /// `spec.initContainers[i]`, a sidecar.
+    Init(usize),
+}
+
+impl At {
+    fn container(self, pod: &k8s::Pod) -> &k8s::Container {
+        match self {
+            At::App(i) => &pod::containers(pod)[i],
+            At::Init(i) => &pod::init_containers(pod)[i],
+        }
+    }
+
+    /// The container's path in the pod, for messages.
+    fn field(self) -> String {
+        match self {
+            At::App(i) => format!("spec.containers[{i}]"),
+            At::Init(i) => format!("spec.initContainers[{i}]"),
+        }
+    }
+}
+
+/// The containers the kubelet probes: the app containers and the sidecars (a regular
+/// init container's probes are refused by validation and never run).
+fn probed_containers(pod: &k8s::Pod) -> impl Iterator<Item = (At, &k8s::Container)> {
+    let apps = pod::containers(pod)
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (At::App(i), c));
+    let sidecars = pod::init_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pod::is_restartable(c))
+        .map(|(i, c)| (At::Init(i), c));
+    apps.chain(sidecars)
+}
+
 /// A check's result as the prober counts it: an error is a failure.
 fn outcome(result: Result<Outcome, String>) -> (bool, String) {
     match result {
@@ -363,7 +413,7 @@ struct ProbeTask<R> {
     events: Arc<dyn Recorder>,
     counts: Family<ProbeResult, Counter>,
     pod: Arc<k8s::Pod>,
-    index: usize,
+    at: At,
     container_id: String,
     kind: Kind,
     pod_ip: String,
@@ -372,7 +422,7 @@ struct ProbeTask<R> {
 
 impl<R: CriRuntime + 'static> ProbeTask<R> {
     fn container(&self) -> &k8s::Container {
-        &pod::containers(&self.pod)[self.index]
+        self.at.container(&self.pod)
     }
 
     /// The results a new container starts with: not ready, not started, alive.
@@ -458,7 +508,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
             }
             None => {}
         }
-        let field = format!("spec.containers[{}].{}", self.index, self.kind.field());
+        let field = format!("{}.{}", self.at.field(), self.kind.field());
         let target =
             match convert::probe_target(&self.pod, c, probe, self.kind.wit(), &self.pod_ip, &field)
             {

@@ -378,13 +378,15 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             .store(queue.coalesced(), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Probe results: status, and a sync where a container must restart.
+    /// Probe results: status, and a sync where a container must restart or has started.
     pub fn handle_probes(&mut self, queue: &PodQueue<ProbeUpdate>) {
         for (uid, updates) in queue.take() {
             self.ctx.update_status(&uid);
-            let restart = updates
-                .iter()
-                .any(|u| !u.ok && matches!(u.kind, Kind::Liveness | Kind::Startup));
+            // A failed liveness or startup probe restarts the container; a startup probe
+            // that passed may let the next init container start (a sidecar started).
+            let restart = updates.iter().any(|u| {
+                matches!(u.kind, Kind::Startup) || (!u.ok && matches!(u.kind, Kind::Liveness))
+            });
             for u in &updates {
                 info!(
                     "SyncLoop (probe): pod {uid}, container {}, {:?} {}{}",

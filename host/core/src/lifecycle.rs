@@ -79,9 +79,13 @@ impl Work {
 pub enum Outcome {
     /// A sync applied its actions (or failed and will be retried by the worker).
     Synced,
-    /// A sync found the pod finished for good: every container exited and none will
-    /// restart. The pod is terminated without a grace period.
-    Finished,
+    /// A sync found the pod finished for good: every app container exited and none will
+    /// restart. The pod is terminated with this grace period: its own when sidecars
+    /// still run (they are stopped as the kubelet stops a pod), else none.
+    Finished {
+        /// The grace period what still runs gets.
+        grace: Duration,
+    },
     /// The node ended the pod (activeDeadlineSeconds): it is stopped with this grace
     /// period and kept, Failed, until removed.
     Evicted {
@@ -218,12 +222,8 @@ impl WorkerState {
         self.running = false;
         match outcome {
             Outcome::Synced => {}
-            Outcome::Finished | Outcome::Evicted { .. } => {
+            Outcome::Finished { grace } | Outcome::Evicted { grace } => {
                 if self.lifecycle == Lifecycle::Syncing {
-                    let grace = match outcome {
-                        Outcome::Evicted { grace } => grace,
-                        _ => Duration::ZERO,
-                    };
                     self.lifecycle = Lifecycle::Terminating { grace };
                     self.pending = Some(Work::Terminate {
                         pod: self.pod.clone(),
@@ -336,7 +336,9 @@ mod tests {
     fn a_finished_pod_is_stopped_and_kept_until_removed() {
         let mut w = WorkerState::new(pod("job"));
         w.take_next();
-        w.finished(Outcome::Finished);
+        w.finished(Outcome::Finished {
+            grace: Duration::ZERO,
+        });
         assert_eq!(
             w.lifecycle(),
             Lifecycle::Terminating {

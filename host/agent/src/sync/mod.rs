@@ -172,26 +172,29 @@ fn same_cause(a: &Waiting, b: &Waiting) -> bool {
             || matches!(a.reason.as_str(), "CrashLoopBackOff" | "ImagePullBackOff"))
 }
 
-/// The containers to start, in order, each with whether it is an init container: the
-/// next init container, app containers, ephemeral containers. (A fresh sandbox has no
-/// containers: the old ones, in other sandboxes, only count for restart counts and
-/// back-off.)
+/// The containers to start, in the kubelet's order, each with whether it is an init
+/// container: ephemeral containers, init containers (the next one to run, sidecars to
+/// start again), app containers. (A fresh sandbox has no containers: the old ones, in other sandboxes,
+/// only count for restart counts and back-off.)
 fn starting<'a>(
     pod: &'a k8s::Pod,
     actions: &actions::PodActions,
     ephemeral: &'a [k8s::Container],
 ) -> Vec<(&'a k8s::Container, bool)> {
+    let inits = actions
+        .init
+        .iter()
+        .map(|&i| (&pod::init_containers(pod)[i], true));
+    let apps = actions
+        .start
+        .iter()
+        .map(|&i| (&pod::containers(pod)[i], false));
     actions
-        .next_init
-        .map(|i| (&pod::init_containers(pod)[i], true))
-        .into_iter()
-        .chain(
-            actions
-                .start
-                .iter()
-                .map(|&i| (&pod::containers(pod)[i], false)),
-        )
-        .chain(actions.ephemeral.iter().map(|&i| (&ephemeral[i], false)))
+        .ephemeral
+        .iter()
+        .map(|&i| (&ephemeral[i], false))
+        .chain(inits)
+        .chain(apps)
         .collect()
 }
 
@@ -418,13 +421,21 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     .unwrap_or_else(|| Duration::from_secs(u64::try_from(grace).unwrap_or(0))),
             });
         }
-        let actions = actions::compute(pod, &rt, &|id| self.prober.failure(id));
+        let actions = actions::compute(pod, &rt, &|id| self.prober.probed(id));
         if actions.pod_finished() {
             for k in &actions.kill {
                 self.kill_container(pod, &rt, k, grace, &mut touched).await;
             }
             self.read_back(pod, touched).await;
-            return SyncResult::new(WorkOutcome::Finished);
+            // Sidecars still running are stopped as the kubelet stops a pod: with its
+            // grace period, after the app containers, in reverse order.
+            let sidecars_run = rt.running().next().is_some();
+            let grace = if sidecars_run {
+                Duration::from_secs(u64::try_from(grace).unwrap_or(0))
+            } else {
+                Duration::ZERO
+            };
+            return SyncResult::new(WorkOutcome::Finished { grace });
         }
         if actions.kill_pod && !rt.sandboxes.is_empty() {
             info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
@@ -457,6 +468,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             self.kill_container(pod, &rt, k, grace, &mut touched).await;
         }
         let mut results = Vec::new();
+        // A sidecar started lets the next init container start: synced again at once
+        // rather than at the next relist.
+        let mut sidecar_started = false;
         for (c, init) in starting {
             let r = self
                 .start_container(
@@ -469,12 +483,23 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     &ahead,
                 )
                 .await;
+            // An init container that did not start holds what comes after it; a
+            // sidecar that did not start is tried again at the next sync, and the
+            // others go on.
+            let held = init && r.is_err() && !pod::is_restartable(c);
+            sidecar_started |= init && r.is_ok() && pod::is_restartable(c);
             results.push((c.name.clone(), r));
+            if held {
+                break;
+            }
         }
         let mut requeue = self.record_starts(&key, results, &sandbox_id, &mut touched);
         self.read_back(pod, touched).await;
         if let Some(at) = self.deadline_sync(&key.uid) {
             requeue = min_instant(requeue, at);
+        }
+        if sidecar_started {
+            requeue = min_instant(requeue, Instant::now());
         }
         SyncResult {
             outcome: WorkOutcome::Synced,

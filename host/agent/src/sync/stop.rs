@@ -31,7 +31,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 k.message.clone()
             },
         ));
-        let spec = pod::containers(pod).iter().find(|c| c.name == k.name);
+        let spec = pod::containers(pod)
+            .iter()
+            .chain(pod::init_containers(pod))
+            .find(|c| c.name == k.name);
         let ip = rt
             .sandbox()
             .and_then(|s| s.ips.first().cloned())
@@ -44,8 +47,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         }
     }
 
-    /// Stops every running container (in parallel, each with its preStop hook) and
-    /// every ready sandbox.
+    /// Stops every running container (in parallel, each with its preStop hook; sidecars
+    /// after the app containers, in reverse order) and every ready sandbox.
     pub(super) async fn stop_everything(
         &self,
         pod: &Arc<k8s::Pod>,
@@ -57,6 +60,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .sandbox()
             .and_then(|s| s.ips.first().cloned())
             .unwrap_or_default();
+        let names: Vec<&str> = rt.running().map(|c| c.name.as_str()).collect();
+        let mut order = actions::order::stop_after(pod, &names);
+        let stopped = Arc::new(tokio::sync::watch::Sender::new(HashSet::<String>::new()));
         let mut stops = JoinSet::new();
         for c in rt.running() {
             touched
@@ -68,17 +74,26 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 "Killing",
                 format!("Stopping container {}", c.name),
             ));
-            let ops = self.ops.clone();
-            let pod = pod.clone();
-            let id = c.id.clone();
-            let name = c.name.clone();
-            let ip = ip.clone();
+            let turn = Turn {
+                after: order.remove(&c.name).unwrap_or_default(),
+                stopped: stopped.clone(),
+            };
+            let (ops, pod, ip) = (self.ops.clone(), pod.clone(), ip.clone());
+            let (id, name) = (c.id.clone(), c.name.clone());
             stops.spawn(async move {
                 let spec = pod::containers(&pod)
                     .iter()
                     .chain(pod::init_containers(&pod))
                     .find(|c| c.name == name);
-                ops.stop_container(&pod, spec, &id, &ip, grace).await
+                let result = ops
+                    .stop_container_after(&pod, spec, &id, &ip, grace, turn.wait())
+                    .await;
+                if result.is_ok() {
+                    turn.stopped.send_modify(|s| {
+                        s.insert(name);
+                    });
+                }
+                result
             });
         }
         let mut first_error = None;
@@ -210,6 +225,32 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     }
 }
 
+/// A container's turn to stop in a pod with sidecars: once the containers it stops
+/// after have stopped.
+struct Turn {
+    after: Vec<String>,
+    stopped: Arc<tokio::sync::watch::Sender<HashSet<String>>>,
+}
+
+impl Turn {
+    /// Waits for the turn; whether there was anything to wait for.
+    async fn wait(&self) -> bool {
+        if self.after.is_empty() {
+            return false;
+        }
+        let mut stopped = self.stopped.subscribe();
+        let _ = stopped
+            .wait_for(|s| self.after.iter().all(|name| s.contains(name)))
+            .await;
+        true
+    }
+}
+
+/// The least a container is given to stop after waiting for its turn (the kubelet's
+/// minimumGracePeriodInSeconds): a sidecar that waited out the grace period still gets
+/// its SIGTERM before the SIGKILL.
+const MIN_STOP_AFTER_TURN: i64 = 2;
+
 /// Hooks and stops of single containers: what both a sync and the parallel stop tasks
 /// of a kill need.
 pub struct ContainerOps<R> {
@@ -280,6 +321,24 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         pod_ip: &str,
         grace: i64,
     ) -> Result<(), CriError> {
+        let now = std::future::ready(false);
+        self.stop_container_after(pod, c, id, pod_ip, grace, now)
+            .await
+    }
+
+    /// Stops one container once `turn` has come (it says whether it waited for others):
+    /// its preStop hook first (within the grace period), then the wait for its turn (no
+    /// longer than what is left of the grace period), then StopContainer with what is
+    /// left — at least [`MIN_STOP_AFTER_TURN`] after a wait.
+    pub async fn stop_container_after(
+        &self,
+        pod: &k8s::Pod,
+        c: Option<&k8s::Container>,
+        id: &str,
+        pod_ip: &str,
+        grace: i64,
+        turn: impl std::future::Future<Output = bool>,
+    ) -> Result<(), CriError> {
         let started = Instant::now();
         let grace_d = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
         if let Some(c) = c
@@ -289,10 +348,16 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         {
             warn!(pod = %PodKey::of(pod), container = %c.name, "PreStopHook failed: {m}");
         }
+        let waited = tokio::time::timeout(grace_d.saturating_sub(started.elapsed()), turn)
+            .await
+            .unwrap_or(true);
         let left = grace_d.saturating_sub(started.elapsed());
         // Round up: a grace period that has not quite run out still gets its second.
-        let secs =
+        let mut secs =
             i64::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(i64::MAX);
+        if waited {
+            secs = secs.max(MIN_STOP_AFTER_TURN);
+        }
         self.runtime.stop_container(id, secs).await
     }
 }

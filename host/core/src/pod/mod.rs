@@ -261,6 +261,17 @@ pub fn init_containers(pod: &k8s::Pod) -> &[k8s::Container] {
         .unwrap_or(&[])
 }
 
+/// Whether `c` is a sidecar: an init container with `restartPolicy: Always` (KEP-753),
+/// which keeps running beside the app containers once started.
+pub fn is_restartable(c: &k8s::Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Whether the pod has a sidecar among its init containers.
+pub fn has_sidecars(pod: &k8s::Pod) -> bool {
+    init_containers(pod).iter().any(is_restartable)
+}
+
 /// The pod's ephemeral containers as containers (what the runtime runs is the same; no
 /// probes, ports or lifecycle hooks are allowed on them, and none are run).
 pub fn ephemeral_containers(pod: &k8s::Pod) -> Vec<k8s::Container> {

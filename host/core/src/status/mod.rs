@@ -8,7 +8,6 @@ use crate::quantity::parse_quantity;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::actions;
 use crate::pod;
 use crate::runtime::{ContainerInfo, PodRuntime, State};
 use crate::time::nanos_rfc3339;
@@ -208,70 +207,133 @@ fn unknown(container_id: Option<String>) -> k8s::ContainerState {
     }
 }
 
-/// The kubelet's getPhase over the computed container statuses.
+/// A container status's state, whether it has one or not.
+fn state_of(s: &k8s::ContainerStatus) -> k8s::ContainerState {
+    s.state.clone().unwrap_or_default()
+}
+
+/// Whether a waiting container has ended before (its last state is terminated).
+fn ended_before_waiting(s: &k8s::ContainerStatus) -> Option<&k8s::ContainerStateTerminated> {
+    s.last_state.as_ref().and_then(|l| l.terminated.as_ref())
+}
+
+/// What the phase counts of the regular init containers: `(pending, failed)`.
+fn count_regular_inits(pod: &k8s::Pod, inits: &[k8s::ContainerStatus]) -> (usize, usize) {
+    let (mut pending, mut failed) = (0, 0);
+    let regular = pod::init_containers(pod)
+        .iter()
+        .filter(|c| !pod::is_restartable(c));
+    for c in regular {
+        let Some(s) = inits.iter().find(|s| s.name == c.name) else {
+            pending += 1;
+            continue;
+        };
+        let state = state_of(s);
+        if let Some(t) = &state.terminated {
+            failed += usize::from(t.exit_code != 0);
+        } else if state.running.is_none()
+            && state.waiting.is_some()
+            && let Some(last) = ended_before_waiting(s)
+        {
+            failed += usize::from(last.exit_code != 0);
+        } else {
+            pending += 1;
+        }
+    }
+    (pending, failed)
+}
+
+/// The phase's counts of running, waiting, stopped, succeeded and unknown containers.
+#[derive(Default)]
+struct Counts {
+    running: usize,
+    waiting: usize,
+    stopped: usize,
+    succeeded: usize,
+    unknown: usize,
+    /// Sidecars not yet started (running but not started, or waiting never having run).
+    pending_sidecars: usize,
+}
+
+impl Counts {
+    /// Sidecars count while they run or first wait; one that ended does not count.
+    fn sidecar(&mut self, s: Option<&k8s::ContainerStatus>) {
+        let Some(s) = s else {
+            self.unknown += 1;
+            return;
+        };
+        let state = state_of(s);
+        if state.running.is_some() {
+            self.pending_sidecars += usize::from(s.started != Some(true));
+            self.running += 1;
+        } else if state.terminated.is_some() || ended_before_waiting(s).is_some() {
+            // A sidecar that ended does not count for the phase.
+        } else if state.waiting.is_some() {
+            self.pending_sidecars += 1;
+            self.waiting += 1;
+        } else {
+            self.pending_sidecars += 1;
+            self.unknown += 1;
+        }
+    }
+
+    fn app(&mut self, s: Option<&k8s::ContainerStatus>) {
+        let Some(s) = s else {
+            self.unknown += 1;
+            return;
+        };
+        let state = state_of(s);
+        if state.running.is_some() {
+            self.running += 1;
+        } else if let Some(t) = &state.terminated {
+            self.stopped += 1;
+            self.succeeded += usize::from(t.exit_code == 0);
+        } else if state.waiting.is_some() {
+            if ended_before_waiting(s).is_some() {
+                self.stopped += 1;
+            } else {
+                self.waiting += 1;
+            }
+        } else {
+            self.unknown += 1;
+        }
+    }
+}
+
+/// The kubelet's getPhase over the computed container statuses; `initialized`: an app
+/// container of the current sandbox has started (sidecars restarting then do not bring
+/// the pod back to Pending).
 fn phase(
     pod: &k8s::Pod,
     inits: &[k8s::ContainerStatus],
     apps: &[k8s::ContainerStatus],
+    initialized: bool,
 ) -> &'static str {
     let policy = pod::restart_policy(pod);
-    let (mut pending_init, mut failed_init) = (0, 0);
-    for s in inits {
-        let state = s.state.clone().unwrap_or_default();
-        let last_failed = s
-            .last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .is_some_and(|t| t.exit_code != 0);
-        if state.running.is_some() {
-            pending_init += 1;
-        } else if let Some(t) = &state.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
-            }
-        } else if state.waiting.is_some() && last_failed {
-            failed_init += 1;
-        } else {
-            pending_init += 1;
-        }
+    let (pending_init, failed_init) = count_regular_inits(pod, inits);
+    let mut n = Counts::default();
+    for c in pod::init_containers(pod)
+        .iter()
+        .filter(|c| pod::is_restartable(c))
+    {
+        n.sidecar(inits.iter().find(|s| s.name == c.name));
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded, mut unknown) = (0, 0, 0, 0, 0);
-    for s in apps {
-        let state = s.state.clone().unwrap_or_default();
-        if state.running.is_some() {
-            running += 1;
-        } else if let Some(t) = &state.terminated {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
-            }
-        } else if state.waiting.is_some() {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
-                stopped += 1;
-            } else {
-                waiting += 1;
-            }
-        } else {
-            unknown += 1;
-        }
+    for c in pod::containers(pod) {
+        n.app(apps.iter().find(|s| s.name == c.name));
     }
     if failed_init > 0 && policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 || waiting > 0 {
+    if pending_init > 0 || (n.pending_sidecars > 0 && !initialized) || n.waiting > 0 {
         return "Pending";
     }
-    if running > 0 && unknown == 0 {
+    if n.running > 0 && n.unknown == 0 {
         return "Running";
     }
-    if running == 0 && stopped > 0 && unknown == 0 {
+    if n.running == 0 && n.stopped > 0 && n.unknown == 0 {
         return match policy {
             "Always" => "Running",
-            _ if stopped == succeeded => "Succeeded",
+            _ if n.stopped == n.succeeded => "Succeeded",
             "Never" => "Failed",
             _ => "Running",
         };
@@ -447,14 +509,12 @@ pub fn qos_class(pod: &k8s::Pod) -> &'static str {
 /// The pod's status.
 pub fn compute(input: &Input<'_>) -> k8s::PodStatus {
     let pod = input.pod;
-    let initialized = actions::initialized(pod, input.runtime);
-    let statuses = Statuses::of(input, initialized);
+    let statuses = Statuses::of(input);
     let phase = pod_phase(input, &statuses);
     let sandbox = input.runtime.sandbox();
     let host_network = pod::host_network(pod);
     let sandbox_ready = sandbox.is_some_and(|s| s.ready && (host_network || !s.ips.is_empty()));
-    let terminal = matches!(phase, "Succeeded" | "Failed");
-    let conditions = conditions(input, &statuses, initialized, terminal, sandbox_ready);
+    let conditions = conditions(input, &statuses, phase, sandbox_ready);
     let pod_ips = pod_ips(input, sandbox, host_network);
     let host_ip = (!input.host_ip.is_empty()).then(|| input.host_ip.to_owned());
     let Statuses {
@@ -489,23 +549,13 @@ struct Statuses {
 }
 
 impl Statuses {
-    fn of(input: &Input<'_>, initialized: bool) -> Self {
+    fn of(input: &Input<'_>) -> Self {
         let pod = input.pod;
-        // An init container that finished with exit code 0 is ready (the kubelet's
-        // prober manager says so of every init container it updates).
-        let init = pod::init_containers(pod)
+        let init: Vec<k8s::ContainerStatus> = pod::init_containers(pod)
             .iter()
-            .map(|c| {
-                let mut s = container_status(c, input, "PodInitializing");
-                s.ready = s
-                    .state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0);
-                s
-            })
+            .map(|c| init_status(c, input))
             .collect();
-        let app_default = if initialized {
+        let app_default = if initialized(pod, &init) {
             "ContainerCreating"
         } else {
             "PodInitializing"
@@ -534,6 +584,70 @@ impl Statuses {
     }
 }
 
+/// An init container's status. A regular one that finished with exit code 0 is ready
+/// (the kubelet's prober manager says so of every init container it updates); a sidecar
+/// is started and ready by its probes, as an app container.
+fn init_status(c: &k8s::Container, input: &Input<'_>) -> k8s::ContainerStatus {
+    let mut s = container_status(c, input, "PodInitializing");
+    if !pod::is_restartable(c) {
+        s.ready = s
+            .state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0);
+    }
+    s
+}
+
+/// Whether an init container has done its part: a sidecar started, a regular one
+/// finished well.
+fn init_done(c: &k8s::Container, s: &k8s::ContainerStatus) -> bool {
+    if pod::is_restartable(c) {
+        s.started == Some(true)
+    } else {
+        s.ready
+    }
+}
+
+/// The init containers that have not done their part yet, by name.
+fn incomplete_inits<'a>(pod: &'a k8s::Pod, inits: &[k8s::ContainerStatus]) -> Vec<&'a str> {
+    pod::init_containers(pod)
+        .iter()
+        .filter(|c| !inits.iter().any(|s| s.name == c.name && init_done(c, s)))
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+/// Whether every init container has done its part.
+fn initialized(pod: &k8s::Pod, inits: &[k8s::ContainerStatus]) -> bool {
+    incomplete_inits(pod, inits).is_empty()
+}
+
+/// Whether an app container has run or runs (the kubelet's HasAnyRegularContainerStarted):
+/// the pod was initialized.
+fn any_app_started(apps: &[k8s::ContainerStatus]) -> bool {
+    apps.iter().any(|s| {
+        s.state
+            .as_ref()
+            .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    })
+}
+
+/// Whether an app container of the current sandbox exists (the kubelet's
+/// HasAnyActiveRegularContainerStarted).
+fn active_app_started(input: &Input<'_>) -> bool {
+    let Some(sandbox) = input.runtime.sandbox() else {
+        return false;
+    };
+    pod::containers(input.pod).iter().any(|c| {
+        input
+            .runtime
+            .containers
+            .iter()
+            .any(|r| r.name == c.name && r.sandbox_id == sandbox.id)
+    })
+}
+
 /// The pod's phase: Failed once evicted, a terminal phase kept, else from its containers.
 fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
     match input.previous.and_then(|p| p.phase.as_deref()) {
@@ -542,8 +656,68 @@ fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
         Some("Succeeded") => "Succeeded",
         Some("Failed") => "Failed",
         _ if input.terminal => final_phase(&statuses.app),
-        _ => phase(input.pod, &statuses.init, &statuses.app),
+        _ => phase(
+            input.pod,
+            &statuses.init,
+            &statuses.app,
+            active_app_started(input),
+        ),
     }
+}
+
+/// The containers whose readiness the pod's counts (sidecars and app containers) that
+/// are not ready, by name.
+fn unready<'a>(pod: &'a k8s::Pod, statuses: &Statuses) -> Vec<&'a str> {
+    let sidecars = pod::init_containers(pod)
+        .iter()
+        .filter(|c| pod::is_restartable(c))
+        .map(|c| (c, &statuses.init));
+    let apps = pod::containers(pod).iter().map(|c| (c, &statuses.app));
+    sidecars
+        .chain(apps)
+        .filter(|(c, list)| !list.iter().any(|s| s.name == c.name && s.ready))
+        .map(|(c, _)| c.name.as_str())
+        .collect()
+}
+
+/// Initialized: every init container done (a sidecar started, a regular one finished
+/// well), or an app container started; `PodCompleted` once the pod succeeded.
+fn initialized_condition(input: &Input<'_>, statuses: &Statuses, phase: &str) -> k8s::PodCondition {
+    if phase == "Succeeded" {
+        return condition("Initialized", true, Some("PodCompleted"), None, input);
+    }
+    let incomplete = incomplete_inits(input.pod, &statuses.init);
+    if incomplete.is_empty() || any_app_started(&statuses.app) {
+        return condition("Initialized", true, None, None, input);
+    }
+    let message = format!("containers with incomplete status: {}", names(&incomplete));
+    condition(
+        "Initialized",
+        false,
+        Some("ContainersNotInitialized"),
+        Some(message),
+        input,
+    )
+}
+
+/// ContainersReady's truth, reason and message: `PodCompleted` / `PodFailed` once the
+/// pod ended, else every sidecar and app container ready.
+fn containers_ready(
+    input: &Input<'_>,
+    statuses: &Statuses,
+    phase: &str,
+) -> (bool, Option<&'static str>, Option<String>) {
+    match phase {
+        "Succeeded" => return (false, Some("PodCompleted"), None),
+        "Failed" => return (false, Some("PodFailed"), None),
+        _ => {}
+    }
+    let unready = unready(input.pod, statuses);
+    if unready.is_empty() {
+        return (true, None, None);
+    }
+    let message = format!("containers with unready status: {}", names(&unready));
+    (false, Some("ContainersNotReady"), Some(message))
 }
 
 /// The pod's conditions, the kubelet's five first, then a disruption and the
@@ -551,37 +725,10 @@ fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
 fn conditions(
     input: &Input<'_>,
     statuses: &Statuses,
-    initialized: bool,
-    terminal: bool,
+    phase: &str,
     sandbox_ready: bool,
 ) -> Vec<k8s::PodCondition> {
-    let incomplete: Vec<&str> = statuses
-        .init
-        .iter()
-        .filter(|s| {
-            s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_none_or(|t| t.exit_code != 0)
-        })
-        .map(|s| s.name.as_str())
-        .collect();
-    let unready: Vec<&str> = statuses
-        .app
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let init_ok = incomplete.is_empty() || initialized;
-    let ready = unready.is_empty() && !terminal;
-    let (ready_reason, ready_message) = if ready {
-        (None, None)
-    } else if terminal {
-        (Some("PodCompleted"), None)
-    } else {
-        let message = format!("containers with unready status: {}", names(&unready));
-        (Some("ContainersNotReady"), Some(message))
-    };
+    let (ready, reason, message) = containers_ready(input, statuses, phase);
     let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
@@ -590,16 +737,9 @@ fn conditions(
             None,
             input,
         ),
-        condition(
-            "Initialized",
-            init_ok,
-            (!init_ok).then_some("ContainersNotInitialized"),
-            (!init_ok)
-                .then(|| format!("containers with incomplete status: {}", names(&incomplete))),
-            input,
-        ),
-        ready_condition(ready, (ready_reason, ready_message.clone()), input),
-        condition("ContainersReady", ready, ready_reason, ready_message, input),
+        initialized_condition(input, statuses, phase),
+        ready_condition(ready, (reason, message.clone()), input),
+        condition("ContainersReady", ready, reason, message, input),
         condition("PodScheduled", true, None, None, input),
     ];
     if input.disruption

@@ -299,7 +299,12 @@ fn phases_follow_the_restart_policy() {
                 .as_ref()
                 .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
                 .and_then(|c| c.reason.clone());
-            assert_eq!(ready.as_deref(), Some("PodCompleted"));
+            let want = if phase == "Failed" {
+                "PodFailed"
+            } else {
+                "PodCompleted"
+            };
+            assert_eq!(ready.as_deref(), Some(want));
         }
     }
     let p = pod("Always", &[], &[("a", false)]);
@@ -461,4 +466,105 @@ fn a_pod_evicted_for_pressure_is_a_disruption_target_and_a_deadline_is_not() {
             .all(|c| c.type_ != "DisruptionTarget"),
         "activeDeadlineSeconds is not a disruption"
     );
+}
+
+/// `pod` whose init container `name` is a sidecar with a startup and a readiness probe.
+fn with_sidecar(mut p: k8s::Pod, name: &str) -> k8s::Pod {
+    let spec = p.spec.as_mut().expect("spec");
+    for c in spec.init_containers.iter_mut().flatten() {
+        if c.name == name {
+            c.restart_policy = Some("Always".into());
+            c.startup_probe = Some(k8s::Probe::default());
+            c.readiness_probe = Some(k8s::Probe::default());
+        }
+    }
+    p
+}
+
+fn status_probed(pod: &k8s::Pod, rt: &PodRuntime, started: bool, ready: bool) -> k8s::PodStatus {
+    let probes = move |_: &str| ProbeView {
+        ready: Some(ready),
+        started: Some(started),
+    };
+    compute(&input(pod, rt, &BTreeMap::new(), &probes))
+}
+
+#[test]
+fn a_sidecar_counts_once_started_and_its_readiness_counts_for_the_pod() {
+    let p = with_sidecar(pod("Never", &["proxy"], &[("app", false)]), "proxy");
+    let rt = runtime(vec![info("proxy", 1, State::Running, 0)]);
+    // Running, its startup probe not yet passed: the pod initializes.
+    let s = status_probed(&p, &rt, false, false);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let (initialized, message) = cond(&s, "Initialized");
+    assert_eq!(initialized, "False");
+    assert_eq!(
+        message.as_deref(),
+        Some("containers with incomplete status: [proxy]")
+    );
+    let proxy = &s.init_container_statuses.as_ref().expect("inits")[0];
+    assert_eq!((proxy.started, proxy.ready), (Some(false), false));
+    // Started: initialized; the app waits to be created.
+    let s = status_probed(&p, &rt, true, false);
+    assert_eq!(cond(&s, "Initialized").0, "True");
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    // Both run: Running, ready only once the sidecar's readiness probe passes.
+    let rt = runtime(vec![
+        info("proxy", 1, State::Running, 0),
+        info("app", 2, State::Running, 0),
+    ]);
+    let s = status_probed(&p, &rt, true, false);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(
+        cond(&s, "ContainersReady"),
+        (
+            "False".into(),
+            Some("containers with unready status: [proxy]".into())
+        )
+    );
+    let s = status_probed(&p, &rt, true, true);
+    assert_eq!(cond(&s, "Ready").0, "True");
+    assert!(s.init_container_statuses.expect("inits")[0].ready);
+}
+
+#[test]
+fn a_sidecar_that_ended_or_restarts_does_not_hold_the_phase() {
+    let p = with_sidecar(pod("Never", &["proxy"], &[("app", false)]), "proxy");
+    // The app done, the sidecar still running: Running until it is stopped.
+    let rt = runtime(vec![
+        info("proxy", 1, State::Running, 0),
+        info("app", 2, State::Exited, 0),
+    ]);
+    assert_eq!(
+        status_probed(&p, &rt, true, true).phase.as_deref(),
+        Some("Running")
+    );
+    // The sidecar stopped after the app: Succeeded whatever its exit code.
+    let rt = runtime(vec![
+        info("proxy", 1, State::Exited, 137),
+        info("app", 2, State::Exited, 0),
+    ]);
+    let s = status_probed(&p, &rt, true, true);
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(cond(&s, "Initialized").0, "True");
+    // A sidecar crashing and waiting to restart beside a running app: Running.
+    let rt = runtime(vec![
+        info("proxy", 1, State::Exited, 1),
+        info("app", 2, State::Running, 0),
+    ]);
+    let mut waiting = BTreeMap::new();
+    waiting.insert(
+        "proxy".to_owned(),
+        Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 10s restarting failed container=proxy".into(),
+        },
+    );
+    let probes = |_: &str| ProbeView {
+        ready: Some(true),
+        started: Some(true),
+    };
+    let s = compute(&input(&p, &rt, &waiting, &probes));
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Ready").0, "False", "the sidecar is not ready");
 }
