@@ -357,7 +357,7 @@ impl StatusManager {
             // A grace of the node's own is the eviction manager's; a deadline keeps the
             // pod's.
             disruption: e.evicted.is_some() && e.eviction_grace.is_some(),
-            // Static pods keep their phase (as the kubelet 1.28: its TODO #116484).
+            // Static pods keep their phase (as the kubelet 1.33: its TODO #116484).
             terminal: crate::pod::is_deleted(&e.pod)
                 && !crate::pod::is_static(&e.pod)
                 && runtime.running().next().is_none(),

@@ -112,20 +112,22 @@ pub fn node_info(runtime_version: &str) -> k8s::NodeSystemInfo {
         architecture: arch().into(),
         container_runtime_version: runtime_version.to_owned(),
         kubelet_version: kubelet_version(),
-        // Deprecated, and still what the kubelet 1.28 writes there.
+        // Deprecated, and still what the kubelet 1.33 writes there.
         kube_proxy_version: kubelet_version(),
         ..Default::default()
     }
 }
 
 /// The Kubernetes version whose kubelet wasmlet stands in for (its KubeletConfiguration,
-/// its flags, the conformance tests it passes).
-pub const KUBERNETES_VERSION: &str = "1.28.7";
+/// its flags, its feature gates' defaults, the conformance tests it passes). The API
+/// servers it serves are that kubelet's: 1.30 to 1.33.
+pub const KUBERNETES_VERSION: &str = "1.33.3";
 
 /// The version the node reports and `kubelet --version` prints: the Kubernetes version
 /// implemented, with wasmlet's own as semantic-version build metadata
-/// (`v1.28.7+wasmlet.0.1.0`), so that skew checks (kubeadm's upgrade policy, anything
-/// comparing node versions) read it as the kubelet 1.28.7 it stands in for.
+/// (`v1.33.3+wasmlet.0.1.0`), so that skew checks (kubeadm's preflight and upgrade
+/// policy, `[MinimumKubeletVersion:…]` specs, anything comparing node versions) read it
+/// as the kubelet 1.33.3 it stands in for.
 pub fn kubelet_version() -> String {
     format!(
         "v{KUBERNETES_VERSION}+wasmlet.{}",

@@ -106,8 +106,8 @@ async fn a_node_registers_is_adopted_after_a_restart_and_reports_status() {
         .as_str()
         .expect("kubeletVersion");
     let build = version
-        .strip_prefix("v1.28.7+")
-        .unwrap_or_else(|| panic!("{version} is not v1.28.7+BUILD"));
+        .strip_prefix("v1.33.3+")
+        .unwrap_or_else(|| panic!("{version} is not v1.33.3+BUILD"));
     assert!(build.starts_with("wasmlet."), "{version}");
     assert!(
         build

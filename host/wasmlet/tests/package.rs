@@ -60,7 +60,7 @@ fn the_package_installs_wasmlet_in_the_kubelets_place() {
     // The control fields: it is the kubelet, as far as kubeadm's package is concerned.
     let field = |f: &str| output(Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg(f));
     assert_eq!(field("Package").trim(), "wasmlet");
-    assert_eq!(field("Provides").trim(), "kubelet (= 1.28.7)");
+    assert_eq!(field("Provides").trim(), "kubelet (= 1.33.3)");
     assert_eq!(field("Conflicts").trim(), "kubelet");
     assert_eq!(field("Replaces").trim(), "kubelet");
     // The binary, and `kubelet` pointing at it: kubeadm's preflight reads its version.
@@ -68,7 +68,7 @@ fn the_package_installs_wasmlet_in_the_kubelets_place() {
     assert_eq!(link, Path::new("wasmlet"));
     let version = output(Command::new(root.join("usr/bin/kubelet")).arg("--version"));
     assert!(
-        version.starts_with("Kubernetes v1.28.7+wasmlet."),
+        version.starts_with("Kubernetes v1.33.3+wasmlet."),
         "{version}"
     );
     // The unit kubeadm restarts, and kubeadm's drop-in as wasmlet takes it.
