@@ -225,7 +225,17 @@ pub fn observe(summary: &Summary) -> BTreeMap<Signal, Observed> {
     out
 }
 
-/// The kubelet's hard thresholds when `evictionHard` is not given.
+/// The kubelet 1.33's hard thresholds when `evictionHard` is not given, as written
+/// (upstream's `DefaultEvictionHard` on Linux).
+pub const DEFAULT_HARD: [(&str, &str); 5] = [
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+    ("imagefs.inodesFree", "5%"),
+];
+
+/// The kubelet's hard thresholds when `evictionHard` is not given ([`DEFAULT_HARD`]).
 pub fn default_hard() -> Vec<Threshold> {
     let t = |signal, value| Threshold {
         signal,
@@ -238,6 +248,7 @@ pub fn default_hard() -> Vec<Threshold> {
         t(Signal::NodeFsAvailable, Value::Percentage(0.10)),
         t(Signal::NodeFsInodesFree, Value::Percentage(0.05)),
         t(Signal::ImageFsAvailable, Value::Percentage(0.15)),
+        t(Signal::ImageFsInodesFree, Value::Percentage(0.05)),
     ]
 }
 

@@ -1,6 +1,8 @@
 //! The pods' cgroup tree: `cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`, and node
 //! allocatable enforcement (`enforceNodeAllocatable`, `systemReservedCgroup`,
-//! `kubeReservedCgroup`), checked as the kubelet checks them.
+//! `kubeReservedCgroup`), checked as the kubelet checks them; `failCgroupV1`.
+
+use std::path::Path;
 
 use anyhow::{Result, bail};
 use wasmlet_agent::cgroups::tree::Driver;
@@ -34,9 +36,28 @@ pub struct Cgroups {
     pub reserved: Vec<ReservedCgroup>,
 }
 
+/// Where the host's cgroups are mounted.
+const CGROUP_FS: &str = "/sys/fs/cgroup";
+
+/// `failCgroupV1: true`: an error on a host whose cgroups at `root` are v1 (no
+/// `cgroup.controllers`: not the unified hierarchy), in the kubelet's words.
+fn refuse_cgroup_v1(root: &Path) -> Result<()> {
+    if root.join("cgroup.controllers").is_file() {
+        return Ok(());
+    }
+    bail!(
+        "failCgroupV1: kubelet is configured to not run on a host using cgroup v1. cgroup v1 \
+         support is in maintenance mode (no {}/cgroup.controllers)",
+        root.display()
+    )
+}
+
 /// The tree as configured; `None` with `cgroupsPerQOS: false` (pods go where the
 /// runtime puts them).
 pub(super) fn section(f: &mut File) -> Result<Option<Cgroups>> {
+    if f.fail_cgroup_v1 == Some(true) {
+        refuse_cgroup_v1(Path::new(CGROUP_FS))?;
+    }
     let driver = match f.cgroup_driver.as_str() {
         "cgroupfs" => Driver::Cgroupfs,
         "systemd" => Driver::Systemd,
@@ -115,4 +136,25 @@ pub(super) fn section(f: &mut File) -> Result<Option<Cgroups>> {
         enforce_pods,
         reserved: reserved_cgroups,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_cgroup_v1_refuses_only_a_v1_host() {
+        let dir = std::env::temp_dir().join(format!("wasmlet-cgroupv1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let e = refuse_cgroup_v1(&dir).expect_err("v1");
+        assert!(
+            e.to_string().starts_with(
+                "failCgroupV1: kubelet is configured to not run on a host using cgroup v1"
+            ),
+            "{e}"
+        );
+        std::fs::write(dir.join("cgroup.controllers"), "cpu memory").expect("write");
+        refuse_cgroup_v1(&dir).expect("v2");
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
 }

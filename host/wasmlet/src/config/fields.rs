@@ -1,5 +1,5 @@
 //! What wasmlet does with each field of a KubeletConfiguration (v1beta1, Kubernetes
-//! 1.28): the one table. A field is implemented (read into [`super::file::File`]) or
+//! 1.33): the one table. A field is implemented (read into [`super::file::File`]) or
 //! ignored: taken out before the file is read, with a warning naming it when it asks
 //! for something other than the kubelet's default (kubeadm writes `0s`, `0` and `""`
 //! for what it leaves to the defaults; those pass quietly).
@@ -18,7 +18,8 @@ pub enum Support {
 
 use Support::{Ignored, Implemented};
 
-/// Every KubeletConfiguration v1beta1 field of Kubernetes 1.28.
+/// Every KubeletConfiguration v1beta1 field of Kubernetes 1.33 (1.28's, then those added
+/// since, in the order of upstream's `types.go`).
 pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ("apiVersion", Implemented),
     ("kind", Implemented),
@@ -143,20 +144,32 @@ pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ("localStorageCapacityIsolation", Ignored(Some("true"))),
     ("containerRuntimeEndpoint", Implemented),
     ("imageServiceEndpoint", Ignored(None)),
+    // Since 1.28.
+    ("podLogsDir", Implemented),
+    (
+        "imagePullCredentialsVerificationPolicy",
+        Ignored(Some("NeverVerifyPreloadedImages")),
+    ),
+    ("preloadedImagesVerificationAllowlist", Ignored(None)),
+    ("imageMaximumGCAge", Ignored(None)),
+    ("singleProcessOOMKill", Ignored(None)),
+    ("mergeDefaultEvictionSettings", Implemented),
+    ("containerLogMaxWorkers", Implemented),
+    ("containerLogMonitorInterval", Implemented),
+    ("crashLoopBackOff", Ignored(None)),
+    ("failCgroupV1", Implemented),
+    ("userNamespaces", Ignored(None)),
 ];
 
-/// wasmlet's own fields, beside the kubelet's (some are kubelet flags as fields, some
-/// are later Kubernetes versions' fields).
+/// wasmlet's own fields, beside the kubelet's (kubelet flags as fields, and wasmlet's
+/// own settings).
 pub const WASMLET_FIELDS: &[&str] = &[
     "nodeName",
     "nodeIP",
     "kubeconfig",
     "maxParallelStartCalls",
     "rootDir",
-    "podLogsDir",
     "nodeLabels",
-    "containerLogMaxWorkers",
-    "containerLogMonitorInterval",
     "housekeepingInterval",
     "plugins",
     "clusterPlugins",
@@ -265,8 +278,8 @@ mod tests {
         }
         assert_eq!(
             KUBELET_FIELDS.len(),
-            114,
-            "1.28's fields, apiVersion and kind"
+            125,
+            "1.33's fields, apiVersion and kind"
         );
     }
 

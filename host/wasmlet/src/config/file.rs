@@ -85,10 +85,7 @@ pub(super) struct File {
     pub kubeconfig: Option<PathBuf>,
     pub max_parallel_start_calls: Option<i64>,
     pub root_dir: Option<PathBuf>,
-    pub pod_logs_dir: Option<PathBuf>,
     pub node_labels: BTreeMap<String, String>,
-    pub container_log_max_workers: Option<i64>,
-    pub container_log_monitor_interval: Option<String>,
     pub housekeeping_interval: Option<String>,
     pub plugins: Option<PluginsConfig>,
     pub cluster_plugins: Option<wasmlet_fleet::FleetConfig>,
@@ -159,6 +156,13 @@ pub(super) struct File {
     pub shutdown_grace_period: Dur,
     pub shutdown_grace_period_critical_pods: Dur,
     pub shutdown_grace_period_by_pod_priority: Vec<ShutdownGroup>,
+    // Since 1.28.
+    pub pod_logs_dir: Option<PathBuf>,
+    pub merge_default_eviction_settings: Option<bool>,
+    pub container_log_max_workers: Option<i64>,
+    pub container_log_monitor_interval: Option<String>,
+    #[serde(rename = "failCgroupV1")]
+    pub fail_cgroup_v1: Option<bool>,
 }
 
 /// One `shutdownGracePeriodByPodPriority` entry.

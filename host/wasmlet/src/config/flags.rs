@@ -1,4 +1,4 @@
-//! The kubelet's command line (Kubernetes 1.28) on `wasmlet run`, so kubeadm's unit and
+//! The kubelet's command line (Kubernetes 1.33) on `wasmlet run`, so kubeadm's unit and
 //! drop-in start wasmlet unchanged: `--config`, `--kubeconfig`, `--bootstrap-kubeconfig`,
 //! `--container-runtime-endpoint`, `--node-ip`, … with the kubelet's meaning and
 //! precedence (a flag overrides the file, the file the defaults).
@@ -63,7 +63,8 @@ enum Own {
 use Kind::{Bool, Int, Labels, Langle, List, Map, Str, Taints};
 use Target::{Field, Ignored};
 
-/// Every flag of the kubelet 1.28 (and wasmlet's `--node-name`), and what it does.
+/// Every flag of the kubelet 1.33 (and of 1.28, wasmlet's `--node-name`), and what it
+/// does.
 const FLAGS: &[(&str, Target)] = &[
     ("config", Target::Own(Own::Config, Str)),
     (
@@ -144,6 +145,7 @@ const FLAGS: &[(&str, Target)] = &[
     ("cgroups-per-qos", Field("cgroupsPerQOS", Bool)),
     ("cgroup-root", Field("cgroupRoot", Str)),
     ("cgroup-driver", Field("cgroupDriver", Str)),
+    ("fail-cgroupv1", Field("failCgroupV1", Bool)),
     ("kube-reserved", Field("kubeReserved", Map)),
     ("system-reserved", Field("systemReserved", Map)),
     (

@@ -26,6 +26,7 @@
 //! cgroupsPerQOS: true                   # the kubelet's tree: <cgroupRoot>/kubepods/{burstable,besteffort}/pod<uid>
 //! cgroupRoot: /
 //! cgroupDriver: cgroupfs                # or systemd: kubepods.slice/… made through systemd's D-Bus API
+//! failCgroupV1: false                   # true: refuse to start on a cgroup v1 host
 //! enforceNodeAllocatable: [pods]        # kubepods limited to capacity less kube-/systemReserved
 //! # Cluster mode (with a kubeconfig):
 //! kubeconfig: /etc/wasmlet/kubeconfig
@@ -44,7 +45,8 @@
 //! containerLogMaxFiles: 5               # files kept per container, the live one included
 //! containerLogMaxWorkers: 1             # containers rotated at once
 //! containerLogMonitorInterval: 10s      # how often logs are looked at (3s or more)
-//! evictionHard: {memory.available: 100Mi, nodefs.available: 10%}   # given: replaces all defaults
+//! evictionHard: {memory.available: 100Mi, nodefs.available: 10%}   # given: replaces all defaults…
+//! mergeDefaultEvictionSettings: false   # …unless true: the defaults it does not name are kept
 //! evictionSoft: {memory.available: 500Mi}
 //! evictionSoftGracePeriod: {memory.available: 1m30s}
 //! evictionMinimumReclaim: {memory.available: 50Mi}
@@ -61,7 +63,7 @@
 //!   grants: {network: [pod], exec: false}   # what they may be given; nothing by default
 //! ```
 //!
-//! Every KubeletConfiguration v1beta1 field of Kubernetes 1.28 is accepted: implemented,
+//! Every KubeletConfiguration v1beta1 field of Kubernetes 1.33 is accepted: implemented,
 //! or warned about by name and ignored ([`fields::KUBELET_FIELDS`], the one table). Any
 //! other unknown field, and every invalid value, is an error naming the file and the
 //! field (or the flag that set it).
@@ -396,6 +398,7 @@ fn check_kind(f: &file::File) -> Result<()> {
 fn resources(f: &mut file::File) -> Result<Resources> {
     resources::resources(resources::ResourceFields {
         eviction_hard: f.eviction_hard.take(),
+        merge_default_eviction_settings: f.merge_default_eviction_settings.unwrap_or(false),
         eviction_soft: f.eviction_soft.take(),
         eviction_soft_grace_period: f.eviction_soft_grace_period.take(),
         eviction_minimum_reclaim: f.eviction_minimum_reclaim.take(),

@@ -44,6 +44,9 @@ impl Resources {
 #[derive(Debug, Default)]
 pub(super) struct ResourceFields {
     pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// `mergeDefaultEvictionSettings`: a given `evictionHard` keeps the defaults it
+    /// does not name.
+    pub merge_default_eviction_settings: bool,
     pub eviction_soft: Option<BTreeMap<String, String>>,
     pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
@@ -89,8 +92,16 @@ fn percent(field: &str, v: Option<i64>, default: u8) -> Result<u8> {
 }
 
 /// The resources the fields ask for.
-pub(super) fn resources(f: ResourceFields) -> Result<Resources> {
+pub(super) fn resources(mut f: ResourceFields) -> Result<Resources> {
     let d = Resources::default();
+    if f.merge_default_eviction_settings
+        && let Some(hard) = f.eviction_hard.as_mut()
+    {
+        for (signal, value) in eviction::thresholds::DEFAULT_HARD {
+            hard.entry(signal.to_owned())
+                .or_insert_with(|| value.to_owned());
+        }
+    }
     let thresholds = eviction::thresholds::parse(
         f.eviction_hard.as_ref(),
         f.eviction_soft.as_ref(),
@@ -163,7 +174,7 @@ mod tests {
     fn defaults_are_the_kubelets() {
         let r = resources(ResourceFields::default()).expect("defaults");
         assert_eq!(r, Resources::default());
-        assert_eq!(r.eviction.thresholds.len(), 4);
+        assert_eq!(r.eviction.thresholds.len(), 5, "the kubelet 1.33's five");
         let dev = Resources::development();
         assert_eq!(dev.eviction.thresholds.len(), 1, "memory only");
         assert_eq!(dev.images.high_percent, 100, "no image GC");
@@ -232,6 +243,6 @@ mod tests {
         .expect("soft");
         assert_eq!(r.eviction.transition, Duration::from_secs(30));
         assert_eq!(r.eviction.max_pod_grace, Duration::from_secs(20));
-        assert_eq!(r.eviction.thresholds.len(), 5, "defaults plus the soft one");
+        assert_eq!(r.eviction.thresholds.len(), 6, "defaults plus the soft one");
     }
 }

@@ -489,3 +489,43 @@ fn without_a_file_the_kubelets_command_line_defaults_apply() {
     assert!(!s.authn.anonymous);
     assert_eq!(s.authz.mode, wasmlet_server::authz::Mode::Webhook);
 }
+
+#[test]
+fn a_given_eviction_hard_replaces_the_defaults_unless_merged() {
+    let signals = |c: &Config| -> Vec<&'static str> {
+        c.resources
+            .eviction
+            .thresholds
+            .iter()
+            .map(|t| t.signal.name())
+            .collect()
+    };
+    let c = parse("").expect("defaults");
+    assert_eq!(
+        signals(&c),
+        [
+            "memory.available",
+            "nodefs.available",
+            "nodefs.inodesFree",
+            "imagefs.available",
+            "imagefs.inodesFree"
+        ],
+        "the kubelet 1.33's five"
+    );
+    let c = parse("evictionHard: {memory.available: 1Gi}\n").expect("given");
+    assert_eq!(signals(&c), ["memory.available"]);
+    let c = parse("evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n")
+        .expect("merged");
+    assert_eq!(signals(&c).len(), 5, "{:?}", signals(&c));
+    let memory = c
+        .resources
+        .eviction
+        .thresholds
+        .iter()
+        .find(|t| t.signal.name() == "memory.available");
+    assert_eq!(
+        memory.map(|t| t.quantity(0)).as_deref(),
+        Some("1Gi"),
+        "the given value wins"
+    );
+}
