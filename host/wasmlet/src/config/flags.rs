@@ -266,6 +266,8 @@ const FLAGS: &[(&str, Target)] = &[
     ("logging-format", Ignored(Str)),
     ("log-json-split-stream", Ignored(Bool)),
     ("log-json-info-buffer-size", Ignored(Str)),
+    ("log-text-split-stream", Ignored(Bool)),
+    ("log-text-info-buffer-size", Ignored(Str)),
     ("application-metrics-count-limit", Ignored(Str)),
     ("boot-id-file", Ignored(Str)),
     ("container-hints", Ignored(Str)),
@@ -683,11 +685,13 @@ mod tests {
             }
         }
     }
-    /// Every flag `kubelet --help` of Kubernetes 1.28.7 lists is in the table (the
+    /// Every flag `kubelet --help` of Kubernetes 1.33.3 lists is in the table (the
     /// upstream kubelet's own list): kubeadm, e2e_node and operators pass any of them.
+    /// 1.28's list was the same but for `--keep-terminated-pod-volumes`, still taken
+    /// (an older unit may pass it), and without the last three of 1.33's.
     #[test]
-    fn every_kubelet_128_flag_is_taken() {
-        const KUBELET_128: &str = "\
+    fn every_kubelet_133_flag_is_taken() {
+        const KUBELET_133: &str = "\
 address allowed-unsafe-sysctls anonymous-auth application-metrics-count-limit
          authentication-token-webhook authentication-token-webhook-cache-ttl
          authorization-mode authorization-webhook-cache-authorized-ttl
@@ -707,7 +711,7 @@ address allowed-unsafe-sysctls anonymous-auth application-metrics-count-limit
          healthz-bind-address healthz-port help hostname-override housekeeping-interval
          http-check-frequency image-credential-provider-bin-dir
          image-credential-provider-config image-gc-high-threshold image-gc-low-threshold
-         image-service-endpoint keep-terminated-pod-volumes kernel-memcg-notification
+         image-service-endpoint kernel-memcg-notification
          kube-api-burst kube-api-content-type kube-api-qps kube-reserved kube-reserved-cgroup
          kubeconfig kubelet-cgroups local-storage-capacity-isolation lock-file
          log-cadvisor-usage log-flush-frequency log-json-info-buffer-size
@@ -727,10 +731,13 @@ address allowed-unsafe-sysctls anonymous-auth application-metrics-count-limit
          sync-frequency system-cgroups system-reserved system-reserved-cgroup tls-cert-file
          tls-cipher-suites tls-min-version tls-private-key-file topology-manager-policy
          topology-manager-policy-options topology-manager-scope v version vmodule
-         volume-plugin-dir volume-stats-agg-period";
-        for flag in KUBELET_128.split_whitespace() {
+         volume-plugin-dir volume-stats-agg-period
+         fail-cgroupv1 log-text-info-buffer-size log-text-split-stream";
+        let listed: Vec<&str> = KUBELET_133.split_whitespace().collect();
+        assert_eq!(listed.len(), 152, "kubelet --help of v1.33.3");
+        for flag in listed.iter().chain(&["keep-terminated-pod-volumes"]) {
             assert!(
-                flag == "help" || FLAGS.iter().any(|(n, _)| *n == flag),
+                *flag == "help" || FLAGS.iter().any(|(n, _)| n == flag),
                 "--{flag} is the kubelet's and missing from the table"
             );
         }
