@@ -167,11 +167,15 @@ pub fn container_hash(c: &k8s::Container) -> String {
     crate::pod::kubelet::container_hash(c).unwrap_or_else(|| own_hash(c))
 }
 
-/// Whether a container created with `hash` still runs spec `c`: the kubelet's hash, or
-/// wasmlet's own (which earlier versions wrote on every container). One that does not
-/// is killed and recreated.
+/// Whether a container created with `hash` still runs spec `c`: the kubelet 1.33's
+/// hash, the kubelet 1.28's (containers made before an upgrade are not restarted for
+/// it), or wasmlet's own (which earlier versions wrote on every container). One that
+/// does not is killed and recreated.
 pub fn hash_matches(hash: &str, c: &k8s::Container) -> bool {
-    crate::pod::kubelet::container_hash(c).is_some_and(|k| k == hash) || hash == own_hash(c)
+    use crate::pod::kubelet::{container_hash, container_hash_128};
+    container_hash(c).is_some_and(|k| k == hash)
+        || container_hash_128(c).is_some_and(|k| k == hash)
+        || hash == own_hash(c)
 }
 
 /// wasmlet's own hash of a container's spec.

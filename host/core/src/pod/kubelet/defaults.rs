@@ -1,5 +1,6 @@
 //! The pod as the kubelet holds it when it hashes it: the v1 defaults the API machinery
-//! applies when a manifest is decoded (v1.28's, in their order) — [`apply`] — then what
+//! applies when a manifest is decoded (v1.33's, in their order; for what a static pod
+//! holds, 1.28's were the same) — [`apply`] — then what
 //! the conversion to the internal type moves — [`to_internal`].
 //! Volume kinds whose defaults are not written here (iSCSI, RBD, Azure disk, ScaleIO,
 //! ephemeral claims) are not covered, nor a status with times.

@@ -215,7 +215,7 @@ fn quantity(out: &mut String, v: &Value, rounded: bool) -> Result<(), Uncovered>
 }
 
 /// A JSON string as Go 1.21's encoder writes it (HTML characters escaped).
-fn string(out: &mut String, s: &str) {
+pub(super) fn string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

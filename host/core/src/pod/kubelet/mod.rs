@@ -2,7 +2,7 @@
 //! each other's static pods on a node one takes over from the other (same UID, same
 //! config hash, same mirror pod).
 //!
-//! The kubelet (v1.28, `pkg/kubelet/config/common.go`) decodes a manifest into its
+//! The kubelet (v1.33, `pkg/kubelet/config/common.go`) decodes a manifest into its
 //! internal pod type — the v1 defaults applied on the way — prints that with its
 //! deep-hash printer (every field, in declaration order, with its Go type) and takes the
 //! MD5 of the print followed by `host:<node>file:<path>` for a file, or by `url:<url>`
@@ -73,11 +73,28 @@ pub fn uid(pod: &k8s::Pod, node: &str, location: Location<'_>) -> Option<String>
     Read::of(pod).map(|r| r.uid(node, location))
 }
 
-/// The hash the kubelet keeps of a container's spec (`io.kubernetes.container.hash`,
-/// lowercase hex): FNV-32a of its deep-hash print of the container's JSON. A running
-/// container whose hash differs from its spec's is restarted — by either agent.
+/// The hash the kubelet 1.33 keeps of a container's spec (`io.kubernetes.container.hash`,
+/// lowercase hex): FNV-32a of its deep-hash print of `{"image":…,"name":…}` — the
+/// only fields a running container is replaced for (resources are resized in place). A
+/// running container whose hash differs from its spec's is restarted — by either agent.
 pub fn container_hash(c: &k8s::Container) -> Option<String> {
+    let mut json = String::from("{\"image\":");
+    marshal::string(&mut json, c.image.as_deref().unwrap_or(""));
+    json.push_str(",\"name\":");
+    marshal::string(&mut json, &c.name);
+    json.push('}');
+    Some(fnv_of_print(&json))
+}
+
+/// The hash the kubelet 1.28 kept (over the container's whole JSON), still recognised
+/// on containers a 1.28 kubelet or an earlier wasmlet made.
+pub fn container_hash_128(c: &k8s::Container) -> Option<String> {
     let json = marshal::container(&serde_json::to_value(c).ok()?).ok()?;
+    Some(fnv_of_print(&json))
+}
+
+/// FNV-32a of the deep-hash print of `json`'s bytes (`([]uint8)[123 34 …]`), in hex.
+fn fnv_of_print(json: &str) -> String {
     let mut h: u32 = 0x811c_9dc5;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {
@@ -102,7 +119,7 @@ pub fn container_hash(c: &k8s::Container) -> Option<String> {
         feed(&digits[skip..]);
     }
     feed(b"]");
-    Some(format!("{h:x}"))
+    format!("{h:x}")
 }
 
 #[cfg(test)]
@@ -145,10 +162,23 @@ mod tests {
         assert_eq!(checked, 6);
     }
 
-    /// The containers of the same manifests get the kubelet's container hashes.
+    /// The containers of the same manifests get the kubelet's container hashes, 1.33's
+    /// and 1.28's.
     #[test]
     fn container_hashes_are_the_kubelets() {
-        let (dir, expected) = testdata("hashes.txt");
+        for (list, hash) in [
+            (
+                "hashes.txt",
+                container_hash as fn(&k8s::Container) -> Option<String>,
+            ),
+            ("hashes-1.28.txt", container_hash_128),
+        ] {
+            container_hashes_are(list, hash);
+        }
+    }
+
+    fn container_hashes_are(list: &str, hash: fn(&k8s::Container) -> Option<String>) {
+        let (dir, expected) = testdata(list);
         let mut checked = 0;
         for line in &expected {
             let mut words = line.split(' ');
@@ -170,7 +200,7 @@ mod tests {
                 let path = Path::new(&out).join(format!("rs-{file}-{name}.json"));
                 std::fs::write(path, json.unwrap_or_default()).expect("print");
             }
-            assert_eq!(container_hash(c).as_deref(), Some(want), "{file} {name}");
+            assert_eq!(hash(c).as_deref(), Some(want), "{list}: {file} {name}");
             checked += 1;
         }
         assert_eq!(checked, 8);
