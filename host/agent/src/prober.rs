@@ -297,10 +297,14 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 results.remove(&key.0);
             }
         }
+        // A container's startup worker wakes its readiness worker when it passes, so
+        // that readiness is checked at once rather than a period later.
+        let mut wakes: HashMap<String, Arc<tokio::sync::Notify>> = HashMap::new();
         for (key, at, started_at) in wanted {
             if workers.contains_key(&key) {
                 continue;
             }
+            let wake = wakes.entry(key.0.clone()).or_default().clone();
             let task = ProbeTask {
                 runtime: self.runtime.clone(),
                 checker: self.checker.clone(),
@@ -314,6 +318,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
                 kind: key.1,
                 pod_ip: pod_ip.clone(),
                 started: self.clock.instant_of(started_at),
+                wake,
             };
             task.initialize();
             workers.insert(key, Worker(tokio::spawn(task.run())));
@@ -418,6 +423,8 @@ struct ProbeTask<R> {
     kind: Kind,
     pod_ip: String,
     started: Instant,
+    /// Notified by the startup worker when the container has started.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl<R: CriRuntime + 'static> ProbeTask<R> {
@@ -519,6 +526,47 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         outcome(self.checker.check(kind, &target, Some(exec)).await)
     }
 
+    /// Counts a check; a failed one is logged and an `Unhealthy` event.
+    fn say(&self, ok: bool, message: &str) {
+        self.count(ok);
+        if ok {
+            return;
+        }
+        tracing::info!(
+            pod = %crate::pod::PodKey::of(&self.pod),
+            container = %self.container().name,
+            probe = ?self.kind,
+            "Probe failed: {message}"
+        );
+        self.events.record(Event::warning(
+            &self.pod,
+            Some(&self.container().name),
+            "Unhealthy",
+            format!("{} probe failed: {message}", self.kind.title()),
+        ));
+    }
+
+    /// Tells the syncLoop of a result that changed.
+    fn report(&self, ok: bool, message: String) {
+        tracing::debug!(
+            container = %self.container().name,
+            probe = ?self.kind,
+            ok,
+            %message,
+            "probe result changed"
+        );
+        self.updates.push(
+            pod::uid(&self.pod),
+            ProbeUpdate {
+                container_id: self.container_id.clone(),
+                container: self.container().name.clone(),
+                kind: self.kind,
+                ok,
+                message,
+            },
+        );
+    }
+
     async fn run(self) {
         let Some(probe) = self.kind.of(self.container()).cloned() else {
             return;
@@ -535,21 +583,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         loop {
             if self.kind == Kind::Startup || self.started() {
                 let (ok, message) = self.check_once().await;
-                self.count(ok);
-                if !ok {
-                    tracing::info!(
-                        pod = %crate::pod::PodKey::of(&self.pod),
-                        container = %self.container().name,
-                        probe = ?self.kind,
-                        "Probe failed: {message}"
-                    );
-                    self.events.record(Event::warning(
-                        &self.pod,
-                        Some(&self.container().name),
-                        "Unhealthy",
-                        format!("{} probe failed: {message}", self.kind.title()),
-                    ));
-                }
+                self.say(ok, &message);
                 if last == Some(ok) {
                     run += 1;
                 } else {
@@ -562,23 +596,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
                     failure_threshold
                 };
                 if run >= threshold && self.record(ok) {
-                    tracing::debug!(
-                        container = %self.container().name,
-                        probe = ?self.kind,
-                        ok,
-                        %message,
-                        "probe result changed"
-                    );
-                    self.updates.push(
-                        pod::uid(&self.pod),
-                        ProbeUpdate {
-                            container_id: self.container_id.clone(),
-                            container: self.container().name.clone(),
-                            kind: self.kind,
-                            ok,
-                            message,
-                        },
-                    );
+                    self.report(ok, message);
                 }
                 let done = match self.kind {
                     // A startup probe stops at its first success.
@@ -587,9 +605,19 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
                     Kind::Liveness => !ok && run >= threshold,
                     Kind::Readiness => false,
                 };
+                if self.kind == Kind::Startup && ok && run >= threshold {
+                    self.wake.notify_one();
+                }
                 if done {
                     return;
                 }
+            }
+            if self.kind == Kind::Readiness && !self.started() {
+                tokio::select! {
+                    () = tokio::time::sleep(period) => {}
+                    () = self.wake.notified() => {}
+                }
+                continue;
             }
             tokio::time::sleep(period).await;
         }

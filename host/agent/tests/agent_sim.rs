@@ -844,3 +844,29 @@ async fn a_sidecar_that_exits_is_restarted_under_restart_policy_never() {
     assert!(container(&p, "app").state.and_then(|s| s.running).is_some());
     agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn readiness_is_checked_as_soon_as_the_startup_probe_passes() {
+    let (_sim, agent) = start("ready-after-startup");
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"slow"},"spec":{"initContainers":[
+              {"name":"proxy","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","restartPolicy":"Always","command":["sleep","3600"],
+               "startupProbe":{"exec":{"command":["true"]},"initialDelaySeconds":5,"periodSeconds":1},
+               "readinessProbe":{"exec":{"command":["true"]},"periodSeconds":60}}],
+            "containers":[{"name":"app","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"],
+               "startupProbe":{"exec":{"command":["true"]},"initialDelaySeconds":5,"periodSeconds":1},
+               "readinessProbe":{"exec":{"command":["true"]},"periodSeconds":60}}]}}"#,
+        )],
+    )
+    .await;
+    // Started at 5 s each (the app after the sidecar): ready well before a readiness
+    // period of 60 s has passed.
+    let p = wait_for(&agent, "slow", "Ready", Duration::from_secs(20), |p| {
+        condition(p, "Ready")
+    })
+    .await;
+    assert!(init_status(&p, "proxy").ready);
+    agent.shutdown().await;
+}
