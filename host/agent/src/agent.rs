@@ -477,5 +477,9 @@ fn sync_context<R: CriRuntime + 'static>(
         volumes_ready: Mutex::default(),
         said: Mutex::default(),
         pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
+        allocations: crate::resize::Allocations::load(
+            Some(&options.root_dir),
+            &options.node.allocatable(),
+        ),
     })
 }

@@ -28,6 +28,7 @@
 //! - [`cgroups`] — the pods' cgroup tree made in the cgroup filesystem or through
 //!   systemd.
 //! - [`termination`] — the termination message read from a container's file or log.
+//! - [`resize`] — in-place resize's allocations and actuated resources, checkpointed.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
 
 pub use wasmlet_core::{actions, lifecycle, pod, podconfig, runtime, status};
@@ -43,6 +44,7 @@ pub mod node;
 pub mod pleg;
 pub mod prober;
 pub mod queue;
+pub mod resize;
 pub mod sources;
 pub mod statuses;
 pub mod sync;

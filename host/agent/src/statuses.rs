@@ -50,6 +50,10 @@ pub struct PodEntry {
     /// status still goes to its mirror pod (which stays until then), and a new static
     /// pod of the same name waits. Not listed by [`StatusManager::pods`].
     pub retired: bool,
+    /// The pod as it runs when a resize made it differ from `pod` (its allocation).
+    pub allocated: Option<Arc<k8s::Pod>>,
+    /// Where its in-place resize stands.
+    pub resize: status::Resize,
     seq: u64,
 }
 
@@ -182,6 +186,8 @@ impl StatusManager {
                         evicted: None,
                         eviction_grace: None,
                         retired: false,
+                        allocated: None,
+                        resize: status::Resize::default(),
                         seq: *seq,
                     },
                 );
@@ -189,6 +195,41 @@ impl StatusManager {
         }
         drop(guard);
         self.mark(&uid);
+    }
+
+    /// Records the pod as its allocation runs it (`None`: as its spec says) and why a
+    /// resize it asks for waits.
+    pub fn set_allocated(
+        &self,
+        uid: &str,
+        allocated: Option<Arc<k8s::Pod>>,
+        pending: Option<(String, String)>,
+    ) {
+        self.with_resize(uid, |e| {
+            e.allocated = allocated;
+            e.resize.pending = pending;
+        });
+    }
+
+    /// Records whether the pod's resize is being applied (`Some(("", ""))`), failed
+    /// (`Some(("Error", why))`) or done (`None`).
+    pub fn set_resize_progress(&self, uid: &str, in_progress: Option<(String, String)>) {
+        self.with_resize(uid, |e| e.resize.in_progress = in_progress);
+    }
+
+    /// Applies `change` to pod `uid`'s resize state; marks the pod when that changed.
+    fn with_resize(&self, uid: &str, change: impl FnOnce(&mut PodEntry)) {
+        let mut guard = self.write();
+        let Some(e) = guard.1.get_mut(uid) else {
+            return;
+        };
+        let before = (e.allocated.clone(), e.resize.clone());
+        change(e);
+        let changed = before.0.as_deref() != e.allocated.as_deref() || before.1 != e.resize;
+        drop(guard);
+        if changed {
+            self.mark(uid);
+        }
     }
 
     /// Records that admission refused the pod.
@@ -361,6 +402,8 @@ impl StatusManager {
             terminal: crate::pod::is_deleted(&e.pod)
                 && !crate::pod::is_static(&e.pod)
                 && runtime.running().next().is_none(),
+            allocated: e.allocated.as_deref(),
+            resize: &e.resize,
         });
         let changed = e.status != new || e.version == 0;
         if changed {

@@ -59,6 +59,7 @@ mod http;
 mod log_ws;
 mod node_proxy;
 mod policy;
+mod resize;
 mod store;
 mod tls;
 mod values;

@@ -360,6 +360,8 @@ impl Store {
             let mut s = old.clone();
             s["status"] = new["status"].clone();
             s
+        } else if key.1 == "pods" && sub == Some("resize") {
+            crate::resize::resized(&old, &new, &key.3)?
         } else if key.1 == "pods" && sub == Some("ephemeralcontainers") {
             let mut s = old.clone();
             s["spec"]["ephemeralContainers"] = new["spec"]["ephemeralContainers"].clone();

@@ -17,6 +17,7 @@
 //!   must hold before a container starts ([`criconfig::NodeFile`]: the agent makes them).
 //! - [`time`] — RFC 3339 as the API prints it.
 //! - [`cgroups`] — the kubelet's cgroup tree by name and each cgroup's values.
+//! - [`resize`] — in-place pod resize: allocations, whether a resize fits, its plan.
 //! - [`quantity`] and [`expand`] — quantities, durations and `$(VAR)` references, as
 //!   Kubernetes reads them.
 
@@ -29,6 +30,7 @@ pub mod lifecycle;
 pub mod pod;
 pub mod podconfig;
 pub mod quantity;
+pub mod resize;
 pub mod runtime;
 pub mod status;
 pub mod time;

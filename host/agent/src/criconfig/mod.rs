@@ -17,7 +17,7 @@ pub use wasmlet_core::criconfig::{
     NoCgroups, NodeFile, READONLY_PATHS, dns_config, empty_dir_path, expand, expand_sub_path,
     field_ref, hostname_and_domain, hosts_file, kernel_hostname, legacy_log_symlink, log_directory,
     managed_volume_kind, managed_volume_path, parse_resolv_conf, pod_dir, pod_log_directory,
-    resource_ref, sandbox_config, termination_message_file,
+    resource_ref, resources, sandbox_config, termination_message_file,
 };
 
 /// The node facts pod configurations depend on, with the node's pod cgroup tree.

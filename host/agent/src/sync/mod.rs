@@ -123,6 +123,8 @@ pub struct SyncContext<R> {
     /// What keeps each pod from starting as last logged (its sandbox, its volumes), by
     /// UID: a cause is logged once, not at every retry.
     pub said: Mutex<std::collections::HashMap<String, String>>,
+    /// In-place resize: each pod's allocation and what its containers were given.
+    pub allocations: crate::resize::Allocations,
 }
 
 /// Why a container was not started this time, and when to try again.
@@ -406,8 +408,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         self.update_status(uid);
     }
 
-    /// syncPod.
+    /// syncPod, on the pod as its allocation runs it.
     pub async fn sync_pod(&self, pod: &Arc<k8s::Pod>) -> SyncResult {
+        let pod = &self.allocated(pod);
         let key = PodKey::of(pod);
         let rt = self.cached(&key.uid).await;
         let mut touched = Touched::default();
@@ -421,22 +424,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     .unwrap_or_else(|| Duration::from_secs(u64::try_from(grace).unwrap_or(0))),
             });
         }
-        let actions = actions::compute(pod, &rt, &|id| self.prober.probed(id));
+        let mut actions = actions::compute(pod, &rt, &|id| self.prober.probed(id));
         if actions.pod_finished() {
-            for k in &actions.kill {
-                self.kill_container(pod, &rt, k, grace, &mut touched).await;
-            }
-            self.read_back(pod, touched).await;
-            // Sidecars still running are stopped as the kubelet stops a pod: with its
-            // grace period, after the app containers, in reverse order.
-            let sidecars_run = rt.running().next().is_some();
-            let grace = if sidecars_run {
-                Duration::from_secs(u64::try_from(grace).unwrap_or(0))
-            } else {
-                Duration::ZERO
-            };
-            return SyncResult::new(WorkOutcome::Finished { grace });
+            return self.finish(pod, &rt, &actions, grace).await;
         }
+        let resize = self.resize_plan(pod, &rt, &mut actions);
         if actions.kill_pod && !rt.sandboxes.is_empty() {
             info!(pod = %key, "sandbox changed: stopping the pod before creating a new sandbox");
             let stopped = self.stop_everything(pod, &rt, grace, &mut touched).await;
@@ -467,25 +459,68 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         for k in &actions.kill {
             self.kill_container(pod, &rt, k, grace, &mut touched).await;
         }
+        self.resize(pod, &resize).await;
+        let sandbox = (sandbox_id.as_str(), &sandbox_config);
+        let (results, sidecar_started) = self
+            .start_all(pod, &rt, starting, sandbox, &pod_ip, &ahead)
+            .await;
+        let mut requeue = self.record_starts(&key, results, &sandbox_id, &mut touched);
+        self.read_back(pod, touched).await;
+        if let Some(at) = self.deadline_sync(&key.uid) {
+            requeue = min_instant(requeue, at);
+        }
+        if sidecar_started {
+            // A sidecar started lets the next init container start: synced again at
+            // once rather than at the next relist.
+            requeue = min_instant(requeue, Instant::now());
+        }
+        SyncResult {
+            outcome: WorkOutcome::Synced,
+            requeue,
+        }
+    }
+
+    /// A pod with nothing left to run: the containers the actions kill are stopped;
+    /// sidecars still running are stopped as the kubelet stops a pod, with its grace
+    /// period, after the app containers, in reverse order.
+    async fn finish(
+        &self,
+        pod: &Arc<k8s::Pod>,
+        rt: &PodRuntime,
+        actions: &actions::PodActions,
+        grace: i64,
+    ) -> SyncResult {
+        let mut touched = Touched::default();
+        for k in &actions.kill {
+            self.kill_container(pod, rt, k, grace, &mut touched).await;
+        }
+        self.read_back(pod, touched).await;
+        let grace = if rt.running().next().is_some() {
+            Duration::from_secs(u64::try_from(grace).unwrap_or(0))
+        } else {
+            Duration::ZERO
+        };
+        SyncResult::new(WorkOutcome::Finished { grace })
+    }
+
+    /// Starts `starting` in order, each with its result; whether a sidecar started. An
+    /// init container that did not start holds what comes after it; a sidecar that did
+    /// not start is tried again at the next sync, and the others go on.
+    async fn start_all(
+        &self,
+        pod: &k8s::Pod,
+        rt: &PodRuntime,
+        starting: Vec<(&k8s::Container, bool)>,
+        sandbox: (&str, &proto::PodSandboxConfig),
+        pod_ip: &str,
+        ahead: &ahead::Ahead,
+    ) -> (Vec<(String, Result<String, NotStarted>)>, bool) {
         let mut results = Vec::new();
-        // A sidecar started lets the next init container start: synced again at once
-        // rather than at the next relist.
         let mut sidecar_started = false;
         for (c, init) in starting {
             let r = self
-                .start_container(
-                    pod,
-                    c,
-                    init,
-                    &rt,
-                    (&sandbox_id, &sandbox_config),
-                    &pod_ip,
-                    &ahead,
-                )
+                .start_container(pod, c, init, rt, sandbox, pod_ip, ahead)
                 .await;
-            // An init container that did not start holds what comes after it; a
-            // sidecar that did not start is tried again at the next sync, and the
-            // others go on.
             let held = init && r.is_err() && !pod::is_restartable(c);
             sidecar_started |= init && r.is_ok() && pod::is_restartable(c);
             results.push((c.name.clone(), r));
@@ -493,18 +528,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 break;
             }
         }
-        let mut requeue = self.record_starts(&key, results, &sandbox_id, &mut touched);
-        self.read_back(pod, touched).await;
-        if let Some(at) = self.deadline_sync(&key.uid) {
-            requeue = min_instant(requeue, at);
-        }
-        if sidecar_started {
-            requeue = min_instant(requeue, Instant::now());
-        }
-        SyncResult {
-            outcome: WorkOutcome::Synced,
-            requeue,
-        }
+        (results, sidecar_started)
     }
 
     /// When the pod must sync again for its activeDeadlineSeconds to end it (known once
@@ -633,6 +657,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
 
 mod ahead;
 pub mod pacing;
+mod resize;
 mod start;
 mod stop;
 

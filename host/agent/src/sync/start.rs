@@ -118,6 +118,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             "Created",
             format!("Created container: {}", c.name),
         ));
+        // What it was created with is what it has: a resize starts from there.
+        let given = wasmlet_core::resize::Amounts::of(c.resources.as_ref());
+        self.allocations.set_actuated(pod::uid(pod), &c.name, given);
         let not_started = |waiting: Waiting| NotStarted {
             waiting,
             retry,

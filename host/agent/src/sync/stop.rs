@@ -127,6 +127,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .stop_everything(pod, &rt, grace, &mut Touched::default())
             .await;
         self.prober.remove_pod(&key.uid);
+        self.allocations.deactivate(&key.uid);
         self.refresh_and_report(pod).await;
         match result {
             Ok(()) => {
@@ -187,6 +188,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             }
         }
         self.cache.remove(&key.uid, observed);
+        self.allocations.remove(&key.uid);
         Self::lock(&self.volumes_ready).remove(&key.uid);
         Self::lock(&self.said).remove(&key.uid);
         Self::lock(&self.crash_backoff).reset_prefix(&format!("{}/", key.uid));

@@ -142,6 +142,14 @@ fn effective(pod: &k8s::Pod, limits: bool) -> Effective {
     }
 }
 
+/// The pod's effective requests: CPU in millicores and memory in bytes (the kubelet's
+/// `GetResourceRequest`: app containers and sidecars summed, against the largest init
+/// container, plus overhead).
+pub fn effective_requests(pod: &k8s::Pod) -> (u64, u64) {
+    let e = effective(pod, false);
+    (e.cpu, e.memory)
+}
+
 /// The pod cgroup's settings, as the kubelet's `ResourceConfigForPod`: Guaranteed pods
 /// get shares, quota and memory limit; Burstable pods shares, and quota / memory limit
 /// only when every container declared that limit; BestEffort pods 2 shares.

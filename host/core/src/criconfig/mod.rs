@@ -361,7 +361,9 @@ fn protocol(p: Option<&str>) -> i32 {
     }
 }
 
-fn resources<C>(
+/// A container's Linux resources as the runtime is given them: CPU shares and quota,
+/// the memory limit and the OOM score, from its resources in `pod`'s spec.
+pub fn resources<C>(
     pod: &k8s::Pod,
     c: &k8s::Container,
     ctx: &NodeContext<C>,

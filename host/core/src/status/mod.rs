@@ -61,6 +61,29 @@ pub struct Input<'a> {
     /// The pod was deleted through the API and nothing of it runs any more: its phase is
     /// final (the kubelet's `podIsTerminal` and TerminatePod).
     pub terminal: bool,
+    /// The pod as it runs when a resize made it differ from `pod` (its spec with the
+    /// allocated resources): the containers' `allocatedResources` and `resources`.
+    pub allocated: Option<&'a k8s::Pod>,
+    /// Where its resize stands.
+    pub resize: &'a Resize,
+}
+
+/// Where a pod's in-place resize stands: the `PodResizePending` and
+/// `PodResizeInProgress` conditions, each a reason and a message when there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resize {
+    /// A resize that waits: `Deferred` or `Infeasible`, and why.
+    pub pending: Option<(String, String)>,
+    /// A resize being applied (empty reason and message), or one that failed (`Error`).
+    pub in_progress: Option<(String, String)>,
+}
+
+impl Resize {
+    /// No resize pending or going on.
+    pub const NONE: Resize = Resize {
+        pending: None,
+        in_progress: None,
+    };
 }
 
 fn time(s: Option<String>) -> Option<Time> {
@@ -118,6 +141,7 @@ fn container_status(
     };
     status.restart_count = c.restart_count;
     status.image_id = c.image_ref.clone();
+    allocated_resources(spec, input, &mut status);
     status.container_id = Some(format!("{}://{}", input.runtime_name, c.id));
     let last_terminated = |c: &ContainerInfo| {
         (c.state == State::Exited).then(|| k8s::ContainerState {
@@ -153,6 +177,28 @@ fn container_status(
         status.last_state = Some(k8s::ContainerState::default());
     }
     status
+}
+
+/// A container the runtime has: its `allocatedResources` (the requests granted) and
+/// `resources` (what it runs with), from the allocated spec, as the kubelet 1.33
+/// reports them for every container it has a runtime status of.
+fn allocated_resources(
+    spec: &k8s::Container,
+    input: &Input<'_>,
+    status: &mut k8s::ContainerStatus,
+) {
+    let allocated = input
+        .allocated
+        .and_then(|p| {
+            pod::containers(p)
+                .iter()
+                .chain(pod::init_containers(p))
+                .find(|c| c.name == spec.name)
+        })
+        .unwrap_or(spec);
+    let resources = allocated.resources.clone().unwrap_or_default();
+    status.allocated_resources = resources.requests.clone();
+    status.resources = Some(resources);
 }
 
 /// A container gone from the runtime after it ended (a finished pod's containers
@@ -406,7 +452,9 @@ fn final_phase(apps: &[k8s::ContainerStatus]) -> &'static str {
 
 /// The conditions the agent makes itself; the pod's other conditions are others' (a
 /// readiness gate's, set through the API) and are kept as they are.
-const OWN_CONDITIONS: [&str; 6] = [
+const OWN_CONDITIONS: [&str; 8] = [
+    "PodResizePending",
+    "PodResizeInProgress",
     "PodReadyToStartContainers",
     "Initialized",
     "Ready",
@@ -753,8 +801,33 @@ fn conditions(
             input,
         ));
     }
+    if !matches!(phase, "Succeeded" | "Failed") {
+        conditions.extend(resize_conditions(input));
+    }
     conditions.extend(others_conditions(input));
     conditions
+}
+
+/// `PodResizePending` and `PodResizeInProgress`, while there (none once the pod ended).
+fn resize_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
+    let r = input.resize;
+    [
+        ("PodResizePending", &r.pending),
+        ("PodResizeInProgress", &r.in_progress),
+    ]
+    .into_iter()
+    .filter_map(|(kind, c)| {
+        let (reason, message) = c.as_ref()?;
+        let some = |s: &String| (!s.is_empty()).then(|| s.clone());
+        Some(condition(
+            kind,
+            true,
+            some(reason).as_deref(),
+            some(message),
+            input,
+        ))
+    })
+    .collect()
 }
 
 /// The pod's addresses: the node's on the host network, else its sandbox's — or, for a

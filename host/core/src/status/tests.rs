@@ -91,6 +91,8 @@ fn input<'a>(
         evicted: None,
         disruption: false,
         terminal: false,
+        allocated: None,
+        resize: &Resize::NONE,
     }
 }
 

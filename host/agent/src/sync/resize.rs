@@ -1,0 +1,170 @@
+//! In-place pod resize in a sync (the kubelet 1.33's handlePodResourcesResize and
+//! doPodResizeAction): the pod runs as allocated; a running container whose allocation
+//! changed gets UpdateContainerResources — each resource's decreases before its
+//! increases, the pod cgroup before the containers when the pod grows and after them
+//! when it shrinks — or is restarted when its `resizePolicy` says so.
+
+use wasmlet_core::resize::{Amounts, ContainerUpdate, Plan, Resource, Which};
+
+use super::*;
+
+/// An amount as a quantity: CPU in millicores, memory in bytes.
+fn quantity(
+    resource: &str,
+    amount: u64,
+) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+    k8s_openapi::apimachinery::pkg::api::resource::Quantity(match resource {
+        "cpu" => format!("{amount}m"),
+        _ => amount.to_string(),
+    })
+}
+
+/// `c` with `amounts` as its resources (amounts of 0 left out).
+fn sized(c: &k8s::Container, amounts: Amounts) -> k8s::Container {
+    let list = |pairs: [(&str, u64); 2]| {
+        let list: BTreeMap<_, _> = pairs
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (k.to_owned(), quantity(k, v)))
+            .collect();
+        (!list.is_empty()).then_some(list)
+    };
+    k8s::Container {
+        resources: Some(k8s::ResourceRequirements {
+            requests: list([
+                ("cpu", amounts.cpu_request),
+                ("memory", amounts.memory_request),
+            ]),
+            limits: list([("cpu", amounts.cpu_limit), ("memory", amounts.memory_limit)]),
+            ..Default::default()
+        }),
+        ..c.clone()
+    }
+}
+
+use std::collections::BTreeMap;
+
+impl<R: CriRuntime + 'static> SyncContext<R> {
+    /// The pod as it runs: `pod` with its allocated resources (a resize asked for is
+    /// allocated here when it fits); its status learns the allocation and what waits.
+    pub(super) fn allocated(&self, pod: &Arc<k8s::Pod>) -> Arc<k8s::Pod> {
+        let a = self.allocations.allocate(pod);
+        let pending = a.pending.map(|p| (p.reason.to_owned(), p.message));
+        let uid = pod::uid(pod);
+        self.statuses
+            .set_allocated(uid, a.differs.then(|| a.pod.clone()), pending);
+        a.pod
+    }
+
+    /// The resize the running pod needs; containers its `resizePolicy` restarts are
+    /// added to `actions` (killed, then started again).
+    pub(super) fn resize_plan(
+        &self,
+        pod: &k8s::Pod,
+        rt: &PodRuntime,
+        actions: &mut actions::PodActions,
+    ) -> Plan {
+        let uid = pod::uid(pod);
+        let mut plan =
+            wasmlet_core::resize::plan(pod, rt, &|name| self.allocations.actuated(uid, name));
+        if actions.kill_pod {
+            return Plan::default();
+        }
+        for r in plan.restart.drain(..) {
+            if actions.kill.iter().any(|k| k.id == r.id) {
+                continue;
+            }
+            actions.kill.push(Kill {
+                id: r.id,
+                name: r.name,
+                message: r.message,
+                grace: None,
+            });
+            match r.which {
+                Which::App(i) if !actions.start.contains(&i) => actions.start.push(i),
+                Which::Init(i) if !actions.init.contains(&i) => actions.init.push(i),
+                _ => {}
+            }
+        }
+        let in_progress = !plan.is_empty();
+        self.statuses
+            .set_resize_progress(uid, in_progress.then(|| (String::new(), String::new())));
+        plan
+    }
+
+    /// Applies `plan`: the pod cgroup and the containers' resources, in the kubelet's
+    /// order; each container's new resources recorded as actuated. A failure is the
+    /// `PodResizeInProgress` condition's `Error` and is tried again at the next sync.
+    pub(super) async fn resize(&self, pod: &k8s::Pod, plan: &Plan) {
+        if plan.is_empty() {
+            return;
+        }
+        let uid = pod::uid(pod);
+        let result = self.apply_resize(pod, plan).await;
+        let progress = match result {
+            Ok(()) => {
+                info!(pod = %PodKey::of(pod), "resized in place");
+                None
+            }
+            Err(e) => {
+                warn!(pod = %PodKey::of(pod), "resize failed: {e}");
+                Some(("Error".to_owned(), e))
+            }
+        };
+        self.statuses.set_resize_progress(uid, progress);
+    }
+
+    async fn apply_resize(&self, pod: &k8s::Pod, plan: &Plan) -> Result<(), String> {
+        if plan.pod_first {
+            self.resize_pod_cgroup(pod).await?;
+        }
+        for (resource, list) in [(Resource::Memory, &plan.memory), (Resource::Cpu, &plan.cpu)] {
+            for update in list {
+                self.update_container(pod, resource, update).await?;
+            }
+        }
+        self.resize_pod_cgroup(pod).await
+    }
+
+    async fn resize_pod_cgroup(&self, pod: &k8s::Pod) -> Result<(), String> {
+        match &self.node.pod_cgroups {
+            Some(cgroups) => cgroups.ensure(pod).await,
+            None => Ok(()),
+        }
+    }
+
+    /// One UpdateContainerResources: `resource` as allocated, the other as it was
+    /// last given.
+    async fn update_container(
+        &self,
+        pod: &k8s::Pod,
+        resource: Resource,
+        update: &ContainerUpdate,
+    ) -> Result<(), String> {
+        let uid = pod::uid(pod);
+        let Some(c) = pod::containers(pod)
+            .iter()
+            .chain(pod::init_containers(pod))
+            .find(|c| c.name == update.name)
+        else {
+            return Ok(());
+        };
+        let mut amounts = self.allocations.actuated(uid, &c.name).unwrap_or_default();
+        let d = update.desired;
+        match resource {
+            Resource::Memory => {
+                (amounts.memory_request, amounts.memory_limit) = (d.memory_request, d.memory_limit);
+            }
+            Resource::Cpu => {
+                (amounts.cpu_request, amounts.cpu_limit) = (d.cpu_request, d.cpu_limit)
+            }
+        }
+        let linux = criconfig::resources(pod, &sized(c, amounts), &self.node);
+        self.runtime
+            .update_container_resources(&update.id, linux)
+            .await
+            .map_err(|e| format!("container {}: {}", c.name, e.message()))?;
+        self.allocations.set_actuated(uid, &c.name, amounts);
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! What a running pod does to reach its allocation (the kubelet 1.33's
+//! computePodResizeAction): per running resizable container, the allocated amounts
+//! against those it was last given (its "actuated" resources).
+
+use k8s_openapi::api::core::v1 as k8s;
+
+use super::{Amounts, resizable};
+use crate::pod;
+use crate::runtime::{PodRuntime, State};
+
+/// Where a container is in the pod's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// `spec.containers[i]`.
+    App(usize),
+    /// `spec.initContainers[i]`, a sidecar.
+    Init(usize),
+}
+
+/// A resource resized in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// CPU: shares and quota.
+    Cpu,
+    /// Memory: the limit.
+    Memory,
+}
+
+/// One `UpdateContainerResources` of one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerUpdate {
+    /// The container's name.
+    pub name: String,
+    /// Its runtime id.
+    pub id: String,
+    /// The amounts it is to have (of the resource updated; the other resource keeps
+    /// what it has at the time of the call).
+    pub desired: Amounts,
+}
+
+/// A container restarted for its resize (`resizePolicy: RestartContainer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    /// Where it is in the spec.
+    pub which: Which,
+    /// Its runtime id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The kubelet's words: `Container c resize requires restart`.
+    pub message: String,
+}
+
+/// What a pod's resize does, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Memory updates, decreases first.
+    pub memory: Vec<ContainerUpdate>,
+    /// CPU updates, decreases first.
+    pub cpu: Vec<ContainerUpdate>,
+    /// Containers restarted instead.
+    pub restart: Vec<Restart>,
+    /// The pod's memory limit grows (or stays): its cgroup is set before the
+    /// containers; when it shrinks, after them.
+    pub pod_first: bool,
+}
+
+impl Plan {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty() && self.cpu.is_empty() && self.restart.is_empty()
+    }
+}
+
+/// The restart policy of `c` for `resource` (`NotRequired` unless said).
+fn restarts_for(c: &k8s::Container, resource: &str) -> bool {
+    c.resize_policy
+        .iter()
+        .flatten()
+        .find(|p| p.resource_name == resource)
+        .is_some_and(|p| p.restart_policy == "RestartContainer")
+}
+
+/// Adds `update` to `list`: after the others when the amount grows, before them when
+/// it shrinks (decreases free room before increases take it).
+fn order(list: &mut Vec<ContainerUpdate>, update: ContainerUpdate, grows: bool) {
+    if grows {
+        list.push(update);
+    } else {
+        list.insert(0, update);
+    }
+}
+
+/// The resize of `pod` (its allocated spec) on `rt`; `actuated` gives what each
+/// container (by name) was last given. Containers not running are sized when they
+/// start and need nothing here.
+pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<Amounts>) -> Plan {
+    let mut plan = Plan {
+        pod_first: true,
+        ..Plan::default()
+    };
+    let (mut before, mut after) = (0u64, 0u64);
+    for (which, c) in with_place(pod) {
+        let Some(status) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
+            continue;
+        };
+        let desired = Amounts::of(c.resources.as_ref());
+        let current = actuated(&c.name).unwrap_or_default();
+        before += current.memory_limit;
+        after += desired.memory_limit;
+        if desired == current {
+            continue;
+        }
+        let cpu_changed =
+            desired.cpu_request != current.cpu_request || desired.cpu_limit != current.cpu_limit;
+        let memory_changed = desired.memory_request != current.memory_request
+            || desired.memory_limit != current.memory_limit;
+        if (cpu_changed && restarts_for(c, "cpu")) || (memory_changed && restarts_for(c, "memory"))
+        {
+            plan.restart.push(Restart {
+                which,
+                id: status.id.clone(),
+                name: c.name.clone(),
+                message: format!("Container {} resize requires restart", c.name),
+            });
+            continue;
+        }
+        let update = || ContainerUpdate {
+            name: c.name.clone(),
+            id: status.id.clone(),
+            desired,
+        };
+        if memory_changed {
+            let grows = if desired.memory_limit != current.memory_limit {
+                desired.memory_limit > current.memory_limit
+            } else {
+                desired.memory_request > current.memory_request
+            };
+            order(&mut plan.memory, update(), grows);
+        }
+        if cpu_changed {
+            let grows = if desired.cpu_limit != current.cpu_limit {
+                desired.cpu_limit > current.cpu_limit
+            } else {
+                desired.cpu_request > current.cpu_request
+            };
+            order(&mut plan.cpu, update(), grows);
+        }
+    }
+    plan.pod_first = after >= before;
+    plan
+}
+
+/// The resizable containers with their place in the spec.
+fn with_place(pod: &k8s::Pod) -> Vec<(Which, &k8s::Container)> {
+    let apps = pod::containers(pod)
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (Which::App(i), c));
+    let sidecars = pod::init_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pod::is_restartable(c))
+        .map(|(i, c)| (Which::Init(i), c));
+    let out: Vec<_> = apps.chain(sidecars).collect();
+    debug_assert_eq!(out.len(), resizable(pod).count());
+    out
+}
