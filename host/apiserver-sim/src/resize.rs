@@ -1,8 +1,9 @@
 //! A pod's `resize` subresource (in-place resize, Kubernetes 1.33): only the containers'
 //! `resources` and `resizePolicy` are taken from the request — the rest stays as stored
 //! — and the API server's checks apply: the containers are the same ones, only CPU and
-//! memory change, the pod's QoS class stays, a static (mirror) pod is not resized. A
-//! resize that changes the spec counts the pod's `generation` up.
+//! memory change, the pod's QoS class stays, a static (mirror) pod is not resized, and
+//! the node must report its running containers' `resources` (one whose kubelet cannot
+//! resize does not). A resize that changes the spec counts the pod's `generation` up.
 
 use serde_json::{Value, json};
 
@@ -48,17 +49,36 @@ pub(crate) fn resized(old: &Value, new: &Value, name: &str) -> Result<Value, Val
             }
         }
     }
-    let (was, is) = (qos(old), qos(&stored));
-    if was != is {
+    let was = qos(old);
+    if was != qos(&stored) {
+        // The value named is the class in the pod's status, as the API server says it.
+        let shown = old["status"]["qosClass"].as_str().unwrap_or(was);
         return Err(invalid(format!(
-            "spec: Invalid value: \"{is}\": Pod QOS Class may not change as a result of resizing"
+            "spec: Invalid value: \"{shown}\": Pod QOS Class may not change as a result of resizing"
         )));
+    }
+    if !node_supports_resize(old) {
+        return Err(invalid(
+            "spec: Forbidden: Pod running on node without support for resize".into(),
+        ));
     }
     if stored["spec"] != old["spec"] {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         stored["metadata"]["generation"] = json!(generation + 1);
     }
     Ok(stored)
+}
+
+/// Whether the pod's node reports container resources (a kubelet with in-place resize
+/// does): the API server's own test, on the first running container's status; a pod
+/// with none running is taken to be on such a node.
+fn node_supports_resize(pod: &Value) -> bool {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| !s["state"]["running"].is_null())
+        .is_none_or(|s| !s["resources"].is_null())
 }
 
 /// The first resource other than CPU and memory whose amount differs (`requests.x`).
@@ -132,7 +152,9 @@ mod tests {
 
     #[test]
     fn the_qos_class_and_other_resources_may_not_change() {
-        let e = resized(&pod("400m", "400m"), &pod("200m", "400m"), "p").expect_err("qos");
+        let mut guaranteed = pod("400m", "400m");
+        guaranteed["status"]["qosClass"] = json!("Guaranteed");
+        let e = resized(&guaranteed, &pod("200m", "400m"), "p").expect_err("qos");
         assert_eq!(e["code"], 422);
         assert!(
             e["message"]
@@ -149,5 +171,20 @@ mod tests {
                 .is_some_and(|m| m.contains("only cpu and memory")),
             "{e}"
         );
+    }
+
+    /// As the real API server answered on the testbed (v1.33.3) for a pod on a node that
+    /// did not report its containers' resources.
+    #[test]
+    fn a_node_that_does_not_report_resources_cannot_resize() {
+        let mut old = pod("100m", "400m");
+        old["status"]["containerStatuses"] = json!([{"name": "c", "state": {"running": {}}}]);
+        let e = resized(&old, &pod("200m", "400m"), "rzcheck").expect_err("no support");
+        assert_eq!(
+            e["message"],
+            "Pod \"rzcheck\" is invalid: spec: Forbidden: Pod running on node without support for resize"
+        );
+        old["status"]["containerStatuses"][0]["resources"] = json!({});
+        resized(&old, &pod("200m", "400m"), "rzcheck").expect("a node that reports them");
     }
 }
