@@ -400,6 +400,10 @@ fn probed_containers(pod: &k8s::Pod) -> impl Iterator<Item = (At, &k8s::Containe
     apps.chain(sidecars)
 }
 
+/// How the HTTP probe handler starts the message of a success the kubelet calls a
+/// warning: a redirect to another host, not followed.
+const REDIRECT_WARNING: &str = "Probe terminated redirects";
+
 /// A check's result as the prober counts it: an error is a failure.
 fn outcome(result: Result<Outcome, String>) -> (bool, String) {
     match result {
@@ -526,9 +530,18 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
         outcome(self.checker.check(kind, &target, Some(exec)).await)
     }
 
-    /// Counts a check; a failed one is logged and an `Unhealthy` event.
+    /// Counts a check; a failed one is logged and an `Unhealthy` event, one that passed
+    /// with a warning (an HTTP redirect not followed) a `ProbeWarning` event.
     fn say(&self, ok: bool, message: &str) {
         self.count(ok);
+        if ok && message.starts_with(REDIRECT_WARNING) {
+            self.events.record(Event::warning(
+                &self.pod,
+                Some(&self.container().name),
+                "ProbeWarning",
+                format!("{} probe warning: {message}", self.kind.title()),
+            ));
+        }
         if ok {
             return;
         }

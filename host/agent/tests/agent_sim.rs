@@ -870,3 +870,42 @@ async fn readiness_is_checked_as_soon_as_the_startup_probe_passes() {
     assert!(init_status(&p, "proxy").ready);
     agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_passes_with_a_warning_says_so_in_an_event_and_restarts_nothing() {
+    let (_sim, agent, events) = start_recording("probe-warning");
+    send(
+        &agent,
+        vec![pod(
+            r#"{"metadata":{"name":"redirect","annotations":{"probe.wasmlet.io/sidecar.livenessProbe":"answers ok=redirect"}},
+            "spec":{"initContainers":[{"name":"sidecar","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+              "restartPolicy":"Always","command":["sleep","3600"],"livenessProbe":{"periodSeconds":1,"failureThreshold":1}}],
+            "containers":[{"name":"main","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","3600"]}]}}"#,
+        )],
+    )
+    .await;
+    let p = wait_for(
+        &agent,
+        "redirect",
+        "Running",
+        Duration::from_secs(10),
+        |p| phase(p) == "Running",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let warned = events
+        .events()
+        .into_iter()
+        .find(|e| e.reason == "ProbeWarning");
+    let warned = warned.expect("a ProbeWarning event");
+    assert_eq!(warned.kind, wasmlet_agent::events::Kind::Warning);
+    assert!(
+        warned
+            .message
+            .starts_with("Liveness probe warning: Probe terminated redirects, Response body: "),
+        "{}",
+        warned.message
+    );
+    assert_eq!(init_status(&p, "sidecar").restart_count, 0);
+    agent.shutdown().await;
+}

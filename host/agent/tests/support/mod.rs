@@ -30,8 +30,13 @@ impl Checker for ExecChecker {
         exec: Option<Arc<dyn ContainerExec>>,
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
         Box::pin(async move {
-            // A custom kind: `answers ok=yes` passes.
+            // A custom kind: `answers ok=yes` passes; `answers ok=redirect` passes as an
+            // HTTP probe redirected to another host does (the kubelet's warning).
             if let Action::Custom(args) = &target.action {
+                if args.iter().any(|(k, v)| k == "ok" && v == "redirect") {
+                    let body = "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>.";
+                    return Ok(Outcome::Success(body.into()));
+                }
                 return Ok(if args.iter().any(|(k, v)| k == "ok" && v == "yes") {
                     Outcome::Success("answered".into())
                 } else {
