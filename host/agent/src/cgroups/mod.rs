@@ -280,6 +280,32 @@ impl PodCgroups {
             .await
     }
 
+    /// Writes one resource of `pod`'s cgroup as its spec now asks (an in-place resize:
+    /// `cpu` the shares and quota, else the memory limit), the burstable tier's shares
+    /// with the CPU. The pod's cgroup must exist.
+    pub async fn resize(&self, pod: &k8s::Pod, cpu: bool) -> Result<(), String> {
+        let (name, qos) = self.pod_name(pod);
+        let all = values::pod_resources(pod, qos).settings(self.pids_limit);
+        let settings = if cpu {
+            if qos == Qos::Burstable {
+                let request = values::pod_resources(pod, qos).cpu_request_milli;
+                lock(&self.burstable).insert(crate::pod::uid(pod).to_owned(), request);
+                self.update_burstable().await?;
+            }
+            Settings {
+                cpu_shares: all.cpu_shares,
+                cpu_quota: all.cpu_quota,
+                ..Settings::default()
+            }
+        } else {
+            Settings {
+                memory: all.memory,
+                ..Settings::default()
+            }
+        };
+        self.apply(&name, &settings).await
+    }
+
     /// Writes the burstable tier's shares when its pods' requests changed them.
     async fn update_burstable(&self) -> Result<(), String> {
         let shares = values::milli_cpu_to_shares(lock(&self.burstable).values().sum());

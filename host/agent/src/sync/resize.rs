@@ -4,45 +4,9 @@
 //! increases, the pod cgroup before the containers when the pod grows and after them
 //! when it shrinks — or is restarted when its `resizePolicy` says so.
 
-use wasmlet_core::resize::{Amounts, ContainerUpdate, Plan, Resource, Which};
+use wasmlet_core::resize::{ContainerUpdate, Plan, Resource, Which, with_amounts};
 
 use super::*;
-
-/// An amount as a quantity: CPU in millicores, memory in bytes.
-fn quantity(
-    resource: &str,
-    amount: u64,
-) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
-    k8s_openapi::apimachinery::pkg::api::resource::Quantity(match resource {
-        "cpu" => format!("{amount}m"),
-        _ => amount.to_string(),
-    })
-}
-
-/// `c` with `amounts` as its resources (amounts of 0 left out).
-fn sized(c: &k8s::Container, amounts: Amounts) -> k8s::Container {
-    let list = |pairs: [(&str, u64); 2]| {
-        let list: BTreeMap<_, _> = pairs
-            .into_iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| (k.to_owned(), quantity(k, v)))
-            .collect();
-        (!list.is_empty()).then_some(list)
-    };
-    k8s::Container {
-        resources: Some(k8s::ResourceRequirements {
-            requests: list([
-                ("cpu", amounts.cpu_request),
-                ("memory", amounts.memory_request),
-            ]),
-            limits: list([("cpu", amounts.cpu_limit), ("memory", amounts.memory_limit)]),
-            ..Default::default()
-        }),
-        ..c.clone()
-    }
-}
-
-use std::collections::BTreeMap;
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     /// The pod as it runs: `pod` with its allocated resources (a resize asked for is
@@ -114,21 +78,30 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         self.statuses.set_resize_progress(uid, progress);
     }
 
+    /// Memory, then CPU: for each, the pod cgroup first when it grows, the containers
+    /// (decreases first), the pod cgroup last when it shrinks.
     async fn apply_resize(&self, pod: &k8s::Pod, plan: &Plan) -> Result<(), String> {
-        if plan.pod_first {
-            self.resize_pod_cgroup(pod).await?;
-        }
-        for (resource, list) in [(Resource::Memory, &plan.memory), (Resource::Cpu, &plan.cpu)] {
+        let steps = [
+            (Resource::Memory, &plan.memory, plan.memory_first),
+            (Resource::Cpu, &plan.cpu, plan.cpu_first),
+        ];
+        for (resource, list, pod_first) in steps {
+            if pod_first {
+                self.resize_pod_cgroup(pod, resource).await?;
+            }
             for update in list {
                 self.update_container(pod, resource, update).await?;
             }
+            if !pod_first {
+                self.resize_pod_cgroup(pod, resource).await?;
+            }
         }
-        self.resize_pod_cgroup(pod).await
+        Ok(())
     }
 
-    async fn resize_pod_cgroup(&self, pod: &k8s::Pod) -> Result<(), String> {
+    async fn resize_pod_cgroup(&self, pod: &k8s::Pod, resource: Resource) -> Result<(), String> {
         match &self.node.pod_cgroups {
-            Some(cgroups) => cgroups.ensure(pod).await,
+            Some(cgroups) => cgroups.resize(pod, resource == Resource::Cpu).await,
             None => Ok(()),
         }
     }
@@ -159,7 +132,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 (amounts.cpu_request, amounts.cpu_limit) = (d.cpu_request, d.cpu_limit)
             }
         }
-        let linux = criconfig::resources(pod, &sized(c, amounts), &self.node);
+        let linux = criconfig::resources(pod, &with_amounts(c, amounts), &self.node);
         self.runtime
             .update_container_resources(&update.id, linux)
             .await

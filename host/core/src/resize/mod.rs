@@ -9,8 +9,8 @@
 //!   pending — `Deferred` (it may fit later) or `Infeasible` (it never will).
 //! - [`plan`]: what a running pod must do to reach its allocation — which containers get
 //!   `UpdateContainerResources` (for each resource, decreases before increases) and
-//!   which restart (`resizePolicy: RestartContainer`); the pod cgroup is set before the
-//!   containers when it grows and after them when it shrinks ([`Plan::pod_order`]).
+//!   which restart (`resizePolicy: RestartContainer`); for each resource the pod cgroup
+//!   is set before the containers when it grows and after them when it shrinks.
 
 use std::collections::BTreeMap;
 
@@ -23,7 +23,7 @@ use crate::quantity::parse_quantity;
 
 mod plan;
 
-pub use plan::{ContainerUpdate, Plan, Resource, Restart, Which, plan};
+pub use plan::{ContainerUpdate, Plan, Resource, Restart, Which, plan, with_amounts};
 
 /// The resources the node granted a pod's resizable containers, by container name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -5,6 +5,8 @@
 use k8s_openapi::api::core::v1 as k8s;
 
 use super::{Amounts, resizable};
+use crate::cgroups::tree::Qos;
+use crate::cgroups::values::pod_resources;
 use crate::pod;
 use crate::runtime::{PodRuntime, State};
 
@@ -60,15 +62,19 @@ pub struct Plan {
     pub cpu: Vec<ContainerUpdate>,
     /// Containers restarted instead.
     pub restart: Vec<Restart>,
-    /// The pod's memory limit grows (or stays): its cgroup is set before the
-    /// containers; when it shrinks, after them.
-    pub pod_first: bool,
+    /// The pod's cgroup is to be set (a container is updated or restarted).
+    pub update_pod: bool,
+    /// The pod's memory limit grows (or stays): its cgroup's memory is set before the
+    /// containers'; when it shrinks, after them (a parent below its child is refused).
+    pub memory_first: bool,
+    /// The same for the pod's CPU quota.
+    pub cpu_first: bool,
 }
 
 impl Plan {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.memory.is_empty() && self.cpu.is_empty() && self.restart.is_empty()
+        !self.update_pod
     }
 }
 
@@ -95,22 +101,19 @@ fn order(list: &mut Vec<ContainerUpdate>, update: ContainerUpdate, grows: bool) 
 /// container (by name) was last given. Containers not running are sized when they
 /// start and need nothing here.
 pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<Amounts>) -> Plan {
-    let mut plan = Plan {
-        pod_first: true,
-        ..Plan::default()
-    };
-    let (mut before, mut after) = (0u64, 0u64);
+    let mut plan = Plan::default();
+    let mut given = pod.clone();
     for (which, c) in with_place(pod) {
         let Some(status) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
             continue;
         };
         let desired = Amounts::of(c.resources.as_ref());
         let current = actuated(&c.name).unwrap_or_default();
-        before += current.memory_limit;
-        after += desired.memory_limit;
         if desired == current {
             continue;
         }
+        plan.update_pod = true;
+        set_resources(&mut given, &c.name, current);
         let cpu_changed =
             desired.cpu_request != current.cpu_request || desired.cpu_limit != current.cpu_limit;
         let memory_changed = desired.memory_request != current.memory_request
@@ -147,8 +150,61 @@ pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<A
             order(&mut plan.cpu, update(), grows);
         }
     }
-    plan.pod_first = after >= before;
+    let qos = Qos::from_class(crate::status::qos_class(pod));
+    let (before, after) = (pod_resources(&given, qos), pod_resources(pod, qos));
+    let no_less = |b: Option<u64>, a: Option<u64>| a.is_none_or(|a| b.is_some_and(|b| a >= b));
+    plan.memory_first = no_less(before.memory_limit, after.memory_limit);
+    let quota = |q: Option<i64>| q.and_then(|q| u64::try_from(q).ok());
+    plan.cpu_first = no_less(quota(before.cpu_quota), quota(after.cpu_quota));
     plan
+}
+
+/// `pod` with container `name`'s resources set to `amounts` (what it runs with).
+fn set_resources(pod: &mut k8s::Pod, name: &str, amounts: Amounts) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    let all = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for c in all.filter(|c| c.name == name) {
+        *c = with_amounts(c, amounts);
+    }
+}
+
+/// An amount as a quantity: CPU in millicores, memory in bytes.
+fn quantity(
+    resource: &str,
+    amount: u64,
+) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+    k8s_openapi::apimachinery::pkg::api::resource::Quantity(match resource {
+        "cpu" => format!("{amount}m"),
+        _ => amount.to_string(),
+    })
+}
+
+/// `c` with `amounts` as its resources (amounts of 0 left out).
+pub fn with_amounts(c: &k8s::Container, amounts: Amounts) -> k8s::Container {
+    let list = |pairs: [(&str, u64); 2]| {
+        let list: std::collections::BTreeMap<_, _> = pairs
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| (k.to_owned(), quantity(k, v)))
+            .collect();
+        (!list.is_empty()).then_some(list)
+    };
+    k8s::Container {
+        resources: Some(k8s::ResourceRequirements {
+            requests: list([
+                ("cpu", amounts.cpu_request),
+                ("memory", amounts.memory_request),
+            ]),
+            limits: list([("cpu", amounts.cpu_limit), ("memory", amounts.memory_limit)]),
+            ..Default::default()
+        }),
+        ..c.clone()
+    }
 }
 
 /// The resizable containers with their place in the spec.

@@ -135,7 +135,10 @@ fn decreases_go_before_increases_for_each_resource() {
     assert_eq!(names(&plan.memory), ["down", "up"]);
     assert_eq!(names(&plan.cpu), ["down", "up"]);
     assert!(plan.restart.is_empty());
-    assert!(plan.pod_first, "the pod's memory grows: its cgroup first");
+    assert!(
+        plan.memory_first && plan.update_pod,
+        "the pod's memory grows: its cgroup first"
+    );
     // Nothing to do once actuated.
     let now = |name: &str| {
         Some(Amounts::of(Some(&match name {
@@ -166,4 +169,17 @@ fn a_restart_policy_for_the_changed_resource_restarts_the_container() {
         "Container c resize requires restart"
     );
     assert!(memory.memory.is_empty());
+}
+
+#[test]
+fn a_pod_that_shrinks_sets_its_cgroup_after_its_containers() {
+    let p = pod(&[("c", "500m", "64Mi")]);
+    let before = |_: &str| Some(Amounts::of(Some(&resources("1", "128Mi"))));
+    let plan = plan(&p, &rt(&["c"]), &before);
+    assert!(plan.update_pod);
+    assert!(!plan.memory_first && !plan.cpu_first, "{plan:?}");
+    // CPU up, memory down: each resource in its own order.
+    let p = pod(&[("c", "2", "64Mi")]);
+    let plan = super::plan(&p, &rt(&["c"]), &before);
+    assert!(plan.cpu_first && !plan.memory_first, "{plan:?}");
 }
