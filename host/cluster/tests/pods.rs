@@ -633,3 +633,79 @@ async fn the_node_status_lists_its_images() {
         "{images:#?}"
     );
 }
+
+/// In-place resize end to end through the API: `pods/resize` on the double, the agent
+/// allocating and applying it to the running container, the status reporting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_resized_through_the_api_runs_on_with_its_new_resources() {
+    let n = Node::start("resize").await;
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}});
+    let pod: k8s::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "rz", "namespace": "default"},
+        "spec": {"nodeName": n.name, "containers": [{"name": "c", "image": "localhost/busybox:latest",
+            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"],
+            "resources": resources("100m")}]}
+    }))
+    .expect("pod");
+    n.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    let status_cpu = |p: Option<&Value>| -> Option<String> {
+        p?["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    n.wait(
+        "rz Running with its resources",
+        Duration::from_secs(10),
+        |p| phase(p) == "Running" && status_cpu(p).as_deref() == Some("100m"),
+    )
+    .await;
+    let first =
+        n.stored("rz").expect("rz")["status"]["containerStatuses"][0]["containerID"].clone();
+    let resize = json!({"spec": {"containers": [{"name": "c", "resources": resources("300m")}]}});
+    n.pods()
+        .patch_subresource(
+            "resize",
+            "rz",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(resize),
+        )
+        .await
+        .expect("resize");
+    n.wait("rz resized", Duration::from_secs(10), |p| {
+        status_cpu(p).as_deref() == Some("300m")
+            && p.is_some_and(|p| {
+                p["status"]["containerStatuses"][0]["allocatedResources"]["cpu"] == "300m"
+            })
+    })
+    .await;
+    let stored = n.stored("rz").expect("rz");
+    let c = &stored["status"]["containerStatuses"][0];
+    assert_eq!(
+        (&c["containerID"], &c["restartCount"]),
+        (&first, &json!(0)),
+        "in place"
+    );
+    let id = first
+        .as_str()
+        .and_then(|s| s.split("://").nth(1))
+        .expect("id");
+    let runtime = n.cri.container_status(id, false).await.expect("status");
+    let linux = runtime
+        .status
+        .and_then(|s| s.resources)
+        .and_then(|r| r.linux);
+    assert_eq!(linux.map(|l| l.cpu_quota), Some(30_000));
+    let conditions = stored["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !conditions
+            .iter()
+            .any(|c| c["type"] == "PodResizeInProgress" || c["type"] == "PodResizePending"),
+        "{conditions:?}"
+    );
+}
