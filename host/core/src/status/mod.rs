@@ -126,6 +126,7 @@ fn container_status(
         ready: false,
         restart_count: 0,
         started: Some(false),
+        volume_mounts: volume_mounts(spec),
         ..Default::default()
     };
     let waiting = input.waiting.get(&spec.name);
@@ -177,6 +178,29 @@ fn container_status(
         status.last_state = Some(k8s::ContainerState::default());
     }
     status
+}
+
+/// The container's mounts as the kubelet 1.33 reports them (RecursiveReadOnlyMounts,
+/// on): each one's name, path and read-only flag, a read-only one's recursive mode
+/// `Disabled` (this runtime has no recursive read-only mounts).
+fn volume_mounts(spec: &k8s::Container) -> Option<Vec<k8s::VolumeMountStatus>> {
+    let mounts = spec.volume_mounts.as_ref()?;
+    Some(
+        mounts
+            .iter()
+            .map(|m| {
+                let read_only = m.read_only.unwrap_or(false);
+                k8s::VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: read_only.then_some(true),
+                    recursive_read_only: read_only.then(|| "Disabled".to_owned()),
+                    ..Default::default()
+                }
+            })
+            .collect(),
+    )
+    .filter(|v: &Vec<_>| !v.is_empty())
 }
 
 /// A container the runtime has: its `allocatedResources` (the requests granted) and

@@ -570,3 +570,66 @@ fn a_sidecar_that_ended_or_restarts_does_not_hold_the_phase() {
     assert_eq!(s.phase.as_deref(), Some("Running"));
     assert_eq!(cond(&s, "Ready").0, "False", "the sidecar is not ready");
 }
+
+#[test]
+fn container_statuses_carry_mounts_allocated_resources_and_the_resize_conditions() {
+    let mut p = pod("Always", &[], &[("c", false)]);
+    let c = &mut p.spec.as_mut().expect("spec").containers[0];
+    c.volume_mounts = Some(vec![
+        k8s::VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            ..Default::default()
+        },
+        k8s::VolumeMount {
+            name: "conf".into(),
+            mount_path: "/etc/conf".into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ]);
+    let q = |v: &str| k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into());
+    c.resources = Some(k8s::ResourceRequirements {
+        requests: Some([("cpu".to_owned(), q("100m"))].into()),
+        ..Default::default()
+    });
+    let rt = runtime(vec![info("c", 1, State::Running, 0)]);
+    // A resize allocated at 200m and being applied.
+    let mut allocated = p.clone();
+    allocated.spec.as_mut().expect("spec").containers[0].resources =
+        Some(k8s::ResourceRequirements {
+            requests: Some([("cpu".to_owned(), q("200m"))].into()),
+            ..Default::default()
+        });
+    let resize = Resize {
+        pending: None,
+        in_progress: Some((String::new(), String::new())),
+    };
+    let probes = |_: &str| ProbeView::default();
+    let none = BTreeMap::new();
+    let mut i = input(&p, &rt, &none, &probes);
+    i.allocated = Some(&allocated);
+    i.resize = &resize;
+    let s = compute(&i);
+    let c = &s.container_statuses.as_ref().expect("statuses")[0];
+    let mounts = c.volume_mounts.as_ref().expect("mounts");
+    assert_eq!(mounts[0].read_only, None);
+    assert_eq!(
+        (
+            mounts[1].read_only,
+            mounts[1].recursive_read_only.as_deref()
+        ),
+        (Some(true), Some("Disabled"))
+    );
+    assert_eq!(
+        c.allocated_resources.as_ref().and_then(|r| r.get("cpu")),
+        Some(&q("200m"))
+    );
+    assert_eq!(cond(&s, "PodResizeInProgress").0, "True");
+    assert!(
+        s.conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "PodResizePending")
+    );
+}
