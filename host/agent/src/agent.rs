@@ -244,6 +244,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         self.workers.stop();
+        self.ctx.allocations.flush();
     }
 }
 

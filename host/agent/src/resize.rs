@@ -44,6 +44,10 @@ pub struct Conditions {
 /// Allocations of every pod the agent runs.
 pub struct Allocations {
     path: Option<PathBuf>,
+    /// Changed since last written: a new pod's allocation and what a container was
+    /// created with are written with the next [`Allocations::flush`] (housekeeping), not
+    /// one file write per container start; a resize allocated is written at once.
+    dirty: std::sync::atomic::AtomicBool,
     /// The node's allocatable CPU (millicores) and memory (bytes).
     allocatable: (u64, u64),
     state: Mutex<State>,
@@ -92,6 +96,7 @@ impl Allocations {
             .unwrap_or_default();
         Allocations {
             path,
+            dirty: std::sync::atomic::AtomicBool::new(false),
             allocatable: self::allocatable(allocatable),
             state: Mutex::new(state),
         }
@@ -99,6 +104,19 @@ impl Allocations {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the state to be written at the next flush.
+    fn save_soon(&self) {
+        self.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Writes the checkpoint if anything changed since it was last written.
+    pub fn flush(&self) {
+        if self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            let state = self.lock();
+            self.save(&state);
+        }
     }
 
     /// Writes the checkpoint (a failure is logged: the state stays in memory).
@@ -145,13 +163,22 @@ impl Allocations {
                 .allocated
                 .insert(uid.clone(), resize::allocation_of(desired));
             state.active.insert(uid, effective_requests(desired));
-            self.save(&state);
+            self.save_soon();
             return Allocated {
                 pod: desired.clone(),
                 differs: false,
                 pending: None,
             };
         };
+        if resize::allocated_pod(desired, &allocation).is_none() {
+            // The common case: the spec is the allocation (no resize, or one applied).
+            state.active.insert(uid, effective_requests(desired));
+            return Allocated {
+                pod: desired.clone(),
+                differs: false,
+                pending: None,
+            };
+        }
         let room = self.room(&state, &uid);
         let pending = match resize::decide(desired, &allocation, room) {
             Decision::Unchanged => None,
@@ -190,7 +217,7 @@ impl Allocations {
             return;
         }
         entry.insert(name.to_owned(), amounts);
-        self.save(&state);
+        self.save_soon();
     }
 
     /// The pod no longer runs: its requests leave the room others may take.
@@ -204,7 +231,7 @@ impl Allocations {
         let had = state.allocated.remove(uid).is_some() | state.actuated.remove(uid).is_some();
         state.active.remove(uid);
         if had {
-            self.save(&state);
+            self.save_soon();
         }
     }
 }
@@ -255,6 +282,13 @@ mod tests {
                     .and_then(|s| s.containers[0].resources.as_ref()),
             ),
         );
+        let unwritten = Allocations::load(Some(&dir), &node());
+        assert_eq!(
+            unwritten.actuated("u1", "c"),
+            None,
+            "written at the next flush"
+        );
+        a.flush();
         drop(a);
         let again = Allocations::load(Some(&dir), &node());
         assert_eq!(again.actuated("u1", "c").map(|x| x.cpu_limit), Some(500));

@@ -417,6 +417,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// source has reported), forgets finished workers of removed pods, starts workers
     /// for wanted pods that lost theirs, collects dead containers, updates gauges.
     pub fn housekeeping(&mut self) {
+        self.ctx.allocations.flush();
         let runtime_pods = self.ctx.cache.all();
         if self.config.all_sources_ready() {
             self.stop_orphans(&runtime_pods);

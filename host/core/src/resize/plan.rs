@@ -102,7 +102,8 @@ fn order(list: &mut Vec<ContainerUpdate>, update: ContainerUpdate, grows: bool) 
 /// start and need nothing here.
 pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<Amounts>) -> Plan {
     let mut plan = Plan::default();
-    let mut given = pod.clone();
+    // What the changed containers run with now, for the pod cgroup's order.
+    let mut given: Vec<(&str, Amounts)> = Vec::new();
     for (which, c) in with_place(pod) {
         let Some(status) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
             continue;
@@ -113,7 +114,7 @@ pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<A
             continue;
         }
         plan.update_pod = true;
-        set_resources(&mut given, &c.name, current);
+        given.push((&c.name, current));
         let cpu_changed =
             desired.cpu_request != current.cpu_request || desired.cpu_limit != current.cpu_limit;
         let memory_changed = desired.memory_request != current.memory_request
@@ -150,8 +151,15 @@ pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<A
             order(&mut plan.cpu, update(), grows);
         }
     }
+    if !plan.update_pod {
+        return plan;
+    }
+    let mut running = pod.clone();
+    for (name, amounts) in given {
+        set_resources(&mut running, name, amounts);
+    }
     let qos = Qos::from_class(crate::status::qos_class(pod));
-    let (before, after) = (pod_resources(&given, qos), pod_resources(pod, qos));
+    let (before, after) = (pod_resources(&running, qos), pod_resources(pod, qos));
     let no_less = |b: Option<u64>, a: Option<u64>| a.is_none_or(|a| b.is_some_and(|b| a >= b));
     plan.memory_first = no_less(before.memory_limit, after.memory_limit);
     let quota = |q: Option<i64>| q.and_then(|q| u64::try_from(q).ok());
