@@ -178,6 +178,53 @@ pub fn os_rejection(pod: &k8s::Pod) -> Option<(String, String)> {
     None
 }
 
+/// The annotation prefix of the AppArmor profile of one container before the field
+/// (deprecated, still honoured).
+const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// Whether `pod` asks for AppArmor confinement: an `appArmorProfile` other than
+/// `Unconfined` on the pod or a container, or a container's (deprecated) annotation
+/// other than `unconfined` (the kubelet's `isRequired`).
+fn wants_apparmor(pod: &k8s::Pod) -> bool {
+    let confined = |p: Option<&k8s::AppArmorProfile>| p.is_some_and(|p| p.type_ != "Unconfined");
+    let spec = pod.spec.as_ref();
+    let pod_level = spec
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.app_armor_profile.as_ref());
+    let containers = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .filter_map(|c| c.security_context.as_ref())
+            .map(|sc| sc.app_armor_profile.as_ref())
+    });
+    let ephemeral = spec.into_iter().flat_map(|s| {
+        s.ephemeral_containers
+            .iter()
+            .flatten()
+            .filter_map(|c| c.security_context.as_ref())
+            .map(|sc| sc.app_armor_profile.as_ref())
+    });
+    let annotated = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(k, v)| k.starts_with(APPARMOR_ANNOTATION_PREFIX) && v != "unconfined");
+    confined(pod_level) || containers.chain(ephemeral).any(confined) || annotated
+}
+
+/// The kubelet's AppArmor check at admission: a pod that asks for AppArmor on a host
+/// without it is refused (reason `AppArmor`), rather than run unconfined.
+pub fn apparmor_rejection(pod: &k8s::Pod, host_enabled: bool) -> Option<(String, String)> {
+    (!host_enabled && wants_apparmor(pod)).then(|| {
+        (
+            "AppArmor".into(),
+            "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+        )
+    })
+}
+
 /// The statuses of the conditions the pod's readiness gates name, as its status has them
 /// (others set them through the API; the pod's Ready follows them).
 pub fn gate_conditions(pod: &k8s::Pod) -> Vec<(String, Option<String>)> {
@@ -495,6 +542,37 @@ mod tests {
             os_rejection(&label).map(|r| r.0).as_deref(),
             Some("PodOSSelectorNodeLabelDoesNotMatch"),
             "the label is checked first"
+        );
+    }
+
+    #[test]
+    fn a_pod_asking_for_apparmor_is_refused_on_a_host_without_it() {
+        let mut p: k8s::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}}}]}
+        }))
+        .expect("pod");
+        assert_eq!(
+            apparmor_rejection(&p, false),
+            Some((
+                "AppArmor".into(),
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host".into()
+            ))
+        );
+        assert_eq!(apparmor_rejection(&p, true), None, "the host has it");
+        p.spec.as_mut().expect("spec").containers[0].security_context = None;
+        assert_eq!(apparmor_rejection(&p, false), None, "nothing asked");
+        p.metadata.annotations = Some(
+            [(
+                format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+                "runtime/default".to_owned(),
+            )]
+            .into(),
+        );
+        assert!(
+            apparmor_rejection(&p, false).is_some(),
+            "the annotation asks too"
         );
     }
 

@@ -42,9 +42,16 @@ pub(super) fn facts(config: &Config) -> NodeFacts {
     facts
 }
 
+/// Whether the host enforces AppArmor (runc's test: the module says it is enabled).
+fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.starts_with('Y'))
+}
+
 /// Admission: the node's own checks (no pods while it shuts down; the eviction
 /// manager's: no BestEffort pods under memory pressure, none under disk pressure; none
-/// for another operating system), then the plugins' chain.
+/// for another operating system; none asking for AppArmor on a host without it), then
+/// the plugins' chain.
 pub(super) fn admission(
     loaded: &Loaded,
     facts: &NodeFacts,
@@ -53,6 +60,7 @@ pub(super) fn admission(
 ) -> Result<Admission> {
     let node = convert::node(&facts.object(true, "", &wasmlet_agent::time::now_rfc3339()))
         .map_err(|e| anyhow::anyhow!("the node as plugins see it: {e}"))?;
+    let apparmor = apparmor_enabled();
     let node_check: wasmlet_agent::syncloop::NodeCheck = {
         let (pressure, shutdown) = (pressure.clone(), shutdown.clone());
         Arc::new(move |pod| {
@@ -60,6 +68,7 @@ pub(super) fn admission(
                 .admit()
                 .or_else(|| wasmlet_stats::eviction::admit(&pressure.current(), pod))
                 .or_else(|| wasmlet_agent::pod::os_rejection(pod))
+                .or_else(|| wasmlet_agent::pod::apparmor_rejection(pod, apparmor))
         })
     };
     Ok(Admission {
