@@ -1,6 +1,7 @@
 //! A pod's status computed the kubelet's way from its spec, what the runtime has for it,
 //! the probe results and what the last sync could not do (back-off, pull errors):
-//! phase, conditions, container statuses, IPs, start time and QoS class. Pure.
+//! phase (`phase.rs`), conditions (`conditions.rs`), container statuses, IPs, start time
+//! and QoS class. Pure.
 
 use std::collections::BTreeMap;
 
@@ -277,167 +278,6 @@ fn unknown(container_id: Option<String>) -> k8s::ContainerState {
     }
 }
 
-/// A container status's state, whether it has one or not.
-fn state_of(s: &k8s::ContainerStatus) -> k8s::ContainerState {
-    s.state.clone().unwrap_or_default()
-}
-
-/// Whether a waiting container has ended before (its last state is terminated).
-fn ended_before_waiting(s: &k8s::ContainerStatus) -> Option<&k8s::ContainerStateTerminated> {
-    s.last_state.as_ref().and_then(|l| l.terminated.as_ref())
-}
-
-/// What the phase counts of the regular init containers: `(pending, failed)`.
-fn count_regular_inits(pod: &k8s::Pod, inits: &[k8s::ContainerStatus]) -> (usize, usize) {
-    let (mut pending, mut failed) = (0, 0);
-    let regular = pod::init_containers(pod)
-        .iter()
-        .filter(|c| !pod::is_restartable(c));
-    for c in regular {
-        let Some(s) = inits.iter().find(|s| s.name == c.name) else {
-            pending += 1;
-            continue;
-        };
-        let state = state_of(s);
-        if let Some(t) = &state.terminated {
-            failed += usize::from(t.exit_code != 0);
-        } else if state.running.is_none()
-            && state.waiting.is_some()
-            && let Some(last) = ended_before_waiting(s)
-        {
-            failed += usize::from(last.exit_code != 0);
-        } else {
-            pending += 1;
-        }
-    }
-    (pending, failed)
-}
-
-/// The phase's counts of running, waiting, stopped, succeeded and unknown containers.
-#[derive(Default)]
-struct Counts {
-    running: usize,
-    waiting: usize,
-    stopped: usize,
-    succeeded: usize,
-    unknown: usize,
-    /// Sidecars not yet started (running but not started, or waiting never having run).
-    pending_sidecars: usize,
-}
-
-impl Counts {
-    /// Sidecars count while they run or first wait; one that ended does not count.
-    fn sidecar(&mut self, s: Option<&k8s::ContainerStatus>) {
-        let Some(s) = s else {
-            self.unknown += 1;
-            return;
-        };
-        let state = state_of(s);
-        if state.running.is_some() {
-            self.pending_sidecars += usize::from(s.started != Some(true));
-            self.running += 1;
-        } else if state.terminated.is_some() || ended_before_waiting(s).is_some() {
-            // A sidecar that ended does not count for the phase.
-        } else if state.waiting.is_some() {
-            self.pending_sidecars += 1;
-            self.waiting += 1;
-        } else {
-            self.pending_sidecars += 1;
-            self.unknown += 1;
-        }
-    }
-
-    fn app(&mut self, s: Option<&k8s::ContainerStatus>) {
-        let Some(s) = s else {
-            self.unknown += 1;
-            return;
-        };
-        let state = state_of(s);
-        if state.running.is_some() {
-            self.running += 1;
-        } else if let Some(t) = &state.terminated {
-            self.stopped += 1;
-            self.succeeded += usize::from(t.exit_code == 0);
-        } else if state.waiting.is_some() {
-            if ended_before_waiting(s).is_some() {
-                self.stopped += 1;
-            } else {
-                self.waiting += 1;
-            }
-        } else {
-            self.unknown += 1;
-        }
-    }
-}
-
-/// The kubelet's getPhase over the computed container statuses; `initialized`: an app
-/// container of the current sandbox has started (sidecars restarting then do not bring
-/// the pod back to Pending).
-fn phase(
-    pod: &k8s::Pod,
-    inits: &[k8s::ContainerStatus],
-    apps: &[k8s::ContainerStatus],
-    initialized: bool,
-) -> &'static str {
-    let policy = pod::restart_policy(pod);
-    let (pending_init, failed_init) = count_regular_inits(pod, inits);
-    let mut n = Counts::default();
-    for c in pod::init_containers(pod)
-        .iter()
-        .filter(|c| pod::is_restartable(c))
-    {
-        n.sidecar(inits.iter().find(|s| s.name == c.name));
-    }
-    for c in pod::containers(pod) {
-        n.app(apps.iter().find(|s| s.name == c.name));
-    }
-    if failed_init > 0 && policy == "Never" {
-        return "Failed";
-    }
-    if pending_init > 0 || (n.pending_sidecars > 0 && !initialized) || n.waiting > 0 {
-        return "Pending";
-    }
-    if n.running > 0 && n.unknown == 0 {
-        return "Running";
-    }
-    if n.running == 0 && n.stopped > 0 && n.unknown == 0 {
-        return match policy {
-            "Always" => "Running",
-            _ if n.stopped == n.succeeded => "Succeeded",
-            "Never" => "Failed",
-            _ => "Running",
-        };
-    }
-    "Pending"
-}
-
-fn condition(
-    kind: &str,
-    ok: bool,
-    reason: Option<&str>,
-    message: Option<String>,
-    input: &Input<'_>,
-) -> k8s::PodCondition {
-    let status = if ok { "True" } else { "False" };
-    let previous = input
-        .previous
-        .and_then(|p| p.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == kind));
-    let transition = match previous {
-        Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => time(Some(input.now.to_owned())),
-    };
-    k8s::PodCondition {
-        type_: kind.to_owned(),
-        status: status.to_owned(),
-        reason: reason.map(str::to_owned),
-        message,
-        last_transition_time: transition,
-        last_probe_time: None,
-        observed_generation: None,
-    }
-}
-
 /// A deleted pod's app containers that never reached a terminated state count as failed:
 /// nothing says they succeeded (the kubelet's TerminatePod words).
 fn end_unterminated(statuses: &mut [k8s::ContainerStatus]) {
@@ -459,85 +299,6 @@ fn end_unterminated(statuses: &mut [k8s::ContainerStatus]) {
             ..Default::default()
         });
     }
-}
-
-/// A deleted pod's final phase: Succeeded when every app container ended with 0, else
-/// Failed, whatever the restart policy.
-fn final_phase(apps: &[k8s::ContainerStatus]) -> &'static str {
-    let succeeded = !apps.is_empty()
-        && apps.iter().all(|s| {
-            s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
-        });
-    if succeeded { "Succeeded" } else { "Failed" }
-}
-
-/// The conditions the agent makes itself; the pod's other conditions are others' (a
-/// readiness gate's, set through the API) and are kept as they are.
-const OWN_CONDITIONS: [&str; 8] = [
-    "PodResizePending",
-    "PodResizeInProgress",
-    "PodReadyToStartContainers",
-    "Initialized",
-    "Ready",
-    "ContainersReady",
-    "PodScheduled",
-    "DisruptionTarget",
-];
-
-/// The pod's conditions that others set (its readiness gates' among them), as the pod
-/// has them.
-fn others_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
-    input
-        .pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// Ready: the containers' readiness, and then every readiness gate's condition True
-/// (else `ReadinessGatesNotReady`, naming each gate as the kubelet does).
-fn ready_condition(
-    containers_ready: bool,
-    (reason, message): (Option<&str>, Option<String>),
-    input: &Input<'_>,
-) -> k8s::PodCondition {
-    if !containers_ready {
-        return condition("Ready", false, reason, message, input);
-    }
-    let unready: Vec<String> = pod::gate_conditions(input.pod)
-        .into_iter()
-        .filter_map(|(kind, status)| match status.as_deref() {
-            None => Some(format!(
-                "corresponding condition of pod readiness gate \"{kind}\" does not exist."
-            )),
-            Some("True") => None,
-            Some(status) => Some(format!(
-                "the status of pod readiness gate \"{kind}\" is not \"True\", but {status}"
-            )),
-        })
-        .collect();
-    if unready.is_empty() {
-        return condition("Ready", true, None, None, input);
-    }
-    condition(
-        "Ready",
-        false,
-        Some("ReadinessGatesNotReady"),
-        Some(unready.join(", ")),
-        input,
-    )
-}
-
-fn names(list: &[&str]) -> String {
-    format!("[{}]", list.join(" "))
 }
 
 /// The pod's QoS class: `Guaranteed` when every container limits cpu and memory and
@@ -737,123 +498,6 @@ fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
     }
 }
 
-/// The containers whose readiness the pod's counts (sidecars and app containers) that
-/// are not ready, by name.
-fn unready<'a>(pod: &'a k8s::Pod, statuses: &Statuses) -> Vec<&'a str> {
-    let sidecars = pod::init_containers(pod)
-        .iter()
-        .filter(|c| pod::is_restartable(c))
-        .map(|c| (c, &statuses.init));
-    let apps = pod::containers(pod).iter().map(|c| (c, &statuses.app));
-    sidecars
-        .chain(apps)
-        .filter(|(c, list)| !list.iter().any(|s| s.name == c.name && s.ready))
-        .map(|(c, _)| c.name.as_str())
-        .collect()
-}
-
-/// Initialized: every init container done (a sidecar started, a regular one finished
-/// well), or an app container started; `PodCompleted` once the pod succeeded.
-fn initialized_condition(input: &Input<'_>, statuses: &Statuses, phase: &str) -> k8s::PodCondition {
-    if phase == "Succeeded" {
-        return condition("Initialized", true, Some("PodCompleted"), None, input);
-    }
-    let incomplete = incomplete_inits(input.pod, &statuses.init);
-    if incomplete.is_empty() || any_app_started(&statuses.app) {
-        return condition("Initialized", true, None, None, input);
-    }
-    let message = format!("containers with incomplete status: {}", names(&incomplete));
-    condition(
-        "Initialized",
-        false,
-        Some("ContainersNotInitialized"),
-        Some(message),
-        input,
-    )
-}
-
-/// ContainersReady's truth, reason and message: `PodCompleted` / `PodFailed` once the
-/// pod ended, else every sidecar and app container ready.
-fn containers_ready(
-    input: &Input<'_>,
-    statuses: &Statuses,
-    phase: &str,
-) -> (bool, Option<&'static str>, Option<String>) {
-    match phase {
-        "Succeeded" => return (false, Some("PodCompleted"), None),
-        "Failed" => return (false, Some("PodFailed"), None),
-        _ => {}
-    }
-    let unready = unready(input.pod, statuses);
-    if unready.is_empty() {
-        return (true, None, None);
-    }
-    let message = format!("containers with unready status: {}", names(&unready));
-    (false, Some("ContainersNotReady"), Some(message))
-}
-
-/// The pod's conditions, the kubelet's five first, then a disruption and the
-/// conditions others own.
-fn conditions(
-    input: &Input<'_>,
-    statuses: &Statuses,
-    phase: &str,
-    sandbox_ready: bool,
-) -> Vec<k8s::PodCondition> {
-    let (ready, reason, message) = containers_ready(input, statuses, phase);
-    let mut conditions = vec![
-        condition(
-            "PodReadyToStartContainers",
-            sandbox_ready,
-            None,
-            None,
-            input,
-        ),
-        initialized_condition(input, statuses, phase),
-        ready_condition(ready, (reason, message.clone()), input),
-        condition("ContainersReady", ready, reason, message, input),
-        condition("PodScheduled", true, None, None, input),
-    ];
-    if input.disruption
-        && let Some((_, message)) = input.evicted
-    {
-        conditions.push(condition(
-            "DisruptionTarget",
-            true,
-            Some("TerminationByKubelet"),
-            Some(message.to_owned()),
-            input,
-        ));
-    }
-    if !matches!(phase, "Succeeded" | "Failed") {
-        conditions.extend(resize_conditions(input));
-    }
-    conditions.extend(others_conditions(input));
-    conditions
-}
-
-/// `PodResizePending` and `PodResizeInProgress`, while there (none once the pod ended).
-fn resize_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
-    let r = input.resize;
-    [
-        ("PodResizePending", &r.pending),
-        ("PodResizeInProgress", &r.in_progress),
-    ]
-    .into_iter()
-    .filter_map(|(kind, c)| {
-        let (reason, message) = c.as_ref()?;
-        let some = |s: &String| (!s.is_empty()).then(|| s.clone());
-        Some(condition(
-            kind,
-            true,
-            some(reason).as_deref(),
-            some(message),
-            input,
-        ))
-    })
-    .collect()
-}
-
 /// The pod's addresses: the node's on the host network, else its sandbox's — or, for a
 /// stopped pod whose sandbox no longer reports one, those it had, as the kubelet's
 /// status keeps them (its sandbox outlives it there).
@@ -890,6 +534,12 @@ pub fn rejected(reason: &str, message: &str, host_ip: &str) -> k8s::PodStatus {
         ..Default::default()
     }
 }
+
+mod conditions;
+mod phase;
+
+use conditions::conditions;
+use phase::{final_phase, phase};
 
 #[cfg(test)]
 mod tests;
