@@ -273,7 +273,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
         let mut all = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         let workers = all.entry(uid.clone()).or_default();
         let mut wanted = Vec::new();
-        for (at, c) in probed_containers(pod) {
+        for (at, c) in pod::apps_and_sidecars(pod) {
             let Some(running) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
                 continue;
             };
@@ -359,47 +359,6 @@ impl<R: CriRuntime + 'static> Prober<R> {
     }
 }
 
-/// Where a probed container is in the pod's spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum At {
-    /// `spec.containers[i]`.
-    App(usize),
-    /// `spec.initContainers[i]`, a sidecar.
-    Init(usize),
-}
-
-impl At {
-    fn container(self, pod: &k8s::Pod) -> &k8s::Container {
-        match self {
-            At::App(i) => &pod::containers(pod)[i],
-            At::Init(i) => &pod::init_containers(pod)[i],
-        }
-    }
-
-    /// The container's path in the pod, for messages.
-    fn field(self) -> String {
-        match self {
-            At::App(i) => format!("spec.containers[{i}]"),
-            At::Init(i) => format!("spec.initContainers[{i}]"),
-        }
-    }
-}
-
-/// The containers the kubelet probes: the app containers and the sidecars (a regular
-/// init container's probes are refused by validation and never run).
-fn probed_containers(pod: &k8s::Pod) -> impl Iterator<Item = (At, &k8s::Container)> {
-    let apps = pod::containers(pod)
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (At::App(i), c));
-    let sidecars = pod::init_containers(pod)
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| pod::is_restartable(c))
-        .map(|(i, c)| (At::Init(i), c));
-    apps.chain(sidecars)
-}
-
 /// How the HTTP probe handler starts the message of a success the kubelet calls a
 /// warning: a redirect to another host, not followed.
 const REDIRECT_WARNING: &str = "Probe terminated redirects";
@@ -422,7 +381,7 @@ struct ProbeTask<R> {
     events: Arc<dyn Recorder>,
     counts: Family<ProbeResult, Counter>,
     pod: Arc<k8s::Pod>,
-    at: At,
+    at: pod::Place,
     container_id: String,
     kind: Kind,
     pod_ip: String,

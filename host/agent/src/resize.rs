@@ -171,8 +171,12 @@ impl Allocations {
             };
         };
         if resize::allocated_pod(desired, &allocation).is_none() {
-            // The common case: the spec is the allocation (no resize, or one applied).
-            state.active.insert(uid, effective_requests(desired));
+            // The common case: the spec is the allocation (no resize, or one applied;
+            // its requests were counted when it was allocated).
+            state
+                .active
+                .entry(uid)
+                .or_insert_with(|| effective_requests(desired));
             return Allocated {
                 pod: desired.clone(),
                 differs: false,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use support::*;
 use wasmlet_agent::agent::Agent;
-use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::source::SourcePod;
@@ -38,18 +37,7 @@ fn api_pod(cpu_milli: u64, memory_mi: u64, restart_on: Option<&str>) -> SourcePo
 }
 
 async fn send_api(agent: &Agent<Simulator>, pod: SourcePod) {
-    agent
-        .sources()
-        .send(SourceSet {
-            source: "api".into(),
-            pods: vec![pod],
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-            removed: false,
-            directory: None,
-        })
-        .await
-        .expect("loop runs");
+    send_from(agent, "api", vec![pod]).await;
 }
 
 fn resources(p: &k8s::Pod) -> (Option<String>, Option<String>) {

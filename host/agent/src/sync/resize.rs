@@ -4,7 +4,8 @@
 //! increases, the pod cgroup before the containers when the pod grows and after them
 //! when it shrinks — or is restarted when its `resizePolicy` says so.
 
-use wasmlet_core::resize::{ContainerUpdate, Plan, Resource, Which, with_amounts};
+use wasmlet_core::pod::Place;
+use wasmlet_core::resize::{ContainerUpdate, Plan, Resource, with_amounts};
 
 use super::*;
 
@@ -45,8 +46,8 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 grace: None,
             });
             match r.which {
-                Which::App(i) if !actions.start.contains(&i) => actions.start.push(i),
-                Which::Init(i) if !actions.init.contains(&i) => actions.init.push(i),
+                Place::App(i) if !actions.start.contains(&i) => actions.start.push(i),
+                Place::Init(i) if !actions.init.contains(&i) => actions.init.push(i),
                 _ => {}
             }
         }
@@ -115,11 +116,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         update: &ContainerUpdate,
     ) -> Result<(), String> {
         let uid = pod::uid(pod);
-        let Some(c) = pod::containers(pod)
-            .iter()
-            .chain(pod::init_containers(pod))
-            .find(|c| c.name == update.name)
-        else {
+        let Some(c) = pod::container_named(pod, &update.name) else {
             return Ok(());
         };
         let mut amounts = self.allocations.actuated(uid, &c.name).unwrap_or_default();

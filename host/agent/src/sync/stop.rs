@@ -31,10 +31,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 k.message.clone()
             },
         ));
-        let spec = pod::containers(pod)
-            .iter()
-            .chain(pod::init_containers(pod))
-            .find(|c| c.name == k.name);
+        let spec = pod::container_named(pod, &k.name);
         let ip = rt
             .sandbox()
             .and_then(|s| s.ips.first().cloned())
@@ -81,10 +78,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             let (ops, pod, ip) = (self.ops.clone(), pod.clone(), ip.clone());
             let (id, name) = (c.id.clone(), c.name.clone());
             stops.spawn(async move {
-                let spec = pod::containers(&pod)
-                    .iter()
-                    .chain(pod::init_containers(&pod))
-                    .find(|c| c.name == name);
+                let spec = pod::container_named(&pod, &name);
                 let result = ops
                     .stop_container_after(&pod, spec, &id, &ip, grace, turn.wait())
                     .await;

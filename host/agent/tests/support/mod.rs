@@ -124,10 +124,15 @@ pub fn pod(json: &str) -> SourcePod {
 }
 
 pub async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
+    send_from(agent, "file", pods).await;
+}
+
+/// Sends `pods` as the whole set of pod source `source` (`file`, `api`).
+pub async fn send_from(agent: &Agent<Simulator>, source: &str, pods: Vec<SourcePod>) {
     agent
         .sources()
         .send(SourceSet {
-            source: "file".into(),
+            source: source.into(),
             pods,
             unchanged: Vec::new(),
             problems: Vec::new(),

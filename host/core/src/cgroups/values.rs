@@ -69,7 +69,8 @@ struct Effective {
     every_memory: bool,
 }
 
-fn quantity(
+/// The amount of `name` in `list` at `scale` (3: millis), 0 when absent or unreadable.
+pub(crate) fn quantity(
     list: Option<
         &std::collections::BTreeMap<
             String,

@@ -314,6 +314,57 @@ pub fn is_restartable(c: &k8s::Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
+/// The app or init container called `name`.
+pub fn container_named<'a>(pod: &'a k8s::Pod, name: &str) -> Option<&'a k8s::Container> {
+    containers(pod)
+        .iter()
+        .chain(init_containers(pod))
+        .find(|c| c.name == name)
+}
+
+/// Where a container is in the pod's spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `spec.containers[i]`.
+    App(usize),
+    /// `spec.initContainers[i]`.
+    Init(usize),
+}
+
+impl Place {
+    /// The container at this place in `pod`.
+    pub fn container(self, pod: &k8s::Pod) -> &k8s::Container {
+        match self {
+            Place::App(i) => &containers(pod)[i],
+            Place::Init(i) => &init_containers(pod)[i],
+        }
+    }
+
+    /// Its path in the pod, for messages (`spec.initContainers[0]`).
+    pub fn field(self) -> String {
+        match self {
+            Place::App(i) => format!("spec.containers[{i}]"),
+            Place::Init(i) => format!("spec.initContainers[{i}]"),
+        }
+    }
+}
+
+/// The containers that run beside each other once the pod is initialized — its app
+/// containers, then its sidecars — with their places: those the kubelet probes and
+/// resizes.
+pub fn apps_and_sidecars(pod: &k8s::Pod) -> impl Iterator<Item = (Place, &k8s::Container)> {
+    let apps = containers(pod)
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (Place::App(i), c));
+    let sidecars = init_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| is_restartable(c))
+        .map(|(i, c)| (Place::Init(i), c));
+    apps.chain(sidecars)
+}
+
 /// Whether the pod has a sidecar among its init containers.
 pub fn has_sidecars(pod: &k8s::Pod) -> bool {
     init_containers(pod).iter().any(is_restartable)

@@ -17,13 +17,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1 as k8s;
 use serde::{Deserialize, Serialize};
 
-use crate::cgroups::values::effective_requests;
+use crate::cgroups::values::{effective_requests, quantity};
 use crate::pod;
 use crate::quantity::parse_quantity;
 
 mod plan;
 
-pub use plan::{ContainerUpdate, Plan, Resource, Restart, Which, plan, with_amounts};
+pub use plan::{ContainerUpdate, Plan, Resource, Restart, plan, with_amounts};
 
 /// The resources the node granted a pod's resizable containers, by container name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,22 +48,16 @@ pub struct Amounts {
 
 type List = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
 
-fn amount(list: Option<&List>, name: &str, scale: i32) -> u64 {
-    list.and_then(|l| l.get(name))
-        .and_then(|q| parse_quantity(&q.0, scale).ok())
-        .unwrap_or(0)
-}
-
 impl Amounts {
     /// The amounts `r` asks for.
     pub fn of(r: Option<&k8s::ResourceRequirements>) -> Amounts {
         let requests = r.and_then(|r| r.requests.as_ref());
         let limits = r.and_then(|r| r.limits.as_ref());
         Amounts {
-            cpu_request: amount(requests, "cpu", 3),
-            cpu_limit: amount(limits, "cpu", 3),
-            memory_request: amount(requests, "memory", 0),
-            memory_limit: amount(limits, "memory", 0),
+            cpu_request: quantity(requests, "cpu", 3),
+            cpu_limit: quantity(limits, "cpu", 3),
+            memory_request: quantity(requests, "memory", 0),
+            memory_limit: quantity(limits, "memory", 0),
         }
     }
 }

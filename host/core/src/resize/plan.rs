@@ -4,20 +4,11 @@
 
 use k8s_openapi::api::core::v1 as k8s;
 
-use super::{Amounts, resizable};
+use super::Amounts;
 use crate::cgroups::tree::Qos;
 use crate::cgroups::values::pod_resources;
-use crate::pod;
+use crate::pod::{self, Place};
 use crate::runtime::{PodRuntime, State};
-
-/// Where a container is in the pod's spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
-    /// `spec.containers[i]`.
-    App(usize),
-    /// `spec.initContainers[i]`, a sidecar.
-    Init(usize),
-}
 
 /// A resource resized in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +35,7 @@ pub struct ContainerUpdate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restart {
     /// Where it is in the spec.
-    pub which: Which,
+    pub which: Place,
     /// Its runtime id.
     pub id: String,
     /// Its name.
@@ -104,7 +95,7 @@ pub fn plan(pod: &k8s::Pod, rt: &PodRuntime, actuated: &dyn Fn(&str) -> Option<A
     let mut plan = Plan::default();
     // What the changed containers run with now, for the pod cgroup's order.
     let mut given: Vec<(&str, Amounts)> = Vec::new();
-    for (which, c) in with_place(pod) {
+    for (which, c) in pod::apps_and_sidecars(pod) {
         let Some(status) = rt.latest(&c.name).filter(|s| s.state == State::Running) else {
             continue;
         };
@@ -213,20 +204,4 @@ pub fn with_amounts(c: &k8s::Container, amounts: Amounts) -> k8s::Container {
         }),
         ..c.clone()
     }
-}
-
-/// The resizable containers with their place in the spec.
-fn with_place(pod: &k8s::Pod) -> Vec<(Which, &k8s::Container)> {
-    let apps = pod::containers(pod)
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (Which::App(i), c));
-    let sidecars = pod::init_containers(pod)
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| pod::is_restartable(c))
-        .map(|(i, c)| (Which::Init(i), c));
-    let out: Vec<_> = apps.chain(sidecars).collect();
-    debug_assert_eq!(out.len(), resizable(pod).count());
-    out
 }

@@ -214,12 +214,7 @@ fn allocated_resources(
 ) {
     let allocated = input
         .allocated
-        .and_then(|p| {
-            pod::containers(p)
-                .iter()
-                .chain(pod::init_containers(p))
-                .find(|c| c.name == spec.name)
-        })
+        .and_then(|p| pod::container_named(p, &spec.name))
         .unwrap_or(spec);
     let resources = allocated.resources.clone().unwrap_or_default();
     status.allocated_resources = resources.requests.clone();
