@@ -1,0 +1,125 @@
+//! The allocation checkpoint: which devices each container holds and what its plugin
+//! answered, so containers restarted after the agent restarts get the same devices,
+//! and no other container gets them. wasmlet's own file in the device plugin directory
+//! (the kubelet's `kubelet_internal_checkpoint` carries a checksum of Go's own
+//! printing), written whole to a temporary file and renamed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{ContainerKey, Grant};
+
+/// The checkpoint's file name in the device plugin directory.
+pub const FILE: &str = "wasmlet_device_checkpoint.json";
+
+/// One container's grant of one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    pod_uid: String,
+    container_name: String,
+    resource_name: String,
+    grant: Grant,
+}
+
+/// The file's content.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Data {
+    entries: Vec<Entry>,
+    /// The healthy devices per resource when it was written (for the record).
+    registered_devices: BTreeMap<String, Vec<String>>,
+}
+
+/// The grants, per container and resource.
+pub type Grants = BTreeMap<ContainerKey, BTreeMap<String, Grant>>;
+
+/// The checkpoint of the directory `dir`.
+pub fn path(dir: &Path) -> PathBuf {
+    dir.join(FILE)
+}
+
+/// Writes `grants` and `registered` to `file`.
+pub fn write(
+    file: &Path,
+    grants: &Grants,
+    registered: BTreeMap<String, Vec<String>>,
+) -> std::io::Result<()> {
+    let entries = grants
+        .iter()
+        .flat_map(|((pod, container), by_resource)| {
+            by_resource.iter().map(|(resource, grant)| Entry {
+                pod_uid: pod.clone(),
+                container_name: container.clone(),
+                resource_name: resource.clone(),
+                grant: grant.clone(),
+            })
+        })
+        .collect();
+    let data = Data {
+        entries,
+        registered_devices: registered,
+    };
+    let text = serde_json::to_vec(&data).map_err(std::io::Error::other)?;
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// The grants in `file`; none when there is no file. A file that does not parse is an
+/// error naming it.
+pub fn read(file: &Path) -> Result<Grants, String> {
+    let text = match std::fs::read(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Grants::new()),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    let data: Data =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut grants = Grants::new();
+    for e in data.entries {
+        grants
+            .entry((e.pod_uid, e.container_name))
+            .or_default()
+            .insert(e.resource_name, e.grant);
+    }
+    Ok(grants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::ContainerOptions;
+
+    #[test]
+    fn grants_survive_a_write_and_a_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = path(dir.path());
+        assert!(read(&file).expect("no file").is_empty());
+        let mut grants = Grants::new();
+        let mut options = ContainerOptions::default();
+        options.envs.insert("GPU".into(), "0".into());
+        grants
+            .entry(("uid-1".into(), "app".into()))
+            .or_default()
+            .insert(
+                "example.com/gpu".into(),
+                Grant {
+                    ids: ["0".to_string()].into(),
+                    options,
+                },
+            );
+        write(
+            &file,
+            &grants,
+            BTreeMap::from([("example.com/gpu".into(), vec!["0".into(), "1".into()])]),
+        )
+        .expect("write");
+        assert_eq!(read(&file).expect("read"), grants);
+        std::fs::write(&file, "{").expect("spoil");
+        let err = read(&file).expect_err("a broken file is an error");
+        assert!(err.contains(FILE), "{err}");
+    }
+}
