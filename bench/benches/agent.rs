@@ -58,6 +58,7 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
         start_parallelism: wasmlet_agent::sync::pacing::default_limit(
             std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         ),
+        devices: None,
     }
 }
 
@@ -498,6 +499,7 @@ async fn fresh_agent(
             },
             pod_cgroups,
             start_parallelism: start_calls(opts.start_parallelism),
+            devices: None,
             ..opts
         },
         Arc::new(NoProbes),

@@ -85,6 +85,7 @@ fn agent_options(
         start_parallelism: wasmlet_agent::sync::pacing::default_limit(
             std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         ),
+        devices: None,
     }
 }
 
@@ -160,6 +161,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
                 port: 10250,
                 pressure: Default::default(),
                 images: Default::default(),
+                devices: Default::default(),
             }
         };
         wasmlet_cluster::start(

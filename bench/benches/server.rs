@@ -81,6 +81,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
             services: None,
             cluster_dns: Default::default(),
             start_parallelism: 0,
+            devices: None,
         },
         Arc::new(NoProbes),
         None,

@@ -65,6 +65,9 @@ pub struct AgentOptions {
     /// At most this many RunPodSandbox / CreateContainer / StartContainer calls at once
     /// (0: no limit; [`crate::sync::pacing::default_limit`] is the config's default).
     pub start_parallelism: usize,
+    /// The device plugins' manager: devices given to containers at admission and put
+    /// into their configuration; `None`: no device plugins.
+    pub devices: Option<Arc<wasmlet_devices::Manager>>,
 }
 
 /// The cluster's DNS as the node's configuration names it.
@@ -478,6 +481,7 @@ fn sync_context<R: CriRuntime + 'static>(
         volumes_ready: Mutex::default(),
         said: Mutex::default(),
         pacer: crate::sync::pacing::Pacer::new(options.start_parallelism),
+        devices: options.devices.clone(),
         allocations: crate::resize::Allocations::load(
             Some(&options.root_dir),
             &options.node.allocatable(),

@@ -270,39 +270,53 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
 
     async fn add(&mut self, pod: Arc<k8s::Pod>, source: &str) {
         self.ctx.statuses.set_pod(pod.clone());
-        let uid = pod::uid(&pod).to_owned();
-        if let Some(admission) = &self.admission {
-            if let Some((reason, message)) = admission.node_check.as_ref().and_then(|c| c(&pod)) {
-                warn!(pod = %PodKey::of(&pod), %reason, "Pod was rejected: {message}");
-                self.reject(&pod, &reason, &message);
-                return;
-            }
-            let converted = match convert::pod(&pod, source) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.reject(&pod, "UnexpectedAdmissionError", &e.to_string());
-                    return;
-                }
-            };
-            let load = convert::load(self.admitted.values().map(|p| &**p));
-            // The pod as JSON only for a policy that asks (made once for the chain).
-            let whole = pod.clone();
-            let candidate = wasmlet_plugin_host::Admission::new(
-                converted,
-                admission.node.clone(),
-                load,
-                move || serde_json::to_string(&*whole).unwrap_or_default(),
-            );
-            let (verdict, by) = admission.chain.admit(&candidate).await;
-            if let Verdict::Reject(r) = verdict {
-                let plugin = by.unwrap_or_default();
-                warn!(pod = %PodKey::of(&pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
-                self.reject(&pod, &r.reason, &r.message);
-                return;
-            }
-            self.admitted.insert(uid, candidate.pod().clone());
+        if let Some((reason, message)) = self.refusal(&pod, source).await {
+            self.reject(&pod, &reason, &message);
+            return;
         }
         self.workers.add(pod);
+    }
+
+    /// Why `pod` is not admitted, in the kubelet's order: the node's own checks, the
+    /// devices its containers ask for (given now, as the kubelet gives them), then the
+    /// plugins' chain. `None` admits it.
+    async fn refusal(&mut self, pod: &Arc<k8s::Pod>, source: &str) -> Option<(String, String)> {
+        let check = self.admission.as_ref().and_then(|a| a.node_check.as_ref());
+        if let Some((reason, message)) = check.and_then(|c| c(pod)) {
+            warn!(pod = %PodKey::of(pod), %reason, "Pod was rejected: {message}");
+            return Some((reason, message));
+        }
+        if let Some(devices) = &self.ctx.devices {
+            let workers = &self.workers;
+            if let Err(e) = devices.admit(pod, |uid| workers.is_active(uid)).await {
+                let message = format!("Allocate failed due to {e}, which is unexpected");
+                warn!(pod = %PodKey::of(pod), "Pod was rejected: {message}");
+                return Some(("UnexpectedAdmissionError".into(), message));
+            }
+        }
+        let admission = self.admission.as_ref()?;
+        let converted = match convert::pod(pod, source) {
+            Ok(p) => p,
+            Err(e) => return Some(("UnexpectedAdmissionError".into(), e.to_string())),
+        };
+        let load = convert::load(self.admitted.values().map(|p| &**p));
+        // The pod as JSON only for a policy that asks (made once for the chain).
+        let whole = pod.clone();
+        let candidate = wasmlet_plugin_host::Admission::new(
+            converted,
+            admission.node.clone(),
+            load,
+            move || serde_json::to_string(&*whole).unwrap_or_default(),
+        );
+        let (verdict, by) = admission.chain.admit(&candidate).await;
+        if let Verdict::Reject(r) = verdict {
+            let plugin = by.unwrap_or_default();
+            warn!(pod = %PodKey::of(pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
+            return Some((r.reason, r.message));
+        }
+        self.admitted
+            .insert(pod::uid(pod).to_owned(), candidate.pod().clone());
+        None
     }
 
     fn reject(&self, pod: &Arc<k8s::Pod>, reason: &str, message: &str) {

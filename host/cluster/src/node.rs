@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -55,6 +56,39 @@ pub struct NodeState {
     pub pressure: Pressure,
     /// The images on the node, largest first (`status.images`).
     pub images: std::sync::Arc<Vec<k8s::ContainerImage>>,
+    /// The device plugins' resources.
+    pub devices: Devices,
+}
+
+/// The extended resources device plugins advertise, as the node status carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Devices {
+    /// Every device listed, per resource.
+    pub capacity: BTreeMap<String, u64>,
+    /// The healthy ones, per resource (a resource absent here has the allocatable of
+    /// its capacity).
+    pub allocatable: BTreeMap<String, u64>,
+    /// Resources whose plugin is gone for good: their capacity is set to 0 rather than
+    /// dropped, as the kubelet does, telling them from cluster-level resources.
+    pub removed: Vec<String>,
+}
+
+impl Devices {
+    /// Sets the devices' entries of `status`'s capacity and allocatable.
+    fn apply(&self, status: &mut k8s::NodeStatus) {
+        let count = |n: u64| Quantity(n.to_string());
+        let capacity = status.capacity.get_or_insert_default();
+        let allocatable = status.allocatable.get_or_insert_default();
+        for (resource, n) in &self.capacity {
+            capacity.insert(resource.clone(), count(*n));
+            let free = self.allocatable.get(resource).copied().unwrap_or(*n);
+            allocatable.insert(resource.clone(), count(free));
+        }
+        for resource in &self.removed {
+            capacity.insert(resource.clone(), count(0));
+            allocatable.insert(resource.clone(), count(0));
+        }
+    }
 }
 
 /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure).
@@ -205,6 +239,7 @@ pub fn status(
         kubelet_endpoint: Some(k8s::DaemonEndpoint { port: state.port }),
     });
     status.images = (!state.images.is_empty()).then(|| state.images.to_vec());
+    state.devices.apply(&mut status);
     status
 }
 
@@ -483,6 +518,46 @@ mod tests {
     }
 
     #[test]
+    fn device_resources_are_capacity_and_allocatable_and_stay_at_zero_once_removed() {
+        let state = NodeState {
+            devices: Devices {
+                capacity: BTreeMap::from([
+                    ("example.com/gpu".into(), 4),
+                    ("example.com/nic".into(), 0),
+                ]),
+                allocatable: BTreeMap::from([("example.com/gpu".into(), 3)]),
+                removed: vec!["example.com/old".into()],
+            },
+            ..NodeState::default()
+        };
+        let info = node_info("containerd://1.6.20");
+        let s = status(&facts(), &state, &info, "2026-11-28T10:00:00Z", None);
+        let (cap, alloc) = (
+            s.capacity.expect("capacity"),
+            s.allocatable.expect("allocatable"),
+        );
+        let q = |m: &BTreeMap<String, Quantity>, k: &str| m.get(k).map(|q| q.0.clone());
+        assert_eq!(q(&cap, "example.com/gpu").as_deref(), Some("4"));
+        assert_eq!(
+            q(&alloc, "example.com/gpu").as_deref(),
+            Some("3"),
+            "the healthy ones"
+        );
+        assert_eq!(
+            q(&alloc, "example.com/nic").as_deref(),
+            Some("0"),
+            "its capacity's"
+        );
+        assert_eq!(q(&cap, "example.com/old").as_deref(), Some("0"));
+        assert_eq!(q(&alloc, "example.com/old").as_deref(), Some("0"));
+        assert_eq!(
+            q(&cap, "pods").as_deref(),
+            Some("110"),
+            "the node's own resources stay"
+        );
+    }
+
+    #[test]
     fn conditions_speak_the_kubelets_words_and_keep_their_transition_times() {
         let state = NodeState {
             not_ready: None,
@@ -490,6 +565,7 @@ mod tests {
             port: 10250,
             pressure: Pressure::default(),
             images: Default::default(),
+            devices: Devices::default(),
         };
         let info = node_info(&state.runtime_version);
         assert_eq!(info.container_runtime_version, "containerd://1.7.24");

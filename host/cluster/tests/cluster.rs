@@ -48,6 +48,7 @@ fn ready_status(f: &NodeFacts, now: &str) -> k8s::NodeStatus {
         port: 10250,
         pressure: Default::default(),
         images: Default::default(),
+        devices: Default::default(),
     };
     node::status(
         f,

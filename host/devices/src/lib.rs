@@ -8,12 +8,15 @@
 //!   which devices a container gets).
 //! - [`options`]: a plugin's Allocate answer and where it goes in the CRI configuration.
 //! - [`checkpoint`]: the grants, kept across restarts.
+//! - `testing` (feature): a device plugin for tests, served on a real socket.
 
 pub mod checkpoint;
 pub mod manager;
 pub mod options;
 pub mod registration;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The API's messages and both services' clients and servers.
 #[allow(missing_docs, clippy::all)]

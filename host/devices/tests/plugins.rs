@@ -2,17 +2,22 @@
 //! health, failures, allocation at admission and the checkpoint — what the e2e_node
 //! suite's `Device Plugin Failures` specs check on a node, and what they leave out.
 
-mod double;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use double::{Behaviour, TestPlugin, directory};
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_devices::Manager;
 use wasmlet_devices::registration::{bind, serve};
+use wasmlet_devices::testing::{Behaviour, TestPlugin};
 
 const GPU: &str = "example.com/gpu";
+
+/// A fresh device plugin directory.
+fn directory() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("device-plugins");
+    (dir, path)
+}
 
 /// A manager serving registrations on `dir` until the test ends.
 fn start(dir: &std::path::Path) -> Arc<Manager> {

@@ -141,6 +141,7 @@ fn options(node: NodeFacts, root: &std::path::Path) -> AgentOptions {
         services: None,
         cluster_dns: Default::default(),
         start_parallelism: 0,
+        devices: None,
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmlet_apiserver_sim::ApiServerSim;
 use wasmlet_cri_sim::{SimServer, Simulator};
+use wasmlet_devices::testing::{Behaviour, TestPlugin};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmlet");
 
@@ -40,6 +41,11 @@ fn team_manifests(dir: &Path) -> PathBuf {
 
 /// Starts `wasmlet run` as node `name` on the runtime at `endpoint`.
 fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
+    start_with(dir, name, endpoint, kubeconfig, "")
+}
+
+/// [`start`] with `extra` lines of configuration.
+fn start_with(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path, extra: &str) -> Agent {
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).expect("manifests");
     let config = dir.join("config.yaml");
@@ -47,15 +53,16 @@ fn start(dir: &Path, name: &str, endpoint: &str, kubeconfig: &Path) -> Agent {
         &config,
         format!(
             "nodeName: {name}\ncontainerRuntimeEndpoint: {endpoint}\nstaticPodPath: {}\n\
-             healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {}\ncgroupsPerQOS: false\n\
+             healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\ncgroupsPerQOS: false\n\
+             devicePluginDir: {root}/device-plugins\n{extra}\
              fileCheckFrequency: 1s\nnodeLabels: {{pool: hollow}}\n\
              registerWithTaints: [{{key: hollow, value: 'yes', effect: NoSchedule}}]\n\
              kubeReserved: {{cpu: 500m}}\n\
              clusterPlugins: {{grants: {{directories: [{}]}}}}\n{}",
             manifests.display(),
-            dir.join("root").display(),
             team_manifests(dir).display(),
             agent::TEST_RESOURCES,
+            root = dir.join("root").display(),
         ),
     )
     .expect("config");
@@ -236,6 +243,69 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
     for r in runtimes {
         r.stop().await;
     }
+    served.stop();
+}
+
+/// `(allocatable, capacity)` of `resource` in the node's status, as the e2e_node specs
+/// read them (`None` when the node does not have it).
+fn device_counts(api: &ApiServerSim, node: &str, resource: &str) -> (Option<i64>, Option<i64>) {
+    let node = api.get("api/v1", "nodes", "", node).unwrap_or_default();
+    let read = |field: &str| {
+        node["status"][field][resource]
+            .as_str()
+            .and_then(|q| q.parse().ok())
+    };
+    (read("allocatable"), read("capacity"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_plugins_devices_are_in_the_node_status_as_their_health_changes() {
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    let dir = tempdir("devices");
+    let config = kubeconfig(&dir, &served.url());
+    let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+        .await
+        .expect("simulator");
+    let extra = "nodeStatusUpdateFrequency: 1s\n";
+    let _agent = start_with(&dir, "gpu-node", &runtime.endpoint(), &config, extra);
+    let plugins = dir.join("root/device-plugins");
+    let started = Instant::now();
+    while !plugins.join("kubelet.sock").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no kubelet.sock in {}",
+            plugins.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gpu = "example.com/gpu";
+    let devices = [("0", true), ("1", true)];
+    let mut plugin = TestPlugin::serve(&plugins, "gpu", &devices, Behaviour::default());
+    plugin.register(&plugins, gpu).await.expect("registers");
+    let until = |want: (Option<i64>, Option<i64>)| {
+        let api = &api;
+        async move {
+            let started = Instant::now();
+            while device_counts(api, "gpu-node", gpu) != want {
+                let now = device_counts(api, "gpu-node", gpu);
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "{now:?}, not {want:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    until((Some(2), Some(2))).await;
+    plugin.update(&[("0", true), ("1", false)]);
+    until((Some(1), Some(2))).await;
+    plugin.stop().await;
+    until((Some(0), Some(2))).await;
+    runtime.stop().await;
     served.stop();
 }
 

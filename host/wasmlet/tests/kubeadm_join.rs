@@ -64,6 +64,7 @@ fn kubeadm_config(dir: &Path) -> String {
         "authentication: {{anonymous: {{enabled: false}}, webhook: {{cacheTTL: 0s, enabled: true}}, \
          x509: {{clientCAFile: {ca}}}}}\nhealthzPort: 0\nreadOnlyPort: 0\nport: 0\n\
          rootDir: {root}\npodLogsDir: {root}/pod-logs\nserverTLSBootstrap: true\n\
+         devicePluginDir: {root}/device-plugins\n\
          staticPodPath: {manifests}\n{resources}",
         ca = dir.join("pki/ca.crt").display(),
         root = root.display(),

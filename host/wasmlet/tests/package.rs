@@ -136,9 +136,11 @@ fn the_plugins_come_precompiled_for_the_packaged_binary(root: &Path) {
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              containerRuntimeEndpoint: unix://{}\nstaticPodPath: {}\nrootDir: {}\n\
-             healthzPort: 0\nreadOnlyPort: 0\nport: 0\ncgroupsPerQOS: false\n",
+             healthzPort: 0\nreadOnlyPort: 0\nport: 0\ncgroupsPerQOS: false\n\
+             devicePluginDir: {}/device-plugins\n",
             state.join("no-runtime.sock").display(),
             state.join("manifests").display(),
+            state.display(),
             state.display(),
         ),
     )

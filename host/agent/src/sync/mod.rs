@@ -125,6 +125,8 @@ pub struct SyncContext<R> {
     pub said: Mutex<std::collections::HashMap<String, String>>,
     /// In-place resize: each pod's allocation and what its containers were given.
     pub allocations: crate::resize::Allocations,
+    /// The device plugins' manager, if the node has one.
+    pub devices: Option<Arc<wasmlet_devices::Manager>>,
 }
 
 /// Why a container was not started this time, and when to try again.

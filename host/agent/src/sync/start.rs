@@ -96,6 +96,14 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                 })?;
         share_target_pid(pod, c, rt, &mut config)
             .map_err(|message| failed("CreateContainerConfigError", message))?;
+        if let Some(devices) = &self.devices {
+            let options = devices.container_options(pod, c).await;
+            let options =
+                options.map_err(|e| failed("CreateContainerConfigError", e.to_string()))?;
+            if let Some(options) = options {
+                options.apply(&mut config);
+            }
+        }
         if let Some((backoff_key, failed_at)) = restarting {
             Self::lock(&self.crash_backoff).next(&backoff_key, failed_at);
         }

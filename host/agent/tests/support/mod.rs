@@ -90,6 +90,7 @@ pub fn options(name: &str) -> AgentOptions {
         services: None,
         cluster_dns: Default::default(),
         start_parallelism: 0,
+        devices: None,
     }
 }
 

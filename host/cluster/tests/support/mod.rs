@@ -137,6 +137,7 @@ impl Node {
                 )),
                 cluster_dns: Default::default(),
                 start_parallelism: 0,
+                devices: None,
             },
             Arc::new(Passes),
             None,
@@ -154,6 +155,7 @@ impl Node {
                 port: 10250,
                 pressure: Default::default(),
                 images: images.get(),
+                devices: Default::default(),
             }
         };
         wasmlet_cluster::start(

@@ -90,6 +90,7 @@ pub async fn node(test: &str) -> Node {
             services: None,
             cluster_dns: Default::default(),
             start_parallelism: 0,
+            devices: None,
         },
         Arc::new(NoProbes),
         None,

@@ -169,6 +169,7 @@ pub const WASMLET_FIELDS: &[&str] = &[
     "kubeconfig",
     "maxParallelStartCalls",
     "rootDir",
+    "devicePluginDir",
     "nodeLabels",
     "housekeepingInterval",
     "plugins",

@@ -85,6 +85,7 @@ pub(super) struct File {
     pub kubeconfig: Option<PathBuf>,
     pub max_parallel_start_calls: Option<i64>,
     pub root_dir: Option<PathBuf>,
+    pub device_plugin_dir: Option<PathBuf>,
     pub node_labels: BTreeMap<String, String>,
     pub housekeeping_interval: Option<String>,
     pub plugins: Option<PluginsConfig>,

@@ -17,6 +17,7 @@
 //! address: 127.0.0.1                    # where the read-only port listens
 //! readOnlyPort: 10255                   # GET /pods, /metrics, /plugins, /node; 0 turns it off
 //! rootDir: /var/lib/wasmlet
+//! devicePluginDir: /var/lib/kubelet/device-plugins   # wasmlet's: where device plugins register (kubelet.sock); "" turns them off
 //! podLogsDir: /var/lib/wasmlet/pod-logs
 //! resolvConf: /etc/resolv.conf
 //! clusterDNS: [10.96.0.10]              # ClusterFirst pods resolve through these
@@ -145,6 +146,9 @@ pub struct Config {
     pub server: Option<ServerConfig>,
     /// `rootDir`.
     pub root_dir: PathBuf,
+    /// `devicePluginDir` (wasmlet's): where device plugins register; `None`: no device
+    /// plugins.
+    pub device_plugin_dir: Option<PathBuf>,
     /// `podLogsDir`.
     pub pod_logs_dir: PathBuf,
     /// `resolvConf`.
@@ -244,6 +248,7 @@ impl Config {
             read_only: ([127, 0, 0, 1].into(), 10255),
             server: Some(ServerConfig::embedded()),
             root_dir: state_dir.to_owned(),
+            device_plugin_dir: None,
             pod_logs_dir: state_dir.join("pod-logs"),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             cluster_dns: ClusterDns::default(),
@@ -351,6 +356,7 @@ impl Config {
             read_only: listen.read_only,
             server: listen.server,
             root_dir,
+            device_plugin_dir: run.device_plugin_dir,
             pod_logs_dir: run.pod_logs_dir,
             resolv_conf: run.resolv_conf,
             cluster_dns: pods::cluster_dns(

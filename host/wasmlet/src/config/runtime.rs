@@ -1,6 +1,7 @@
 //! How the agent runs pods: `containerRuntimeEndpoint`, `staticPodPath`,
 //! `fileCheckFrequency`, `syncFrequency`, `maxPods`, `maxParallelStartCalls`, the
-//! directories (`rootDir`, `podLogsDir`, `resolvConf`) and `podPidsLimit`.
+//! directories (`rootDir`, `podLogsDir`, `resolvConf`, `devicePluginDir`) and
+//! `podPidsLimit`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub(super) struct RuntimeSection {
     pub pod_logs_dir: PathBuf,
     pub resolv_conf: PathBuf,
     pub pod_pids_limit: Option<u64>,
+    pub device_plugin_dir: Option<PathBuf>,
 }
 
 /// `rootDir` (wasmlet's; the kubelet's `--root-dir`), checked.
@@ -62,5 +64,19 @@ pub(super) fn section(f: &mut File, root_dir: &Path) -> Result<RuntimeSection> {
             .take()
             .unwrap_or_else(|| PathBuf::from("/etc/resolv.conf")),
         pod_pids_limit,
+        device_plugin_dir: device_plugin_dir(f.device_plugin_dir.take())?,
     })
+}
+
+/// `devicePluginDir` (wasmlet's): where device plugins register, the kubelet's
+/// directory unless given (the plugins look for `kubelet.sock` there); empty turns
+/// device plugins off.
+fn device_plugin_dir(given: Option<PathBuf>) -> Result<Option<PathBuf>> {
+    match given {
+        None => Ok(Some(PathBuf::from(
+            wasmlet_devices::registration::DEFAULT_DIR,
+        ))),
+        Some(p) if p.as_os_str().is_empty() => Ok(None),
+        Some(p) => absolute("devicePluginDir", Some(p)),
+    }
 }

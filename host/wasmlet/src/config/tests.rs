@@ -138,6 +138,14 @@ fn the_server_defaults_are_the_secure_ones() {
 }
 
 #[test]
+fn device_plugins_register_where_the_kubelets_do_unless_told() {
+    let dir = |text: &str| parse(text).expect("valid").device_plugin_dir;
+    assert_eq!(dir(""), Some("/var/lib/kubelet/device-plugins".into()));
+    assert_eq!(dir("devicePluginDir: /run/dp"), Some("/run/dp".into()));
+    assert_eq!(dir("devicePluginDir: ''"), None, "off");
+}
+
+#[test]
 fn start_calls_are_paced_per_cpu_unless_told() {
     assert_eq!(parse("").expect("valid").max_parallel_start_calls, None);
     assert_eq!(
@@ -289,6 +297,7 @@ fn errors_name_the_file_and_the_field() {
         ("podPidsLimit: lots", "podPidsLimit"),
         ("cgroupDriver: cgroupv3", "cgroupDriver"),
         ("cgroupRoot: relative", "cgroupRoot"),
+        ("devicePluginDir: plugins", "devicePluginDir"),
         ("kind: Pod", "kind"),
         ("kubeReserved: {gpu: 1}", "kubeReserved.gpu"),
         (

@@ -70,6 +70,7 @@ pub fn start_agent(
         format!(
             "nodeName: {node}\nnodeIP: 127.0.0.1\ncontainerRuntimeEndpoint: {endpoint}\n\
              healthzPort: 0\nreadOnlyPort: 0\nport: 0\nrootDir: {root}\npodLogsDir: {logs}\n\
+             devicePluginDir: {root}/device-plugins\n\
              {cgroups}{resources}{extra}\
              authentication: {{x509: {{clientCAFile: {ca}}}}}\n",
             root = dir.join("root").display(),

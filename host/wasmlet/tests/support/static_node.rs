@@ -61,11 +61,12 @@ impl Harness {
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
                  nodeName: {node}\ncontainerRuntimeEndpoint: {endpoint}\n\
                  staticPodPath: {}\nfileCheckFrequency: 20s\nhealthzPort: {healthz}\n\
-                 readOnlyPort: {read_only}\nrootDir: {}\nclusterDomain: cluster.local\n\
+                 readOnlyPort: {read_only}\nrootDir: {root}\nclusterDomain: cluster.local\n\
+                 devicePluginDir: {root}/device-plugins\n\
                  port: 0\nauthorization: {{mode: AlwaysAllow}}\n{}{extra}",
                 manifests.display(),
-                dir.join("root").display(),
                 super::agent::TEST_RESOURCES,
+                root = dir.join("root").display(),
             ),
         )
         .expect("config");

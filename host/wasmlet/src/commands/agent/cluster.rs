@@ -161,6 +161,7 @@ pub(super) fn start_node(
         let shutdown = shutdown.clone();
         move || NodeState {
             images: images.get(),
+            devices: super::devices::for_status(agent.ctx.devices.as_deref()),
             not_ready: shutdown.not_ready().or_else(|| agent.readiness().err()),
             runtime_version: version.clone(),
             port,

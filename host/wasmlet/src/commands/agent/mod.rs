@@ -23,6 +23,7 @@ use crate::plugins;
 
 mod cluster;
 mod containerd;
+mod devices;
 mod node;
 mod server;
 
@@ -158,6 +159,7 @@ async fn run_agent(
     let shutdown = wasmlet_shutdown::ShutdownState::default();
     let admission = node::admission(&loaded, &facts, &pressure, &shutdown)?;
     let runtime_version = runtime_version(&runtime);
+    let devices = devices::start(&config, cluster_stopped.clone());
     let agent = node::start(
         &config,
         runtime,
@@ -169,6 +171,7 @@ async fn run_agent(
             .clone()
             .map(|r| r as Arc<dyn wasmlet_agent::events::Recorder>),
         pod_cgroups,
+        devices,
     );
     let registry = metrics(&agent, recorder.as_deref(), &loaded);
     let stats = housekeeping(&config, &agent, &pressure);

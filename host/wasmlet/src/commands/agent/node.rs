@@ -90,6 +90,7 @@ pub(super) fn start(
     cluster: Option<&kube::Client>,
     events: Option<Arc<dyn wasmlet_agent::events::Recorder>>,
     pod_cgroups: Option<Arc<PodCgroups>>,
+    devices: Option<Arc<wasmlet_devices::Manager>>,
 ) -> Arc<Agent<CriClient>> {
     let start_parallelism = config.start_parallelism(facts.cpus);
     let options = AgentOptions {
@@ -117,6 +118,7 @@ pub(super) fn start(
         }),
         cluster_dns: config.cluster_dns.clone(),
         start_parallelism,
+        devices,
     };
     let checker: Arc<dyn Checker> = loaded.probes.clone();
     Arc::new(Agent::start(

@@ -1,20 +1,20 @@
-//! A device plugin of the tests' own: a real gRPC server on a unix socket in the device
+//! A device plugin for tests (the `testing` feature): a real gRPC server on a unix socket in the device
 //! plugin directory that registers with the manager's `kubelet.sock`, as the e2e_node
 //! suite's test plugin does — its calls recorded, its devices' health changed at will,
 //! its options and failures chosen by the test.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::proto;
+use crate::proto::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::proto::registration_client::RegistrationClient;
+use crate::registration::{SOCKET, VERSION, dial};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
-use wasmlet_devices::proto;
-use wasmlet_devices::proto::device_plugin_server::{DevicePlugin, DevicePluginServer};
-use wasmlet_devices::proto::registration_client::RegistrationClient;
-use wasmlet_devices::registration::{SOCKET, VERSION, dial};
 
 /// What the plugin does.
 #[derive(Clone, Default)]
@@ -254,11 +254,4 @@ impl TestPlugin {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), served).await;
         }
     }
-}
-
-/// A fresh device plugin directory.
-pub fn directory() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("device-plugins");
-    (dir, path)
 }
