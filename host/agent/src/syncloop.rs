@@ -288,7 +288,14 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
         }
         if let Some(devices) = &self.ctx.devices {
             let workers = &self.workers;
-            if let Err(e) = devices.admit(pod, |uid| workers.is_active(uid)).await {
+            let ready = self
+                .ctx
+                .sources_ready
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = devices
+                .admit(pod, ready, |uid| workers.is_active(uid))
+                .await
+            {
                 let message = format!("Allocate failed due to {e}, which is unexpected");
                 warn!(pod = %PodKey::of(pod), "Pod was rejected: {message}");
                 return Some(("UnexpectedAdmissionError".into(), message));

@@ -170,11 +170,15 @@ impl Manager {
     /// Gives `pod`'s containers their devices, as the kubelet does at admission: init
     /// containers first (the devices of one that runs to completion are given again
     /// to the containers after it; a sidecar keeps its own), then the app containers.
-    /// Grants of pods `active` says are gone are forgotten first. An error rejects the
-    /// pod (UnexpectedAdmissionError).
+    /// Once every pod source has reported (`sources_ready`), grants of pods `active`
+    /// says are gone are forgotten first; before that — the agent restarting and
+    /// admitting its pods again — a container keeps what it holds, unchecked, as its
+    /// plugin may not have registered again yet. An error rejects the pod
+    /// (UnexpectedAdmissionError).
     pub async fn admit(
         &self,
         pod: &k8s::Pod,
+        sources_ready: bool,
         active: impl Fn(&str) -> bool,
     ) -> Result<(), AllocateError> {
         let Some(spec) = pod.spec.as_ref() else {
@@ -192,15 +196,16 @@ impl Manager {
         }
         let _one = self.allocating.lock().await;
         let uid = pod::uid(pod);
-        {
+        if sources_ready {
             let mut state = self.state();
             if state.retain_pods(|p| p == uid || active(p)) {
                 self.save(&state);
             }
         }
+        let held_unchecked = !sources_ready;
         let mut reuse: BTreeMap<String, Ids> = BTreeMap::new();
         for c in spec.init_containers.iter().flatten() {
-            self.allocate(pod, c, &reuse).await?;
+            self.allocate(pod, c, &reuse, held_unchecked).await?;
             let held = self.held(&(uid.to_owned(), c.name.clone()));
             for (resource, ids) in held {
                 let set = reuse.entry(resource).or_default();
@@ -212,7 +217,7 @@ impl Manager {
             }
         }
         for c in &spec.containers {
-            self.allocate(pod, c, &reuse).await?;
+            self.allocate(pod, c, &reuse, held_unchecked).await?;
             for (resource, ids) in self.held(&(uid.to_owned(), c.name.clone())) {
                 reuse
                     .entry(resource)
@@ -233,12 +238,14 @@ impl Manager {
     }
 
     /// Gives container `c` of `pod` the devices its limits ask for and it does not
-    /// hold yet, asking each plugin to allocate them.
+    /// hold yet, asking each plugin to allocate them. With `held_unchecked`, devices
+    /// the container holds are kept without looking at their health.
     async fn allocate(
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
         reuse: &BTreeMap<String, Ids>,
+        held_unchecked: bool,
     ) -> Result<(), AllocateError> {
         let key: ContainerKey = (pod::uid(pod).to_owned(), c.name.clone());
         let none = Ids::new();
@@ -246,7 +253,11 @@ impl Manager {
             let reusable = reuse.get(&resource).unwrap_or(&none);
             let chosen = {
                 let state = self.state();
-                if !state.is_device_resource(&resource) {
+                let held = state
+                    .grants
+                    .get(&key)
+                    .is_some_and(|g| g.contains_key(&resource));
+                if !state.is_device_resource(&resource) || (held_unchecked && held) {
                     continue;
                 }
                 state.choose(&key, &resource, wanted, reusable, &[])?
@@ -372,7 +383,7 @@ impl Manager {
         let key: ContainerKey = (pod::uid(pod).to_owned(), c.name.clone());
         if self.held(&key).len() < wanted.len() {
             let _one = self.allocating.lock().await;
-            self.allocate(pod, c, &BTreeMap::new()).await?;
+            self.allocate(pod, c, &BTreeMap::new(), false).await?;
         }
         let held = self.held(&key);
         for resource in &wanted {

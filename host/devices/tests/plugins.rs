@@ -200,7 +200,7 @@ async fn admission_gives_each_container_its_devices_and_the_container_what_the_p
         &[("setup", "1", false), ("proxy", "1", true)],
         &[("app", "2")],
     );
-    m.admit(&p, |_| true).await.expect("admitted");
+    m.admit(&p, true, |_| true).await.expect("admitted");
     let allocated = plugin.allocated();
     assert_eq!(allocated.len(), 3, "{allocated:?}");
     let (setup, proxy, app) = (&allocated[0], &allocated[1], &allocated[2]);
@@ -230,13 +230,13 @@ async fn admission_gives_each_container_its_devices_and_the_container_what_the_p
 
     // One device is left: a pod asking for two is refused in the kubelet's words.
     let greedy = pod("pod-b", &[], &[("app", "2")]);
-    let err = m.admit(&greedy, |_| true).await.expect_err("too few");
+    let err = m.admit(&greedy, true, |_| true).await.expect_err("too few");
     assert_eq!(
         err.to_string(),
         "requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1"
     );
     // Once the first pod is gone its devices are free again.
-    m.admit(&greedy, |uid| uid != "pod-a")
+    m.admit(&greedy, true, |uid| uid != "pod-a")
         .await
         .expect("admitted once pod-a is gone");
 }
@@ -255,7 +255,7 @@ async fn grants_survive_a_restart_of_the_agent() {
         );
         plugin.register(&dir, GPU).await.expect("registers");
         until(&m, (Some(2), Some(2))).await;
-        m.admit(&p, |_| true).await.expect("admitted");
+        m.admit(&p, true, |_| true).await.expect("admitted");
         assert_eq!(plugin.allocated().len(), 1);
     }
     // A new manager on the same directory: the plugin registers again (its socket was
@@ -276,6 +276,15 @@ async fn grants_survive_a_restart_of_the_agent() {
     );
     plugin.register(&dir, GPU).await.expect("registers");
     until(&m, (Some(2), Some(2))).await;
+    // Its devices unhealthy while the sources are not all in: the restarting agent
+    // admits its running pod again, keeping what it holds.
+    plugin.update(&[("0", false), ("1", false)]);
+    until(&m, (Some(0), Some(2))).await;
+    m.admit(&p, false, |_| false)
+        .await
+        .expect("a pod holding its devices is admitted again as the agent restarts");
+    plugin.update(&[("0", true), ("1", true)]);
+    until(&m, (Some(2), Some(2))).await;
     let options = m
         .container_options(&p, container(&p, "app"))
         .await
@@ -289,7 +298,7 @@ async fn grants_survive_a_restart_of_the_agent() {
     );
     let other = pod("pod-b", &[], &[("app", "2")]);
     let err = m
-        .admit(&other, |_| true)
+        .admit(&other, true, |_| true)
         .await
         .expect_err("one is held by pod-a");
     assert!(err.to_string().contains("Available: 1"), "{err}");
