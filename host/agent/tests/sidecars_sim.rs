@@ -204,3 +204,56 @@ async fn a_probe_that_passes_with_a_warning_says_so_in_an_event_and_restarts_not
     assert_eq!(init_status(&p, "sidecar").restart_count, 0);
     agent.shutdown().await;
 }
+
+/// The e2e_node spec "the image is updated after the restartable init container's
+/// startup probe fails": a sidecar whose startup probe fails is restarted; its image
+/// changed through the API, its next instance runs the new image, the pod still
+/// initializing.
+#[tokio::test(start_paused = true)]
+async fn a_failing_sidecars_new_image_is_run_at_its_next_restart() {
+    let (sim, agent) = start("sidecar-image");
+    let sidecar_pod = |image: &str| {
+        let json = format!(
+            r#"{{"metadata":{{"name":"imgupdate","namespace":"default","uid":"aaaaaaaa-2222-3333-4444-555555555555"}},
+            "spec":{{"restartPolicy":"Never","initContainers":[
+              {{"name":"first","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","restartPolicy":"Always","command":["sleep","600"]}},
+              {{"name":"second","image":"{image}","imagePullPolicy":"IfNotPresent","restartPolicy":"Always","command":["sleep","600"],
+               "startupProbe":{{"exec":{{"command":["false"]}},"initialDelaySeconds":20,"failureThreshold":1}}}}],
+            "containers":[{{"name":"app","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","1"]}}]}}}}"#
+        );
+        let mut pod: k8s::Pod = serde_json::from_str(&json).expect("pod");
+        wasmlet_agent::pod::make_api(&mut pod);
+        wasmlet_plugin_host::source::SourcePod {
+            origin: "api".into(),
+            pod,
+        }
+    };
+    send_from(&agent, "api", vec![sidecar_pod("localhost/busybox:latest")]).await;
+    wait_for(
+        &agent,
+        "imgupdate",
+        "restarted once",
+        Duration::from_secs(120),
+        |p| init_status(p, "second").restart_count >= 1,
+    )
+    .await;
+    send_from(&agent, "api", vec![sidecar_pod("localhost/agnhost:latest")]).await;
+    let p = wait_for(
+        &agent,
+        "imgupdate",
+        "restarted with the new image",
+        Duration::from_secs(120),
+        |p| {
+            let s = init_status(p, "second");
+            s.restart_count >= 2 && s.image == "localhost/agnhost:latest"
+        },
+    )
+    .await;
+    assert_eq!(phase(&p), "Pending");
+    let created = sim.container_config("second").expect("created");
+    assert_eq!(
+        created.image.map(|i| i.image).as_deref(),
+        Some("localhost/agnhost:latest")
+    );
+    agent.shutdown().await;
+}
