@@ -68,24 +68,37 @@ pub fn write(
     std::fs::rename(&tmp, file)
 }
 
-/// The grants in `file`; none when there is no file. A file that does not parse is an
+/// What a checkpoint holds.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Saved {
+    /// The grants.
+    pub grants: Grants,
+    /// The resources plugins had registered.
+    pub resources: Vec<String>,
+}
+
+/// What `file` holds; nothing when there is no file. A file that does not parse is an
 /// error naming it.
-pub fn read(file: &Path) -> Result<Grants, String> {
+pub fn read(file: &Path) -> Result<Saved, String> {
     let text = match std::fs::read(file) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Grants::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Saved::default()),
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
     let data: Data =
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut grants = Grants::new();
+    let mut resources: Vec<String> = data.registered_devices.into_keys().collect();
     for e in data.entries {
+        if !resources.contains(&e.resource_name) {
+            resources.push(e.resource_name.clone());
+        }
         grants
             .entry((e.pod_uid, e.container_name))
             .or_default()
             .insert(e.resource_name, e.grant);
     }
-    Ok(grants)
+    Ok(Saved { grants, resources })
 }
 
 #[cfg(test)]
@@ -97,7 +110,7 @@ mod tests {
     fn grants_survive_a_write_and_a_read() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = path(dir.path());
-        assert!(read(&file).expect("no file").is_empty());
+        assert_eq!(read(&file).expect("no file"), Saved::default());
         let mut grants = Grants::new();
         let mut options = ContainerOptions::default();
         options.envs.insert("GPU".into(), "0".into());
@@ -117,7 +130,9 @@ mod tests {
             BTreeMap::from([("example.com/gpu".into(), vec!["0".into(), "1".into()])]),
         )
         .expect("write");
-        assert_eq!(read(&file).expect("read"), grants);
+        let saved = read(&file).expect("read");
+        assert_eq!(saved.grants, grants);
+        assert_eq!(saved.resources, ["example.com/gpu"]);
         std::fs::write(&file, "{").expect("spoil");
         let err = read(&file).expect_err("a broken file is an error");
         assert!(err.contains(FILE), "{err}");

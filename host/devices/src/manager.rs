@@ -57,7 +57,14 @@ impl Manager {
     pub fn new(dir: &Path) -> Arc<Self> {
         let mut state = State::default();
         match checkpoint::read(&checkpoint::path(dir)) {
-            Ok(grants) => state.grants = grants,
+            Ok(saved) => {
+                state.grants = saved.grants;
+                // Until their plugins register again, the resources they had count
+                // no device, and are removed once the stop grace period has passed.
+                for resource in saved.resources {
+                    state.restored(&resource, Self::now());
+                }
+            }
             Err(e) => {
                 tracing::error!(error = %e, "Continue after failing to read the device checkpoint; device allocation info may not be up to date")
             }

@@ -144,6 +144,21 @@ impl State {
         unhealthy.extend(healthy.into_iter().flatten());
     }
 
+    /// `resource` was registered before the agent restarted (its checkpoint says so):
+    /// it counts no device, its plugin stopped at `now`, until the plugin registers
+    /// again (the kubelet's stopped endpoint of a checkpointed resource).
+    pub fn restored(&mut self, resource: &str, now: Instant) {
+        self.endpoints.insert(
+            resource.to_owned(),
+            Endpoint {
+                stopped_at: Some(now),
+                ..Endpoint::default()
+            },
+        );
+        self.healthy.insert(resource.to_owned(), Ids::new());
+        self.unhealthy.insert(resource.to_owned(), Ids::new());
+    }
+
     /// The plugin listed its devices (ID and health): they replace the earlier list.
     pub fn listed<'a>(
         &mut self,

@@ -262,6 +262,11 @@ async fn grants_survive_a_restart_of_the_agent() {
     // cleaned away), the container's grant comes from the checkpoint, not a new Allocate.
     let listener_dir = dir.clone();
     let m = Manager::new(&dir);
+    assert_eq!(
+        counts(&m),
+        (Some(0), Some(0)),
+        "no device until the plugin is back"
+    );
     let listener = bind(&listener_dir).expect("bind again");
     tokio::spawn(serve(m.clone(), listener, std::future::pending()));
     assert!(

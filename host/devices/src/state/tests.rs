@@ -197,3 +197,23 @@ fn grants_of_gone_pods_are_forgotten_and_their_devices_free() {
     assert!(state.retain_pods(|_| false));
     assert_eq!(state.free(GPU).len(), 1);
 }
+
+#[test]
+fn a_resource_of_the_checkpoint_counts_nothing_until_its_plugin_is_back() {
+    let mut state = State::default();
+    let start = Instant::now();
+    state.restored(GPU, start);
+    assert!(state.is_device_resource(GPU));
+    assert_eq!(counts(&state.capacity(start)), (Some(0), Some(0)));
+    let err = state
+        .choose(&key("a"), GPU, 1, &Ids::new(), &[])
+        .expect_err("none yet");
+    assert!(matches!(err, AllocateError::NoneHealthy(_)), "{err}");
+    running(&mut state, 1);
+    state.listed(GPU, [("0", true)]);
+    assert_eq!(counts(&state.capacity(start)), (Some(1), Some(1)));
+    let mut gone = State::default();
+    gone.restored(GPU, start);
+    let later = gone.capacity(start + STOP_GRACE + Duration::from_secs(1));
+    assert_eq!(later.removed, [GPU.to_string()], "never came back: removed");
+}
