@@ -36,7 +36,7 @@ fn condition(
 
 /// The conditions the agent makes itself; the pod's other conditions are others' (a
 /// readiness gate's, set through the API) and are kept as they are.
-const OWN_CONDITIONS: [&str; 8] = [
+const OWN_CONDITIONS: [&str; 7] = [
     "PodResizePending",
     "PodResizeInProgress",
     "PodReadyToStartContainers",
@@ -44,12 +44,16 @@ const OWN_CONDITIONS: [&str; 8] = [
     "Ready",
     "ContainersReady",
     "PodScheduled",
-    "DisruptionTarget",
 ];
 
-/// The pod's conditions that others set (its readiness gates' among them), as the pod
-/// has them.
-fn others_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
+/// A condition the agent shares with others: `DisruptionTarget`, which the API server
+/// sets on a pod evicted through the Eviction API (`EvictionByEvictionAPI`) and the
+/// agent on a pod it evicts itself. The pod's own is kept unless the agent sets one.
+const SHARED_CONDITION: &str = "DisruptionTarget";
+
+/// The pod's conditions that others set (its readiness gates' among them, and a
+/// `DisruptionTarget` the agent does not replace: `shared_set`), as the pod has them.
+fn others_conditions(input: &Input<'_>, shared_set: bool) -> Vec<k8s::PodCondition> {
     input
         .pod
         .status
@@ -58,6 +62,7 @@ fn others_conditions(input: &Input<'_>) -> Vec<k8s::PodCondition> {
         .into_iter()
         .flatten()
         .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
+        .filter(|c| !(shared_set && c.type_ == SHARED_CONDITION))
         .cloned()
         .collect()
 }
@@ -177,11 +182,12 @@ pub(super) fn conditions(
         condition("ContainersReady", ready, reason, message, input),
         condition("PodScheduled", true, None, None, input),
     ];
+    let disrupted = input.disruption && input.evicted.is_some();
     if input.disruption
         && let Some((_, message)) = input.evicted
     {
         conditions.push(condition(
-            "DisruptionTarget",
+            SHARED_CONDITION,
             true,
             Some("TerminationByKubelet"),
             Some(message.to_owned()),
@@ -191,7 +197,7 @@ pub(super) fn conditions(
     if !matches!(phase, "Succeeded" | "Failed") {
         conditions.extend(resize_conditions(input));
     }
-    conditions.extend(others_conditions(input));
+    conditions.extend(others_conditions(input, disrupted));
     conditions
 }
 

@@ -470,6 +470,48 @@ fn a_pod_evicted_for_pressure_is_a_disruption_target_and_a_deadline_is_not() {
     );
 }
 
+#[test]
+fn the_api_servers_disruption_target_is_kept_unless_the_agent_evicts() {
+    let mut p = pod("Never", &[], &[("c", false)]);
+    let api_says: k8s::PodCondition = serde_json::from_value(serde_json::json!({
+        "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting"
+    }))
+    .expect("condition");
+    p.status.get_or_insert_default().conditions = Some(vec![api_says]);
+    let rt = runtime(vec![info("c", 1, State::Exited, 137)]);
+    let none = BTreeMap::new();
+    let probes = |_: &str| ProbeView::default();
+    let targets = |s: &k8s::PodStatus| -> Vec<(String, Option<String>)> {
+        s.conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "DisruptionTarget")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+            .collect()
+    };
+    let s = compute(&input(&p, &rt, &none, &probes));
+    assert_eq!(
+        targets(&s),
+        [(
+            "True".to_string(),
+            Some("EvictionByEvictionAPI".to_string())
+        )],
+        "the Eviction API's condition stays: a Job's podFailurePolicy reads it"
+    );
+    let message = "The node was low on resource: memory. ";
+    let s = compute(&Input {
+        evicted: Some(("Evicted", message)),
+        disruption: true,
+        ..input(&p, &rt, &none, &probes)
+    });
+    assert_eq!(
+        targets(&s),
+        [("True".to_string(), Some("TerminationByKubelet".to_string()))],
+        "the agent's own replaces it"
+    );
+}
+
 /// `pod` whose init container `name` is a sidecar with a startup and a readiness probe.
 fn with_sidecar(mut p: k8s::Pod, name: &str) -> k8s::Pod {
     let spec = p.spec.as_mut().expect("spec");
