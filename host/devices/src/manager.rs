@@ -56,7 +56,14 @@ impl Manager {
     /// again as containers start).
     pub fn new(dir: &Path) -> Arc<Self> {
         let mut state = State::default();
-        match checkpoint::read(&checkpoint::path(dir)) {
+        let own = checkpoint::path(dir);
+        let saved = if own.exists() {
+            checkpoint::read(&own)
+        } else {
+            // A node taken over from the kubelet: its grants are the kubelet's.
+            checkpoint::kubelet::read(dir)
+        };
+        match saved {
             Ok(saved) => {
                 state.grants = saved.grants;
                 // Until their plugins register again, the resources they had count

@@ -308,3 +308,47 @@ async fn grants_survive_a_restart_of_the_agent() {
         .expect_err("one is held by pod-a");
     assert!(err.to_string().contains("Available: 1"), "{err}");
 }
+
+#[tokio::test]
+async fn a_node_taken_over_from_the_kubelet_keeps_the_kubelets_grants() {
+    use base64::Engine;
+    use prost::Message;
+    let (_t, dir) = directory();
+    std::fs::create_dir_all(&dir).expect("dir");
+    let response = wasmlet_devices::proto::ContainerAllocateResponse {
+        envs: [("GPU".to_string(), "1".to_string())].into(),
+        ..Default::default()
+    };
+    let resp = base64::engine::general_purpose::STANDARD.encode(response.encode_to_vec());
+    let kubelets = format!(
+        r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"pod-a","ContainerName":"app",
+        "ResourceName":"{GPU}","DeviceIDs":{{"-1":["1"]}},"AllocResp":"{resp}"}}],
+        "RegisteredDevices":{{"{GPU}":["0","1"]}}}},"Checksum":1}}"#
+    );
+    std::fs::write(dir.join("kubelet_internal_checkpoint"), kubelets).expect("write");
+    let m = start(&dir);
+    let p = pod("pod-a", &[], &[("app", "1")]);
+    m.admit(&p, false, |_| true)
+        .await
+        .expect("its running pod is admitted again before the plugin is back");
+    let options = m
+        .container_options(&p, container(&p, "app"))
+        .await
+        .expect("options")
+        .expect("some");
+    assert_eq!(options.envs["GPU"], "1", "what the plugin told the kubelet");
+    let plugin = TestPlugin::serve(
+        &dir,
+        "gpu",
+        &[("0", true), ("1", true)],
+        Behaviour::default(),
+    );
+    plugin.register(&dir, GPU).await.expect("registers");
+    until(&m, (Some(2), Some(2))).await;
+    let other = pod("pod-b", &[], &[("app", "2")]);
+    let err = m
+        .admit(&other, true, |_| true)
+        .await
+        .expect_err("device 1 is pod-a's");
+    assert!(err.to_string().contains("Available: 1"), "{err}");
+}

@@ -2,7 +2,8 @@
 //! answered, so containers restarted after the agent restarts get the same devices,
 //! and no other container gets them. wasmlet's own file in the device plugin directory
 //! (the kubelet's `kubelet_internal_checkpoint` carries a checksum of Go's own
-//! printing), written whole to a temporary file and renamed.
+//! printing), written whole to a temporary file and renamed. Taking a node over from the
+//! kubelet, its checkpoint is read once instead ([`kubelet`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::state::{ContainerKey, Grant};
+
+pub mod kubelet;
 
 /// The checkpoint's file name in the device plugin directory.
 pub const FILE: &str = "wasmlet_device_checkpoint.json";
