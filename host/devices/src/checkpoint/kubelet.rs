@@ -13,7 +13,7 @@ use base64::Engine;
 use prost::Message;
 use serde::Deserialize;
 
-use super::{Grants, Saved};
+use super::Saved;
 use crate::options::ContainerOptions;
 use crate::proto;
 use crate::state::Grant;
@@ -66,29 +66,20 @@ fn options(alloc_resp: Option<&str>) -> Result<ContainerOptions, String> {
 /// file that does not parse is an error naming it.
 pub fn read(dir: &Path) -> Result<Saved, String> {
     let file = dir.join(FILE);
-    let text = match std::fs::read(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Saved::default()),
-        Err(e) => return Err(format!("{}: {e}", file.display())),
+    let Some(text) = super::read_bytes(&file)? else {
+        return Ok(Saved::default());
     };
     let named = |e: String| format!("{}: {e}", file.display());
     let parsed: File = serde_json::from_slice(&text).map_err(|e| named(e.to_string()))?;
-    let mut grants = Grants::new();
-    let mut resources: Vec<String> = parsed.data.registered_devices.into_keys().collect();
+    let mut saved = Saved::new(parsed.data.registered_devices);
     for e in parsed.data.pod_device_entries {
         let grant = Grant {
             ids: e.device_ids.into_values().flatten().collect(),
             options: options(e.alloc_resp.as_deref()).map_err(named)?,
         };
-        if !resources.contains(&e.resource_name) {
-            resources.push(e.resource_name.clone());
-        }
-        grants
-            .entry((e.pod_uid, e.container_name))
-            .or_default()
-            .insert(e.resource_name, grant);
+        saved.add((e.pod_uid, e.container_name), e.resource_name, grant);
     }
-    Ok(Saved { grants, resources })
+    Ok(saved)
 }
 
 #[cfg(test)]

@@ -80,28 +80,47 @@ pub struct Saved {
     pub resources: Vec<String>,
 }
 
+impl Saved {
+    /// A checkpoint's content: the resources it names as registered, then each entry's
+    /// grant (its resource counted too).
+    fn new(registered: BTreeMap<String, Vec<String>>) -> Self {
+        Saved {
+            grants: Grants::new(),
+            resources: registered.into_keys().collect(),
+        }
+    }
+
+    /// Adds container `(pod, container)`'s grant of `resource`.
+    fn add(&mut self, key: ContainerKey, resource: String, grant: Grant) {
+        if !self.resources.contains(&resource) {
+            self.resources.push(resource.clone());
+        }
+        self.grants.entry(key).or_default().insert(resource, grant);
+    }
+}
+
+/// `file`'s bytes; `None` when there is no such file. Errors name the file.
+fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, String> {
+    match std::fs::read(file) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", file.display())),
+    }
+}
+
 /// What `file` holds; nothing when there is no file. A file that does not parse is an
 /// error naming it.
 pub fn read(file: &Path) -> Result<Saved, String> {
-    let text = match std::fs::read(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Saved::default()),
-        Err(e) => return Err(format!("{}: {e}", file.display())),
+    let Some(text) = read_bytes(file)? else {
+        return Ok(Saved::default());
     };
     let data: Data =
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mut grants = Grants::new();
-    let mut resources: Vec<String> = data.registered_devices.into_keys().collect();
+    let mut saved = Saved::new(data.registered_devices);
     for e in data.entries {
-        if !resources.contains(&e.resource_name) {
-            resources.push(e.resource_name.clone());
-        }
-        grants
-            .entry((e.pod_uid, e.container_name))
-            .or_default()
-            .insert(e.resource_name, e.grant);
+        saved.add((e.pod_uid, e.container_name), e.resource_name, e.grant);
     }
-    Ok(Saved { grants, resources })
+    Ok(saved)
 }
 
 #[cfg(test)]
