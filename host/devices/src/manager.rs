@@ -98,6 +98,15 @@ impl Manager {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The device resources container `c`'s limits ask for, and how many of each.
+    fn wanted(&self, c: &k8s::Container) -> Vec<(String, usize)> {
+        let state = self.state();
+        device_limits(c)
+            .into_iter()
+            .filter(|(r, _)| state.is_device_resource(r))
+            .collect()
+    }
+
     fn now() -> std::time::Instant {
         tokio::time::Instant::now().into_std()
     }
@@ -198,14 +207,11 @@ impl Manager {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
-        let wants_devices = |c: &k8s::Container| {
-            let state = self.state();
-            device_limits(c)
-                .iter()
-                .any(|(r, _)| state.is_device_resource(r))
-        };
-        let init = spec.init_containers.iter().flatten();
-        if !init.chain(&spec.containers).any(wants_devices) {
+        let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+        let containers: Vec<_> = init
+            .chain(spec.containers.iter().map(|c| (c, false)))
+            .collect();
+        if containers.iter().all(|(c, _)| self.wanted(c).is_empty()) {
             return Ok(());
         }
         let _one = self.allocating.lock().await;
@@ -218,25 +224,18 @@ impl Manager {
         }
         let held_unchecked = !sources_ready;
         let mut reuse: BTreeMap<String, Ids> = BTreeMap::new();
-        for c in spec.init_containers.iter().flatten() {
+        for (c, init) in containers {
             self.allocate(pod, c, &reuse, held_unchecked).await?;
-            let held = self.held(&(uid.to_owned(), c.name.clone()));
-            for (resource, ids) in held {
-                let set = reuse.entry(resource).or_default();
-                if pod::is_restartable(c) {
-                    set.retain(|id| !ids.contains(id));
-                } else {
-                    set.extend(ids);
-                }
-            }
-        }
-        for c in &spec.containers {
-            self.allocate(pod, c, &reuse, held_unchecked).await?;
+            // An init container that runs to completion hands its devices on; a
+            // sidecar or an app container keeps its own.
+            let hands_on = init && !pod::is_restartable(c);
             for (resource, ids) in self.held(&(uid.to_owned(), c.name.clone())) {
-                reuse
-                    .entry(resource)
-                    .or_default()
-                    .retain(|id| !ids.contains(id));
+                let set = reuse.entry(resource).or_default();
+                if hands_on {
+                    set.extend(ids);
+                } else {
+                    set.retain(|id| !ids.contains(id));
+                }
             }
         }
         Ok(())
@@ -263,7 +262,7 @@ impl Manager {
     ) -> Result<(), AllocateError> {
         let key: ContainerKey = (pod::uid(pod).to_owned(), c.name.clone());
         let none = Ids::new();
-        for (resource, wanted) in device_limits(c) {
+        for (resource, wanted) in self.wanted(c) {
             let reusable = reuse.get(&resource).unwrap_or(&none);
             let chosen = {
                 let state = self.state();
@@ -271,7 +270,7 @@ impl Manager {
                     .grants
                     .get(&key)
                     .is_some_and(|g| g.contains_key(&resource));
-                if !state.is_device_resource(&resource) || (held_unchecked && held) {
+                if held_unchecked && held {
                     continue;
                 }
                 state.choose(&key, &resource, wanted, reusable, &[])?
@@ -383,14 +382,7 @@ impl Manager {
         pod: &k8s::Pod,
         c: &k8s::Container,
     ) -> Result<Option<ContainerOptions>, AllocateError> {
-        let wanted: Vec<String> = {
-            let state = self.state();
-            device_limits(c)
-                .into_iter()
-                .map(|(r, _)| r)
-                .filter(|r| state.is_device_resource(r))
-                .collect()
-        };
+        let wanted = self.wanted(c);
         if wanted.is_empty() {
             return Ok(None);
         }
@@ -400,7 +392,7 @@ impl Manager {
             self.allocate(pod, c, &BTreeMap::new(), false).await?;
         }
         let held = self.held(&key);
-        for resource in &wanted {
+        for (resource, _) in &wanted {
             self.pre_start(resource, held.get(resource)).await?;
         }
         let state = self.state();
