@@ -13,9 +13,7 @@ use std::time::Duration;
 use support::*;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_cri_sim::Simulator;
-use wasmlet_devices::Manager;
-use wasmlet_devices::registration::{bind, serve};
-use wasmlet_devices::testing::{Behaviour, TestPlugin};
+use wasmlet_devices::testing::{self, Behaviour, TestPlugin};
 
 const GPU: &str = "example.com/gpu";
 
@@ -29,26 +27,11 @@ fn gpu_pod(name: &str, gpus: u32) -> String {
     )
 }
 
-async fn devices_ready(m: &Manager, want: u64) {
-    for _ in 0..100 {
-        if m.capacity().allocatable.get(GPU) == Some(&want) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{GPU} never reached {want} allocatable: {:?}", m.capacity());
-}
-
 #[tokio::test]
 async fn a_pod_gets_its_devices_and_one_asking_for_too_many_is_rejected() {
     let base = options("devices");
     let dir = base.root_dir.join("device-plugins");
-    let manager = Manager::new(&dir);
-    tokio::spawn(serve(
-        manager.clone(),
-        bind(&dir).expect("bind"),
-        std::future::pending(),
-    ));
+    let manager = testing::serve_manager(&dir);
     let plugin = TestPlugin::serve(
         &dir,
         "gpu",
@@ -56,7 +39,7 @@ async fn a_pod_gets_its_devices_and_one_asking_for_too_many_is_rejected() {
         Behaviour::default(),
     );
     plugin.register(&dir, GPU).await.expect("registers");
-    devices_ready(&manager, 2).await;
+    testing::until_counts(&manager, GPU, (Some(2), Some(2))).await;
 
     let sim = Arc::new(Simulator::new());
     let agent = Agent::start(

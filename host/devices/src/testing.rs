@@ -255,3 +255,36 @@ impl TestPlugin {
         }
     }
 }
+
+/// A manager serving registrations on `dir` until the test's runtime ends.
+pub fn serve_manager(dir: &Path) -> Arc<crate::Manager> {
+    let manager = crate::Manager::new(dir);
+    let listener = crate::registration::bind(dir).expect("bind kubelet.sock");
+    tokio::spawn(crate::registration::serve(
+        manager.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    manager
+}
+
+/// `resource`'s (allocatable, capacity) as the node status would report them now,
+/// `None` when the node does not have it.
+pub fn counts(m: &crate::Manager, resource: &str) -> (Option<u64>, Option<u64>) {
+    let c = m.capacity();
+    (
+        c.allocatable.get(resource).copied(),
+        c.capacity.get(resource).copied(),
+    )
+}
+
+/// Waits (5 s at most) until `resource`'s counts are `want`.
+pub async fn until_counts(m: &crate::Manager, resource: &str, want: (Option<u64>, Option<u64>)) {
+    for _ in 0..100 {
+        if counts(m, resource) == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{resource} stayed {:?}, not {want:?}", counts(m, resource));
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_devices::Manager;
 use wasmlet_devices::registration::{bind, serve};
-use wasmlet_devices::testing::{Behaviour, TestPlugin};
+use wasmlet_devices::testing::{self, Behaviour, TestPlugin};
 
 const GPU: &str = "example.com/gpu";
 
@@ -21,30 +21,17 @@ fn directory() -> (tempfile::TempDir, std::path::PathBuf) {
 
 /// A manager serving registrations on `dir` until the test ends.
 fn start(dir: &std::path::Path) -> Arc<Manager> {
-    let manager = Manager::new(dir);
-    let listener = bind(dir).expect("bind kubelet.sock");
-    tokio::spawn(serve(manager.clone(), listener, std::future::pending()));
-    manager
+    testing::serve_manager(dir)
 }
 
 /// (allocatable, capacity) of GPU, `None` when the node does not have it.
 fn counts(m: &Manager) -> (Option<u64>, Option<u64>) {
-    let c = m.capacity();
-    (
-        c.allocatable.get(GPU).copied(),
-        c.capacity.get(GPU).copied(),
-    )
+    testing::counts(m, GPU)
 }
 
 /// Waits (5 s at most) until GPU's counts are `want`.
 async fn until(m: &Manager, want: (Option<u64>, Option<u64>)) {
-    for _ in 0..100 {
-        if counts(m) == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("GPU stayed {:?}, not {want:?}", counts(m));
+    testing::until_counts(m, GPU, want).await;
 }
 
 fn pod(uid: &str, init: &[(&str, &str, bool)], apps: &[(&str, &str)]) -> k8s::Pod {
