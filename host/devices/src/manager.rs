@@ -43,8 +43,6 @@ pub struct Manager {
     /// The device plugin directory (`kubelet.sock`, the plugins' sockets, the checkpoint).
     dir: PathBuf,
     state: Mutex<State>,
-    /// Each connected plugin's client, with its registration's generation.
-    clients: Mutex<BTreeMap<String, (u64, DevicePluginClient<Channel>)>>,
     generation: AtomicU64,
     /// One allocation at a time (each may call plugins).
     allocating: tokio::sync::Mutex<()>,
@@ -79,7 +77,6 @@ impl Manager {
         Arc::new(Manager {
             dir: dir.to_owned(),
             state: Mutex::new(state),
-            clients: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             allocating: tokio::sync::Mutex::new(()),
         })
@@ -92,10 +89,6 @@ impl Manager {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn clients(&self) -> MutexGuard<'_, BTreeMap<String, (u64, DevicePluginClient<Channel>)>> {
-        self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The device resources container `c`'s limits ask for, and how many of each.
@@ -128,12 +121,11 @@ impl Manager {
         client: DevicePluginClient<Channel>,
     ) -> u64 {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        self.clients()
-            .insert(resource.to_owned(), (generation, client));
         self.state().connected(
             resource,
             Endpoint {
                 generation,
+                client: Some(client),
                 stopped_at: None,
                 pre_start: options.pre_start_required,
                 preferred: options.get_preferred_allocation_available,
@@ -145,11 +137,6 @@ impl Manager {
 
     /// The plugin of registration `generation` went away: its devices are unhealthy.
     pub(crate) fn disconnected(&self, resource: &str, generation: u64) {
-        let mut clients = self.clients();
-        if clients.get(resource).is_some_and(|(g, _)| *g == generation) {
-            clients.remove(resource);
-        }
-        drop(clients);
         self.state().disconnected(resource, generation, Self::now());
         tracing::info!(
             resource,
@@ -327,14 +314,14 @@ impl Manager {
         &self,
         resource: &str,
     ) -> Result<(Endpoint, DevicePluginClient<Channel>), AllocateError> {
-        let endpoint = self.state().endpoints.get(resource).cloned();
-        let client = self.clients().get(resource).map(|(_, c)| c.clone());
-        match (endpoint, client) {
-            (Some(e), Some(c)) if e.stopped_at.is_none() => Ok((e, c)),
-            (Some(_), _) => Err(AllocateError::Plugin(format!(
+        let Some(endpoint) = self.state().endpoints.get(resource).cloned() else {
+            return Err(AllocateError::UnknownPlugin(resource.to_owned()));
+        };
+        match (endpoint.stopped_at, endpoint.client.clone()) {
+            (None, Some(client)) => Ok((endpoint, client)),
+            _ => Err(AllocateError::Plugin(format!(
                 "endpoint of {resource} has been stopped"
             ))),
-            (None, _) => Err(AllocateError::UnknownPlugin(resource.to_owned())),
         }
     }
 

@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tonic::transport::Channel;
 
 use crate::options::ContainerOptions;
+use crate::proto::device_plugin_client::DevicePluginClient;
 
 /// How long a stopped plugin's resource stays on the node before it is removed (the
 /// kubelet's endpointStopGracePeriod).
@@ -21,12 +23,15 @@ pub const HEALTHY: &str = "Healthy";
 /// A set of device IDs.
 pub type Ids = BTreeSet<String>;
 
-/// A plugin's endpoint as the state sees it: which registration it is, when it
+/// A plugin's endpoint: which registration it is, its client while it runs, when it
 /// stopped, and whether it asks for PreStartContainer and offers preferred allocations.
 #[derive(Debug, Clone, Default)]
 pub struct Endpoint {
     /// Which registration of the resource this is (a plugin may register again).
     pub generation: u64,
+    /// The plugin's client (a handle: calls are made outside the state's lock); `None`
+    /// once the plugin went away, or for a resource restored from a checkpoint.
+    pub client: Option<DevicePluginClient<Channel>>,
     /// When its plugin went away; `None` while it runs.
     pub stopped_at: Option<Instant>,
     /// `DevicePluginOptions.pre_start_required`.
@@ -139,6 +144,7 @@ impl State {
             return;
         }
         endpoint.stopped_at = Some(now);
+        endpoint.client = None;
         let healthy = self.healthy.get_mut(resource).map(std::mem::take);
         let unhealthy = self.unhealthy.entry(resource.to_owned()).or_default();
         unhealthy.extend(healthy.into_iter().flatten());
