@@ -12,7 +12,7 @@ use crate::bindings::wasmlet::plugin::admission_input::{NodeView, PodView};
 use crate::{
     CallResult, Container, HostPortInUse, InstanceMode, Limits, LoadKind, Loaded, Node,
     NodeSelectorTerm, NodeUsage, Plugin, PluginEngine, PluginError, PluginState, Pod, ResourceList,
-    Taint, Toleration, Verdict, bindings, call_error, plugin_store, resources,
+    Taint, Toleration, Verdict, bindings, plugin_store, resources,
 };
 
 /// What a node carries, as admission sees it: the usage summed over its active pods
@@ -314,12 +314,13 @@ impl Policy {
     /// A new instance in a new store with this plugin's limits and the deadline
     /// callback: every epoch tick the guest yields to the async runtime (a long call
     /// never starves the other tasks) and is cut off once its call's deadline has passed.
-    async fn instantiate(&self) -> wasmtime::Result<Warm> {
+    async fn instantiate(&self) -> Result<Warm, PluginError> {
         let started = std::time::Instant::now();
         let l = &self.loaded;
         let _running = l.running();
         let mut store = plugin_store(&l.engine, l.state(l.limits.deadline, None));
-        let bindings = self.pre.instantiate_async(&mut store).await?;
+        let made = self.pre.instantiate_async(&mut store).await;
+        let bindings = l.finish(&mut store, "admit", l.limits.deadline, made)?;
         self.loaded.instantiated(started);
         Ok(Warm {
             store,
@@ -414,10 +415,6 @@ impl AdmissionPlugin {
             .len()
     }
 
-    fn error(&self, call: &'static str, source: wasmtime::Error) -> PluginError {
-        call_error(self.name(), call, self.limits().deadline, source)
-    }
-
     /// Decides on `admission`, in a fresh instance or a reused one as its limits say.
     pub async fn admit(&self, admission: &Arc<Admission>) -> Result<Verdict, PluginError> {
         let started = std::time::Instant::now();
@@ -450,10 +447,7 @@ impl AdmissionPlugin {
                 warm.store.data_mut().deadline_at = std::time::Instant::now() + limits.deadline;
                 warm
             }
-            None => policy
-                .instantiate()
-                .await
-                .map_err(|e| self.error(CALL, e))?,
+            None => policy.instantiate().await?,
         };
         warm.store.set_epoch_deadline(1);
         warm.store.data_mut().admission = Some(admission.clone());
@@ -461,8 +455,10 @@ impl AdmissionPlugin {
             .bindings
             .wasmlet_plugin_admission()
             .call_admit(&mut warm.store, lent(), lent())
-            .await
-            .map_err(|e| self.error(CALL, e));
+            .await;
+        let verdict = policy
+            .loaded
+            .finish(&mut warm.store, CALL, limits.deadline, verdict);
         warm.store.data_mut().admission = None;
         if reuse {
             // Only an instance whose call succeeded goes back; a trapped one is dropped.

@@ -46,12 +46,16 @@ impl std::fmt::Display for DeadlinePassed {
 impl std::error::Error for DeadlinePassed {}
 
 /// A failed call as a [`PluginError`]: a deadline when the epoch callback cut it off,
-/// else the trap or host error.
+/// else the trap or host error, read with what the guest left in `state` (the exception
+/// it printed, the memory growth its limit refused). The guest's whole stderr goes to
+/// the log: the author's full stack, where the error itself keeps one line.
 pub(crate) fn call_error(
     plugin: &str,
     call: &'static str,
     deadline: Duration,
     source: wasmtime::Error,
+    state: &mut PluginState,
+    bundle: Option<&crate::guest::BundleMap>,
 ) -> PluginError {
     let interrupted = source.downcast_ref::<DeadlinePassed>().is_some()
         || matches!(
@@ -59,17 +63,22 @@ pub(crate) fn call_error(
             Some(wasmtime::Trap::Interrupt)
         );
     if interrupted {
-        PluginError::Deadline {
+        return PluginError::Deadline {
             plugin: plugin.to_owned(),
             call,
             deadline,
-        }
-    } else {
-        PluginError::Call {
-            plugin: plugin.to_owned(),
-            call,
-            source: source.into_boxed_dyn_error(),
-        }
+        };
+    }
+    let failure = crate::guest::Failure::new(state.failure_context(), &source, bundle);
+    if !failure.stderr.trim().is_empty() {
+        tracing::warn!(target: "plugin", plugin, call, stderr = %failure.stderr.trim_end(), "{}", failure.summary());
+    }
+    tracing::debug!(plugin, call, "the call's trap: {source:?}");
+    PluginError::Call {
+        plugin: plugin.to_owned(),
+        call,
+        failure: Box::new(failure),
+        source: source.into_boxed_dyn_error(),
     }
 }
 
@@ -348,6 +357,7 @@ impl PluginEngine {
             signed.check(path, &wasm).map_err(load_err)?;
         }
         let digest = cache::sha256_hex(&wasm);
+        let bundle = crate::guest::BundleMap::find(&wasm);
         let backend = self.backends.get(Compiler::for_size(wasm.len()));
         let loaded = match &self.cache {
             Some(cache) => cache.load(&backend.engine, &wasm, &digest),
@@ -362,6 +372,7 @@ impl PluginEngine {
             digest,
             outcome,
             backend,
+            bundle,
         })
     }
 
@@ -393,6 +404,7 @@ impl PluginEngine {
                 digest,
                 outcome,
                 backend,
+                bundle,
             } = self.component(name, path)?;
             let pre = backend
                 .linker(kind.world)
@@ -413,6 +425,8 @@ impl PluginEngine {
                 config: Arc::new(config),
                 limits,
                 metrics: self.metrics.for_plugin(name, kind.label),
+                output_log: crate::guest::OutputLog::default(),
+                bundle,
             };
             Ok((loaded, pre))
         })();
@@ -438,4 +452,6 @@ pub(crate) struct Compiled<'a> {
     pub(crate) outcome: CacheOutcome,
     /// The engine that compiled it, on which it is instantiated.
     pub(crate) backend: &'a Backend,
+    /// The source map of its JavaScript bundle, when it carries one.
+    pub(crate) bundle: Option<crate::guest::BundleMap>,
 }

@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use wasmtime::Engine;
 use wasmtime::component::ResourceTable;
-use wasmtime::{Engine, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
@@ -43,6 +43,7 @@ pub mod convert;
 #[doc(hidden)]
 pub mod dev;
 mod engine;
+pub mod guest;
 pub mod http;
 pub mod inspect;
 pub mod kinds;
@@ -193,15 +194,18 @@ pub enum PluginError {
         /// The deadline.
         deadline: Duration,
     },
-    /// The guest trapped (a panic, an unreachable, memory exhausted) or the host failed
-    /// to run it.
-    #[error("plugin {plugin}: {call} failed: {}", chain(source))]
+    /// The guest trapped (an exception, a panic, its memory limit reached) or the host
+    /// failed to run it. Said as the guest's exception, where it was raised and the limit
+    /// it hit ([`guest::Failure`]); wasmtime's backtrace is the source.
+    #[error("plugin {plugin}: {call} failed: {failure}")]
     Call {
         /// The plugin's name.
         plugin: String,
         /// The export called.
         call: &'static str,
-        /// The trap or error.
+        /// What the guest and its limits say of it.
+        failure: Box<guest::Failure>,
+        /// The trap or error, with wasmtime's backtrace.
         #[source]
         source: BoxError,
     },
@@ -234,46 +238,58 @@ pub struct PluginState {
     /// What WASI grants; `None` grants nothing and is built on the guest's first WASI
     /// call (a policy that never makes one — most — never pays for building it).
     wasi: Option<WasiCtx>,
+    /// What the guest writes to stdout and stderr.
+    output: guest::GuestOutput,
     http: WasiHttpCtx,
     http_hooks: http::HttpHooks,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: guest::Limiter,
 }
 
 impl PluginState {
     /// The state of one call (or reused instance) of `plugin`, due within `deadline`,
-    /// with `wasi` granting what the plugin may use (`None`: nothing).
+    /// with `wasi` granting what the plugin may use (`None`: nothing); the guest's
+    /// stdout and stderr are captured either way.
     pub(crate) fn new(
         plugin: Arc<str>,
         config: Arc<BTreeMap<String, String>>,
         limits: &Limits,
         deadline: Duration,
-        wasi: Option<WasiCtx>,
+        wasi: Option<WasiCtxBuilder>,
     ) -> Self {
+        let output = guest::GuestOutput::default();
         Self {
             plugin,
             deadline_at: std::time::Instant::now() + deadline,
             config,
             admission: None,
             exec: None,
-            wasi,
+            wasi: wasi.map(|mut w| output.attach(&mut w).build()),
+            output,
             http: WasiHttpCtx::new(),
             http_hooks: http::HttpHooks::default(),
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(MAX_CORE_INSTANCES)
-                .build(),
+            limits: guest::Limiter::new(limits.memory_bytes, MAX_CORE_INSTANCES),
+        }
+    }
+
+    /// What the guest left behind for a failed call: its stderr and the memory growth
+    /// its limit refused. Both are taken: the next call starts with neither.
+    pub(crate) fn failure_context(&mut self) -> guest::Context {
+        guest::Context {
+            stderr: self.output.stderr.take().0,
+            refused: self.limits.take_refused(),
         }
     }
 }
 
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let output = &self.output;
         WasiCtxView {
             ctx: self
                 .wasi
-                .get_or_insert_with(|| WasiCtxBuilder::new().build()),
+                .get_or_insert_with(|| output.attach(&mut WasiCtxBuilder::new()).build()),
             table: &mut self.table,
         }
     }
@@ -334,6 +350,10 @@ pub struct Loaded {
     config: Arc<BTreeMap<String, String>>,
     limits: Limits,
     metrics: CallMetrics,
+    /// How much of the guest's output the log still takes.
+    output_log: guest::OutputLog,
+    /// A JavaScript plugin's bundle's source map.
+    bundle: Option<guest::BundleMap>,
 }
 
 /// How a call ended, for the plugin's metrics.
@@ -373,9 +393,40 @@ impl Loaded {
             .observe(started.elapsed().as_secs_f64());
     }
 
+    /// The end of a call made in `store`: what the guest printed goes to the log under
+    /// the plugin's name, and an error becomes a [`PluginError`] that says what the
+    /// guest and its limits left of it.
+    pub(crate) fn finish<T>(
+        &self,
+        store: &mut wasmtime::Store<PluginState>,
+        call: &'static str,
+        deadline: Duration,
+        result: wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        // What it printed first: it came before the error.
+        let output = store.data().output.clone();
+        self.output_log
+            .drain_stream(&self.name, "stdout", &output.stdout);
+        let bundle = self.bundle.as_ref();
+        let result =
+            result.map_err(|e| call_error(&self.name, call, deadline, e, store.data_mut(), bundle));
+        self.output_log
+            .drain_stream(&self.name, "stderr", &output.stderr);
+        result
+    }
+
+    /// `message`, a guest's own words of an error, with places in a JavaScript bundle
+    /// read back as the author's file and line.
+    pub(crate) fn in_authors_words(&self, message: String) -> String {
+        match &self.bundle {
+            Some(map) => map.rewrite(&message),
+            None => message,
+        }
+    }
+
     /// The state of one call (or reused instance) due within `deadline`, with `wasi`
     /// granting what the plugin may use (`None`: nothing).
-    pub(crate) fn state(&self, deadline: Duration, wasi: Option<WasiCtx>) -> PluginState {
+    pub(crate) fn state(&self, deadline: Duration, wasi: Option<WasiCtxBuilder>) -> PluginState {
         PluginState::new(
             self.name.clone(),
             self.config.clone(),

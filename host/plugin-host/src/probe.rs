@@ -24,7 +24,7 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use crate::http::{HttpAccess, TlsVerification};
 use crate::{
     CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
-    call_error, plugin_store,
+    plugin_store,
 };
 
 #[allow(missing_docs)]
@@ -169,18 +169,23 @@ impl ProbeHandler {
         let timeout = Duration::from_millis(u64::from(target.timeout_ms.max(1)));
         let deadline = timeout + PROBE_GRACE;
         let _running = self.loaded.running();
+        let mut store = plugin_store(&self.loaded.engine, self.state(target, exec, deadline));
         let result = async {
-            let fail = |e| call_error(self.name(), CALL, deadline, e);
-            let mut store = plugin_store(&self.loaded.engine, self.state(target, exec, deadline));
-            let handler = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
+            let handler = self.pre.instantiate_async(&mut store).await?;
             self.loaded.instantiated(started);
             handler
                 .wasmlet_plugin_probe()
                 .call_check(&mut store, target)
                 .await
-                .map_err(fail)
         }
         .await;
+        let result = self
+            .loaded
+            .finish(&mut store, CALL, deadline, result)
+            .map(|outcome| match outcome {
+                Outcome::Error(why) => Outcome::Error(self.loaded.in_authors_words(why)),
+                other => other,
+            });
         self.loaded.record(
             started,
             match &result {
@@ -222,7 +227,7 @@ impl ProbeHandler {
                     Box::pin(async move { ok })
                 });
         }
-        let mut state = self.loaded.state(deadline, Some(wasi.build()));
+        let mut state = self.loaded.state(deadline, Some(wasi));
         state.exec = exec.filter(|_| self.grants.exec);
         state.http_hooks.access = access;
         state

@@ -21,7 +21,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::http::{HttpAccess, TlsVerification};
 use crate::{
     CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
-    call_error, plugin_store,
+    plugin_store,
 };
 
 #[allow(missing_docs)]
@@ -191,17 +191,18 @@ impl PodSource {
         };
         let _running = self.loaded.running();
         let result = async {
-            let fail = |e| call_error(self.name(), CALL, deadline, e);
             let state = self.state(blocking).map_err(unavailable)?;
             let mut store = plugin_store(&self.loaded.engine, state);
-            let source = self.pre.instantiate_async(&mut store).await.map_err(fail)?;
-            self.loaded.instantiated(started);
-            let snapshot = source
-                .wasmlet_plugin_source()
-                .call_poll(&mut store)
-                .await
-                .map_err(fail)?
-                .map_err(unavailable)?;
+            let polled = async {
+                let source = self.pre.instantiate_async(&mut store).await?;
+                self.loaded.instantiated(started);
+                source.wasmlet_plugin_source().call_poll(&mut store).await
+            }
+            .await;
+            let snapshot = self
+                .loaded
+                .finish(&mut store, CALL, deadline, polled)?
+                .map_err(|why| unavailable(self.loaded.in_authors_words(why)))?;
             Ok(decode(snapshot))
         }
         .await;
@@ -223,9 +224,7 @@ impl PodSource {
             wasi.preopened_dir(dir, MANIFEST_DIR, FsPerms::ReadOnly)
                 .map_err(|e| format!("directory {}: {e:#}", dir.display()))?;
         }
-        let mut state = self
-            .loaded
-            .state(self.limits().deadline, Some(wasi.build()));
+        let mut state = self.loaded.state(self.limits().deadline, Some(wasi));
         if !self.grants.urls.is_empty() {
             state.http_hooks.access = Some(Arc::new(HttpAccess {
                 network: Vec::new(),

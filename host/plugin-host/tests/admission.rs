@@ -207,21 +207,35 @@ async fn bad_guests(instances: InstanceMode) {
         .await
         .expect_err("exhausts memory");
     assert!(matches!(err, PluginError::Call { .. }), "{err}");
+    // The trap is an abort in the allocator; the error names the limit that caused it.
+    let text = err.to_string();
     assert!(
-        err.to_string()
-            .starts_with("plugin fixture-memory-bomb: admit failed:"),
+        text.starts_with("plugin fixture-memory-bomb: admit failed: memory limit of 16 MiB reached: the guest, at "),
         "{err}"
     );
+    assert!(!text.contains("wasm backtrace"), "{err}");
 
     let panics = load(&engine, "fixture-panic", limits.clone());
     let err = panics
         .admit(&admission(&args.0, &args.1, &args.2))
         .await
         .expect_err("panics");
+    // The panic's place and message, from what the guest printed before it aborted.
+    let PluginError::Call { failure, .. } = &err else {
+        panic!("a call error: {err}");
+    };
     assert!(
-        err.to_string()
-            .starts_with("plugin fixture-panic: admit failed:"),
-        "{err}"
+        failure.exception.is_none() && failure.memory.is_none(),
+        "{failure:?}"
+    );
+    assert!(
+        failure.stderr.contains("policy bug while looking at pod"),
+        "{failure:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "plugin fixture-panic: admit failed: panicked at fixtures/panic/src/lib.rs:9:9: \
+         policy bug while looking at pod web (wasm trap: wasm `unreachable` instruction executed)"
     );
 
     // The engine, and the plugins that behave, keep working.
