@@ -418,3 +418,65 @@ fn precompile_fills_a_cache_or_says_why_not() {
     assert!(!out.stderr.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_policy_that_fails_is_an_error_not_a_rejection() {
+    let dir = fixtures();
+    let (pods, node) = (dir.join("pods.yaml"), dir.join("node.yaml"));
+    let cases = [
+        (
+            "fixture-panic",
+            vec![],
+            "shop/web: error: plugin fixture_panic: admit failed: panicked at \
+             fixtures/panic/src/lib.rs:9:9: policy bug while looking at pod web (wasm trap: \
+             wasm `unreachable` instruction executed)",
+        ),
+        (
+            "fixture-memory-bomb",
+            vec!["--memory-limit", "8Mi"],
+            "shop/web: error: plugin fixture_memory_bomb: admit failed: memory limit of 8 MiB \
+             reached: the guest, at ",
+        ),
+        (
+            "fixture-spin",
+            vec!["--timeout-ms", "100", "--instances", "PerCall"],
+            "shop/web: error: plugin fixture_spin: admit exceeded its deadline of 100ms",
+        ),
+    ];
+    for (fixture, extra, first) in cases {
+        let policy = shipped_plugin(fixture);
+        let mut args = vec!["plugin", "admit", path(&policy), "--pod", path(&pods)];
+        args.extend(["--node", path(&node)]);
+        args.extend(extra);
+        let out = wasmlet(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{fixture}: {stdout}\n{stderr}");
+        let line = stdout.lines().next().unwrap_or_default();
+        assert!(line.starts_with(first), "{fixture}: {line}");
+        assert!(!stdout.contains("backtrace"), "{fixture}: {stdout}");
+    }
+}
+
+#[test]
+fn admit_refuses_a_memory_limit_past_the_largest() {
+    let dir = fixtures();
+    let policy = shipped_plugin("node-ports");
+    let out = wasmlet(&[
+        "plugin",
+        "admit",
+        path(&policy),
+        "--pod",
+        path(&dir.join("pods.yaml")),
+        "--node",
+        path(&dir.join("node.yaml")),
+        "--memory-limit",
+        "1Gi",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("1Gi is more than the largest allowed, 256Mi"),
+        "{stderr}"
+    );
+}

@@ -3,7 +3,8 @@
 //! ```text
 //! wasmlet plugin inspect FILE.wasm
 //! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
-//!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http]
+//!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http] [--timeout-ms N]
+//!     [--memory-limit QUANTITY] [--instances Reused|PerCall]
 //! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --http-get URL [--header H…]
 //!     | --grpc HOST:PORT [--service S] | --exec CMD… --container ID [--endpoint E]
 //!     | --custom KEY=VALUE… [--pod-ip IP] [--container ID: exec granted there])
@@ -19,7 +20,9 @@
 //!     --certificate-identity[-regexp] ID --certificate-oidc-issuer[-regexp] ISSUER   (keyless)
 //! ```
 //!
-//! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error;
+//! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error
+//! (a policy that raised, trapped, hit its memory limit or ran past its deadline: the
+//! pod's line says `error:` and why);
 //! `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
 //! when every manifest was read, 3 when some were skipped, 1 when the source failed;
 //! `verify` exits 0 when a given key or the keyless identity signed it, 3 when none did,
@@ -36,7 +39,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::{
-    Admission, AdmissionChain, FailurePolicy, Limits, PluginEngine, Pod, Verdict, convert, probe,
+    Admission, AdmissionChain, FailurePolicy, InstanceMode, Limits, PluginEngine, Pod, Verdict,
+    chain::PLUGIN_ERROR_REASON, convert, probe,
 };
 
 /// Arguments of `wasmlet plugin`.
@@ -243,6 +247,32 @@ pub struct AdmitArgs {
     /// Deadline of one decision, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub timeout_ms: u64,
+    /// The policy's guest memory (`memoryLimit` in the node's configuration), e.g. `16Mi`.
+    #[arg(long, value_name = "QUANTITY", default_value = "64Mi", value_parser = memory_limit)]
+    pub memory_limit: usize,
+    /// Whether decisions share instances (`instances`: `Reused`, the default, or `PerCall`).
+    #[arg(long, value_enum, default_value_t = Instances::Reused)]
+    pub instances: Instances,
+}
+
+/// `--instances` of `plugin admit`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Instances {
+    /// Decisions share kept instances.
+    #[value(name = "Reused", alias = "reused")]
+    Reused,
+    /// Every decision has a fresh instance.
+    #[value(name = "PerCall", alias = "per-call")]
+    PerCall,
+}
+
+/// A memory limit as the configuration writes it, within the largest a plugin may have.
+fn memory_limit(s: &str) -> Result<usize, String> {
+    let bytes = convert::parse_quantity(s, 0)?;
+    if bytes > wasmlet_plugin_host::MAX_MEMORY_BYTES as u64 {
+        return Err(format!("{s} is more than the largest allowed, 256Mi"));
+    }
+    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -533,7 +563,11 @@ async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
     let config: BTreeMap<String, String> = args.config.into_iter().collect();
     let limits = Limits {
         deadline: std::time::Duration::from_millis(args.timeout_ms),
-        ..Limits::default()
+        memory_bytes: args.memory_limit,
+        instances: match args.instances {
+            Instances::Reused => InstanceMode::Reused,
+            Instances::PerCall => InstanceMode::PerCall,
+        },
     };
     for path in &args.policies {
         chain.push(
@@ -545,7 +579,7 @@ async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
         )?;
     }
 
-    let mut rejected = false;
+    let (mut rejected, mut failed) = (false, false);
     for (pod, json) in candidates {
         let usage = convert::load(&active);
         let who = format!("{}/{}", pod.namespace, pod.name);
@@ -556,6 +590,12 @@ async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
                 println!("{who}: admitted");
                 active.push((**admission.pod()).clone());
             }
+            // The chain rejects for a policy that failed (its failure policy is Fail):
+            // here that is an error of the policy, not its verdict.
+            Verdict::Reject(r) if r.reason == PLUGIN_ERROR_REASON => {
+                failed = true;
+                println!("{who}: error: {}", r.message);
+            }
             Verdict::Reject(r) => {
                 rejected = true;
                 let by = by.unwrap_or_default();
@@ -563,7 +603,9 @@ async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
             }
         }
     }
-    Ok(if rejected {
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else if rejected {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
