@@ -12,7 +12,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const sdk = dirname(fileURLToPath(import.meta.url));
@@ -45,6 +45,7 @@ try {
   execFileSync(bin('esbuild'), [
     resolve(entry), '--bundle', '--format=esm', '--platform=neutral', '--log-level=warning',
     '--external:wasmlet:*', `--alias:wasmlet-plugin=${join(sdk, 'src')}`, `--outfile=${bundle}`,
+    '--sourcemap=external', '--sources-content=false',
   ], { stdio: 'inherit' });
   const { componentize } = await import('@bytecodealliance/componentize-js');
   const { component } = await componentize({
@@ -53,7 +54,7 @@ try {
     worldName: world,
     disableFeatures: DISABLED[world],
   });
-  writeFileSync(out, component);
+  writeFileSync(out, withSourceMap(component, sourceMap(`${bundle}.map`, resolve(entry))));
   console.error(`${out}: ${component.length} bytes (${world}, from ${basename(entry)})`);
 } catch (e) {
   fail(e?.message ?? String(e));
@@ -82,4 +83,39 @@ function typecheck(world, entry, work) {
   } catch {
     fail(`${entry}: does not type-check against the ${world} world (above)`);
   }
+}
+
+// The bundle's source map with its sources named as the author knows them: relative to
+// the entry's folder for the author's files, `wasmlet-plugin/…` for the SDK's.
+function sourceMap(path, entry) {
+  const map = JSON.parse(readFileSync(path, 'utf8'));
+  const from = dirname(path);
+  const sdkSrc = join(sdk, 'src');
+  map.sources = map.sources.map((s) => {
+    const file = resolve(from, s);
+    if (file.startsWith(sdkSrc + '/')) return `wasmlet-plugin/${relative(sdkSrc, file)}`;
+    return relative(dirname(entry), file);
+  });
+  delete map.sourceRoot;
+  return Buffer.from(JSON.stringify(map));
+}
+
+// `component` with a custom section `wasmlet-sourcemap` appended: the host maps the
+// places in an exception's stack (`plugin.js:67:3`) back to the author's file and line.
+// A custom section may come last in a component; nothing else reads this one.
+function withSourceMap(component, map) {
+  const name = Buffer.from('wasmlet-sourcemap');
+  const body = Buffer.concat([leb128(name.length), name, map]);
+  return Buffer.concat([Buffer.from(component), Buffer.from([0]), leb128(body.length), body]);
+}
+
+function leb128(n) {
+  const bytes = [];
+  do {
+    let b = n & 0x7f;
+    n = Math.floor(n / 128);
+    if (n > 0) b |= 0x80;
+    bytes.push(b);
+  } while (n > 0);
+  return Buffer.from(bytes);
 }

@@ -239,3 +239,74 @@ fn the_templates_probe_handlers_need_the_exec_grant() {
         );
     }
 }
+
+/// `plugin admit` with `policy` (named `name`) on the fixtures' pods: its exit code,
+/// stdout and stderr.
+fn admit_with(policy: &Path, name: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let policy = as_named(policy, "bugs", name);
+    let (pods, node) = (fixtures().join("pods.yaml"), fixtures().join("node.yaml"));
+    let mut args = vec!["plugin", "admit", path(&policy), "--pod", path(&pods)];
+    args.extend(["--node", path(&node)]);
+    args.extend(extra);
+    let out = wasmlet(&args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_exception_reads_as_its_type_message_and_the_authors_line() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let cases = [
+        (
+            "python-raises",
+            "KeyError: 'team' at app.py:8 in team_of",
+            "app.py\", line 14, in decide",
+        ),
+        (
+            "js-throws",
+            "TypeError: can't access property \"owner\", annotations['example.com/meta'] is \
+             undefined at app.ts:7 in ownerOf",
+            "ownerOf@app.ts:7:",
+        ),
+    ];
+    for (name, summary, stack_line) in cases {
+        let (code, stdout, stderr) = admit_with(&lang_plugin_named(name), "buggy", &[]);
+        // An error of the policy, not a verdict: exit 1, each pod's line says why.
+        assert_eq!(code, Some(1), "{name}: {stdout}\n{stderr}");
+        let first = stdout.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!("shop/web: error: plugin buggy: admit failed: {summary}"),
+            "{name}: {stderr}"
+        );
+        // The log has the author's whole stack, mapped to their files, and what the
+        // policy printed before it failed, under its name.
+        assert!(stderr.contains(stack_line), "{name}: {stderr}");
+        assert!(
+            stderr.contains("looking at web plugin=\"buggy\" stream=\"stdout\""),
+            "{name}: {stderr}"
+        );
+        assert!(!stdout.contains("wasm backtrace"), "{name}: {stdout}");
+    }
+}
+
+#[test]
+fn a_policy_past_its_memory_limit_is_said_so() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let hog = lang_plugin_named("python-memory-hog");
+    let (code, stdout, stderr) = admit_with(&hog, "hog", &["--memory-limit", "32Mi"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("shop/web: error: plugin hog: admit failed: MemoryError at app.py:9 in decide; memory limit of 32 MiB reached: the guest, at "),
+        "{first}\n{stderr}"
+    );
+    assert!(first.contains(" MiB, asked for 10"), "{first}");
+}

@@ -9,6 +9,7 @@
 //
 // The pod and the node are read field by field: a field the policy never reads is never
 // copied into it, and one it reads is asked of the host once per decision.
+import { announce } from './errors.js';
 
 /** The pod may run. */
 export const ADMIT = Object.freeze({ tag: 'admit' });
@@ -79,7 +80,11 @@ lazy(Node.prototype, [
 export function policy(decide) {
   return {
     admit(pod, node) {
-      return decide(new Pod(pod), new Node(node)) ?? ADMIT;
+      try {
+        return decide(new Pod(pod), new Node(node)) ?? ADMIT;
+      } catch (e) {
+        throw announce(e);
+      }
     },
   };
 }

@@ -6,6 +6,7 @@
 // An exception the handler throws is the outcome `error` naming it (the kubelet counts an
 // errored probe as a failure), not a trap.
 import { execSync as hostExecSync } from 'wasmlet:plugin/exec@0.1.0';
+import { describe } from './errors.js';
 
 /** The container passed (the message is kept). */
 export const success = (message = '') => ({ tag: 'success', val: message });
@@ -44,7 +45,7 @@ export function handler(check) {
       try {
         return check(target);
       } catch (e) {
-        return error(`${e?.name ?? 'Error'}: ${e?.message ?? e}`);
+        return error(describe(e));
       }
     },
   };

@@ -6,6 +6,7 @@
 // `pods()` returns the source's whole desired set: `manifest(origin, pod)` for each pod and
 // `problem(origin, message)` for each manifest it had to skip. An exception means the
 // source could not be read this time: the host keeps the previous set.
+import { describe } from './errors.js';
 
 /** A pod the source wants: a v1 Pod object (or its JSON), with where it came from. */
 export function manifest(origin, pod) {
@@ -26,7 +27,7 @@ export function podSource(pods) {
         items = [...pods()];
       } catch (e) {
         // The result's error: jco takes a thrown { payload } as `err(payload)`.
-        throw { payload: String(e?.message || e) };
+        throw { payload: describe(e) };
       }
       return {
         pods: items.filter((i) => i.kind === 'pod').map(({ origin, podJson }) => ({ origin, podJson })),

@@ -31,6 +31,8 @@ from wit_world.imports import exec as _exec
 from wit_world.imports.exec import ExecOutput
 from componentize_py_types import Err
 
+from ._errors import report
+
 __all__ = [
     "Action", "Action_Custom", "Action_Exec", "Action_Grpc", "Action_HttpGet",
     "Action_TcpSocket", "ExecError", "ExecOutput", "Handler", "Outcome", "ProbeKind",
@@ -83,4 +85,4 @@ class Handler(_Probe):
         try:
             return self.probe(target)
         except Exception as e:  # a bug in the handler is its probe's error, not a trap
-            return error(f"{type(e).__name__}: {e}")
+            return error(report(e))

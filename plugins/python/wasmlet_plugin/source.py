@@ -17,6 +17,8 @@ import json
 from typing import Any, Iterable
 
 from componentize_py_types import Err
+
+from ._errors import report
 from wit_world.exports import Source as _Source
 from wit_world.exports.source import PodManifest, Problem, Snapshot
 
@@ -43,7 +45,7 @@ class PodSource(_Source):
         try:
             items = list(self.pods())
         except Exception as e:
-            raise Err(str(e) or type(e).__name__) from None
+            raise Err(report(e)) from None
         return Snapshot(
             pods=[i for i in items if isinstance(i, PodManifest)],
             problems=[i for i in items if isinstance(i, Problem)],

@@ -101,6 +101,25 @@ pub const LANG_PLUGINS: &[LangPlugin] = &[
         "pod-source",
         "templates/js/pod-source/app.ts",
     ),
+    // Policies with bugs, for the tests of what an author is shown.
+    plugin(
+        "python-raises",
+        Lang::Python,
+        "admission-policy",
+        "plugins/fixtures/python/raises",
+    ),
+    plugin(
+        "python-memory-hog",
+        Lang::Python,
+        "admission-policy",
+        "plugins/fixtures/python/memory-hog",
+    ),
+    plugin(
+        "js-throws",
+        Lang::Js,
+        "admission-policy",
+        "plugins/fixtures/js/throws/app.ts",
+    ),
 ];
 
 fn repo() -> PathBuf {

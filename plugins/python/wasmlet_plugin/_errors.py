@@ -1,0 +1,34 @@
+"""How an exception a handler or source raises reads on the host: ``describe`` gives it in
+one line, with the place in the author's code it came from, for a probe's ``error`` outcome
+or a source's error; ``report`` also prints the whole traceback to stderr, which the host
+logs under the plugin's name."""
+
+import sys
+import traceback
+
+# componentize-py puts each folder of the build at a numbered root: /0/app.py.
+_SDK = "wasmlet_plugin"
+
+
+def _authors(filename: str) -> str:
+    parts = filename.split("/", 2)
+    if len(parts) == 3 and parts[0] == "" and parts[1].isdigit():
+        return parts[2]
+    return filename
+
+
+def describe(e: BaseException) -> str:
+    """``Type: message (at app.py:12 in probe)``: the innermost frame outside the SDK."""
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if _SDK not in f.filename] or frames
+    if own:
+        where = own[-1]
+        text += f" (at {_authors(where.filename)}:{where.lineno} in {where.name})"
+    return text
+
+
+def report(e: BaseException) -> str:
+    """Prints ``e``'s traceback to stderr and returns :func:`describe` of it."""
+    traceback.print_exception(e, file=sys.stderr)
+    return describe(e)
