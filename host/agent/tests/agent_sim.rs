@@ -501,26 +501,15 @@ async fn the_runtime_going_away_marks_the_node_not_ready_and_the_agent_carries_o
     agent.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
-    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
-    let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
-    // restricted-pods reads the whole pod as JSON (made only when a policy asks).
-    for name in ["resource-fit", "restricted-pods"] {
-        chain
-            .push(
-                name,
-                &wasmlet_plugin_host::dev::shipped_plugin(name),
-                Default::default(),
-                Default::default(),
-                wasmlet_plugin_host::chain::FailurePolicy::Fail,
-            )
-            .expect("the policy loads");
-    }
+/// An agent on the simulator that admits pods through `chain`, recording its events.
+fn start_admitting(
+    name: &str,
+    chain: Arc<wasmlet_plugin_host::chain::AdmissionChain>,
+) -> (Arc<Simulator>, Agent<Simulator>, Arc<MemoryRecorder>) {
     let events = Arc::new(MemoryRecorder::default());
     let opts = AgentOptions {
         events: Some(events.clone()),
-        ..options("admission")
+        ..options(name)
     };
     let node =
         wasmlet_plugin_host::convert::node(&opts.node.object(true, "", "2026-11-22T10:00:00Z"))
@@ -537,6 +526,26 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         }),
         None,
     );
+    (sim, agent, events)
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
+    // restricted-pods reads the whole pod as JSON (made only when a policy asks).
+    for name in ["resource-fit", "restricted-pods"] {
+        chain
+            .push(
+                name,
+                &wasmlet_plugin_host::dev::shipped_plugin(name),
+                Default::default(),
+                Default::default(),
+                wasmlet_plugin_host::chain::FailurePolicy::Fail,
+            )
+            .expect("the policy loads");
+    }
+    let (sim, agent, events) = start_admitting("admission", chain);
     let greedy = r#"{"metadata":{"name":"greedy"},"spec":{"containers":[
         {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
          "command":["sleep","3600"],"resources":{"requests":{"cpu":"64"}}}]}}"#;
@@ -598,6 +607,46 @@ async fn admission_rejects_with_the_plugins_reason_and_the_rest_runs() {
         "an invalid pod is not accepted"
     );
     assert_eq!(sim.counts(), (1, 1), "only the admitted, valid pod runs");
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_policy_rejects_with_what_went_wrong_in_the_authors_words() {
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
+    chain
+        .push(
+            "buggy",
+            &wasmlet_plugin_host::dev::shipped_plugin("fixture-panic"),
+            Default::default(),
+            Default::default(),
+            wasmlet_plugin_host::chain::FailurePolicy::Fail,
+        )
+        .expect("the policy loads");
+    let (sim, agent, events) = start_admitting("buggy", chain);
+    send(&agent, vec![pod(SLEEPER)]).await;
+    let p = wait_for(
+        &agent,
+        "sleeper",
+        "rejected",
+        Duration::from_secs(10),
+        |p| phase(p) == "Failed",
+    )
+    .await;
+    let said = "plugin buggy: admit failed: panicked at fixtures/panic/src/lib.rs:9:9: policy \
+                bug while looking at pod sleeper-node-buggy (wasm trap: wasm `unreachable` \
+                instruction executed)";
+    let status = p.status.expect("status");
+    assert_eq!(status.reason.as_deref(), Some("AdmissionPluginError"));
+    assert_eq!(status.message, Some(format!("Pod was rejected: {said}")));
+    let event = events
+        .events()
+        .into_iter()
+        .find(|e| e.reason == "AdmissionPluginError")
+        .expect("a rejection event");
+    assert!(event.message.contains(said), "{event:?}");
+    assert!(!event.message.contains("backtrace"), "{event:?}");
+    assert_eq!(sim.counts(), (0, 0), "nothing runs");
     agent.shutdown().await;
 }
 
