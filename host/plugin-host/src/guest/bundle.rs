@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn text_without_places_or_a_component_without_a_map_is_left_alone() {
         assert!(BundleMap::find(&component_with(MAP)[..13]).is_none());
-        let map = BundleMap::find(&component_with(MAP)).unwrap();
+        let map = BundleMap::find(&component_with(MAP)).expect("a source map");
         assert_eq!(map.rewrite("plugin.js: no place"), "plugin.js: no place");
     }
 }

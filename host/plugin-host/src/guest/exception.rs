@@ -186,7 +186,7 @@ Python function threw exception
 
     #[test]
     fn a_python_traceback_gives_type_message_and_the_authors_line() {
-        let e = Exception::parse(KEY_ERROR).unwrap();
+        let e = Exception::parse(KEY_ERROR).expect("an exception");
         assert_eq!(e.kind, "KeyError");
         assert_eq!(e.message, "'missing'");
         assert_eq!(e.frames.len(), 3);
@@ -196,7 +196,7 @@ Python function threw exception
     #[test]
     fn the_sdks_frames_give_way_to_the_authors() {
         let stderr = "Traceback (most recent call last):\n  File \"app.py\", line 7, in decide\n    return reject(1, 2)\n  File \"/sdk/wasmlet_plugin/admission.py\", line 20, in reject\n    raise TypeError(\"reason must be a str\")\nTypeError: reason must be a str\n";
-        let e = Exception::parse(stderr).unwrap();
+        let e = Exception::parse(stderr).expect("an exception");
         assert_eq!(
             e.to_string(),
             "TypeError: reason must be a str at app.py:7 in decide"
@@ -206,7 +206,7 @@ Python function threw exception
     #[test]
     fn of_chained_exceptions_the_last_is_read() {
         let stderr = "Traceback (most recent call last):\n  File \"app.py\", line 2, in f\nKeyError: 'a'\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"app.py\", line 4, in f\nValueError\n";
-        let e = Exception::parse(stderr).unwrap();
+        let e = Exception::parse(stderr).expect("an exception");
         assert_eq!((e.kind.as_str(), e.message.as_str()), ("ValueError", ""));
         assert_eq!(e.to_string(), "ValueError at app.py:4 in f");
     }
@@ -226,7 +226,7 @@ Redirecting call to abort() to mozalloc_abort
 
     #[test]
     fn a_javascript_error_gives_type_message_and_the_authors_line() {
-        let e = Exception::parse(TYPE_ERROR).unwrap();
+        let e = Exception::parse(TYPE_ERROR).expect("an exception");
         assert_eq!(e.kind, "TypeError");
         assert_eq!(e.frames.len(), 4);
         assert_eq!(e.frames[0].line, 2183);
@@ -238,13 +238,13 @@ Redirecting call to abort() to mozalloc_abort
 
     #[test]
     fn a_javascript_error_without_the_sdks_line_is_an_error() {
-        let e = Exception::parse("boom\nStack:\n  @app.js:3:9\n").unwrap();
+        let e = Exception::parse("boom\nStack:\n  @app.js:3:9\n").expect("an exception");
         assert_eq!(e.to_string(), "Error: boom at app.js:3");
     }
 
     #[test]
     fn componentize_pys_numbered_roots_are_dropped() {
-        let e = Exception::parse("Traceback (most recent call last):\n  File \"/0/app.py\", line 5, in lookup\nKeyError: 'k'\n").unwrap();
+        let e = Exception::parse("Traceback (most recent call last):\n  File \"/0/app.py\", line 5, in lookup\nKeyError: 'k'\n").expect("an exception");
         assert_eq!(e.to_string(), "KeyError: 'k' at app.py:5 in lookup");
         assert_eq!(without_root("/work/app.py"), "/work/app.py");
     }
@@ -252,7 +252,7 @@ Redirecting call to abort() to mozalloc_abort
     #[test]
     fn an_exception_cpython_could_not_format_is_read_from_its_dump() {
         let stderr = "Traceback (most recent call last):\n  File \"/0/app.py\", line 9, in decide\nobject address  : 0x4829b8\nobject refcount : 2\nobject type     : 0x373230\nobject type name: MemoryError\nobject repr     : MemoryError()\nlost sys.stderr\n";
-        let e = Exception::parse(stderr).unwrap();
+        let e = Exception::parse(stderr).expect("an exception");
         assert_eq!(e.to_string(), "MemoryError at app.py:9 in decide");
     }
 

@@ -101,13 +101,13 @@ mod tests {
     #[test]
     fn a_refused_growth_is_kept_and_said_in_mib() {
         let mut l = Limiter::new(64 << 20, 32);
-        assert!(l.memory_growing(1 << 20, 32 << 20, None).unwrap());
+        assert!(l.memory_growing(1 << 20, 32 << 20, None).expect("growing"));
         assert_eq!(l.take_refused(), None);
         assert!(
             !l.memory_growing(48 << 20, (1 << 30) + (1 << 19), None)
-                .unwrap()
+                .expect("growing")
         );
-        let refused = l.take_refused().unwrap();
+        let refused = l.take_refused().expect("a refusal");
         assert_eq!(
             refused.to_string(),
             "memory limit of 64 MiB reached: the guest, at 48 MiB, asked for 1024.5 MiB"
@@ -118,7 +118,10 @@ mod tests {
     #[test]
     fn the_memorys_own_maximum_counts_when_lower() {
         let mut l = Limiter::new(64 << 20, 32);
-        assert!(!l.memory_growing(0, 20 << 20, Some(16 << 20)).unwrap());
-        assert_eq!(l.take_refused().unwrap().limit, 16 << 20);
+        assert!(
+            !l.memory_growing(0, 20 << 20, Some(16 << 20))
+                .expect("growing")
+        );
+        assert_eq!(l.take_refused().expect("a refusal").limit, 16 << 20);
     }
 }
