@@ -480,3 +480,54 @@ fn admit_refuses_a_memory_limit_past_the_largest() {
         "{stderr}"
     );
 }
+
+fn plugin_test_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plugin-test")
+        .join(name)
+}
+
+/// `wasmlet plugin test` with the Rust admission-policy template on the cases `file`.
+fn plugin_test(file: &Path) -> (Option<i32>, String, String) {
+    let policy = wasmlet_plugin_host::dev::template("admission-policy", "my-policy");
+    let out = wasmlet(&["plugin", "test", path(&policy), path(file)]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn test_reports_each_case_and_what_differs() {
+    let file = plugin_test_fixture("failing.yaml");
+    let (code, stdout, stderr) = plugin_test(&file);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let file = file.display();
+    let expected = [
+        "ok    a pod with limits is admitted".to_owned(),
+        format!("FAIL  expects an admission the policy refuses   ({file})"),
+        "        - verdict: Admit".into(),
+        "        + verdict: Reject".into(),
+        "        + reason: MissingMemoryLimit".into(),
+        "        + message: container worker has no memory limit".into(),
+        format!("FAIL  expects another reason   ({file})"),
+        "          verdict: Reject".into(),
+        "        - reason: NoTeam".into(),
+        "        + reason: MissingMemoryLimit".into(),
+        "          message: container worker has no memory limit".into(),
+        String::new(),
+        "1 passed, 2 failed".into(),
+    ];
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "{stderr}");
+}
+
+#[test]
+fn test_names_the_file_and_field_it_cannot_read() {
+    let file = plugin_test_fixture("misspelt.yaml");
+    let (code, stdout, stderr) = plugin_test(&file);
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+    assert!(stderr.contains("unknown field `reasn`"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+}

@@ -310,3 +310,27 @@ fn a_policy_past_its_memory_limit_is_said_so() {
     );
     assert!(first.contains(" MiB, asked for 10"), "{first}");
 }
+
+#[test]
+fn the_templates_pass_their_cases_in_rust_python_and_typescript() {
+    let cases = fixtures().join("../../../../../templates/cases/admission-policy.yaml");
+    let mut policies = vec![(
+        "rust",
+        wasmlet_plugin_host::dev::template("admission-policy", "my-policy"),
+    )];
+    if lang_toolchains().is_some() {
+        policies.push(("python", lang_plugin_named("python-admission-policy")));
+        policies.push(("typescript", lang_plugin_named("js-admission-policy")));
+    }
+    for (lang, policy) in policies {
+        let out = wasmlet(&["plugin", "test", path(&policy), path(&cases)]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{lang}: {stdout}\n{stderr}");
+        assert!(
+            stdout.ends_with("\n5 passed, 0 failed\n"),
+            "{lang}: {stdout}"
+        );
+        assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 5);
+    }
+}

@@ -5,6 +5,7 @@
 //! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
 //!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http] [--timeout-ms N]
 //!     [--memory-limit QUANTITY] [--instances Reused|PerCall]
+//! wasmlet plugin test POLICY.wasm CASES.yaml… [--only TEXT] [--timeout-ms N] …
 //! wasmlet plugin probe HANDLER.wasm (--tcp-socket HOST:PORT | --http-get URL [--header H…]
 //!     | --grpc HOST:PORT [--service S] | --exec CMD… --container ID [--endpoint E]
 //!     | --custom KEY=VALUE… [--pod-ip IP] [--container ID: exec granted there])
@@ -23,12 +24,18 @@
 //! `admit` exits 0 when every pod is admitted, 3 when one is rejected, 1 on an error
 //! (a policy that raised, trapped, hit its memory limit or ran past its deadline: the
 //! pod's line says `error:` and why);
-//! `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
+//! `test` exits 0 when every case passed, 1 when one failed, 2 when a file could not be
+//! read; `probe` exits 0 on success, 3 on failure, 1 when the probe errored; `source` exits 0
 //! when every manifest was read, 3 when some were skipped, 1 when the source failed;
 //! `verify` exits 0 when a given key or the keyless identity signed it, 3 when none did,
 //! 1 on an error.
 
+mod admit;
 mod signing;
+mod test;
+
+pub use admit::{AdmitArgs, Instances, LimitArgs};
+pub use test::TestArgs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,10 +45,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_plugin_host::{
-    Admission, AdmissionChain, FailurePolicy, InstanceMode, Limits, PluginEngine, Pod, Verdict,
-    chain::PLUGIN_ERROR_REASON, convert, probe,
-};
+use wasmlet_plugin_host::{PluginEngine, probe};
+
+use admit::plugin_name;
 
 /// Arguments of `wasmlet plugin`.
 #[derive(Debug, Args)]
@@ -68,6 +74,10 @@ pub enum PluginCommand {
     /// Decide on pods with one or more admission policies, in order (the first
     /// rejection wins), as the agent's admission chain would.
     Admit(AdmitArgs),
+    /// Run a file of cases — a pod (and optionally a node, active pods, configuration)
+    /// and the verdict expected — against an admission policy; report each case, with
+    /// what differs when it fails.
+    Test(TestArgs),
     /// Run one check with a probe handler.
     Probe(Box<ProbeArgs>),
     /// Poll a pod source once and list the pods it wants (and the manifests it
@@ -218,63 +228,6 @@ pub struct ProbeArgs {
     pub timeout_ms: u32,
 }
 
-/// Arguments of `wasmlet plugin admit`.
-#[derive(Debug, Args)]
-pub struct AdmitArgs {
-    /// The policies, in chain order.
-    #[arg(required = true)]
-    pub policies: Vec<PathBuf>,
-    /// The pod (YAML or JSON). Several pods (a multi-document file or a PodList) are
-    /// decided in order, each admitted pod joining the node's active pods, as the
-    /// kubelet admits a batch.
-    #[arg(long)]
-    pub pod: PathBuf,
-    /// The node (YAML or JSON): labels, taints, `status.allocatable` (or capacity).
-    #[arg(long)]
-    pub node: PathBuf,
-    /// A directory of manifests of the pods already on the node (`.yaml`, `.yml`,
-    /// `.json`); their requests, count and host ports make the node's usage.
-    #[arg(long)]
-    pub active_pods: Option<PathBuf>,
-    /// A configuration value for every policy (repeatable).
-    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
-    pub config: Vec<(String, String)>,
-    /// The source the pods come from: `api`, or a static-pod source (`file`, `http`).
-    /// Default: each pod's own `kubernetes.io/config.source` annotation, as the agent
-    /// decides, else `api`.
-    #[arg(long)]
-    pub source: Option<String>,
-    /// Deadline of one decision, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub timeout_ms: u64,
-    /// The policy's guest memory (`memoryLimit` in the node's configuration), e.g. `16Mi`.
-    #[arg(long, value_name = "QUANTITY", default_value = "64Mi", value_parser = memory_limit)]
-    pub memory_limit: usize,
-    /// Whether decisions share instances (`instances`: `Reused`, the default, or `PerCall`).
-    #[arg(long, value_enum, default_value_t = Instances::Reused)]
-    pub instances: Instances,
-}
-
-/// `--instances` of `plugin admit`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Instances {
-    /// Decisions share kept instances.
-    #[value(name = "Reused", alias = "reused")]
-    Reused,
-    /// Every decision has a fresh instance.
-    #[value(name = "PerCall", alias = "per-call")]
-    PerCall,
-}
-
-/// A memory limit as the configuration writes it, within the largest a plugin may have.
-fn memory_limit(s: &str) -> Result<usize, String> {
-    let bytes = convert::parse_quantity(s, 0)?;
-    if bytes > wasmlet_plugin_host::MAX_MEMORY_BYTES as u64 {
-        return Err(format!("{s} is more than the largest allowed, 256Mi"));
-    }
-    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
-}
-
 fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -286,7 +239,8 @@ pub async fn run(args: PluginArgs) -> Result<ExitCode> {
     let cache = args.cache_dir.as_deref();
     match args.command {
         PluginCommand::Inspect { file } => inspect(&engine(cache)?, &file),
-        PluginCommand::Admit(a) => admit(engine(cache)?, a).await,
+        PluginCommand::Admit(a) => admit::admit(engine(cache)?, a).await,
+        PluginCommand::Test(a) => test::run(cache, a).await,
         PluginCommand::Probe(a) => probe(&engine(cache)?, a).await,
         PluginCommand::Source(a) => source(&engine(cache)?, a).await,
         PluginCommand::Push(a) => push(&engine(cache)?, a).await,
@@ -475,141 +429,6 @@ fn inspect(engine: &PluginEngine, file: &Path) -> Result<ExitCode> {
         println!("  {e}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A plugin run offline is named after its file: `resource_fit.wasm` → `resource_fit`.
-fn plugin_name(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
-}
-
-/// Every object in a manifest file, with the file named in errors.
-fn objects(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    convert::documents(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-}
-
-/// The pods of a manifest file: (the pod, its JSON), errors naming file and field.
-fn pods(path: &Path, source: Option<&str>) -> Result<Vec<(Pod, Arc<String>)>> {
-    objects(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, value)| {
-            let at = || format!("{} (object {})", path.display(), i + 1);
-            match value.get("kind").and_then(|k| k.as_str()) {
-                None | Some("Pod") => {}
-                Some(kind) => bail!("{}: a {kind}, not a Pod", at()),
-            }
-            let json = Arc::new(value.to_string());
-            let p: k8s::Pod = serde_json::from_value(value).with_context(at)?;
-            let annotated = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("kubernetes.io/config.source"))
-                .map(String::as_str);
-            let source = source.or(annotated).unwrap_or("api");
-            let pod = convert::pod(&p, source).with_context(at)?;
-            Ok((pod, json))
-        })
-        .collect()
-}
-
-/// The pods of every manifest in `dir`; a broken file is reported by name and skipped.
-fn active_pods(dir: &Path) -> Result<Vec<Pod>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
-        })
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        match pods(&file, None) {
-            Ok(list) => out.extend(list.into_iter().map(|(p, _)| p)),
-            Err(e) => eprintln!("wasmlet: skipping {e:#}"),
-        }
-    }
-    Ok(out)
-}
-
-async fn admit(engine: PluginEngine, args: AdmitArgs) -> Result<ExitCode> {
-    let node_objects = objects(&args.node)?;
-    let [node_value] = node_objects.as_slice() else {
-        bail!(
-            "{}: expected one Node, found {} objects",
-            args.node.display(),
-            node_objects.len()
-        );
-    };
-    let node: k8s::Node = serde_json::from_value(node_value.clone())
-        .with_context(|| format!("{}", args.node.display()))?;
-    let node = Arc::new(convert::node(&node).with_context(|| format!("{}", args.node.display()))?);
-    let mut active = match &args.active_pods {
-        Some(dir) => active_pods(dir)?,
-        None => Vec::new(),
-    };
-    let candidates = pods(&args.pod, args.source.as_deref())?;
-    if candidates.is_empty() {
-        bail!("{}: no pod in it", args.pod.display());
-    }
-
-    let chain = AdmissionChain::new(engine);
-    let config: BTreeMap<String, String> = args.config.into_iter().collect();
-    let limits = Limits {
-        deadline: std::time::Duration::from_millis(args.timeout_ms),
-        memory_bytes: args.memory_limit,
-        instances: match args.instances {
-            Instances::Reused => InstanceMode::Reused,
-            Instances::PerCall => InstanceMode::PerCall,
-        },
-    };
-    for path in &args.policies {
-        chain.push(
-            &plugin_name(path),
-            path,
-            config.clone(),
-            limits.clone(),
-            FailurePolicy::Fail,
-        )?;
-    }
-
-    let (mut rejected, mut failed) = (false, false);
-    for (pod, json) in candidates {
-        let usage = convert::load(&active);
-        let who = format!("{}/{}", pod.namespace, pod.name);
-        let admission = Admission::new(pod, node.clone(), usage, move || json.to_string());
-        let (verdict, by) = chain.admit(&admission).await;
-        match verdict {
-            Verdict::Admit => {
-                println!("{who}: admitted");
-                active.push((**admission.pod()).clone());
-            }
-            // The chain rejects for a policy that failed (its failure policy is Fail):
-            // here that is an error of the policy, not its verdict.
-            Verdict::Reject(r) if r.reason == PLUGIN_ERROR_REASON => {
-                failed = true;
-                println!("{who}: error: {}", r.message);
-            }
-            Verdict::Reject(r) => {
-                rejected = true;
-                let by = by.unwrap_or_default();
-                println!("{who}: rejected by {by}: {}: {}", r.reason, r.message);
-            }
-        }
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else if rejected {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 /// Exec through a CRI runtime, for the exec probe.
