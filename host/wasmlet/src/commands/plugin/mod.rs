@@ -34,7 +34,7 @@ mod admit;
 mod signing;
 mod test;
 
-pub use admit::{AdmitArgs, Instances, LimitArgs};
+pub use admit::AdmitArgs;
 pub use test::TestArgs;
 
 use std::collections::BTreeMap;
@@ -44,8 +44,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_plugin_host::{PluginEngine, probe};
+use wasmlet_plugin_host::{Limits, PluginEngine, probe};
 
 use admit::plugin_name;
 

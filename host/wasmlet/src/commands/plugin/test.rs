@@ -248,7 +248,7 @@ async fn decide(
 ) -> Result<Outcome> {
     let source = case.source.as_deref();
     let pod_value = case_pod(path, case).with_context(|| at.to_owned())?;
-    let (pod, json) = pod(pod_value, source, || format!("{at}: pod"))?;
+    let (candidate, json) = pod(pod_value, source, || format!("{at}: pod"))?;
     let node = case_node(file, case, at)?;
     let active = case.active_pods.as_ref().unwrap_or(&file.active_pods);
     let active = active
@@ -259,8 +259,10 @@ async fn decide(
     let mut config = file.config.clone();
     config.extend(case.config.clone());
     let policy = policies.with(config)?;
-    let admission = Admission::new(pod, node, convert::load(&active), move || json.to_string());
-    Ok(match policy.admit(&Arc::new(admission)).await {
+    let admission = Admission::new(candidate, node, convert::load(&active), move || {
+        json.to_string()
+    });
+    Ok(match policy.admit(&admission).await {
         Ok(Verdict::Admit) => Outcome {
             verdict: Expected::Admit,
             reason: None,
