@@ -10,7 +10,7 @@
 // from the WIT (jco guest-types), and componentize-js makes the component. The
 // toolchain is this directory's (`npm ci` here installs it).
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,7 +38,9 @@ if (!DISABLED[world]) fail(`unknown world ${world} (admission-policy, probe-hand
 if (!existsSync(entry)) fail(`${entry}: no such file`);
 if (!existsSync(bin('componentize-js'))) fail(`the toolchain is not installed: npm ci --prefix ${sdk}`);
 
-const work = mkdtempSync(join(tmpdir(), 'wasmlet-js-'));
+// The lock this build holds (see `reproducibly`).
+let held;
+const work = reproducibly();
 try {
   if (entry.endsWith('.ts')) typecheck(world, resolve(entry), work);
   const bundle = join(work, 'plugin.js');
@@ -53,6 +55,7 @@ try {
     witPath: wit,
     worldName: world,
     disableFeatures: DISABLED[world],
+    env: deterministic(),
   });
   writeFileSync(out, withSourceMap(component, sourceMap(`${bundle}.map`, resolve(entry))));
   console.error(`${out}: ${component.length} bytes (${world}, from ${basename(entry)})`);
@@ -60,6 +63,92 @@ try {
   fail(e?.message ?? String(e));
 } finally {
   rmSync(work, { recursive: true, force: true });
+  release();
+}
+
+// The same source and SDK give the same component: componentize-js names its work
+// directory with Math.random() under the system's temporary directory, and that path
+// (the initializer's, the bundle's) is in the snapshot it takes of the engine. So each
+// build runs in one fixed directory, one build at a time (a lock beside it), with
+// Math.random seeded alike every time.
+function reproducibly() {
+  const base = join(tmpdir(), 'wasmlet-js-build');
+  lock(`${base}.lock`);
+  rmSync(base, { recursive: true, force: true });
+  mkdirSync(base, { recursive: true });
+  process.env.TMPDIR = base;
+  let seed = 0x5eed;
+  Math.random = () => {
+    // mulberry32
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const work = join(base, 'bundle');
+  mkdirSync(work);
+  return work;
+}
+
+// The environment of the engine's snapshot (wizer): the tool itself with
+// plugins/reproducible/deterministic.so preloaded — the same random bytes, clocks and
+// file times on every build — at a path inside the build directory, so that the same
+// string reaches the guest's environment everywhere. Without a C compiler to build it,
+// the build goes on and says it will not be reproducible.
+function deterministic() {
+  const script = resolve(sdk, '../reproducible/preload.sh');
+  let so;
+  try {
+    so = execFileSync('sh', [script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
+  } catch {
+    console.error('build.mjs: warning: building without plugins/reproducible/deterministic.so');
+    return {};
+  }
+  const local = join(dirname(work), 'deterministic.so');
+  copyFileSync(so, local);
+  return { LD_PRELOAD: local };
+}
+
+// Takes the lock directory `path`, waiting for a build that holds it; one whose process
+// is gone is taken over.
+function lock(path) {
+  const deadline = Date.now() + 10 * 60_000;
+  for (;;) {
+    try {
+      mkdirSync(path);
+      writeFileSync(join(path, 'pid'), String(process.pid));
+      held = path;
+      return;
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+    }
+    if (!alive(path)) {
+      rmSync(path, { recursive: true, force: true });
+      continue;
+    }
+    if (Date.now() > deadline) fail(`${path}: another build has held it for 10 minutes`);
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+  }
+}
+
+// Whether the build that holds lock `path` is still running (a lock being made counts).
+function alive(path) {
+  let pid;
+  try {
+    pid = Number(readFileSync(join(path, 'pid'), 'utf8'));
+  } catch {
+    return true;
+  }
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return e.code === 'EPERM';
+  }
+}
+
+function release() {
+  if (held) rmSync(held, { recursive: true, force: true });
 }
 
 // Checks a TypeScript entry with the world's types, generated from the WIT.

@@ -23,5 +23,22 @@ command -v componentize-py >/dev/null || {
     echo "$0: componentize-py not found: pip install componentize-py==0.25.1" >&2
     exit 2
 }
-exec componentize-py -d "$sdk/../../wit" -w "$world" componentize app \
-    -p "$dir" -p "$sdk" -o "$out"
+# What the build reads besides the source is held still (plugins/reproducible/):
+#  - the author's folder and the SDK are copied into a directory of the build's own, so
+#    the guest's bytecode cache is written there, not into the author's tree (a later
+#    build would load it instead of compiling: different bytes);
+#  - an empty site-packages stands for the host's (componentize-py adds the host's own
+#    to the guest's path, so whatever pip installed there would be in the snapshot);
+#  - random bytes, clocks and file times through deterministic.so (when a C compiler can
+#    build it), one tokio worker, the host's hash seed fixed.
+stage=$(mktemp -d "${TMPDIR:-/tmp}/wasmlet-py-XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/app" "$stage/sdk" "$stage/venv/lib/python3/site-packages"
+cp -R "$dir/." "$stage/app/"
+cp -R "$sdk/wasmlet_plugin" "$stage/sdk/"
+find "$stage" -name __pycache__ -prune -exec rm -rf {} +
+preload=$(sh "$sdk/../reproducible/preload.sh") || preload=
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+VIRTUAL_ENV=$stage/venv TOKIO_WORKER_THREADS=1 PYTHONHASHSEED=0 LD_PRELOAD=$preload \
+    componentize-py -d "$sdk/../../wit" -w "$world" componentize app \
+    -p "$stage/app" -p "$stage/sdk" -o "$out"

@@ -15,6 +15,11 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission")
 }
 
+/// The repository's root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// `wasmlet` with the compiled-component cache the tests share.
 fn wasmlet(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -313,7 +318,7 @@ fn a_policy_past_its_memory_limit_is_said_so() {
 
 #[test]
 fn the_templates_pass_their_cases_in_rust_python_and_typescript() {
-    let cases = fixtures().join("../../../../../templates/cases/admission-policy.yaml");
+    let cases = repo().join("templates/cases/admission-policy.yaml");
     let mut policies = vec![(
         "rust",
         wasmlet_plugin_host::dev::template("admission-policy", "my-policy"),
@@ -333,4 +338,72 @@ fn the_templates_pass_their_cases_in_rust_python_and_typescript() {
         );
         assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 5);
     }
+}
+
+/// The admission-policy template in Rust built from scratch into `target` (a build
+/// directory of its own under `plugins/target/`): the component's bytes.
+fn rust_template_built_in(target: &str) -> Vec<u8> {
+    let dir = repo().join("templates/admission-policy");
+    let target = repo().join("plugins/target").join(target);
+    let _ = std::fs::remove_dir_all(&target);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--locked"])
+        .current_dir(&dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("run cargo");
+    assert!(
+        status.success(),
+        "building templates/admission-policy failed"
+    );
+    let bytes = std::fs::read(target.join("wasm32-wasip2/release/my_policy.wasm"))
+        .expect("the built component");
+    let _ = std::fs::remove_dir_all(&target);
+    bytes
+}
+
+/// The TypeScript admission-policy template built by the SDK's build script: its bytes.
+fn js_template_built(out: &str) -> Vec<u8> {
+    let repo = repo();
+    let out = repo.join("plugins/target/lang").join(out);
+    let built = Command::new("node")
+        .arg(repo.join("plugins/js/build.mjs"))
+        .args([
+            "admission-policy",
+            path(&repo.join("templates/js/admission-policy/app.ts")),
+        ])
+        .arg(&out)
+        .output()
+        .expect("run node");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::read(&out).expect("the built component")
+}
+
+#[test]
+fn the_rust_and_typescript_templates_build_to_the_same_bytes_twice() {
+    let (a, b) = (
+        rust_template_built_in("repro-a"),
+        rust_template_built_in("repro-b"),
+    );
+    assert!(a == b, "two builds of the Rust template differ");
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let (a, b) = (
+        js_template_built("repro-a.wasm"),
+        js_template_built("repro-b.wasm"),
+    );
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "two builds of the TypeScript template differ in size"
+    );
+    assert!(a == b, "two builds of the TypeScript template differ");
 }
