@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 use wasmlet_cri::CriRuntime;
-use wasmlet_plugin_host::chain::AdmissionChain;
+use wasmlet_plugin_host::chain::{AdmissionChain, WouldReject};
 use wasmlet_plugin_host::source::{Problem, SourcePod};
 use wasmlet_plugin_host::{Verdict, convert};
 
@@ -32,6 +32,10 @@ use crate::queue::PodQueue;
 use crate::runtime::{PodRuntime, State};
 use crate::sync::SyncContext;
 use crate::workers::{DueQueue, PodWorkers};
+
+/// The reason of the event a policy in Monitor mode leaves on a pod it would have
+/// rejected.
+pub const WOULD_REJECT_REASON: &str = "PolicyWouldReject";
 
 /// The 1 s sync tick.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -315,15 +319,32 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             load,
             move || serde_json::to_string(&*whole).unwrap_or_default(),
         );
-        let (verdict, by) = admission.chain.admit(&candidate).await;
-        if let Verdict::Reject(r) = verdict {
-            let plugin = by.unwrap_or_default();
+        let decision = admission.chain.decide(&candidate).await;
+        for would in &decision.monitored {
+            self.would_reject(pod, would);
+        }
+        if let Verdict::Reject(r) = decision.verdict {
+            let plugin = decision.by.unwrap_or_default();
             warn!(pod = %PodKey::of(pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
             return Some((r.reason, r.message));
         }
         self.admitted
             .insert(pod::uid(pod).to_owned(), candidate.pod().clone());
         None
+    }
+
+    /// What a policy in Monitor mode would have rejected: said in the log and in an
+    /// event on the pod, which runs all the same.
+    fn would_reject(&self, pod: &Arc<k8s::Pod>, would: &WouldReject) {
+        let (plugin, r) = (&would.plugin, &would.rejection);
+        info!(pod = %PodKey::of(pod), %plugin, reason = %r.reason, "Pod would be rejected by a policy in Monitor mode (admitted): {}", r.message);
+        let message = format!(
+            "{plugin} (Monitor mode) would reject the pod: {}: {}",
+            r.reason, r.message
+        );
+        self.ctx
+            .events
+            .record(Event::warning(pod, None, WOULD_REJECT_REASON, message));
     }
 
     fn reject(&self, pod: &Arc<k8s::Pod>, reason: &str, message: &str) {

@@ -650,6 +650,50 @@ async fn a_failing_policy_rejects_with_what_went_wrong_in_the_authors_words() {
     agent.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_in_monitor_mode_admits_and_leaves_an_event_of_what_it_would_reject() {
+    use wasmlet_plugin_host::chain::{AdmissionChain, FailurePolicy, LinkSpec, Mode};
+    let engine = wasmlet_plugin_host::PluginEngine::new().expect("engine");
+    let chain = Arc::new(AdmissionChain::new(engine));
+    let spec = LinkSpec {
+        path: wasmlet_plugin_host::dev::shipped_plugin("restricted-pods"),
+        config: Default::default(),
+        limits: Default::default(),
+        failure_policy: FailurePolicy::Fail,
+        mode: Mode::Monitor,
+    };
+    chain
+        .install("restricted", spec)
+        .await
+        .expect("the policy loads");
+    let (sim, agent, events) = start_admitting("monitor", chain);
+    let peeker = r#"{"metadata":{"name":"peeker"},"spec":{"hostPID":true,"containers":[
+        {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+         "command":["sleep","3600"]}]}}"#;
+    send(&agent, vec![pod(peeker), pod(SLEEPER)]).await;
+    for name in ["peeker", "sleeper"] {
+        wait_for(&agent, name, "Running", Duration::from_secs(10), |p| {
+            phase(p) == "Running"
+        })
+        .await;
+    }
+    let said: Vec<_> = events
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == wasmlet_agent::syncloop::WOULD_REJECT_REASON)
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].pod.name.starts_with("peeker"), "{said:?}");
+    assert_eq!(said[0].kind, wasmlet_agent::events::Kind::Warning);
+    assert_eq!(
+        said[0].message,
+        "restricted (Monitor mode) would reject the pod: RestrictedPod: spec.hostPID is set, \
+         which namespace default does not allow"
+    );
+    assert_eq!(sim.counts(), (2, 2), "both pods run");
+    agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pod_picks_a_custom_probe_kind_by_annotation() {
     let (_sim, agent) = start("custom");

@@ -8,8 +8,8 @@ use std::path::Path;
 use serde_json::Value;
 use wasmlet_plugin_host::chain::LinkSpec;
 use wasmlet_plugin_host::config::{
-    AdmissionConfig, ConfigError, FailurePolicyConfig, InstancesConfig, ProbeConfig, ProbeSpec,
-    SourceConfig, SourceSpec,
+    AdmissionConfig, ConfigError, FailurePolicyConfig, InstancesConfig, ModeConfig, ProbeConfig,
+    ProbeSpec, SourceConfig, SourceSpec,
 };
 use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 use wasmlet_plugin_host::probe::NetworkGrant;
@@ -148,6 +148,14 @@ fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, S
             ("PerCall", InstancesConfig::PerCall),
         ],
     )?;
+    let mode = one_of(
+        desired,
+        "mode",
+        &[
+            ("Enforce", ModeConfig::Enforce),
+            ("Monitor", ModeConfig::Monitor),
+        ],
+    )?;
     let order = match &desired.spec["admission"]["order"] {
         Value::Null => 0,
         v => v.as_i64().ok_or("spec.admission.order: not an integer")?,
@@ -156,6 +164,7 @@ fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, S
         name: desired.name.clone(),
         file: Some(path.to_owned()),
         failure_policy,
+        mode,
         timeout: desired.text(&["admission", "timeout"]),
         memory_limit: asked.memory_limit,
         instances,

@@ -28,6 +28,39 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+/// Whether a link's rejections count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Its rejections reject the pod.
+    #[default]
+    Enforce,
+    /// It decides on every pod but admits it: what it would have rejected is reported
+    /// ([`Decision::monitored`]) and counted, so a policy can be watched before it
+    /// enforces.
+    Monitor,
+}
+
+/// A rejection a link in [`Mode::Monitor`] would have made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WouldReject {
+    /// The link's name.
+    pub plugin: String,
+    /// Its rejection: the policy's own, or `AdmissionPluginError` when it failed under
+    /// `failurePolicy: Fail`.
+    pub rejection: Rejection,
+}
+
+/// What the chain decided on a pod.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Admitted, or the first enforcing link's rejection.
+    pub verdict: Verdict,
+    /// The link that rejected.
+    pub by: Option<String>,
+    /// What links in [`Mode::Monitor`] would have rejected, in chain order.
+    pub monitored: Vec<WouldReject>,
+}
+
 /// How a link is loaded and what it does when its plugin fails.
 #[derive(Debug, Clone)]
 pub struct LinkSpec {
@@ -39,6 +72,8 @@ pub struct LinkSpec {
     pub limits: Limits,
     /// What a failure of the plugin means for the pod.
     pub failure_policy: FailurePolicy,
+    /// Whether its rejections count.
+    pub mode: Mode,
 }
 
 /// What serves a link.
@@ -163,6 +198,7 @@ impl AdmissionChain {
             config,
             limits,
             failure_policy,
+            mode: Mode::Enforce,
         };
         self.put(name, Arc::new(Link::ready(name, spec, plugin)));
         Ok(())
@@ -295,33 +331,68 @@ impl AdmissionChain {
 
     /// Runs the chain: the first rejection wins; a failing plugin rejects or is skipped
     /// according to its failure policy. Returns the verdict and the link that decided a
-    /// rejection.
+    /// rejection. What links in [`Mode::Monitor`] would have rejected: [`Self::decide`].
     pub async fn admit(&self, admission: &Arc<Admission>) -> (Verdict, Option<String>) {
+        let decision = self.decide(admission).await;
+        (decision.verdict, decision.by)
+    }
+
+    /// Runs the chain as [`Self::admit`] does, and says what its links in
+    /// [`Mode::Monitor`] would have rejected (each counted in the plugin metrics).
+    pub async fn decide(&self, admission: &Arc<Admission>) -> Decision {
         let links = self.links.load_full();
+        let mut monitored = Vec::new();
         for link in links.iter() {
-            let slot = link.current.load_full();
-            let error = match &*slot {
-                Slot::Ready(plugin) => match plugin.admit(admission).await {
-                    Ok(Verdict::Admit) => continue,
-                    Ok(rejection) => return (rejection, Some(link.name.clone())),
-                    Err(e) => e.to_string(),
-                },
-                Slot::Unavailable(why) => why.clone(),
+            let Some(rejection) = link.verdict(admission).await else {
+                continue;
             };
-            match link.spec.failure_policy {
-                FailurePolicy::Ignore => {
-                    tracing::warn!(plugin = %link.name, %error, "admission plugin failed; ignored by its failure policy");
-                }
-                FailurePolicy::Fail => {
-                    let rejection = Rejection {
-                        reason: PLUGIN_ERROR_REASON.to_owned(),
-                        message: error,
-                    };
-                    return (Verdict::Reject(rejection), Some(link.name.clone()));
-                }
+            if link.spec.mode == Mode::Monitor {
+                self.engine
+                    .metrics()
+                    .would_reject(&link.name, &rejection.reason);
+                monitored.push(WouldReject {
+                    plugin: link.name.clone(),
+                    rejection,
+                });
+                continue;
             }
+            return Decision {
+                verdict: Verdict::Reject(rejection),
+                by: Some(link.name.clone()),
+                monitored,
+            };
         }
-        (Verdict::Admit, None)
+        Decision {
+            verdict: Verdict::Admit,
+            by: None,
+            monitored,
+        }
+    }
+}
+
+impl Link {
+    /// The link's rejection of the pod, if it has one: the plugin's, or
+    /// `AdmissionPluginError` when it failed and its failure policy is `Fail`.
+    async fn verdict(&self, admission: &Arc<Admission>) -> Option<Rejection> {
+        let slot = self.current.load_full();
+        let error = match &*slot {
+            Slot::Ready(plugin) => match plugin.admit(admission).await {
+                Ok(Verdict::Admit) => return None,
+                Ok(Verdict::Reject(rejection)) => return Some(rejection),
+                Err(e) => e.to_string(),
+            },
+            Slot::Unavailable(why) => why.clone(),
+        };
+        match self.spec.failure_policy {
+            FailurePolicy::Ignore => {
+                tracing::warn!(plugin = %self.name, %error, "admission plugin failed; ignored by its failure policy");
+                None
+            }
+            FailurePolicy::Fail => Some(Rejection {
+                reason: PLUGIN_ERROR_REASON.to_owned(),
+                message: error,
+            }),
+        }
     }
 }
 
@@ -343,6 +414,7 @@ impl LinkSpec {
             && self.limits.memory_bytes == other.limits.memory_bytes
             && self.limits.instances == other.limits.instances
             && self.failure_policy == other.failure_policy
+            && self.mode == other.mode
     }
 }
 

@@ -9,6 +9,7 @@
 //!   - name: restricted-pods
 //!     file: /opt/policies/restricted.wasm   # absolute, or relative to admission/
 //!     failurePolicy: Ignore                 # Fail (default) or Ignore
+//!     mode: Monitor                         # Enforce (default), or decide but admit
 //!     timeout: 500ms                        # per decision; default 1s
 //!     memoryLimit: 32Mi                     # guest memory; default 64Mi, at most 256Mi
 //!     instances: PerCall                    # Reused (default) or PerCall
@@ -42,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::chain::{FailurePolicy, LinkSpec};
+use crate::chain::{FailurePolicy, LinkSpec, Mode};
 use crate::{InstanceMode, Limits, convert};
 
 /// The `plugins:` section.
@@ -186,6 +187,10 @@ pub struct AdmissionConfig {
     /// What a failing plugin means for the pod. Default `Fail`.
     #[serde(default)]
     pub failure_policy: FailurePolicyConfig,
+    /// `Enforce` (default), or `Monitor`: decide on every pod but admit it, reporting
+    /// what would have been rejected.
+    #[serde(default)]
+    pub mode: ModeConfig,
     /// Deadline of one decision (`500ms`, `1s`). Default `1s`.
     pub timeout: Option<String>,
     /// Largest guest memory (`64Mi`). Default 64Mi.
@@ -206,6 +211,16 @@ pub enum InstancesConfig {
     Reused,
     /// A fresh instance for every decision.
     PerCall,
+}
+
+/// `mode` as written in the file.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum ModeConfig {
+    /// Its rejections reject the pod.
+    #[default]
+    Enforce,
+    /// Its rejections are reported, the pod admitted.
+    Monitor,
 }
 
 /// `failurePolicy` as written in the file.
@@ -425,6 +440,10 @@ impl AdmissionConfig {
                 FailurePolicyConfig::Fail => FailurePolicy::Fail,
                 FailurePolicyConfig::Ignore => FailurePolicy::Ignore,
             },
+            mode: match self.mode {
+                ModeConfig::Enforce => Mode::Enforce,
+                ModeConfig::Monitor => Mode::Monitor,
+            },
         })
     }
 }
@@ -436,7 +455,7 @@ mod tests {
     #[test]
     fn entries_become_links_and_bad_values_are_named() {
         let config: PluginsConfig = serde_yaml_ng::from_str(
-            "directory: /p\nadmission:\n- name: resource-fit\n- name: x\n  file: /abs/x.wasm\n  failurePolicy: Ignore\n  timeout: 250ms\n  memoryLimit: 8Mi\n  instances: PerCall\n  config: {a: b}\n",
+            "directory: /p\nadmission:\n- name: resource-fit\n- name: x\n  file: /abs/x.wasm\n  failurePolicy: Ignore\n  mode: Monitor\n  timeout: 250ms\n  memoryLimit: 8Mi\n  instances: PerCall\n  config: {a: b}\n",
         )
         .expect("config");
         let dir = Path::new("/p/admission");
@@ -447,6 +466,7 @@ mod tests {
         let second = config.admission[1].link_spec(dir, 1).expect("spec");
         assert_eq!(second.path, Path::new("/abs/x.wasm"));
         assert_eq!(second.failure_policy, FailurePolicy::Ignore);
+        assert_eq!((first.mode, second.mode), (Mode::Enforce, Mode::Monitor));
         assert_eq!(
             second.limits.deadline,
             std::time::Duration::from_millis(250)

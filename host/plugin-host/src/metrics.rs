@@ -6,6 +6,7 @@
 //! | `wasmlet_plugin_call_duration_seconds` (histogram) | `plugin`, `kind` |
 //! | `wasmlet_plugin_instantiation_duration_seconds` (histogram) | `plugin`, `kind` |
 //! | `wasmlet_plugin_loads_total` | `plugin`, `kind`, `result` = `loaded` / `refused` |
+//! | `wasmlet_plugin_monitored_rejections_total` | `plugin`, `reason`: what a policy in `mode: Monitor` would have rejected |
 //!
 //! A plugin resolves its label sets once, when it is loaded, so that a call only bumps
 //! atomics.
@@ -21,6 +22,12 @@ struct ResultLabels {
     plugin: String,
     kind: String,
     result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    plugin: String,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,6 +49,7 @@ fn latency_histogram() -> Histogram {
 pub struct PluginMetrics {
     calls: Family<ResultLabels, Counter>,
     loads: Family<ResultLabels, Counter>,
+    monitored: Family<ReasonLabels, Counter>,
     duration: Histograms,
     instantiation: Histograms,
 }
@@ -51,6 +59,7 @@ impl Default for PluginMetrics {
         Self {
             calls: Family::default(),
             loads: Family::default(),
+            monitored: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
             instantiation: Family::new_with_constructor(latency_histogram),
         }
@@ -93,6 +102,20 @@ impl PluginMetrics {
             "Plugin versions loaded or refused",
             self.loads.clone(),
         );
+        registry.register(
+            "wasmlet_plugin_monitored_rejections",
+            "Rejections an admission policy in Monitor mode would have made, by reason",
+            self.monitored.clone(),
+        );
+    }
+
+    /// Counts a rejection `plugin`, in Monitor mode, would have made for `reason`.
+    pub fn would_reject(&self, plugin: &str, reason: &str) {
+        let labels = ReasonLabels {
+            plugin: plugin.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.monitored.get_or_create(&labels).inc();
     }
 
     fn result(plugin: &str, kind: &str, result: &str) -> ResultLabels {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use notify::Watcher;
 use tokio::sync::mpsc;
 
-use crate::chain::{AdmissionChain, FailurePolicy, LinkSpec};
+use crate::chain::{AdmissionChain, FailurePolicy, LinkSpec, Mode};
 use crate::config::{ConfigError, PluginsConfig};
 use crate::{Limits, Plugin, cache};
 
@@ -97,6 +97,7 @@ impl Configured {
                 config: Default::default(),
                 limits: Limits::default(),
                 failure_policy: FailurePolicy::Fail,
+                mode: Mode::Enforce,
             },
         ))
     }

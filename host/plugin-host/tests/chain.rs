@@ -213,3 +213,74 @@ async fn the_pods_json_is_made_once_for_a_chain_and_only_if_a_policy_asks() {
     assert!(matches!(verdict, Verdict::Admit), "{verdict:?}");
     assert_eq!(made.load(Ordering::Relaxed), 1);
 }
+
+/// A link in `mode` serving `file`, with the defaults otherwise.
+fn link(file: &str, mode: chain::Mode) -> chain::LinkSpec {
+    chain::LinkSpec {
+        path: plugin(file),
+        config: BTreeMap::new(),
+        limits: Limits {
+            deadline: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        failure_policy: FailurePolicy::Fail,
+        mode,
+    }
+}
+
+#[tokio::test]
+async fn a_policy_in_monitor_mode_decides_but_admits_and_says_what_it_would_reject() {
+    let engine = PluginEngine::new().expect("engine");
+    let chain = AdmissionChain::new(engine.clone());
+    for (name, file) in [("deny", "fixture-deny-all"), ("spin", "fixture-spin")] {
+        chain
+            .install(name, link(file, chain::Mode::Monitor))
+            .await
+            .expect("load");
+    }
+    let admission = common::admission(&common::pod(Vec::new()), &node(), &common::usage(&[]));
+    let decision = chain.decide(&admission).await;
+    assert!(matches!(decision.verdict, Verdict::Admit), "{decision:?}");
+    assert_eq!(decision.by, None);
+    let would: Vec<(&str, &str)> = decision
+        .monitored
+        .iter()
+        .map(|w| (w.plugin.as_str(), w.rejection.reason.as_str()))
+        .collect();
+    // Both would have rejected: deny-all by its verdict, spin by running out of time
+    // (its failure policy is Fail).
+    assert_eq!(
+        would,
+        [
+            ("deny", "DeniedByPolicy"),
+            ("spin", chain::PLUGIN_ERROR_REASON)
+        ]
+    );
+    let mut registry = prometheus_client::registry::Registry::default();
+    engine.metrics().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(
+        text.contains(
+            "wasmlet_plugin_monitored_rejections_total{plugin=\"deny\",reason=\"DeniedByPolicy\"} 1"
+        ),
+        "{text}"
+    );
+
+    // Enforced, the same policy rejects; a monitored one before it is still reported.
+    chain
+        .install("deny", link("fixture-deny-all", chain::Mode::Enforce))
+        .await
+        .expect("switch to Enforce");
+    chain.remove("spin");
+    chain
+        .install("watch", link("fixture-deny-all", chain::Mode::Monitor))
+        .await
+        .expect("load");
+    chain.set_order(vec!["watch".into(), "deny".into()]);
+    let decision = chain.decide(&admission).await;
+    assert_eq!(reason(&decision.verdict), "DeniedByPolicy");
+    assert_eq!(decision.by.as_deref(), Some("deny"));
+    assert_eq!(decision.monitored.len(), 1);
+    assert_eq!(decision.monitored[0].plugin, "watch");
+}
