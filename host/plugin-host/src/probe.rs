@@ -214,9 +214,12 @@ impl ProbeHandler {
                 tls: TlsVerification::Skip,
             }));
             let grants = self.grants.network.clone();
+            let plugin = self.name().to_owned();
+            // Names may be looked up (a handler's code connects as any program does);
+            // what it reaches is still only the addresses granted.
             wasi.allow_tcp(true)
                 .allow_udp(false)
-                .allow_ip_name_lookup(false)
+                .allow_ip_name_lookup(true)
                 .socket_addr_check(move |addr, use_| {
                     // Connecting binds an ephemeral local port first (0.0.0.0:0); that
                     // reaches nothing. Every address the guest talks to must be granted.
@@ -224,6 +227,9 @@ impl ProbeHandler {
                         && addr.port() == 0
                         && addr.ip().is_unspecified();
                     let ok = ephemeral || grants.iter().any(|g| g.contains(addr.ip(), pod_ip));
+                    if !ok {
+                        tracing::warn!(%plugin, %addr, "a probe handler's connection refused: the address is outside its network grant");
+                    }
                     Box::pin(async move { ok })
                 });
         }

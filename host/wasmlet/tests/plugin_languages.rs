@@ -407,3 +407,51 @@ fn the_rust_and_typescript_templates_build_to_the_same_bytes_twice() {
     );
     assert!(a == b, "two builds of the TypeScript template differ");
 }
+
+#[test]
+fn a_python_probe_connects_by_host_name_within_its_network_grant() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let handler = as_named(&lang_plugin_named("python-connect"), "python", "connect");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = format!("port={}", listener.local_addr().expect("addr").port());
+    let probe = |grant: &[&str]| {
+        let mut args = vec!["plugin", "probe", path(&handler)];
+        args.extend(["--custom", "host=localhost", "--custom", &port]);
+        for g in grant {
+            args.extend(["--allow-network", g]);
+        }
+        let out = wasmlet(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stdout, stderr)
+    };
+    // The name is looked up and the connection made, as in any Python program.
+    let (code, stdout, stderr) = probe(&["127.0.0.0/8"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout,
+        format!("success: connected to localhost:{}", &port[5..])
+    );
+    // An address outside the grant: refused, with the error's name as on Linux, and the
+    // log says which address and why.
+    let (code, stdout, stderr) = probe(&["10.0.0.0/8"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("error: PermissionError: [EACCES] Permission denied (at app.py:"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("outside its network grant") && stderr.contains("127.0.0.1:"),
+        "{stderr}"
+    );
+    // No network at all: the name lookup itself is what is not allowed, and said so.
+    let (code, stdout, stderr) = probe(&[]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("error: gaierror: "), "{stdout}");
+    assert!(
+        stdout.contains("looking up a host name failed (a probe handler looks names up only when its configuration grants it network)"),
+        "{stdout}"
+    );
+}

@@ -3,6 +3,7 @@ one line, with the place in the author's code it came from, for a probe's ``erro
 or a source's error; ``report`` also prints the whole traceback to stderr, which the host
 logs under the plugin's name."""
 
+import errno
 import sys
 import traceback
 
@@ -19,13 +20,27 @@ def _authors(filename: str) -> str:
 
 def describe(e: BaseException) -> str:
     """``Type: message (at app.py:12 in probe)``: the innermost frame outside the SDK."""
-    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    text = f"{type(e).__name__}: {_message(e)}" if str(e) else type(e).__name__
     frames = traceback.extract_tb(e.__traceback__)
     own = [f for f in frames if _SDK not in f.filename] or frames
     if own:
         where = own[-1]
         text += f" (at {_authors(where.filename)}:{where.lineno} in {where.name})"
     return text
+
+
+def _message(e: BaseException) -> str:
+    """``e``'s message; an OS error's number by its name (``[ECONNREFUSED] Connection
+    refused``): the numbers are WASI's, not those an author knows from Linux."""
+    if type(e).__name__ == "gaierror":
+        return (
+            f"{e.strerror or e}: looking up a host name failed (a probe handler looks names "
+            "up only when its configuration grants it network)"
+        )
+    if isinstance(e, OSError) and e.errno in errno.errorcode and e.strerror:
+        text = f"[{errno.errorcode[e.errno]}] {e.strerror}"
+        return f"{text}: {e.filename!r}" if e.filename is not None else text
+    return str(e)
 
 
 def report(e: BaseException) -> str:

@@ -12,6 +12,11 @@ An exception the handler raises is the outcome ``error`` naming it (the kubelet 
 errored probe as a failure), not a trap.
 """
 
+# Host names are encoded with the idna codec before they are looked up, and Python
+# imports it on first use; the component has no standard library to import from once
+# built, so it is imported here, into the snapshot, for `socket` to find.
+import encodings.idna  # noqa: F401
+
 from wit_world.exports import Probe as _Probe
 from wit_world.exports.probe import (
     Action,

@@ -115,6 +115,12 @@ pub const LANG_PLUGINS: &[LangPlugin] = &[
         "plugins/fixtures/python/memory-hog",
     ),
     plugin(
+        "python-connect",
+        Lang::Python,
+        "probe-handler",
+        "plugins/fixtures/python/connect",
+    ),
+    plugin(
         "js-throws",
         Lang::Js,
         "admission-policy",
