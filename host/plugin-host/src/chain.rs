@@ -41,7 +41,7 @@ pub enum Mode {
 }
 
 /// A rejection a link in [`Mode::Monitor`] would have made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct WouldReject {
     /// The link's name.
     pub plugin: String,
