@@ -19,10 +19,12 @@ def _authors(filename: str) -> str:
 
 
 def describe(e: BaseException) -> str:
-    """``Type: message (at app.py:12 in probe)``: the innermost frame outside the SDK."""
+    """``Type: message (at app.py:12 in probe)``: the innermost frame of the author's own
+    files (not the SDK's, not the standard library's), else the innermost outside the SDK."""
     text = f"{type(e).__name__}: {_message(e)}" if str(e) else type(e).__name__
     frames = traceback.extract_tb(e.__traceback__)
-    own = [f for f in frames if _SDK not in f.filename] or frames
+    outside = [f for f in frames if _SDK not in f.filename]
+    own = [f for f in outside if _authors(f.filename) != f.filename] or outside or frames
     if own:
         where = own[-1]
         text += f" (at {_authors(where.filename)}:{where.lineno} in {where.name})"
