@@ -57,6 +57,7 @@ pub mod probe;
 pub mod resources;
 pub mod source;
 pub mod watch;
+mod world;
 
 pub use admission::{Admission, AdmissionPlugin, IDLE_INSTANCE_LIFETIME, NodeLoad};
 pub use cache::{CacheOutcome, ComponentCache};

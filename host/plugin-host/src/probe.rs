@@ -16,31 +16,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::Engine;
-use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
 use crate::http::{HttpAccess, TlsVerification};
+use crate::world::probe as bindings;
 use crate::{
     CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
     plugin_store,
 };
-
-#[allow(missing_docs)]
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "probe-handler",
-        exports: { default: async },
-        imports: { "wasmlet:plugin/exec.exec-sync": async },
-        additional_derives: [PartialEq, Eq],
-        with: {
-            "wasmlet:plugin/types": crate::bindings::wasmlet::plugin::types,
-            "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
-        },
-    });
-}
 
 pub use bindings::exports::wasmlet::plugin::probe::{
     Action, GrpcAction, HttpGetAction, Outcome, ProbeKind, Target, TcpSocketAction,
@@ -69,16 +53,6 @@ pub struct Grants {
     pub exec: bool,
     /// Open TCP connections and send HTTP requests to these addresses.
     pub network: Vec<NetworkGrant>,
-}
-
-/// The linker of the `probe-handler` world: WASI (nothing granted unless the call's
-/// context grants it), the platform, `exec`.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    let mut linker = Linker::<PluginState>::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    bindings::ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-    Ok(linker)
 }
 
 impl bindings::wasmlet::plugin::exec::Host for PluginState {

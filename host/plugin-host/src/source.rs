@@ -14,27 +14,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1 as k8s;
-use wasmtime::Engine;
-use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::http::{HttpAccess, TlsVerification};
+use crate::world::source as bindings;
 use crate::{
     CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
     plugin_store,
 };
-
-#[allow(missing_docs)]
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "pod-source",
-        exports: { default: async },
-        with: {
-            "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
-        },
-    });
-}
 
 /// Where the granted directory appears inside the guest.
 pub const MANIFEST_DIR: &str = "/manifests";
@@ -90,16 +77,6 @@ pub enum PollError {
     /// The plugin failed (trap, deadline, …).
     #[error(transparent)]
     Plugin(#[from] PluginError),
-}
-
-/// The linker of the `pod-source` world: WASI (the granted directory only), wasi:http
-/// (granted URLs only), the platform.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    let mut linker = Linker::<PluginState>::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    bindings::PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-    Ok(linker)
 }
 
 /// A loaded pod source.

@@ -91,6 +91,7 @@ pub mod cgroups;
 mod cluster;
 mod configz;
 mod defaults;
+mod duration;
 pub mod fields;
 mod file;
 pub mod flags;

@@ -14,7 +14,7 @@ use wasmlet_server::authz::{AuthzSettings, Mode};
 use wasmlet_server::tls::{MinVersion, TlsSettings};
 
 use super::absolute;
-use super::file::Dur;
+use super::duration::Dur;
 
 /// `authentication` as written.
 #[derive(Debug, Default, Deserialize)]

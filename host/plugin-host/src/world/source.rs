@@ -1,0 +1,26 @@
+//! The `pod-source` world: its bindings and its linker.
+#![allow(missing_docs)]
+
+use wasmtime::Engine;
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::PluginState;
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "pod-source",
+    exports: { default: async },
+    with: {
+        "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
+    },
+});
+
+/// The linker of the `pod-source` world: WASI (the granted directory only), wasi:http
+/// (granted URLs only), the platform.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
