@@ -15,7 +15,6 @@ use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::cgroups::fs::CgroupFs;
 use wasmlet_agent::cgroups::tree::Driver;
 use wasmlet_agent::cgroups::{PodCgroups, Setup};
-use wasmlet_agent::events::MemoryRecorder;
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri_sim::Simulator;
 
@@ -499,34 +498,6 @@ async fn the_runtime_going_away_marks_the_node_not_ready_and_the_agent_carries_o
         "the outage restarted nothing"
     );
     agent.shutdown().await;
-}
-
-/// An agent on the simulator that admits pods through `chain`, recording its events.
-fn start_admitting(
-    name: &str,
-    chain: Arc<wasmlet_plugin_host::chain::AdmissionChain>,
-) -> (Arc<Simulator>, Agent<Simulator>, Arc<MemoryRecorder>) {
-    let events = Arc::new(MemoryRecorder::default());
-    let opts = AgentOptions {
-        events: Some(events.clone()),
-        ..options(name)
-    };
-    let node =
-        wasmlet_plugin_host::convert::node(&opts.node.object(true, "", "2026-11-22T10:00:00Z"))
-            .expect("node");
-    let sim = Arc::new(Simulator::new());
-    let agent = Agent::start(
-        sim.clone(),
-        opts,
-        Arc::new(ExecChecker),
-        Some(wasmlet_agent::syncloop::Admission {
-            chain,
-            node: Arc::new(node),
-            node_check: None,
-        }),
-        None,
-    );
-    (sim, agent, events)
 }
 
 #[tokio::test(start_paused = true)]

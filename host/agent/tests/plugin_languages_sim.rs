@@ -1,6 +1,7 @@
 //! A probe handler and a pod source written in Python and in TypeScript — the templates
 //! — run in the agent on the simulator as a Rust one does: the source's pods start, and
-//! the custom probe runs its command in each container and reports readiness by it.
+//! the custom probe runs its command in each container and reports readiness by it; a
+//! policy's exception is the pod's rejection, in the author's words.
 
 mod support;
 
@@ -121,5 +122,59 @@ async fn python_and_typescript_probe_handlers_and_pod_sources_run_in_the_agent()
     }
     for lang in ["python", "js"] {
         run_templates(lang).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_or_typescript_policys_exception_is_the_rejection_events_message() {
+    if lang_toolchains().is_none() {
+        return;
+    }
+    let cases = [
+        ("python-raises", "KeyError: 'team' at app.py:8 in team_of"),
+        (
+            "js-throws",
+            "TypeError: can't access property \"owner\", annotations['example.com/meta'] is \
+             undefined at app.ts:7 in ownerOf",
+        ),
+    ];
+    for (fixture, said) in cases {
+        let engine = PluginEngine::with_cache(&lang_cache_dir()).expect("engine");
+        let chain = Arc::new(wasmlet_plugin_host::chain::AdmissionChain::new(engine));
+        chain
+            .push(
+                "buggy",
+                &lang_plugin_named(fixture),
+                Default::default(),
+                Default::default(),
+                wasmlet_plugin_host::chain::FailurePolicy::Fail,
+            )
+            .expect("the policy loads");
+        let (sim, agent, events) = start_admitting(fixture, chain);
+        send(
+            &agent,
+            vec![pod(
+                r#"{"metadata":{"name":"web"},"spec":{"containers":[
+                    {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
+                     "command":["sleep","3600"]}]}}"#,
+            )],
+        )
+        .await;
+        let p = wait_for(&agent, "web", "rejected", Duration::from_secs(20), |p| {
+            phase(p) == "Failed"
+        })
+        .await;
+        let expected = format!("plugin buggy: admit failed: {said}");
+        let status = p.status.expect("status");
+        assert_eq!(status.reason.as_deref(), Some("AdmissionPluginError"));
+        assert_eq!(status.message, Some(format!("Pod was rejected: {expected}")));
+        let event = events
+            .events()
+            .into_iter()
+            .find(|e| e.reason == "AdmissionPluginError")
+            .expect("a rejection event");
+        assert!(event.message.contains(&expected), "{fixture}: {event:?}");
+        assert_eq!(sim.counts(), (0, 0), "{fixture}: nothing runs");
+        agent.shutdown().await;
     }
 }

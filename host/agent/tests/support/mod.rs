@@ -117,6 +117,34 @@ pub fn start_recording(name: &str) -> (Arc<Simulator>, Agent<Simulator>, Arc<Mem
     (sim, agent, events)
 }
 
+/// An agent on the simulator that admits pods through `chain`, recording its events.
+pub fn start_admitting(
+    name: &str,
+    chain: Arc<wasmlet_plugin_host::chain::AdmissionChain>,
+) -> (Arc<Simulator>, Agent<Simulator>, Arc<MemoryRecorder>) {
+    let events = Arc::new(MemoryRecorder::default());
+    let opts = AgentOptions {
+        events: Some(events.clone()),
+        ..options(name)
+    };
+    let node =
+        wasmlet_plugin_host::convert::node(&opts.node.object(true, "", "2026-11-22T10:00:00Z"))
+            .expect("node");
+    let sim = Arc::new(Simulator::new());
+    let agent = Agent::start(
+        sim.clone(),
+        opts,
+        Arc::new(ExecChecker),
+        Some(wasmlet_agent::syncloop::Admission {
+            chain,
+            node: Arc::new(node),
+            node_check: None,
+        }),
+        None,
+    );
+    (sim, agent, events)
+}
+
 pub fn pod(json: &str) -> SourcePod {
     SourcePod {
         origin: "test.yaml".into(),
