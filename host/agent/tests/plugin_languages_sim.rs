@@ -153,11 +153,9 @@ async fn a_python_or_typescript_policys_exception_is_the_rejection_events_messag
         let (sim, agent, events) = start_admitting(fixture, chain);
         send(
             &agent,
-            vec![pod(
-                r#"{"metadata":{"name":"web"},"spec":{"containers":[
+            vec![pod(r#"{"metadata":{"name":"web"},"spec":{"containers":[
                     {"name":"c","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent",
-                     "command":["sleep","3600"]}]}}"#,
-            )],
+                     "command":["sleep","3600"]}]}}"#)],
         )
         .await;
         let p = wait_for(&agent, "web", "rejected", Duration::from_secs(20), |p| {
@@ -167,7 +165,10 @@ async fn a_python_or_typescript_policys_exception_is_the_rejection_events_messag
         let expected = format!("plugin buggy: admit failed: {said}");
         let status = p.status.expect("status");
         assert_eq!(status.reason.as_deref(), Some("AdmissionPluginError"));
-        assert_eq!(status.message, Some(format!("Pod was rejected: {expected}")));
+        assert_eq!(
+            status.message,
+            Some(format!("Pod was rejected: {expected}"))
+        );
         let event = events
             .events()
             .into_iter()

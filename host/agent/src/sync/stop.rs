@@ -242,10 +242,21 @@ impl Turn {
     }
 }
 
-/// The least a container is given to stop after waiting for its turn (the kubelet's
-/// minimumGracePeriodInSeconds): a sidecar that waited out the grace period still gets
-/// its SIGTERM before the SIGKILL.
-const MIN_STOP_AFTER_TURN: i64 = 2;
+/// The least a container is given between SIGTERM and SIGKILL, whatever its preStop
+/// hook and its wait for its turn took of the grace period (the kubelet's
+/// minimumGracePeriodInSeconds): a sidecar whose hook ran out the grace period still
+/// gets its SIGTERM two seconds before the SIGKILL.
+const MINIMUM_STOP_SECONDS: i64 = 2;
+
+/// StopContainer's timeout for what is `left` of the grace period: whole seconds,
+/// rounded up (a grace period that has not quite run out still gets its second), and
+/// never under [`MINIMUM_STOP_SECONDS`].
+fn stop_timeout(left: Duration) -> i64 {
+    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    i64::try_from(secs)
+        .unwrap_or(i64::MAX)
+        .max(MINIMUM_STOP_SECONDS)
+}
 
 /// Hooks and stops of single containers: what both a sync and the parallel stop tasks
 /// of a kill need.
@@ -325,7 +336,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
     /// Stops one container once `turn` has come (it says whether it waited for others):
     /// its preStop hook first (within the grace period), then the wait for its turn (no
     /// longer than what is left of the grace period), then StopContainer with what is
-    /// left — at least [`MIN_STOP_AFTER_TURN`] after a wait.
+    /// left — at least [`MINIMUM_STOP_SECONDS`], as the kubelet gives every container.
     pub async fn stop_container_after(
         &self,
         pod: &k8s::Pod,
@@ -344,16 +355,27 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         {
             warn!(pod = %PodKey::of(pod), container = %c.name, "PreStopHook failed: {m}");
         }
-        let waited = tokio::time::timeout(grace_d.saturating_sub(started.elapsed()), turn)
+        // What is left after the hook is also the longest the turn is waited for.
+        let _ = tokio::time::timeout(grace_d.saturating_sub(started.elapsed()), turn)
             .await
             .unwrap_or(true);
-        let left = grace_d.saturating_sub(started.elapsed());
-        // Round up: a grace period that has not quite run out still gets its second.
-        let mut secs =
-            i64::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(i64::MAX);
-        if waited {
-            secs = secs.max(MIN_STOP_AFTER_TURN);
-        }
+        let secs = stop_timeout(grace_d.saturating_sub(started.elapsed()));
         self.runtime.stop_container(id, secs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_always_gets_two_seconds_between_sigterm_and_sigkill() {
+        // A preStop hook that never exits ran out a 30 s grace period: the kubelet still
+        // stops the container with 2 s (the sidecar e2e spec measures the hook's 30 s + 2).
+        assert_eq!(stop_timeout(Duration::ZERO), 2);
+        assert_eq!(stop_timeout(Duration::from_millis(1500)), 2);
+        // Otherwise what is left, rounded up to whole seconds.
+        assert_eq!(stop_timeout(Duration::from_millis(2001)), 3);
+        assert_eq!(stop_timeout(Duration::from_secs(30)), 30);
     }
 }

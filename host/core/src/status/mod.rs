@@ -484,12 +484,32 @@ fn pod_phase(input: &Input<'_>, statuses: &Statuses) -> &'static str {
         Some("Succeeded") => "Succeeded",
         Some("Failed") => "Failed",
         _ if input.terminal => final_phase(&statuses.app),
-        _ => phase(
-            input.pod,
-            &statuses.init,
-            &statuses.app,
-            active_app_started(input),
-        ),
+        previous => {
+            let now = phase(
+                input.pod,
+                &statuses.init,
+                &statuses.app,
+                active_app_started(input),
+            );
+            // The kubelet's status manager never reports a terminal phase while the pod
+            // could still have running containers (sidecars still stopping after a
+            // failed init container, say): the phase stays what it was until they stop.
+            let terminal = now == "Failed" || now == "Succeeded";
+            if terminal && input.runtime.running().next().is_some() {
+                held_phase(previous)
+            } else {
+                now
+            }
+        }
+    }
+}
+
+/// The phase a pod keeps while it waits to be reported terminal: the last one reported
+/// (Pending before any).
+fn held_phase(previous: Option<&str>) -> &'static str {
+    match previous {
+        Some("Running") => "Running",
+        _ => "Pending",
     }
 }
 

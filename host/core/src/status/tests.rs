@@ -614,6 +614,32 @@ fn a_sidecar_that_ended_or_restarts_does_not_hold_the_phase() {
 }
 
 #[test]
+fn a_failed_init_is_not_reported_failed_while_a_sidecar_still_stops() {
+    // restartPolicy Never, a sidecar started, then the regular init container after it
+    // failed: getPhase says Failed, but the kubelet's status manager keeps the phase it
+    // had (Pending) until the sidecar has stopped.
+    let p = with_sidecar(
+        pod("Never", &["proxy", "setup"], &[("app", false)]),
+        "proxy",
+    );
+    let rt = runtime(vec![
+        info("proxy", 1, State::Running, 0),
+        info("setup", 2, State::Exited, 1),
+    ]);
+    let s = status_probed(&p, &rt, true, true);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let rt = runtime(vec![
+        info("proxy", 1, State::Exited, 137),
+        info("setup", 2, State::Exited, 1),
+    ]);
+    assert_eq!(
+        status_probed(&p, &rt, true, true).phase.as_deref(),
+        Some("Failed"),
+        "Failed once nothing runs"
+    );
+}
+
+#[test]
 fn container_statuses_carry_mounts_allocated_resources_and_the_resize_conditions() {
     let mut p = pod("Always", &[], &[("c", false)]);
     let c = &mut p.spec.as_mut().expect("spec").containers[0];
