@@ -242,6 +242,10 @@ impl Turn {
     }
 }
 
+/// The exec hooks' own deadline, in seconds: none to speak of (the kubelet runs them
+/// with no timeout); a day keeps the exec handler's millisecond count in range.
+const HOOK_EXEC_TIMEOUT: i32 = 86_400;
+
 /// The least a container is given between SIGTERM and SIGKILL, whatever its preStop
 /// hook and its wait for its turn took of the grace period (the kubelet's
 /// minimumGracePeriodInSeconds): a sidecar whose hook ran out the grace period still
@@ -271,7 +275,10 @@ pub struct ContainerOps<R> {
 
 impl<R: CriRuntime + 'static> ContainerOps<R> {
     /// Runs a postStart or preStop hook through the probe handler of its kind (a
-    /// `sleep` hook sleeps), bounded by `timeout`.
+    /// `sleep` hook sleeps), waiting for it at most `timeout`. As the kubelet's, a hook
+    /// is waited for, not cut short: it runs in a task of its own, an exec hook with no
+    /// deadline of its own ([`HOOK_EXEC_TIMEOUT`]) until it ends or its container
+    /// stops — a preStop hook that outlives the grace period runs until the SIGKILL.
     pub async fn run_hook(
         &self,
         pod: &k8s::Pod,
@@ -290,7 +297,11 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
             exec: hook.exec.clone(),
             http_get: hook.http_get.clone(),
             tcp_socket: hook.tcp_socket.clone(),
-            timeout_seconds: Some(i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX)),
+            timeout_seconds: Some(if hook.exec.is_some() {
+                HOOK_EXEC_TIMEOUT
+            } else {
+                i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX)
+            }),
             ..Default::default()
         };
         let pod_ip = if pod::host_network(pod) {
@@ -310,10 +321,13 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         let kind = convert::probe_kind(&target.action);
         let exec: Arc<dyn ContainerExec> =
             Arc::new(CriExec::new(self.runtime.clone(), container_id));
-        match tokio::time::timeout(timeout, self.checker.check(kind, &target, Some(exec))).await {
-            Ok(Ok(Outcome::Success(_))) => Ok(()),
-            Ok(Ok(Outcome::Failure(m) | Outcome::Error(m))) => Err(m),
-            Ok(Err(e)) => Err(e),
+        let checker = self.checker.clone();
+        let hook = tokio::spawn(async move { checker.check(kind, &target, Some(exec)).await });
+        match tokio::time::timeout(timeout, hook).await {
+            Ok(Ok(Ok(Outcome::Success(_)))) => Ok(()),
+            Ok(Ok(Ok(Outcome::Failure(m) | Outcome::Error(m)))) => Err(m),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("did not finish within {timeout:?}")),
         }
     }
@@ -366,7 +380,66 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
+
+    /// A hook handler that takes `lasts` and then says it passed, noting it finished.
+    struct SlowHook {
+        lasts: Duration,
+        finished: Arc<AtomicBool>,
+    }
+
+    impl Checker for SlowHook {
+        fn check<'a>(
+            &'a self,
+            _kind: &'a str,
+            target: &'a wasmlet_plugin_host::probe::Target,
+            _exec: Option<Arc<dyn ContainerExec>>,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+            // An exec hook is given no deadline of its own.
+            assert_eq!(target.timeout_ms, 86_400_000);
+            Box::pin(async move {
+                tokio::time::sleep(self.lasts).await;
+                self.finished.store(true, Ordering::SeqCst);
+                Ok(Outcome::Success(String::new()))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hook_is_waited_for_within_its_time_but_not_cut_short() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let ops = ContainerOps {
+            runtime: Arc::new(wasmlet_cri_sim::Simulator::new()),
+            checker: Arc::new(SlowHook {
+                lasts: Duration::from_secs(40),
+                finished: finished.clone(),
+            }),
+            node: NodeContext::default(),
+        };
+        let pod: k8s::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "i", "lifecycle": {"preStop":
+                {"exec": {"command": ["sh", "-c", "while true; do sleep 1; done"]}}}}]}
+        }))
+        .expect("pod");
+        let c = &pod.spec.as_ref().expect("spec").containers[0];
+        let hook = c
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .expect("hook");
+        let waited = ops
+            .run_hook(&pod, c, hook, "id", "10.0.0.1", Duration::from_secs(30))
+            .await;
+        assert_eq!(waited, Err("did not finish within 30s".to_owned()));
+        assert!(!finished.load(Ordering::SeqCst));
+        // The kubelet stops waiting, not the hook: it runs on until it ends (or its
+        // container is killed).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(finished.load(Ordering::SeqCst), "the hook was cut short");
+    }
 
     #[test]
     fn a_container_always_gets_two_seconds_between_sigterm_and_sigkill() {
