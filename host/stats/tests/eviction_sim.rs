@@ -231,7 +231,9 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
         sampler: Box::new(script.clone()),
         stats: Arc::new(Stats::new()),
         manager: eviction::Manager::new(eviction::Config {
-            transition: Duration::from_secs(2),
+            // Longer than the 2 s the evicted pod's container is given to stop (the
+            // kubelet's minimum, even for a hard threshold's grace 0).
+            transition: Duration::from_secs(5),
             ..eviction::Config::default()
         }),
         node: Arc::new(wasmlet_stats::agent::AgentNode {
@@ -279,7 +281,8 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
     assert_eq!(evicted.len(), 1, "one Evicted event");
     assert_eq!(evicted[0].pod.name, "hog");
     assert_eq!(evicted[0].kind, wasmlet_agent::events::Kind::Warning);
-    // Its containers are stopped (grace 0 for a hard threshold); calm keeps running.
+    // Its containers are stopped (grace 0 for a hard threshold: SIGKILL after the
+    // minimum 2 s); calm keeps running.
     wait("hog's container stopped", || {
         agent
             .ctx
@@ -313,7 +316,7 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
     );
 
     // After the transition period: the condition clears.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(5100)).await;
     let d = hk.round().await;
     assert!(d.pressure.is_empty());
     assert!(!pressure.has(Pressure::Memory));
