@@ -229,16 +229,15 @@ struct Turn {
 }
 
 impl Turn {
-    /// Waits for the turn; whether there was anything to wait for.
-    async fn wait(&self) -> bool {
+    /// Waits for the turn.
+    async fn wait(&self) {
         if self.after.is_empty() {
-            return false;
+            return;
         }
         let mut stopped = self.stopped.subscribe();
         let _ = stopped
             .wait_for(|s| self.after.iter().all(|name| s.contains(name)))
             .await;
-        true
     }
 }
 
@@ -342,13 +341,12 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         pod_ip: &str,
         grace: i64,
     ) -> Result<(), CriError> {
-        let now = std::future::ready(false);
+        let now = std::future::ready(());
         self.stop_container_after(pod, c, id, pod_ip, grace, now)
             .await
     }
 
-    /// Stops one container once `turn` has come (it says whether it waited for others):
-    /// its preStop hook first (within the grace period), then the wait for its turn (no
+    /// Stops one container once `turn` has come: its preStop hook first (within the grace period), then the wait for its turn (no
     /// longer than what is left of the grace period), then StopContainer with what is
     /// left — at least [`MINIMUM_STOP_SECONDS`], as the kubelet gives every container.
     pub async fn stop_container_after(
@@ -358,7 +356,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         id: &str,
         pod_ip: &str,
         grace: i64,
-        turn: impl std::future::Future<Output = bool>,
+        turn: impl std::future::Future<Output = ()>,
     ) -> Result<(), CriError> {
         let started = Instant::now();
         let grace_d = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
@@ -370,9 +368,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
             warn!(pod = %PodKey::of(pod), container = %c.name, "PreStopHook failed: {m}");
         }
         // What is left after the hook is also the longest the turn is waited for.
-        let _ = tokio::time::timeout(grace_d.saturating_sub(started.elapsed()), turn)
-            .await
-            .unwrap_or(true);
+        let _ = tokio::time::timeout(grace_d.saturating_sub(started.elapsed()), turn).await;
         let secs = stop_timeout(grace_d.saturating_sub(started.elapsed()));
         self.runtime.stop_container(id, secs).await
     }
