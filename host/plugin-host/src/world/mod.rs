@@ -4,3 +4,21 @@
 
 pub(crate) mod probe;
 pub(crate) mod source;
+
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use crate::PluginState;
+
+/// A linker of WASI and wasi:http (what a call reaches is checked per call against its
+/// grants) with the world's own imports added by `world`.
+fn with_wasi_http(
+    engine: &Engine,
+    world: impl FnOnce(&mut Linker<PluginState>) -> wasmtime::Result<()>,
+) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    world(&mut linker)?;
+    Ok(linker)
+}

@@ -21,9 +21,7 @@ wasmtime::component::bindgen!({
 /// The linker of the `probe-handler` world: WASI (nothing granted unless the call's
 /// context grants it), the platform, `exec`.
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    let mut linker = Linker::<PluginState>::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-    Ok(linker)
+    super::with_wasi_http(engine, |l| {
+        ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
+    })
 }

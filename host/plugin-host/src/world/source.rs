@@ -18,9 +18,7 @@ wasmtime::component::bindgen!({
 /// The linker of the `pod-source` world: WASI (the granted directory only), wasi:http
 /// (granted URLs only), the platform.
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    let mut linker = Linker::<PluginState>::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-    Ok(linker)
+    super::with_wasi_http(engine, |l| {
+        PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
+    })
 }
