@@ -121,7 +121,7 @@ pub async fn run(cache: Option<&Path>, args: TestArgs) -> Result<ExitCode> {
         Ok(files) => files,
         Err(e) => return Ok(unreadable(e)),
     };
-    let policies = Policies::new(cache, &args)?;
+    let mut policies = Policies::new(cache, &args)?;
     let (mut passed, mut failed) = (0, 0);
     for (path, file) in &files {
         for (i, case) in file.cases.iter().enumerate() {
@@ -129,7 +129,7 @@ pub async fn run(cache: Option<&Path>, args: TestArgs) -> Result<ExitCode> {
                 continue;
             }
             let at = format!("{} case {} ({:?})", path.display(), i + 1, case.name);
-            let outcome = match decide(&policies, path, file, case, &at).await {
+            let outcome = match decide(&mut policies, path, file, case, &at).await {
                 Ok(outcome) => outcome,
                 Err(e) => return Ok(unreadable(e)),
             };
@@ -181,7 +181,7 @@ fn read_all(paths: &[PathBuf]) -> Result<Vec<(PathBuf, CaseFile)>> {
 struct Policies<'a> {
     engine: PluginEngine,
     args: &'a TestArgs,
-    loaded: std::sync::Mutex<BTreeMap<BTreeMap<String, String>, Arc<AdmissionPlugin>>>,
+    loaded: BTreeMap<BTreeMap<String, String>, Arc<AdmissionPlugin>>,
     /// Where components compiled for one configuration wait for the next, when the
     /// command was given no cache of its own.
     _scratch: Option<Scratch>,
@@ -205,9 +205,8 @@ impl<'a> Policies<'a> {
     }
 
     /// The policy with `config`, loaded on first use.
-    fn with(&self, config: BTreeMap<String, String>) -> Result<Arc<AdmissionPlugin>> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = loaded.get(&config) {
+    fn with(&mut self, config: BTreeMap<String, String>) -> Result<Arc<AdmissionPlugin>> {
+        if let Some(p) = self.loaded.get(&config) {
             return Ok(p.clone());
         }
         let path = &self.args.policy;
@@ -216,7 +215,7 @@ impl<'a> Policies<'a> {
             self.engine
                 .load_admission(&plugin_name(path), path, config.clone(), limits)?;
         let plugin = Arc::new(plugin);
-        loaded.insert(config, plugin.clone());
+        self.loaded.insert(config, plugin.clone());
         Ok(plugin)
     }
 }
@@ -240,7 +239,7 @@ impl Drop for Scratch {
 
 /// The policy's decision on `case`; errors name the case.
 async fn decide(
-    policies: &Policies<'_>,
+    policies: &mut Policies<'_>,
     path: &Path,
     file: &CaseFile,
     case: &Case,
