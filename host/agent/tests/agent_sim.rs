@@ -347,6 +347,56 @@ async fn a_failing_liveness_probe_restarts_the_container() {
     agent.shutdown().await;
 }
 
+/// A container its liveness probe kills again and again backs off as the kubelet's does:
+/// each restart measures from the instance that exited before the one just killed, so
+/// the first two restarts are at once and the later ones wait 10, 20, 40 s, with
+/// CrashLoopBackOff shown — not a restart every probe cycle for ever.
+#[tokio::test(start_paused = true)]
+async fn a_container_its_liveness_probe_keeps_killing_backs_off() {
+    let (sim, agent, events) = start_recording("liveness-backoff");
+    send(&agent, vec![failing_liveness(1, None)]).await;
+    let begun = tokio::time::Instant::now();
+    let mut starts: Vec<i64> = Vec::new();
+    let mut backed_off = false;
+    while begun.elapsed() < Duration::from_secs(150) {
+        for c in sim.list_containers(None).await.expect("list") {
+            let st = sim.container_status(&c.id, false).await.expect("status");
+            let started = st.status.expect("status").started_at;
+            if started > 0 && !starts.contains(&started) {
+                starts.push(started);
+            }
+        }
+        backed_off |= agent.ctx.statuses.pods().iter().any(|p| {
+            container(p, "c")
+                .state
+                .and_then(|s| s.waiting)
+                .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    starts.sort();
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e9)
+        .collect();
+    // Each instance runs 4 s before its kill. Kills 1 and 2 restart at once (no
+    // instance had exited before the first; the first exited 4 s before the second,
+    // past no back-off yet); from the third on, the wait counts from the kill: 10, 20,
+    // 40 s. Without the back-off: a start every 4 s, 38 in 150 s.
+    let want = [4.0, 4.0, 14.0, 24.0, 44.0];
+    assert_eq!(gaps.len(), want.len(), "gaps {gaps:?}, want {want:?}");
+    for (gap, want) in gaps.iter().zip(want) {
+        assert!((gap - want).abs() < 0.5, "gaps {gaps:?}, want {want:?}");
+    }
+    assert!(backed_off, "the container showed CrashLoopBackOff");
+    assert!(
+        events
+            .reasons("live-node-liveness-backoff")
+            .contains(&"BackOff".to_owned())
+    );
+    agent.shutdown().await;
+}
+
 /// An agent on `sim` running the sleeper pod, and the pod once Running.
 async fn run_sleeper(sim: &Arc<Simulator>, opts: AgentOptions) -> (Agent<Simulator>, k8s::Pod) {
     let agent = Agent::start(sim.clone(), opts, Arc::new(ExecChecker), None, None);

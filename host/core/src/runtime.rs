@@ -136,6 +136,14 @@ impl PodRuntime {
         self.containers.iter().find(|c| c.name == name)
     }
 
+    /// The newest instance of `name` that has exited (the one a restart's back-off
+    /// counts from).
+    pub fn latest_exited(&self, name: &str) -> Option<&ContainerInfo> {
+        self.containers
+            .iter()
+            .find(|c| c.name == name && c.state == State::Exited)
+    }
+
     /// The instance before the newest one of `name` (the status's lastState).
     pub fn previous(&self, name: &str) -> Option<&ContainerInfo> {
         self.containers.iter().filter(|c| c.name == name).nth(1)

@@ -69,7 +69,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         // The crash-loop back-off advances when a container is about to be created
         // again, not when the agent could not even make its configuration: a
         // configuration of the agent's own that fails is not the container's crash.
-        let restarting = self.crash_loop_gate(pod, c, previous)?;
+        let restarting = self.crash_loop_gate(pod, c, rt.latest_exited(&c.name))?;
         let restart_count = previous.map_or(0, |p| p.restart_count + 1);
         let ahead::Ahead { env, present } = ahead;
         self.ensure_image(pod, c, present).await?;
@@ -244,16 +244,20 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
     }
 
     /// CrashLoopBackOff: a container that exited waits out its back-off before it is
-    /// created again. `Ok(Some((key, finished)))`: it may restart now, and its back-off
-    /// (under `key`) is to advance from its finish when it is created; `Ok(None)`: a
-    /// first start.
+    /// created again. `exited` is the newest instance that exited, as the kubelet's
+    /// `doBackOff` looks for it: when a sync kills a running container (a failed
+    /// liveness probe) and starts it again, the instance it measures from is the one
+    /// before — so a container killed over and over backs off from its second kill on,
+    /// as with the kubelet. `Ok(Some((key, finished)))`: it may restart now, and its
+    /// back-off (under `key`) is to advance from its finish when it is created;
+    /// `Ok(None)`: no instance exited before.
     fn crash_loop_gate(
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
-        previous: Option<&crate::runtime::ContainerInfo>,
+        exited: Option<&crate::runtime::ContainerInfo>,
     ) -> Result<Option<(String, Instant)>, NotStarted> {
-        let Some(prev) = previous.filter(|p| p.state == State::Exited) else {
+        let Some(prev) = exited else {
             return Ok(None);
         };
         let key = PodKey::of(pod);
