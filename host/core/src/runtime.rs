@@ -101,7 +101,9 @@ pub struct ContainerInfo {
     pub reason: String,
     /// The runtime's message (or the termination message).
     pub message: String,
-    /// The image as the spec named it.
+    /// The image: in a listing, the name it was created with; from ContainerStatus,
+    /// the runtime's name for it (containerd: the image's first tag) — what the
+    /// kubelet reports as the container status's `image`.
     pub image: String,
     /// The image the runtime ran (its id or digest).
     pub image_ref: String,
@@ -337,6 +339,9 @@ pub fn add_status(info: &mut ContainerInfo, s: &proto::ContainerStatus, written:
     }
     if !s.image_ref.is_empty() {
         info.image_ref = s.image_ref.clone();
+    }
+    if let Some(image) = s.image.as_ref().filter(|i| !i.image.is_empty()) {
+        info.image.clone_from(&image.image);
     }
     info.detailed = true;
 }

@@ -143,6 +143,12 @@ fn container_status(
     };
     status.restart_count = c.restart_count;
     status.image_id = c.image_ref.clone();
+    if c.detailed && !c.image.is_empty() {
+        // The image the instance runs, as the runtime names it (the kubelet's `image`):
+        // a spec updated to a new image shows the old one until the container is
+        // created again.
+        status.image.clone_from(&c.image);
+    }
     allocated_resources(spec, input, &mut status);
     status.container_id = Some(format!("{}://{}", input.runtime_name, c.id));
     let last_terminated = |c: &ContainerInfo| {

@@ -362,8 +362,17 @@ impl Simulator {
         } else {
             BTreeMap::new()
         };
+        // As containerd answers: the image by its first tag while the image is there
+        // (whatever name the container was created with), else that name.
+        let mut status = c.status();
+        if let Some(tag) = st.images.resolve(&c.image_ref).and_then(|i| i.tags.first()) {
+            status.image = Some(proto::ImageSpec {
+                image: tag.clone(),
+                ..Default::default()
+            });
+        }
         Ok(proto::ContainerStatusResponse {
-            status: Some(c.status()),
+            status: Some(status),
             info,
         })
     }
