@@ -43,6 +43,7 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
     let root = std::env::temp_dir().join(format!("wasmlet-bench-agent-{node}"));
     let _ = std::fs::remove_dir_all(&root);
     AgentOptions {
+        node_cgroups: Default::default(),
         node: NodeFacts::read(Some(node), None, &std::env::temp_dir(), 5000),
         pod_logs_dir: root.join("logs"),
         root_dir: root,

@@ -70,6 +70,7 @@ fn agent_options(
     recorder: Arc<wasmlet_cluster::events::ApiRecorder>,
 ) -> AgentOptions {
     AgentOptions {
+        node_cgroups: Default::default(),
         node: facts,
         pod_logs_dir: dir.join("logs"),
         root_dir: dir.join("root"),

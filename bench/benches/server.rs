@@ -65,6 +65,7 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
     let agent = Arc::new(Agent::start(
         sim.clone(),
         AgentOptions {
+            node_cgroups: Default::default(),
             node: NodeFacts {
                 max_pods: 1000,
                 ..NodeFacts::read(Some(NODE), Some("127.0.0.1"), &dir, 1000)

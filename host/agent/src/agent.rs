@@ -52,6 +52,9 @@ pub struct AgentOptions {
     /// The pods' cgroup tree (QoS tiers, pod limits, `podPidsLimit`); `None` leaves pods
     /// where the runtime puts them.
     pub pod_cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
+    /// What the node's cgroups add to each container (huge page limits, cgroup v2's
+    /// `memory.oom.group` and `memory.swap.max`).
+    pub node_cgroups: wasmlet_core::criconfig::NodeCgroups,
     /// Where events go; `None` writes them to the log.
     pub events: Option<Arc<dyn Recorder>>,
     /// Where configMap, secret and service account token volumes come from (the API
@@ -429,6 +432,7 @@ fn node_context(options: &AgentOptions) -> NodeContext {
         memory_bytes: options.node.memory_bytes,
         allocatable: options.node.allocatable(),
         pod_cgroups: options.pod_cgroups.clone(),
+        cgroups: options.node_cgroups.clone(),
     }
 }
 

@@ -30,6 +30,10 @@ pub struct NodeFacts {
     /// What is kept back from pods (kubeReserved plus systemReserved): allocatable is
     /// capacity less this.
     pub reserved: Reserved,
+    /// The machine's huge pages: each size's resource (`hugepages-2Mi`) with the bytes
+    /// of it the kernel holds — in capacity and allocatable as the kubelet reports them
+    /// (`0` for a size with no pages).
+    pub hugepages: Vec<(String, u64)>,
 }
 
 /// Resources kept back for the system and the agent.
@@ -67,6 +71,21 @@ fn cpu_quantity(millis: u64) -> Quantity {
     } else {
         Quantity(format!("{millis}m"))
     }
+}
+
+/// Bytes as the API's canonical binary quantity: `0`, `2Mi`, `1Gi`, else in `Ki` or
+/// bytes.
+fn binary_quantity(bytes: u64) -> Quantity {
+    let mut value = bytes;
+    let mut unit = "";
+    for next in ["Ki", "Mi", "Gi", "Ti", "Pi"] {
+        if value == 0 || !value.is_multiple_of(1024) {
+            break;
+        }
+        value /= 1024;
+        unit = next;
+    }
+    Quantity(format!("{value}{unit}"))
 }
 
 /// The machine's hostname, lowercased.
@@ -121,6 +140,10 @@ impl NodeFacts {
             max_pods,
             labels: BTreeMap::new(),
             reserved: Reserved::default(),
+            hugepages: crate::criconfig::node_hugepages()
+                .into_iter()
+                .map(|(size, bytes)| (size.resource_name(), bytes))
+                .collect(),
         }
     }
 
@@ -146,9 +169,16 @@ impl NodeFacts {
             ),
             ("pods".to_string(), Quantity(self.max_pods.to_string())),
         ])
+        .into_iter()
+        .chain(
+            self.hugepages
+                .iter()
+                .map(|(name, bytes)| (name.clone(), binary_quantity(*bytes))),
+        )
+        .collect()
     }
 
-    /// Capacity: cpu, memory, ephemeral-storage, pods.
+    /// Capacity: cpu, memory, ephemeral-storage, pods, each huge page size.
     pub fn capacity(&self) -> BTreeMap<String, Quantity> {
         self.resources(&Reserved::default())
     }
@@ -245,6 +275,10 @@ mod tests {
                 ephemeral_storage_bytes: 0,
                 pids: 0,
             },
+            hugepages: vec![
+                ("hugepages-1Gi".into(), 0),
+                ("hugepages-2Mi".into(), 8 << 20),
+            ],
         };
         let node = facts.object(false, "container runtime is down", "2026-11-22T10:00:00Z");
         let status = node.status.as_ref().expect("status");
@@ -256,6 +290,15 @@ mod tests {
         assert_eq!(alloc["cpu"].0, "1900m");
         assert_eq!(alloc["memory"].0, "3670016Ki");
         assert_eq!(alloc["ephemeral-storage"], cap["ephemeral-storage"]);
+        // Each huge page size, none held as `0`, as the kubelet lists them.
+        assert_eq!(
+            (
+                cap["hugepages-1Gi"].0.as_str(),
+                cap["hugepages-2Mi"].0.as_str()
+            ),
+            ("0", "8Mi")
+        );
+        assert_eq!(alloc["hugepages-2Mi"], cap["hugepages-2Mi"]);
         let addresses = status.addresses.as_ref().expect("addresses");
         assert!(
             addresses

@@ -442,6 +442,8 @@ async fn tree_at(root: &std::path::Path) -> Arc<PodCgroups> {
         enforce_pods: true,
         reserved_cgroups: Vec::new(),
         kubepods_pids: None,
+        hugepages: Vec::new(),
+        cpus: None,
     };
     let tree = PodCgroups::with(CgroupFs::at(root, false), setup, None)
         .await

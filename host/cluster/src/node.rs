@@ -507,6 +507,7 @@ mod tests {
             max_pods: 110,
             labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
             reserved: Default::default(),
+            hugepages: Vec::new(),
         }
     }
 

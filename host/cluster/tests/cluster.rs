@@ -24,6 +24,7 @@ fn facts(name: &str) -> NodeFacts {
         max_pods: 110,
         labels: BTreeMap::from([("pool".to_string(), "wasm".to_string())]),
         reserved: Default::default(),
+        hugepages: Vec::new(),
     }
 }
 

@@ -125,6 +125,29 @@ impl Cgroups {
         }
     }
 
+    /// The root cgroup's memory on v2, which has no `memory.current`: as runc (and so
+    /// cAdvisor and the kubelet) emulates it, usage is the root's `anon` + `file` of
+    /// `memory.stat`, the working set that less `inactive_file`. `None` on v1 or when
+    /// the root's `memory.stat` cannot be read.
+    pub fn root_memory_v2(&self) -> Option<Memory> {
+        if !self.v2 {
+            return None;
+        }
+        let stat = self.files.read(&self.root.join("memory.stat")).ok()?;
+        let [anon, file, inactive, faults, major] = fields(
+            &stat,
+            ["anon", "file", "inactive_file", "pgfault", "pgmajfault"],
+        );
+        let usage = anon.saturating_add(file);
+        Some(Memory {
+            usage,
+            working_set: usage.saturating_sub(inactive),
+            rss: anon,
+            page_faults: faults,
+            major_page_faults: major,
+        })
+    }
+
     /// Memory counters of `cgroup` (its limit is [`Cgroups::memory_limit`]: it changes
     /// seldom, and is read seldom).
     pub fn memory(&self, cgroup: &str) -> io::Result<Memory> {

@@ -70,11 +70,17 @@ impl NodeFiles {
     }
 
     /// The node's memory, as cAdvisor's root container: the root cgroup's on v1; on v2
-    /// from `/proc/meminfo` (usage = total − free, working set = usage −
-    /// inactive file).
+    /// the root's `memory.stat` as runc reads it ([`Cgroups::root_memory_v2`]); without
+    /// a cgroup filesystem from `/proc/meminfo` (usage = total − free, working set =
+    /// usage − inactive file).
     pub fn memory(&self) -> io::Result<Memory> {
-        if let Some(cg) = self.cgroups.as_ref().filter(|c| !c.v2()) {
-            return cg.memory("/");
+        if let Some(cg) = self.cgroups.as_ref() {
+            if !cg.v2() {
+                return cg.memory("/");
+            }
+            if let Some(m) = cg.root_memory_v2() {
+                return Ok(m);
+            }
         }
         let text = self.open.read(&self.proc.join("meminfo"))?;
         let get = |k: &str| meminfo(&text, k).ok_or_else(|| bad("meminfo", k));
@@ -284,7 +290,34 @@ mod tests {
     }
 
     #[test]
-    fn node_memory_on_v2_comes_from_meminfo() {
+    fn node_memory_on_v2_is_the_roots_anon_and_file_as_runc_reads_it() {
+        let dir = tempdir();
+        let cg = dir.path().join("cgroup");
+        std::fs::create_dir_all(&cg).expect("mkdir");
+        std::fs::write(cg.join("cgroup.controllers"), "cpu memory\n").expect("write");
+        // The head of a Debian 12 VM's root memory.stat (6.1), its counts made round.
+        std::fs::write(
+            cg.join("memory.stat"),
+            "anon 100000000\nfile 200000000\nkernel 50000000\nkernel_stack 1000\n\
+             shmem 0\nactive_anon 90000000\ninactive_anon 10000000\n\
+             active_file 120000000\ninactive_file 80000000\npgfault 5000\npgmajfault 7\n",
+        )
+        .expect("write");
+        let files = NodeFiles {
+            proc: dir.path().join("proc"),
+            cgroups: Cgroups::detect(&cg),
+            open: Default::default(),
+        };
+        let m = files.memory().expect("memory");
+        assert_eq!((m.usage, m.working_set), (300_000_000, 220_000_000));
+        assert_eq!(
+            (m.rss, m.page_faults, m.major_page_faults),
+            (100_000_000, 5000, 7)
+        );
+    }
+
+    #[test]
+    fn node_memory_without_cgroups_comes_from_meminfo() {
         let dir = tempdir();
         let proc = dir.path().join("proc");
         std::fs::create_dir_all(proc.join("sys/kernel")).expect("mkdir");

@@ -122,12 +122,14 @@ fn facts(name: &str) -> NodeFacts {
         max_pods: 110,
         labels: Default::default(),
         reserved: Default::default(),
+        hugepages: Vec::new(),
     }
 }
 
 /// An agent for `node` keeping its state in `root`, its pods from the API source.
 fn options(node: NodeFacts, root: &std::path::Path) -> AgentOptions {
     AgentOptions {
+        node_cgroups: Default::default(),
         node,
         pod_logs_dir: root.join("logs"),
         root_dir: root.to_owned(),

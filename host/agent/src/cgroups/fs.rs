@@ -12,8 +12,12 @@ use std::path::{Path, PathBuf};
 use super::values::{Max, QUOTA_PERIOD, Settings, shares_to_weight};
 
 /// The controllers wasmlet writes to (and so makes cgroups in, on v1; runc makes the
-/// pod's path in the others when it starts the sandbox).
+/// pod's path in the others when it starts the sandbox). On v2 every controller the
+/// root offers is enabled down the path, as runc enables them for the kubelet.
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
+
+/// The huge page controller (written when the machine has huge page sizes).
+const HUGETLB: &str = "hugetlb";
 
 /// A cgroup filesystem mounted at `root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +71,17 @@ impl CgroupFs {
         }
     }
 
+    /// Whether the kernel offers `controller` here: in the root's `cgroup.controllers`
+    /// (v2), as a mounted hierarchy (v1).
+    pub fn has_controller(&self, controller: &str) -> bool {
+        if self.v2 {
+            std::fs::read_to_string(self.root.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|x| x == controller))
+        } else {
+            self.root.join(controller).is_dir()
+        }
+    }
+
     /// Whether `cgroup` exists (in the memory hierarchy on v1).
     pub fn exists(&self, cgroup: &str) -> bool {
         self.dir("memory", cgroup).is_dir()
@@ -108,6 +123,9 @@ impl CgroupFs {
             if let Some(m) = s.memory {
                 put(&memory.join("memory.max"), &v2_max(m))?;
             }
+            if let Some(cpus) = &s.cpuset {
+                put(&cpu.join("cpuset.cpus"), cpus)?;
+            }
         } else {
             if let Some(shares) = s.cpu_shares {
                 put(&cpu.join("cpu.shares"), &shares.to_string())?;
@@ -125,14 +143,51 @@ impl CgroupFs {
         {
             put(&pids.join("pids.max"), &v2_max(p))?;
         }
+        self.write_hugetlb(cgroup, &s.hugetlb)
+    }
+
+    /// What a cgroup systemd made gets beside systemd's properties (runc's systemd
+    /// driver does the same): on v2 every offered controller enabled down to it, then
+    /// its huge page limits.
+    pub fn write_unmanaged(&self, cgroup: &str, s: &Settings) -> io::Result<()> {
+        if self.v2 {
+            self.make_v2(cgroup)?;
+        }
+        self.write_hugetlb(cgroup, &s.hugetlb)
+    }
+
+    /// Each size's huge page limit, and its reservation limit where the kernel has one
+    /// (`hugetlb.<size>.rsvd.*`, as runc writes both); nothing without the controller.
+    fn write_hugetlb(&self, cgroup: &str, limits: &[(String, u64)]) -> io::Result<()> {
+        if limits.is_empty() || !self.has_controller(HUGETLB) {
+            return Ok(());
+        }
+        let dir = self.dir(HUGETLB, cgroup);
+        if !self.v2 {
+            // Its own hierarchy on v1: the cgroup is made there too, as in the others.
+            std::fs::create_dir_all(&dir).map_err(|e| at(&dir, e))?;
+        }
+        let suffix = if self.v2 { "max" } else { "limit_in_bytes" };
+        for (size, limit) in limits {
+            let value = limit.to_string();
+            put(&dir.join(format!("hugetlb.{size}.{suffix}")), &value)?;
+            let reserved = dir.join(format!("hugetlb.{size}.rsvd.{suffix}"));
+            if reserved.exists() {
+                put(&reserved, &value)?;
+            }
+        }
         Ok(())
     }
 
-    /// Makes `cgroup` on v2 with cpu, memory and pids enabled for it from the root down.
+    /// Makes `cgroup` on v2 with every controller the root offers enabled for it from
+    /// the root down (runc's `CreateCgroupPath`, which the kubelet's tree is made with).
     fn make_v2(&self, cgroup: &str) -> io::Result<()> {
+        let offered =
+            std::fs::read_to_string(self.root.join("cgroup.controllers")).unwrap_or_default();
+        let offered: Vec<&str> = offered.split_whitespace().collect();
         let mut dir = self.root.clone();
         for part in cgroup.split('/').filter(|p| !p.is_empty()) {
-            enable_controllers(&dir);
+            enable_controllers(&dir, &offered);
             dir.push(part);
             if !dir.is_dir() {
                 std::fs::create_dir(&dir)
@@ -227,14 +282,13 @@ fn put(path: &Path, value: &str) -> io::Result<()> {
     std::fs::write(path, value).map_err(|e| at(path, e))
 }
 
-/// Enables cpu, memory and pids for the children of a v2 cgroup (each on its own: one
-/// the kernel does not offer must not keep the others off; writing what is already on
-/// is a no-op).
-fn enable_controllers(dir: &Path) {
+/// Enables `offered` for the children of a v2 cgroup (each on its own: one that cannot
+/// be enabled here must not keep the others off; what is already on is not written).
+fn enable_controllers(dir: &Path, offered: &[&str]) {
     let control = dir.join("cgroup.subtree_control");
     let on = std::fs::read_to_string(&control).unwrap_or_default();
-    for c in CONTROLLERS {
-        if !on.split_whitespace().any(|x| x == c) {
+    for c in offered {
+        if !on.split_whitespace().any(|x| x == *c) {
             let _ = std::fs::write(&control, format!("+{c}"));
         }
     }
@@ -275,7 +329,7 @@ mod tests {
     #[test]
     fn v1_writes_each_controllers_files_in_its_hierarchy() {
         let root = tempdir("v1");
-        for c in ["cpu", "memory", "pids", "cpuset"] {
+        for c in ["cpu", "memory", "pids", "cpuset", "hugetlb"] {
             std::fs::create_dir_all(root.join(c)).expect("mkdir");
         }
         let fs = CgroupFs::at(&root, false);
@@ -284,6 +338,8 @@ mod tests {
             cpu_quota: Some(Max::Of(50_000)),
             memory: Some(Max::Of(64 << 20)),
             pids: Some(Max::Unlimited),
+            hugetlb: vec![("2MB".into(), 4 << 20)],
+            cpuset: None,
         };
         fs.apply("/kubepods/burstable/poda", &settings)
             .expect("apply");
@@ -296,6 +352,10 @@ mod tests {
             (64u64 << 20).to_string()
         );
         assert_eq!(read(dir("pids").join("pids.max")), "max");
+        assert_eq!(
+            read(dir("hugetlb").join("hugetlb.2MB.limit_in_bytes")),
+            (4u64 << 20).to_string()
+        );
         assert!(
             !dir("cpuset").exists(),
             "runc makes the path where it needs it"
@@ -323,14 +383,25 @@ mod tests {
     #[test]
     fn v2_enables_controllers_down_the_path_and_writes_the_unified_files() {
         let root = tempdir("v2");
-        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").expect("write");
+        // The root's controllers as a Debian 12 VM's kernel (6.1) lists them.
+        std::fs::write(
+            root.join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        )
+        .expect("write");
         let fs = CgroupFs::detect(&root).expect("v2");
         assert!(fs.v2());
+        // The kernel makes these files in each cgroup; a plain directory has none.
+        let pod = root.join("kubepods/podg");
+        std::fs::create_dir_all(&pod).expect("pod dir");
+        std::fs::write(pod.join("hugetlb.2MB.rsvd.max"), "max").expect("rsvd");
         let settings = Settings {
             cpu_shares: Some(1024),
             cpu_quota: Some(Max::Unlimited),
             memory: Some(Max::Of(1 << 30)),
             pids: Some(Max::Of(100)),
+            hugetlb: vec![("2MB".into(), 0), ("1GB".into(), 0)],
+            cpuset: None,
         };
         fs.apply("/kubepods/podg", &settings).expect("apply");
         let pod = root.join("kubepods/podg");
@@ -338,10 +409,18 @@ mod tests {
         assert_eq!(read(pod.join("cpu.max")), "max 100000");
         assert_eq!(read(pod.join("memory.max")), (1u64 << 30).to_string());
         assert_eq!(read(pod.join("pids.max")), "100");
-        // A plain file takes the last write: each controller was enabled in turn, at
-        // the root and in kubepods (not in the pod: nothing of wasmlet's is below it).
-        assert_eq!(read(root.join("cgroup.subtree_control")), "+pids");
-        assert_eq!(read(root.join("kubepods/cgroup.subtree_control")), "+pids");
+        assert_eq!(read(pod.join("hugetlb.2MB.max")), "0");
+        assert_eq!(read(pod.join("hugetlb.2MB.rsvd.max")), "0");
+        assert_eq!(read(pod.join("hugetlb.1GB.max")), "0");
+        assert!(
+            !pod.join("hugetlb.1GB.rsvd.max").exists(),
+            "only what the kernel has"
+        );
+        // A plain file takes the last write: each offered controller was enabled in
+        // turn, at the root and in kubepods (not in the pod: nothing of wasmlet's is
+        // below it).
+        assert_eq!(read(root.join("cgroup.subtree_control")), "+misc");
+        assert_eq!(read(root.join("kubepods/cgroup.subtree_control")), "+misc");
         assert!(!pod.join("cgroup.subtree_control").exists());
         assert!(
             CgroupFs::detect(&root.join("nothing")).is_err(),

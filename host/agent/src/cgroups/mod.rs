@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1 as k8s;
 pub mod fs;
 mod private_bus;
 pub mod systemd;
-pub use wasmlet_core::cgroups::{tree, values};
+pub use wasmlet_core::cgroups::{hugetlb, tree, values};
 
 use fs::CgroupFs;
 use systemd::Systemd;
@@ -76,6 +76,12 @@ pub struct Setup {
     /// `kubepods`' pids limit: the node's pid capacity ([`values::node_pid_capacity`]),
     /// less the `pid` reservations when `pods` is enforced. `None`: not known, no limit.
     pub kubepods_pids: Option<u64>,
+    /// The machine's huge page sizes: `kubepods` and the tiers are unbounded in each,
+    /// each pod gets what it asks for.
+    pub hugepages: Vec<hugetlb::PageSize>,
+    /// The node's CPUs (`/sys/devices/system/cpu/online`, `0-3`): `kubepods`' cpuset on
+    /// cgroup v2, as the kubelet writes it with the `none` CPU manager policy.
+    pub cpus: Option<String>,
 }
 
 /// The node's pod cgroups.
@@ -88,10 +94,12 @@ pub struct PodCgroups {
     /// `<cgroupRoot>/wasmlet` (cgroupfs form): pods of an earlier wasmlet.
     legacy: String,
     pids_limit: Option<u64>,
+    /// The machine's huge page sizes (each pod's cgroup gets a limit for each).
+    hugepage_sizes: Vec<hugetlb::PageSize>,
     /// The Burstable pods' CPU requests (millicores) by UID: the burstable tier's shares.
     burstable: Mutex<BTreeMap<String, u64>>,
     /// The burstable tier's shares as last written.
-    burstable_shares: Mutex<Option<u64>>,
+    burstable_shares: tokio::sync::Mutex<Option<u64>>,
     /// Where each pod's cgroup is (cgroupfs path), once known.
     places: Mutex<HashMap<String, String>>,
     /// The pods that made their cgroup here and have not had it removed: each claims
@@ -142,6 +150,8 @@ impl PodCgroups {
             enforce_pods: true,
             reserved_cgroups: Vec::new(),
             kubepods_pids: None,
+            hugepages: Vec::new(),
+            cpus: None,
         };
         Self::with(fs, setup, None).await
     }
@@ -162,8 +172,9 @@ impl PodCgroups {
             kubepods: CgroupName::kubepods_in(setup.driver, &setup.cgroup_root),
             legacy,
             pids_limit: setup.pids_limit,
+            hugepage_sizes: setup.hugepages.clone(),
             burstable: Mutex::default(),
-            burstable_shares: Mutex::default(),
+            burstable_shares: tokio::sync::Mutex::default(),
             places: Mutex::default(),
             claims: tokio::sync::Mutex::default(),
             reconciled: Mutex::default(),
@@ -183,6 +194,11 @@ impl PodCgroups {
         let shares = Settings {
             cpu_shares: Some(shares),
             pids: setup.kubepods_pids.map(Max::Of),
+            // Unbounded, as the tiers: `kubepods` is also the Guaranteed tier, which the
+            // kubelet's QoS update sets so (over node allocatable's pages) within its
+            // first minute and at every pod start.
+            hugetlb: hugetlb::all_at(&self.hugepage_sizes, hugetlb::UNBOUNDED),
+            cpuset: setup.cpus.clone().filter(|_| self.fs.v2()),
             ..Settings::default()
         };
         self.apply(&self.kubepods, &shares).await.map_err(|e| {
@@ -208,13 +224,14 @@ impl PodCgroups {
             let tier = self.kubepods.tier(qos);
             let settings = Settings {
                 cpu_shares: Some(shares),
+                hugetlb: hugetlb::all_at(&self.hugepage_sizes, hugetlb::UNBOUNDED),
                 ..Settings::default()
             };
             self.apply(&tier, &settings).await.map_err(|e| {
                 StartError::Unavailable(format!("making {}: {e}", self.name(&tier)))
             })?;
         }
-        *lock(&self.burstable_shares) = Some(values::MIN_SHARES);
+        *self.burstable_shares.lock().await = Some(values::MIN_SHARES);
         for r in &setup.reserved_cgroups {
             self.enforce_reserved(r).map_err(StartError::Refused)?;
         }
@@ -276,7 +293,8 @@ impl PodCgroups {
             lock(&self.burstable).insert(uid, resources.cpu_request_milli);
             self.update_burstable().await?;
         }
-        self.apply(&name, &resources.settings(self.pids_limit))
+        let pages = values::pod_hugetlb(pod, &self.hugepage_sizes);
+        self.apply(&name, &resources.settings(self.pids_limit, pages))
             .await
     }
 
@@ -285,7 +303,7 @@ impl PodCgroups {
     /// with the CPU. The pod's cgroup must exist.
     pub async fn resize(&self, pod: &k8s::Pod, cpu: bool) -> Result<(), String> {
         let (name, qos) = self.pod_name(pod);
-        let all = values::pod_resources(pod, qos).settings(self.pids_limit);
+        let all = values::pod_resources(pod, qos).settings(self.pids_limit, Vec::new());
         let settings = if cpu {
             if qos == Qos::Burstable {
                 let request = values::pod_resources(pod, qos).cpu_request_milli;
@@ -306,10 +324,13 @@ impl PodCgroups {
         self.apply(&name, &settings).await
     }
 
-    /// Writes the burstable tier's shares when its pods' requests changed them.
+    /// Writes the burstable tier's shares when its pods' requests changed them. One
+    /// update at a time, the sum taken under the written value's lock: two pods starting
+    /// together cannot leave the first one's smaller sum written last.
     async fn update_burstable(&self) -> Result<(), String> {
+        let mut written = self.burstable_shares.lock().await;
         let shares = values::milli_cpu_to_shares(lock(&self.burstable).values().sum());
-        if *lock(&self.burstable_shares) == Some(shares) {
+        if *written == Some(shares) {
             return Ok(());
         }
         let tier = self.kubepods.tier(Qos::Burstable);
@@ -318,7 +339,7 @@ impl PodCgroups {
             ..Settings::default()
         };
         self.apply(&tier, &settings).await?;
-        *lock(&self.burstable_shares) = Some(shares);
+        *written = Some(shares);
         Ok(())
     }
 
@@ -348,7 +369,15 @@ impl PodCgroups {
     /// Makes `name` with `settings` through the driver.
     async fn apply(&self, name: &CgroupName, settings: &Settings) -> Result<(), String> {
         match &self.systemd {
-            Some(sd) => sd.ensure(name, settings, self.fs.v2()).await,
+            Some(sd) => {
+                sd.ensure(name, settings, self.fs.v2()).await?;
+                // What systemd has no property for, runc writes into the slice itself
+                // after enabling every controller above it (systemd enables only its
+                // own: not hugetlb): so does the agent.
+                self.fs
+                    .write_unmanaged(&self.name(name), settings)
+                    .map_err(|e| e.to_string())
+            }
             None => self
                 .fs
                 .apply(&name.to_cgroupfs(), settings)

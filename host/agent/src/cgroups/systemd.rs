@@ -11,7 +11,7 @@
 use zbus::zvariant::{OwnedObjectPath, Value};
 
 use super::tree::CgroupName;
-use super::values::{Max, QUOTA_PERIOD, Settings, shares_to_weight};
+use super::values::{self, Max, QUOTA_PERIOD, Settings, shares_to_weight};
 
 /// A unit property's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub enum Prop {
     Bool(bool),
     /// An unsigned 64-bit number (`t`).
     U64(u64),
+    /// Bytes (`ay`).
+    Bytes(Vec<u8>),
 }
 
 impl Prop {
@@ -33,6 +35,7 @@ impl Prop {
             Prop::Strs(v) => Value::from(v.iter().map(String::as_str).collect::<Vec<_>>()),
             Prop::Bool(b) => Value::from(*b),
             Prop::U64(n) => Value::from(*n),
+            Prop::Bytes(b) => Value::from(b.as_slice()),
         }
     }
 }
@@ -104,6 +107,16 @@ pub fn resource_properties(settings: &Settings, v2: bool) -> Vec<Property> {
     }
     if let Some(Max::Of(pids)) = settings.pids {
         props.push(("TasksMax", Prop::U64(pids)));
+    }
+    // systemd must own the cpuset it realizes, or it writes it back empty (the kubelet
+    // gives `kubepods` its CPUs so on v2).
+    if let Some(mask) = settings
+        .cpuset
+        .as_deref()
+        .filter(|_| v2)
+        .and_then(values::cpu_mask)
+    {
+        props.push(("AllowedCPUs", Prop::Bytes(mask)));
     }
     props
 }
@@ -330,6 +343,8 @@ mod tests {
             cpu_quota: Some(Max::Of(25_000)),
             memory: Some(Max::Of(128 << 20)),
             pids: Some(Max::Of(1024)),
+            hugetlb: Vec::new(),
+            cpuset: None,
         };
         let v1 = resource_properties(&s, false);
         assert_eq!(get(&v1, "MemoryLimit"), Some(&Prop::U64(128 << 20)));
@@ -360,5 +375,17 @@ mod tests {
         // limit, podPidsLimit unset): none of them, the period included.
         assert!(resource_properties(&none, false).is_empty());
         assert!(resource_properties(&Settings::default(), false).is_empty());
+        let kubepods = Settings {
+            cpuset: Some("0-1".into()),
+            ..Settings::default()
+        };
+        assert_eq!(
+            get(&resource_properties(&kubepods, true), "AllowedCPUs"),
+            Some(&Prop::Bytes(vec![0b11]))
+        );
+        assert!(
+            resource_properties(&kubepods, false).is_empty(),
+            "v1: not systemd's"
+        );
     }
 }

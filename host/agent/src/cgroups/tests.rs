@@ -40,6 +40,8 @@ fn setup(driver: Driver) -> Setup {
         enforce_pods: true,
         reserved_cgroups: Vec::new(),
         kubepods_pids: Some(30_000),
+        hugepages: vec![hugetlb::PageSize::from_sysfs("hugepages-2048kB").expect("size")],
+        cpus: Some("0-1".into()),
     }
 }
 
@@ -180,8 +182,24 @@ async fn a_reservation_is_enforced_on_its_cgroup_which_must_exist() {
 #[tokio::test]
 async fn cgroup_v2_gets_weights_and_the_unified_limits() {
     let root = tempdir("v2");
-    std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").expect("write");
+    // The root's controllers as a Debian 12 VM's kernel lists them (hugetlb among them).
+    std::fs::write(
+        root.join("cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids rdma misc\n",
+    )
+    .expect("write");
     let cg = tree(&root, true).await;
+    // All the node's CPUs (the `none` CPU manager policy), as the kubelet writes them.
+    assert_eq!(read(&root.join("kubepods/cpuset.cpus")), "0-1");
+    // Huge pages: unbounded in kubepods (also the Guaranteed tier) and the tiers, as the
+    // kubelet's QoS update leaves them.
+    for dir in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+        assert_eq!(
+            read(&root.join(dir).join("hugetlb.2MB.max")),
+            "4611686018427387904",
+            "{dir}"
+        );
+    }
     assert_eq!(read(&root.join("kubepods/cpu.weight")), "59");
     assert_eq!(
         read(&root.join("kubepods/memory.max")),
@@ -196,6 +214,11 @@ async fn cgroup_v2_gets_weights_and_the_unified_limits() {
     assert_eq!(read(&pod_dir.join("cpu.max")), "25000 100000");
     assert_eq!(read(&pod_dir.join("memory.max")), (64u64 << 20).to_string());
     assert_eq!(read(&pod_dir.join("pids.max")), "1024");
+    assert_eq!(
+        read(&pod_dir.join("hugetlb.2MB.max")),
+        "0",
+        "none asked for"
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -384,18 +407,16 @@ mod systemd_bus {
         let _ = std::fs::remove_dir_all(&root);
     }
 
-    #[tokio::test]
-    async fn slices_are_started_and_set_through_systemds_manager() {
-        let root = v1_root("systemd");
-        let calls = Arc::new(StdMutex::new(Calls::default()));
+    /// The systemd driver on a D-Bus connection to a [`Manager`] stand-in on `root`
+    /// recording into `calls`, and the stand-in's end (it answers while it is kept).
+    async fn connected(root: &Path, calls: &Arc<StdMutex<Calls>>) -> (Systemd, zbus::Connection) {
         let (a, b) = tokio::net::UnixStream::pair().expect("pair");
-        let guid = zbus::Guid::generate();
         let manager = Manager {
-            root: root.clone(),
+            root: root.to_path_buf(),
             calls: calls.clone(),
         };
         let server = zbus::connection::Builder::unix_stream(a)
-            .server(guid)
+            .server(zbus::Guid::generate())
             .expect("server")
             .p2p()
             .serve_at("/org/freedesktop/systemd1", manager)
@@ -403,8 +424,62 @@ mod systemd_bus {
             .build();
         let client = zbus::connection::Builder::unix_stream(b).p2p().build();
         let (server, client) = tokio::join!(server, client);
-        let (_server, client) = (server.expect("server"), client.expect("client"));
-        let systemd = Systemd::over(client).await.expect("systemd answers");
+        let systemd = Systemd::over(client.expect("client"))
+            .await
+            .expect("systemd answers");
+        (systemd, server.expect("server"))
+    }
+
+    #[tokio::test]
+    async fn pods_starting_together_leave_the_burstable_tier_their_whole_sum() {
+        let root = v1_root("systemd-race");
+        let calls = Arc::new(StdMutex::new(Calls::default()));
+        let (systemd, _server) = connected(&root, &calls).await;
+        let cg = PodCgroups::with(
+            CgroupFs::at(&root, false),
+            setup(Driver::Systemd),
+            Some(systemd),
+        )
+        .await
+        .expect("tree");
+        let (a, b, c) = (
+            pod(
+                "aaaaaaaa-0000-0000-0000-000000000001",
+                "{requests: {cpu: 100m}}",
+            ),
+            pod(
+                "aaaaaaaa-0000-0000-0000-000000000002",
+                "{requests: {cpu: 50m}}",
+            ),
+            pod(
+                "aaaaaaaa-0000-0000-0000-000000000003",
+                "{requests: {cpu: 100m}}",
+            ),
+        );
+        // Each start awaits systemd between its sum and its write: without the tier's
+        // lock an earlier, smaller sum could be written last.
+        let (ra, rb, rc) = tokio::join!(cg.ensure(&a), cg.ensure(&b), cg.ensure(&c));
+        (ra.and(rb).and(rc)).expect("ensure");
+        let seen = calls.lock().expect("calls").0.clone();
+        let (_, _, last) = seen
+            .iter()
+            .rfind(|call| call.0 == "set" && call.1.starts_with("kubepods-burstable.slice"))
+            .expect("the tier set");
+        let shares = &last
+            .iter()
+            .find(|(k, _)| k == "CPUShares")
+            .expect("shares")
+            .1;
+        // 250m: 256 shares.
+        assert!(shares.contains("256"), "{shares}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn slices_are_started_and_set_through_systemds_manager() {
+        let root = v1_root("systemd");
+        let calls = Arc::new(StdMutex::new(Calls::default()));
+        let (systemd, _server) = connected(&root, &calls).await;
 
         let cg = PodCgroups::with(
             CgroupFs::at(&root, false),

@@ -67,6 +67,7 @@ pub fn options(name: &str) -> AgentOptions {
         std::env::temp_dir().join(format!("wasmlet-agent-sim-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     AgentOptions {
+        node_cgroups: Default::default(),
         node: NodeFacts {
             name: format!("node-{name}"),
             hostname: format!("node-{name}"),
@@ -77,6 +78,7 @@ pub fn options(name: &str) -> AgentOptions {
             max_pods: 110,
             labels: Default::default(),
             reserved: Default::default(),
+            hugepages: Vec::new(),
         },
         pod_logs_dir: root.join("logs"),
         root_dir: root,

@@ -115,6 +115,7 @@ impl Node {
             max_pods: 110,
             labels: BTreeMap::new(),
             reserved: Default::default(),
+            hugepages: Vec::new(),
         };
         let (recorder, events) = ApiRecorder::new();
         let cri = Arc::new(Simulator::new());
@@ -122,6 +123,7 @@ impl Node {
         let agent = Arc::new(Agent::start(
             cri.clone(),
             AgentOptions {
+                node_cgroups: Default::default(),
                 node: facts.clone(),
                 pod_logs_dir: dir.join("logs"),
                 root_dir: dir.join("root"),

@@ -2,5 +2,6 @@
 //! a tier's cgroup is set to ([`values`]). The agent makes them, in the cgroup
 //! filesystem or through systemd.
 
+pub mod hugetlb;
 pub mod tree;
 pub mod values;

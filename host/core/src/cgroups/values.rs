@@ -143,6 +143,38 @@ fn effective(pod: &k8s::Pod, limits: bool) -> Effective {
     }
 }
 
+/// The pod's effective request of resource `name` in its base unit (bytes for huge
+/// pages): app containers and sidecars summed, against the largest init container (with
+/// the sidecars started before it), plus overhead — a request not given is its limit.
+fn effective_amount(pod: &k8s::Pod, name: &str) -> u64 {
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    let request = |c: &k8s::Container| {
+        let r = c.resources.as_ref();
+        let req = r.and_then(|r| r.requests.as_ref());
+        if req.is_some_and(|l| l.contains_key(name)) {
+            quantity(req, name, 0)
+        } else {
+            quantity(r.and_then(|r| r.limits.as_ref()), name, 0)
+        }
+    };
+    let mut sum: u64 = spec.containers.iter().map(request).sum();
+    let (mut sidecars, mut init_max) = (0u64, 0u64);
+    for c in spec.init_containers.iter().flatten() {
+        let amount = request(c);
+        let this = if c.restart_policy.as_deref() == Some("Always") {
+            sum += amount;
+            sidecars += amount;
+            sidecars
+        } else {
+            amount + sidecars
+        };
+        init_max = init_max.max(this);
+    }
+    sum.max(init_max) + quantity(spec.overhead.as_ref(), name, 0)
+}
+
 /// The pod's effective requests: CPU in millicores and memory in bytes (the kubelet's
 /// `GetResourceRequest`: app containers and sidecars summed, against the largest init
 /// container, plus overhead).
@@ -196,7 +228,7 @@ impl Max {
 }
 
 /// What is written into one cgroup; a field left `None` is left as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Settings {
     /// `cpu.shares` (v2: `cpu.weight` from it).
     pub cpu_shares: Option<u64>,
@@ -206,12 +238,18 @@ pub struct Settings {
     pub memory: Option<Max>,
     /// `pids.max`.
     pub pids: Option<Max>,
+    /// Huge page limits by size (`hugetlb.2MB.max`, [`super::hugetlb`]); empty: none
+    /// written.
+    pub hugetlb: Vec<(String, u64)>,
+    /// `cpuset.cpus` in the kernel's list form (`0-3,6`), cgroup v2 only.
+    pub cpuset: Option<String>,
 }
 
 impl PodResources {
     /// The pod cgroup's settings: every one written, an absent limit as none, so that a
-    /// cgroup left by an earlier pod of the same UID gets nothing of it.
-    pub fn settings(&self, pids_limit: Option<u64>) -> Settings {
+    /// cgroup left by an earlier pod of the same UID gets nothing of it. `hugetlb`: the
+    /// pod's huge page limits ([`pod_hugetlb`]).
+    pub fn settings(&self, pids_limit: Option<u64>, hugetlb: Vec<(String, u64)>) -> Settings {
         Settings {
             cpu_shares: Some(self.cpu_shares),
             cpu_quota: Some(Max::from_option(
@@ -219,8 +257,60 @@ impl PodResources {
             )),
             memory: Some(Max::from_option(self.memory_limit)),
             pids: Some(Max::from_option(pids_limit)),
+            hugetlb,
+            cpuset: None,
         }
     }
+}
+
+/// A pod's huge page limits for the machine's `sizes`: its containers' requests of each
+/// size (app containers and sidecars summed, against the largest init container, as
+/// for CPU and memory), 0 for a size it does not ask for.
+pub fn pod_hugetlb(pod: &k8s::Pod, sizes: &[super::hugetlb::PageSize]) -> Vec<(String, u64)> {
+    let requested: std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    > = sizes
+        .iter()
+        .map(|size| {
+            let name = size.resource_name();
+            let bytes = effective_amount(pod, &name);
+            (
+                name,
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(bytes.to_string()),
+            )
+        })
+        .collect();
+    super::hugetlb::limits(sizes, Some(&requested))
+}
+
+/// A CPU list in the kernel's form (`0-3,6`) as the bit mask systemd's `AllowedCPUs`
+/// takes: byte 0 holds CPUs 0–7, lowest bit first. `None` for a list that does not
+/// parse.
+pub fn cpu_mask(list: &str) -> Option<Vec<u8>> {
+    let mut mask: Vec<u8> = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = match part.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse::<usize>().ok()?,
+                b.trim().parse::<usize>().ok()?,
+            ),
+            None => {
+                let n = part.trim().parse::<usize>().ok()?;
+                (n, n)
+            }
+        };
+        if from > to || to >= 1 << 16 {
+            return None;
+        }
+        for cpu in from..=to {
+            if mask.len() <= cpu / 8 {
+                mask.resize(cpu / 8 + 1, 0);
+            }
+            mask[cpu / 8] |= 1 << (cpu % 8);
+        }
+    }
+    Some(mask)
 }
 
 /// The `burstable` tier's shares: its pods' CPU requests together.
@@ -348,6 +438,15 @@ mod tests {
             "spec:\n  initContainers:\n  - name: s\n    restartPolicy: Always\n    resources: {requests: {cpu: 300m}}\n  - name: i\n    resources: {requests: {cpu: 1}}\n  containers:\n  - name: a\n    resources: {requests: {cpu: 500m}}\n",
         );
         assert_eq!(pod_resources(&p, Qos::Burstable).cpu_request_milli, 1300);
+    }
+
+    #[test]
+    fn cpu_lists_become_systemds_masks() {
+        assert_eq!(cpu_mask("0-1"), Some(vec![0b11]));
+        assert_eq!(cpu_mask("0-3,6\n"), Some(vec![0b0100_1111]));
+        assert_eq!(cpu_mask("9"), Some(vec![0, 0b10]));
+        assert_eq!(cpu_mask("3-1"), None);
+        assert_eq!(cpu_mask("x"), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::status::qos_class;
 mod dns;
 mod env;
 mod mounts;
+mod node_cgroups;
 pub mod services;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -41,6 +42,7 @@ pub use mounts::{
     ETC_HOSTS, HostPathKind, HostsFile, NodeFile, empty_dir_path, expand_sub_path,
     hostname_and_domain, hosts_file, kernel_hostname, managed_volume_kind, managed_volume_path,
 };
+pub use node_cgroups::{NodeCgroups, SwapBehavior};
 
 /// Where a pod's sandbox goes in the node's cgroup tree (the agent's pod cgroups).
 pub trait CgroupParent {
@@ -87,6 +89,8 @@ pub struct NodeContext<C = NoCgroups> {
     pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     /// The pods' cgroup tree (`None`: pods go where the runtime puts them).
     pub pod_cgroups: Option<Arc<C>>,
+    /// What the node's cgroups add to each container (huge pages, v2's unified files).
+    pub cgroups: NodeCgroups,
 }
 
 // By hand: derived, both would ask the cgroup tree to be `Default` / `Clone` too.
@@ -105,6 +109,7 @@ impl<C> Default for NodeContext<C> {
             memory_bytes: 0,
             allocatable: BTreeMap::new(),
             pod_cgroups: None,
+            cgroups: NodeCgroups::default(),
         }
     }
 }
@@ -124,6 +129,7 @@ impl<C> Clone for NodeContext<C> {
             memory_bytes: self.memory_bytes,
             allocatable: self.allocatable.clone(),
             pod_cgroups: self.pod_cgroups.clone(),
+            cgroups: self.cgroups.clone(),
         }
     }
 }
@@ -362,7 +368,8 @@ fn protocol(p: Option<&str>) -> i32 {
 }
 
 /// A container's Linux resources as the runtime is given them: CPU shares and quota,
-/// the memory limit and the OOM score, from its resources in `pod`'s spec.
+/// the memory limit and the OOM score, from its resources in `pod`'s spec; what the
+/// node's cgroups add ([`NodeCgroups`]).
 pub fn resources<C>(
     pod: &k8s::Pod,
     c: &k8s::Container,
@@ -399,14 +406,16 @@ pub fn resources<C>(
             score.clamp(2, 999)
         }
     };
-    proto::LinuxContainerResources {
+    let mut lcr = proto::LinuxContainerResources {
         cpu_period: if cpu_limit.is_some() { period } else { 0 },
         cpu_quota: quota,
         cpu_shares: i64::try_from(shares).unwrap_or(i64::MAX),
         memory_limit_in_bytes: memory_limit.map_or(0, |m| i64::try_from(m).unwrap_or(i64::MAX)),
         oom_score_adj,
         ..Default::default()
-    }
+    };
+    ctx.cgroups.apply(pod, c, &mut lcr);
+    lcr
 }
 
 fn security_context(pod: &k8s::Pod, c: &k8s::Container) -> proto::LinuxContainerSecurityContext {

@@ -27,6 +27,7 @@ pub fn node<C>(dir: &Path) -> NodeContext<C> {
         ]
         .into(),
         pod_cgroups: None,
+        cgroups: super::NodeCgroups::default(),
     }
 }
 

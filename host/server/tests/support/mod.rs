@@ -67,6 +67,7 @@ pub async fn node(test: &str) -> Node {
     let agent = Arc::new(Agent::start(
         sim,
         AgentOptions {
+            node_cgroups: Default::default(),
             node: NodeFacts {
                 name: NODE.into(),
                 hostname: NODE.into(),
@@ -77,6 +78,7 @@ pub async fn node(test: &str) -> Node {
                 max_pods: 110,
                 labels: Default::default(),
                 reserved: Default::default(),
+                hugepages: Vec::new(),
             },
             pod_logs_dir: dir.join("logs"),
             root_dir: dir.join("root"),

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use wasmlet_agent::cgroups::tree::Driver;
+use wasmlet_agent::criconfig::SwapBehavior;
 use wasmlet_agent::node::Reserved;
 
 use super::file::File;
@@ -34,6 +35,39 @@ pub struct Cgroups {
     pub enforce_pods: bool,
     /// `system-reserved` / `kube-reserved` in `enforceNodeAllocatable`.
     pub reserved: Vec<ReservedCgroup>,
+}
+
+/// How containers' cgroups are configured beyond their resources: `singleProcessOOMKill`
+/// and `memorySwap.swapBehavior`, checked as the kubelet checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerCgroups {
+    /// `singleProcessOOMKill` as written (`None`: the default, false on cgroup v2).
+    pub single_process_oom_kill: Option<bool>,
+    /// `memorySwap.swapBehavior`.
+    pub swap: SwapBehavior,
+}
+
+/// `singleProcessOOMKill` and `memorySwap`: false is refused on a v1 host (where it is
+/// always true), a swap behaviour other than NoSwap and LimitedSwap is refused.
+pub(super) fn containers(f: &File) -> Result<ContainerCgroups> {
+    let v1 = !Path::new(CGROUP_FS).join("cgroup.controllers").is_file();
+    if v1 && f.single_process_oom_kill == Some(false) {
+        bail!(
+            "singleProcessOOMKill: must not be explicitly set to false when using cgroup v1 \
+             (an OOM kill there takes one process)"
+        );
+    }
+    let swap = match f.memory_swap.swap_behavior.as_str() {
+        "" | "NoSwap" => SwapBehavior::NoSwap,
+        "LimitedSwap" => SwapBehavior::LimitedSwap,
+        other => bail!(
+            "memorySwap.swapBehavior: {other:?} must be one of: \"\", \"LimitedSwap\" or \"NoSwap\""
+        ),
+    };
+    Ok(ContainerCgroups {
+        single_process_oom_kill: f.single_process_oom_kill,
+        swap,
+    })
 }
 
 /// Where the host's cgroups are mounted.

@@ -106,7 +106,7 @@ pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ("iptablesDropBit", Ignored(Some("15"))),
     ("featureGates", Ignored(None)),
     ("failSwapOn", Ignored(Some("true"))),
-    ("memorySwap", Ignored(None)),
+    ("memorySwap", Implemented),
     ("containerLogMaxSize", Implemented),
     ("containerLogMaxFiles", Implemented),
     (
@@ -152,7 +152,7 @@ pub const KUBELET_FIELDS: &[(&str, Support)] = &[
     ),
     ("preloadedImagesVerificationAllowlist", Ignored(None)),
     ("imageMaximumGCAge", Ignored(None)),
-    ("singleProcessOOMKill", Ignored(None)),
+    ("singleProcessOOMKill", Implemented),
     ("mergeDefaultEvictionSettings", Implemented),
     ("containerLogMaxWorkers", Implemented),
     ("containerLogMonitorInterval", Implemented),
@@ -288,7 +288,7 @@ mod tests {
     fn zeros_and_defaults_pass_quietly() {
         let mut m = mapping(
             "cpuManagerReconcilePeriod: 0s\nlogging: {flushFrequency: 0, options: {json: {infoBufferSize: '0'}}, verbosity: 0}\n\
-             memorySwap: {}\nruntimeRequestTimeout: 0s\nhttpCheckFrequency: 0s\n\
+             runtimeRequestTimeout: 0s\nhttpCheckFrequency: 0s\n\
              streamingConnectionIdleTimeout: 4h0m0s\nfailSwapOn: true\nmemoryThrottlingFactor: 0.9\n\
              cpuManagerPolicy: none\nsyncFrequency: 0s\n",
         )

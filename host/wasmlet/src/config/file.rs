@@ -112,6 +112,16 @@ pub(super) struct File {
     pub container_log_monitor_interval: Option<String>,
     #[serde(rename = "failCgroupV1")]
     pub fail_cgroup_v1: Option<bool>,
+    pub memory_swap: MemorySwap,
+    #[serde(rename = "singleProcessOOMKill")]
+    pub single_process_oom_kill: Option<bool>,
+}
+
+/// `memorySwap`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub(super) struct MemorySwap {
+    pub swap_behavior: String,
 }
 
 /// One `shutdownGracePeriodByPodPriority` entry.

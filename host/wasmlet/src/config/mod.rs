@@ -164,6 +164,9 @@ pub struct Config {
     /// The pods' cgroup tree (`cgroupsPerQOS`, `cgroupRoot`, `cgroupDriver`,
     /// `enforceNodeAllocatable`); `None` when `cgroupsPerQOS` is off.
     pub cgroups: Option<cgroups::Cgroups>,
+    /// `singleProcessOOMKill` and `memorySwap`: what containers' cgroups get beyond
+    /// their resources.
+    pub container_cgroups: cgroups::ContainerCgroups,
     /// `nodeLabels`: labels the node registers with.
     pub node_labels: BTreeMap<String, String>,
     /// `registerWithTaints` (and `--cloud-provider=external`'s taint).
@@ -261,6 +264,7 @@ impl Config {
                 enforce_pods: true,
                 reserved: Vec::new(),
             }),
+            container_cgroups: cgroups::ContainerCgroups::default(),
             node_labels: BTreeMap::new(),
             taints: Vec::new(),
             reserved: Reserved::default(),
@@ -369,6 +373,7 @@ impl Config {
             ))?,
             pod_pids_limit: run.pod_pids_limit,
             cgroups: cgroups::section(&mut f)?,
+            container_cgroups: cgroups::containers(&f)?,
             node_labels: node.labels,
             taints: node.taints,
             reserved: node.reserved,

@@ -192,6 +192,26 @@ fn pod_cgroups_follow_the_kubelets_fields() {
 }
 
 #[test]
+fn swap_and_the_oom_group_are_read_and_checked_as_the_kubelet_does() {
+    use wasmlet_agent::criconfig::SwapBehavior;
+    let c = parse("memorySwap: {swapBehavior: LimitedSwap}\nsingleProcessOOMKill: true\n")
+        .expect("valid");
+    assert_eq!(c.container_cgroups.swap, SwapBehavior::LimitedSwap);
+    assert_eq!(c.container_cgroups.single_process_oom_kill, Some(true));
+    let c = parse("memorySwap: {}\n").expect("valid");
+    assert_eq!(c.container_cgroups.swap, SwapBehavior::NoSwap);
+    let err = parse("memorySwap: {swapBehavior: Sometimes}\n").expect_err("invalid");
+    assert!(
+        format!("{err:#}").contains("memorySwap.swapBehavior: \"Sometimes\" must be one of"),
+        "{err:#}"
+    );
+    // False is the kubelet's refusal on a v1 host (this one's kind), accepted on v2.
+    let v1 = !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let c = parse("singleProcessOOMKill: false\n");
+    assert_eq!(c.is_err(), v1, "{c:?}");
+}
+
+#[test]
 fn what_the_kubelet_refuses_of_the_cgroup_fields_is_refused_by_name() {
     for (text, says) in [
         (

@@ -94,6 +94,10 @@ pub(super) fn start(
 ) -> Arc<Agent<CriClient>> {
     let start_parallelism = config.start_parallelism(facts.cpus);
     let options = AgentOptions {
+        node_cgroups: wasmlet_agent::criconfig::node_cgroups(
+            config.container_cgroups.single_process_oom_kill,
+            config.container_cgroups.swap,
+        ),
         node: facts,
         root_dir: config.root_dir.clone(),
         pod_logs_dir: config.pod_logs_dir.clone(),
@@ -182,6 +186,14 @@ pub(super) async fn pod_cgroups(
         reserved: (config.reserved.cpu_millis, config.reserved.memory_bytes),
         enforce_pods: tree.enforce_pods,
         kubepods_pids: kubepods_pids(config, tree.enforce_pods),
+        hugepages: wasmlet_agent::criconfig::node_hugepages()
+            .into_iter()
+            .map(|(size, _)| size)
+            .collect(),
+        cpus: std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty()),
         reserved_cgroups: tree
             .reserved
             .iter()
