@@ -52,6 +52,15 @@ pub struct Memory {
     pub major_page_faults: u64,
 }
 
+/// Swap a cgroup uses, and its swap limit when it has one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swap {
+    /// Bytes swapped out.
+    pub usage: u64,
+    /// The most it may swap (`None`: no limit of its own).
+    pub limit: Option<u64>,
+}
+
 /// Values of v1 limit files at or above this are "no limit" (the kernel prints
 /// `PAGE_COUNTER_MAX` rounded to pages: 9223372036854771712 on 4 KiB pages).
 const V1_UNLIMITED: u64 = 1 << 62;
@@ -145,6 +154,29 @@ impl Cgroups {
             rss: anon,
             page_faults: faults,
             major_page_faults: major,
+        })
+    }
+
+    /// `cgroup`'s swap, where the kernel accounts it per cgroup: v2's
+    /// `memory.swap.current` and `memory.swap.max`; v1's memory+swap counters less the
+    /// memory ones. `None` without swap accounting.
+    pub fn swap(&self, cgroup: &str) -> Option<Swap> {
+        let dir = self.dir("memory", cgroup);
+        if self.v2 {
+            let usage = self.number(&dir.join("memory.swap.current")).ok()?;
+            let limit = std::fs::read_to_string(dir.join("memory.swap.max"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            return Some(Swap { usage, limit });
+        }
+        let both = self.number(&dir.join("memory.memsw.usage_in_bytes")).ok()?;
+        let memory = self.number(&dir.join("memory.usage_in_bytes")).ok()?;
+        let limit = limit(&dir.join("memory.memsw.limit_in_bytes"))
+            .zip(limit(&dir.join("memory.limit_in_bytes")))
+            .map(|(both, memory)| both.saturating_sub(memory));
+        Some(Swap {
+            usage: both.saturating_sub(memory),
+            limit,
         })
     }
 
@@ -386,6 +418,52 @@ mod tests {
             "67108864\n",
         );
         assert_eq!(cg.memory_limit("/wasmlet/podu1"), Some(64 << 20));
+    }
+
+    #[test]
+    fn swap_is_read_where_the_kernel_accounts_it() {
+        let dir = tempdir();
+        let root = dir.path();
+        write(&root.join("cgroup.controllers"), "cpu memory\n");
+        // A container as the kubelet 1.33 leaves it on v2 (NoSwap), and its pod.
+        write(&root.join("kubepods/podp/c/memory.swap.current"), "0\n");
+        write(&root.join("kubepods/podp/c/memory.swap.max"), "0\n");
+        write(&root.join("kubepods/podp/memory.swap.current"), "4096\n");
+        write(&root.join("kubepods/podp/memory.swap.max"), "max\n");
+        let cg = Cgroups::detect(root).expect("v2");
+        assert_eq!(
+            cg.swap("/kubepods/podp/c"),
+            Some(Swap {
+                usage: 0,
+                limit: Some(0)
+            })
+        );
+        assert_eq!(
+            cg.swap("/kubepods/podp"),
+            Some(Swap {
+                usage: 4096,
+                limit: None
+            })
+        );
+        assert_eq!(
+            cg.swap("/kubepods/none"),
+            None,
+            "no accounting: no swap stats"
+        );
+        let v1 = tempdir();
+        let mem = v1.path().join("memory/kubepods/podq");
+        write(&mem.join("memory.usage_in_bytes"), "1000\n");
+        write(&mem.join("memory.memsw.usage_in_bytes"), "1500\n");
+        write(&mem.join("memory.limit_in_bytes"), "4000\n");
+        write(&mem.join("memory.memsw.limit_in_bytes"), "4000\n");
+        let cg = Cgroups::detect(v1.path()).expect("v1");
+        assert_eq!(
+            cg.swap("/kubepods/podq"),
+            Some(Swap {
+                usage: 500,
+                limit: Some(0)
+            })
+        );
     }
 
     #[test]

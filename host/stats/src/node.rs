@@ -96,6 +96,18 @@ impl NodeFiles {
         })
     }
 
+    /// The node's swap from `/proc/meminfo`: what is used of `SwapTotal`, the rest
+    /// available (none on a node without swap).
+    pub fn swap(&self) -> io::Result<crate::cgroup::Swap> {
+        let text = self.open.read(&self.proc.join("meminfo"))?;
+        let total = meminfo(&text, "SwapTotal").unwrap_or(0);
+        let free = meminfo(&text, "SwapFree").unwrap_or(0);
+        Ok(crate::cgroup::Swap {
+            usage: total.saturating_sub(free),
+            limit: Some(total),
+        })
+    }
+
     /// The node's cumulative CPU time in nanoseconds: the root cgroup's on v1, else
     /// `/proc/stat`'s busy time (everything but idle and iowait).
     pub fn cpu_ns(&self) -> io::Result<u64> {

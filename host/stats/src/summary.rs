@@ -43,6 +43,9 @@ pub struct NodeStats {
     /// Processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rlimit: Option<RlimitStats>,
+    /// Swap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 /// `pid_max` and the processes running.
@@ -103,6 +106,9 @@ pub struct PodStats {
     /// Processes.
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
+    /// Swap of the pod cgroup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 /// One container's stats.
@@ -125,6 +131,9 @@ pub struct ContainerStats {
     /// Its logs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+    /// Swap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 /// A pod by name, namespace and UID.
@@ -209,6 +218,20 @@ pub struct MemoryStats {
     /// Major page faults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+}
+
+/// Swap use: what is swapped out, and what more may be where there is a limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapStats {
+    /// When read.
+    pub time: String,
+    /// The limit less the usage (omitted without a limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_available_bytes: Option<u64>,
+    /// Bytes swapped out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_usage_bytes: Option<u64>,
 }
 
 /// A volume's use.

@@ -456,6 +456,7 @@ impl<R: CriRuntime> Collector<R> {
             fs,
             runtime: image_fs.map(|f| RuntimeStats { image_fs: Some(f) }),
             rlimit,
+            swap: files.swap().ok().map(|s| swap(&s, time)),
         }
     }
 
@@ -522,6 +523,15 @@ fn sum<'a, T: 'a>(
         total = Some(total.unwrap_or(0) + v);
     }
     total
+}
+
+/// Swap stats; what is available only where there is a limit.
+pub(super) fn swap(s: &crate::cgroup::Swap, time: &str) -> crate::summary::SwapStats {
+    crate::summary::SwapStats {
+        time: time.to_owned(),
+        swap_available_bytes: s.limit.map(|l| l.saturating_sub(s.usage)),
+        swap_usage_bytes: Some(s.usage),
+    }
 }
 
 /// Memory stats; `available` is the limit (the machine's for the node) less the

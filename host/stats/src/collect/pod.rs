@@ -75,6 +75,10 @@ impl<R: CriRuntime> Collector<R> {
             .collect();
         let volumes = self.empty_dirs(pod, at, &mut ephemeral);
         let (cpu, memory, processes) = self.pod_usage(pod, pod_own, &from, &containers, at);
+        // The pod cgroup's swap; a pod has no swap limit of its own, so only its use.
+        let swap = pod_own
+            .and_then(|(cg, pc)| cg.swap(pc))
+            .map(|s| super::swap(&crate::cgroup::Swap { limit: None, ..s }, at.time));
         let network = match pod_own {
             Some((cg, pc)) => self.pod_network(&pod.uid, cg, pc, at.now, at.time),
             None => from
@@ -98,6 +102,7 @@ impl<R: CriRuntime> Collector<R> {
             process_stats: processes.map(|n| ProcessStats {
                 process_count: Some(n),
             }),
+            swap,
         }
     }
 
@@ -126,6 +131,7 @@ impl<R: CriRuntime> Collector<R> {
             (Some((cg, own)), Some(ns)) => {
                 stats.cpu = Some(self.cpu(c.id.clone(), ns, at.now, at.time));
                 stats.memory = self.cgroup_memory(cg, &own, at.now, at.time);
+                stats.swap = cg.swap(&own).map(|s| super::swap(&s, at.time));
             }
             _ => {
                 if let Some(s) = from_cri {
