@@ -133,7 +133,10 @@ async fn summary_and_usage_metrics_the_kubelets_way() {
     assert!(parts[1].parse::<f64>().expect("value") > 0.0);
     assert!(parts[2].parse::<i64>().expect("ms") > 1_700_000_000_000);
     assert!(line("node_memory_working_set_bytes ").is_some(), "{text}");
+    // The node's swap (this machine's /proc/meminfo; 0 without swap), as the kubelet.
+    assert!(line("node_swap_usage_bytes ").is_some(), "{text}");
     assert!(line("container_start_time_seconds{").is_some(), "{text}");
+    assert!(line("scrape_error ").is_none(), "hidden since 1.31: {text}");
     assert_eq!(
         line("resource_scrape_error ").as_deref(),
         Some("resource_scrape_error 0")

@@ -59,7 +59,8 @@ fn start_seconds(rfc3339: &str) -> Option<f64> {
         .map(|s| s as f64)
 }
 
-/// `/metrics/resource`: `None` (no sample yet) gives `scrape_error 1` and nothing else.
+/// `/metrics/resource`: `None` (no sample yet) gives `resource_scrape_error 1` and
+/// nothing else.
 pub fn resource(sample: Option<&Sample>) -> String {
     let mut out = String::with_capacity(4096);
     let errors = if sample.is_some() { 0.0 } else { 1.0 };
@@ -139,6 +140,15 @@ fn node_and_pod_families(out: &mut String, s: &crate::summary::Summary, ms: Opti
     }
     header(
         out,
+        "node_swap_usage_bytes",
+        "gauge",
+        "[ALPHA] Current swap usage of the node in bytes. Reported only on non-windows systems",
+    );
+    if let Some(used) = s.node.swap.as_ref().and_then(|w| w.swap_usage_bytes) {
+        line(out, "node_swap_usage_bytes", &[], used as f64, ms);
+    }
+    header(
+        out,
         "pod_cpu_usage_seconds_total",
         "counter",
         "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
@@ -169,7 +179,8 @@ fn node_and_pod_families(out: &mut String, s: &crate::summary::Summary, ms: Opti
     }
 }
 
-/// Whether the sample was there (1: no metrics).
+/// Whether the sample was there (1: no metrics). The kubelet 1.33 no longer shows its
+/// `scrape_error` (deprecated in 1.29, hidden since).
 fn scrape_errors(out: &mut String, errors: f64) {
     header(
         out,
@@ -178,13 +189,6 @@ fn scrape_errors(out: &mut String, errors: f64) {
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
     );
     line(out, "resource_scrape_error", &[], errors, None);
-    header(
-        out,
-        "scrape_error",
-        "gauge",
-        "[ALPHA] (Deprecated since 1.29.0) 1 if there was an error while getting container metrics, 0 otherwise",
-    );
-    line(out, "scrape_error", &[], errors, None);
 }
 
 /// One cAdvisor series: its labels and value.

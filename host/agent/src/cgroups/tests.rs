@@ -576,3 +576,78 @@ async fn an_orphan_claimed_by_a_pod_starting_is_not_removed() {
     assert!(!again.exists());
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The tree the upstream kubelet made in a real cgroup v2 VM for the pods of
+/// `bench/cgroupv2/pods` (`testdata/kubelet-v2-tree.tsv`), made again here on a
+/// temporary tree with the same node and configuration: every file the kubelet wrote
+/// holds the same value (a file the agent leaves at the kernel's default, where the
+/// kubelet's value is that default, counts as the same).
+#[tokio::test]
+async fn the_v2_tree_is_the_kubelets_from_a_real_vm() {
+    let root = tempdir("v2-vm");
+    std::fs::write(
+        root.join("cgroup.controllers"),
+        "cpuset cpu io memory hugetlb pids rdma misc\n",
+    )
+    .expect("write");
+    let setup = Setup {
+        capacity: (2000, 4_105_359_360),
+        reserved: (100, 256 << 20),
+        kubepods_pids: Some(31_205),
+        hugepages: hugetlb::page_sizes(["hugepages-2048kB", "hugepages-1048576kB"]),
+        ..setup(Driver::Cgroupfs)
+    };
+    let cg = PodCgroups::with(CgroupFs::at(&root, true), setup, None)
+        .await
+        .expect("tree");
+    let manifests = [
+        (
+            "guaranteed",
+            include_str!("../../../../bench/cgroupv2/pods/guaranteed.yaml"),
+        ),
+        (
+            "burstable",
+            include_str!("../../../../bench/cgroupv2/pods/burstable.yaml"),
+        ),
+        (
+            "besteffort",
+            include_str!("../../../../bench/cgroupv2/pods/besteffort.yaml"),
+        ),
+        (
+            "memhog",
+            include_str!("../../../../bench/cgroupv2/pods/memhog.yaml"),
+        ),
+        (
+            "oom",
+            include_str!("../../../../bench/cgroupv2/pods/oom.yaml"),
+        ),
+    ];
+    for (name, yaml) in manifests {
+        let mut p: k8s::Pod = serde_yaml_ng::from_str(yaml).expect("manifest");
+        p.metadata.uid = Some(name.to_owned());
+        cg.ensure(&p).await.expect("ensure");
+    }
+    let default = |file: &str| match file {
+        "cpu.max" => "max 100000",
+        "memory.max" | "pids.max" => "max",
+        _ => "",
+    };
+    let (mut differ, mut checked) = (Vec::new(), 0);
+    for line in include_str!("testdata/kubelet-v2-tree.tsv").lines() {
+        let parts: Vec<&str> = line.split('\t').collect();
+        let [path, file, want] = parts[..] else {
+            continue;
+        };
+        let dir = root.join(path.trim_start_matches('/').replace(['{', '}'], ""));
+        let got = std::fs::read_to_string(dir.join(file))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|_| default(file).to_owned());
+        checked += 1;
+        if got != want {
+            differ.push(format!("{path} {file}: kubelet {want}, wasmlet {got}"));
+        }
+    }
+    assert_eq!(checked, 49, "the fixture's rows");
+    assert!(differ.is_empty(), "{differ:#?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
