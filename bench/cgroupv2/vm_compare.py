@@ -31,7 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 NODE = "node-1"
-GUEST_DIR = "/tmp/cgv2"
+# Not /tmp: the guest empties it at boot, and the reboot needs the files after it.
+GUEST_DIR = "/var/tmp/cgv2"
 POD_DEADLINE = 900  # seconds: agents start slowly under emulation
 KIT = os.environ.get("VM_LAB_KIT", os.path.join(REPO, "..", "shared", "vm-lab"))
 
@@ -285,7 +286,7 @@ def main():
     if not args.no_copy:
         copy_in(args)
     labels = []
-    for driver in args.drivers.split(","):
+    for driver in [d for d in args.drivers.split(",") if d]:
         for agent in args.agents.split(","):
             labels.append(run_one(agent, driver, args.out, args.settle,
                                   phases=args.phases and driver == "systemd"))

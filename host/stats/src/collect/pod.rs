@@ -119,7 +119,7 @@ impl<R: CriRuntime> Collector<R> {
         at: At<'_>,
         ephemeral: &mut Ephemeral,
     ) -> ContainerStats {
-        let own = pod_cgroup.map(|(cg, p)| (cg, format!("{p}/{}", c.id)));
+        let own = pod_cgroup.map(|(cg, p)| (cg, container_cgroup(p, &c.id)));
         let from_cri = from.containers.get(&c.id);
         let mut stats = ContainerStats {
             name: c.name.clone(),
@@ -210,6 +210,16 @@ impl<R: CriRuntime> Collector<R> {
     }
 }
 
+/// Container `id`'s cgroup below its pod's `pod_cgroup`, as containerd names it: under
+/// the systemd driver (a pod slice) its scope `cri-containerd-<id>.scope`, else `<id>`.
+fn container_cgroup(pod_cgroup: &str, id: &str) -> String {
+    if pod_cgroup.trim_end_matches('/').ends_with(".slice") {
+        format!("{pod_cgroup}/cri-containerd-{id}.scope")
+    } else {
+        format!("{pod_cgroup}/{id}")
+    }
+}
+
 /// A pod's memory as the sum of its containers' (when nothing measures the pod).
 fn summed_memory(containers: &[ContainerStats], time: &str) -> Option<MemoryStats> {
     let each = || containers.iter().map(|c| c.memory.as_ref());
@@ -221,4 +231,21 @@ fn summed_memory(containers: &[ContainerStats], time: &str) -> Option<MemoryStat
         rss_bytes: sum(each(), |m| m.rss_bytes),
         ..MemoryStats::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::container_cgroup;
+
+    #[test]
+    fn a_containers_cgroup_is_named_as_containerd_names_it_for_the_driver() {
+        assert_eq!(
+            container_cgroup("/kubepods/burstable/podu", "abc"),
+            "/kubepods/burstable/podu/abc"
+        );
+        assert_eq!(
+            container_cgroup("/kubepods.slice/kubepods-pod_u.slice", "abc"),
+            "/kubepods.slice/kubepods-pod_u.slice/cri-containerd-abc.scope"
+        );
+    }
 }
