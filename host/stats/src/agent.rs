@@ -197,6 +197,14 @@ impl<R: CriRuntime + 'static> crate::eviction::run::Node for AgentNode<R> {
             .evict(&e.uid, crate::eviction::REASON, &e.message, e.grace)
     }
 
+    fn stopped(&self, uid: &str) -> bool {
+        self.agent
+            .ctx
+            .cache
+            .get(uid)
+            .is_none_or(|rt| rt.running().next().is_none())
+    }
+
     fn reclaim(
         &self,
         _signal: crate::eviction::Signal,

@@ -30,6 +30,27 @@ impl<R: CriRuntime + 'static> Sampler for Collector<R> {
 /// A boxed future (the [`Node`] trait is used as a trait object).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How long the eviction manager waits for an evicted pod's containers to stop before
+/// its next round (the kubelet's `podCleanupTimeout`).
+pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often it looks (the kubelet's `podCleanupPollFreq`).
+const CLEANUP_POLL: Duration = Duration::from_secs(1);
+
+/// Waits, at most [`POD_CLEANUP_TIMEOUT`], for an evicted pod's containers to be gone
+/// before the next round, as the kubelet does: what it frees is only seen then, and a
+/// round before it would evict a second pod for the same pressure.
+async fn wait_for_cleanup(node: Arc<dyn Node>, uid: &str, pod: &str) {
+    let start = tokio::time::Instant::now();
+    while !node.stopped(uid) {
+        if start.elapsed() >= POD_CLEANUP_TIMEOUT {
+            tracing::info!(%pod, "Eviction manager: timed out waiting for the pod to be cleaned up");
+            return;
+        }
+        tokio::time::sleep(CLEANUP_POLL).await;
+    }
+    tracing::info!(%pod, "Eviction manager: pod is cleaned up");
+}
+
 /// What eviction acts on: the agent.
 pub trait Node: Send + Sync {
     /// The pods that may be evicted (admitted, not finished).
@@ -37,6 +58,8 @@ pub trait Node: Send + Sync {
     /// Ends the pod: phase Failed, reason Evicted, the message, an event; its
     /// containers stopped with the grace given. False if it was gone or ended already.
     fn evict(&self, eviction: &Eviction) -> bool;
+    /// Whether pod `uid` has no container running any more.
+    fn stopped(&self, uid: &str) -> bool;
     /// Frees disk at node level for `signal` (unused images); returns a line for the
     /// log saying what was freed.
     fn reclaim(&self, signal: Signal) -> BoxFuture<'_, String>;
@@ -141,6 +164,7 @@ impl Housekeeping {
             );
             if self.node.evict(e) {
                 tracing::info!(pod = %e.pod, "Eviction manager: pod is evicted successfully");
+                wait_for_cleanup(self.node.clone(), &e.uid, &e.pod).await;
             }
         }
         decision
