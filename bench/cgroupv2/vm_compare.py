@@ -168,9 +168,10 @@ def lifecycle(label):
     after = container_ids(current_pods())
     uid = uid_of(current_pods(), "besteffort")
     guest("rm", "-f", "/etc/cgv2/manifests/besteffort.yaml")
-    gone = wait_until("%s: besteffort's cgroup removed" % label,
-                      lambda: uid.replace("-", "_") not in guest(GUEST_DIR + "/guest.sh", "dump")
-                      and uid not in guest(GUEST_DIR + "/guest.sh", "dump"), 300)
+    def removed():
+        tree = guest(GUEST_DIR + "/guest.sh", "dump")
+        return uid not in tree and uid.replace("-", "_") not in tree
+    gone = wait_until("%s: besteffort's cgroup removed" % label, removed, 300)
     return {"running before the restart": len(before),
             "the same containers after it": sum(1 for k, v in before.items() if after.get(k) == v),
             "s until a removed pod's cgroup is gone": round(gone)}

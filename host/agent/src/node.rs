@@ -76,16 +76,9 @@ fn cpu_quantity(millis: u64) -> Quantity {
 /// Bytes as the API's canonical binary quantity: `0`, `2Mi`, `1Gi`, else in `Ki` or
 /// bytes.
 fn binary_quantity(bytes: u64) -> Quantity {
-    let mut value = bytes;
-    let mut unit = "";
-    for next in ["Ki", "Mi", "Gi", "Ti", "Pi"] {
-        if value == 0 || !value.is_multiple_of(1024) {
-            break;
-        }
-        value /= 1024;
-        unit = next;
-    }
-    Quantity(format!("{value}{unit}"))
+    use wasmlet_core::quantity::{BINARY_SUFFIXES, binary_scaled};
+    let (value, power) = binary_scaled(bytes);
+    Quantity(format!("{value}{}", BINARY_SUFFIXES[power]))
 }
 
 /// The machine's hostname, lowercased.

@@ -1,6 +1,21 @@
 //! Quantities and durations as Kubernetes writes them, read into the integers and
 //! durations the kubelet compares.
 
+/// The API's binary suffixes by power of 1024 (`Mi` for 2).
+pub const BINARY_SUFFIXES: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+
+/// `bytes` in the largest power of 1024 that divides it (at most 1024⁵): the value and
+/// the power, 0 for bytes. `2 << 20` is `(2, 2)` (2 Mi); 0 and 1536 stay `(n, 0)`.
+/// Each caller names the power in its own units (`Mi`, `MB`).
+pub fn binary_scaled(bytes: u64) -> (u64, usize) {
+    let (mut value, mut power) = (bytes, 0);
+    while power < 5 && value != 0 && value.is_multiple_of(1024) {
+        value /= 1024;
+        power += 1;
+    }
+    (value, power)
+}
+
 /// Parses a Kubernetes quantity (`500m`, `1.5Gi`, `2e3`, `128974848`) and returns it
 /// multiplied by `10^scale`, rounded up: scale 3 gives millicores, scale 0 bytes.
 /// Negative quantities are refused (requests, limits and capacities cannot be negative).

@@ -164,7 +164,9 @@ impl Cgroups {
         let dir = self.dir("memory", cgroup);
         if self.v2 {
             let usage = self.number(&dir.join("memory.swap.current")).ok()?;
-            let limit = std::fs::read_to_string(dir.join("memory.swap.max"))
+            let limit = self
+                .files
+                .read(&dir.join("memory.swap.max"))
                 .ok()
                 .and_then(|t| t.trim().parse().ok());
             return Some(Swap { usage, limit });

@@ -430,11 +430,15 @@ mod systemd_bus {
         (systemd, server.expect("server"))
     }
 
-    #[tokio::test]
-    async fn pods_starting_together_leave_the_burstable_tier_their_whole_sum() {
-        let root = v1_root("systemd-race");
+    /// The tree of [`setup`] under the systemd driver on a v1 layout at a temporary
+    /// `name`, made through the stand-in: its root, the calls it records, the tree, and
+    /// the stand-in's end of the connection.
+    async fn systemd_tree(
+        name: &str,
+    ) -> (PathBuf, Arc<StdMutex<Calls>>, PodCgroups, zbus::Connection) {
+        let root = v1_root(name);
         let calls = Arc::new(StdMutex::new(Calls::default()));
-        let (systemd, _server) = connected(&root, &calls).await;
+        let (systemd, server) = connected(&root, &calls).await;
         let cg = PodCgroups::with(
             CgroupFs::at(&root, false),
             setup(Driver::Systemd),
@@ -442,6 +446,12 @@ mod systemd_bus {
         )
         .await
         .expect("tree");
+        (root, calls, cg, server)
+    }
+
+    #[tokio::test]
+    async fn pods_starting_together_leave_the_burstable_tier_their_whole_sum() {
+        let (root, calls, cg, _server) = systemd_tree("systemd-race").await;
         let (a, b, c) = (
             pod(
                 "aaaaaaaa-0000-0000-0000-000000000001",
@@ -477,17 +487,7 @@ mod systemd_bus {
 
     #[tokio::test]
     async fn slices_are_started_and_set_through_systemds_manager() {
-        let root = v1_root("systemd");
-        let calls = Arc::new(StdMutex::new(Calls::default()));
-        let (systemd, _server) = connected(&root, &calls).await;
-
-        let cg = PodCgroups::with(
-            CgroupFs::at(&root, false),
-            setup(Driver::Systemd),
-            Some(systemd),
-        )
-        .await
-        .expect("tree");
+        let (root, calls, cg, _server) = systemd_tree("systemd").await;
         let uid = "4b1e0c9a-6f2d-4c1b-9a3e-0f5d2c7b8e11";
         let b = pod(uid, "{requests: {cpu: 500m}, limits: {memory: 64Mi}}");
         cg.ensure(&b).await.expect("ensure");

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::quantity::parse_quantity;
+use crate::quantity::{BINARY_SUFFIXES, binary_scaled, parse_quantity};
 
 /// What the QoS tiers are set to: unbounded, as the kubelet writes it.
 pub const UNBOUNDED: u64 = 1 << 62;
@@ -37,26 +37,14 @@ impl PageSize {
 
     /// The name in cgroup files: `2MB`, `1GB`, `64KB`.
     pub fn cgroup_name(&self) -> String {
-        let mut value = self.bytes;
-        for unit in ["B", "KB", "MB", "GB", "TB"] {
-            if value < 1024 || !value.is_multiple_of(1024) {
-                return format!("{value}{unit}");
-            }
-            value /= 1024;
-        }
-        format!("{value}PB")
+        let (value, power) = binary_scaled(self.bytes);
+        format!("{value}{}", ["B", "KB", "MB", "GB", "TB", "PB"][power])
     }
 
     /// The resource a pod asks for these pages by: `hugepages-2Mi`, `hugepages-1Gi`.
     pub fn resource_name(&self) -> String {
-        let mut value = self.bytes;
-        for unit in ["", "Ki", "Mi", "Gi", "Ti"] {
-            if value < 1024 || !value.is_multiple_of(1024) {
-                return format!("hugepages-{value}{unit}");
-            }
-            value /= 1024;
-        }
-        format!("hugepages-{value}Pi")
+        let (value, power) = binary_scaled(self.bytes);
+        format!("hugepages-{value}{}", BINARY_SUFFIXES[power])
     }
 }
 

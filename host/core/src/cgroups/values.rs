@@ -267,21 +267,15 @@ impl PodResources {
 /// size (app containers and sidecars summed, against the largest init container, as
 /// for CPU and memory), 0 for a size it does not ask for.
 pub fn pod_hugetlb(pod: &k8s::Pod, sizes: &[super::hugetlb::PageSize]) -> Vec<(String, u64)> {
-    let requested: std::collections::BTreeMap<
-        String,
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-    > = sizes
+    sizes
         .iter()
         .map(|size| {
-            let name = size.resource_name();
-            let bytes = effective_amount(pod, &name);
             (
-                name,
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity(bytes.to_string()),
+                size.cgroup_name(),
+                effective_amount(pod, &size.resource_name()),
             )
         })
-        .collect();
-    super::hugetlb::limits(sizes, Some(&requested))
+        .collect()
 }
 
 /// A CPU list in the kernel's form (`0-3,6`) as the bit mask systemd's `AllowedCPUs`
