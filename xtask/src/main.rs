@@ -9,6 +9,8 @@
 //! cargo xtask deb                  # the Debian package, the shipped plugins precompiled
 //! cargo xtask containerd up|down|status   # the test containerd, by hand
 //! cargo xtask bench                # the benchmarks (results go in bench/README.md)
+//! cargo xtask docs [--run]         # the book (mdBook) into target/book, its links checked;
+//!                                  # --run: the pages' `sh ci` commands run as written
 //! ```
 //!
 //! Only std here: the runner must build in seconds on a fresh clone.
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
+mod docs;
 mod package;
 
 /// The cargo-deb the package is made with (installed from crates.io when missing; also
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Some("containerd") => containerd_cmd(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("deb") => package::release().map(|deb| println!("{}", deb.display())),
+        Some("docs") => docs::docs(&args[1..]),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -53,7 +57,9 @@ const USAGE: &str = "usage: cargo xtask <command>
   up [ARGS...]              build and run `wasmlet up` (the agent with its defaults)
   deb                       the Debian package, its plugins precompiled (target/debian/)
   containerd up|down|status the test containerd, by hand
-  bench [NAME]              run the benchmarks";
+  bench [NAME]              run the benchmarks
+  docs [--run]              build the book (target/book) and check its links; --run also
+                            runs the commands its pages mark `sh ci`";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -180,6 +186,7 @@ fn static_checks() -> Result {
     let workspaces: Vec<&Path> = std::iter::once(plugins.as_path())
         .chain(templates.iter().map(PathBuf::as_path))
         .collect();
+    docs::check_links()?;
     step("format (cargo fmt --check): host, plugins, templates");
     run(cargo().args(["fmt", "--all", "--check"]))?;
     for dir in &workspaces {
@@ -236,6 +243,8 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .env("WASMLET_REQUIRE_REGISTRY", "1")
         .env("WASMLET_REQUIRE_PLUGIN_LANGS", "1"))?;
     independent_client(endpoint)?;
+    docs::build_book()?;
+    docs::run_commands()?;
     // In the dev profile: the smoke checks that each benchmark builds and runs, which the
     // tests' build already holds the crates for; a release build would be a second copy
     // of every dependency (minutes, and gigabytes of disk).

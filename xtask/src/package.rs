@@ -104,23 +104,8 @@ fn shipped_components() -> Result<Vec<PathBuf>> {
 /// directory when missing: packaging a debug build is what this version allows (later
 /// ones may refuse it), whatever else the machine has.
 fn cargo_with_deb() -> Result<Command> {
+    tool("cargo-deb", CARGO_DEB_VERSION, &[])?;
     let tools = repo().join("target/tools");
-    let have = Command::new(tools.join("bin/cargo-deb"))
-        .args(["deb", "--version"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_DEB_VERSION));
-    if !have {
-        run(cargo()
-            .args([
-                "install",
-                "cargo-deb",
-                "--locked",
-                "--version",
-                CARGO_DEB_VERSION,
-                "--root",
-            ])
-            .arg(&tools))?;
-    }
     let path = format!(
         "{}:{}",
         tools.join("bin").display(),
@@ -129,4 +114,28 @@ fn cargo_with_deb() -> Result<Command> {
     let mut cmd = cargo();
     cmd.env("PATH", path);
     Ok(cmd)
+}
+
+/// A tool from crates.io at a pinned version, installed into `target/tools` when the one
+/// there is missing or another version (whatever else the machine has): its path.
+pub fn tool(name: &str, version: &str, install_args: &[&str]) -> Result<PathBuf> {
+    let tools = repo().join("target/tools");
+    let bin = tools.join("bin").join(name);
+    // cargo-deb answers `cargo deb --version`, mdbook `mdbook --version`.
+    let probe: &[&str] = match name.strip_prefix("cargo-") {
+        Some(sub) => &[sub, "--version"],
+        None => &["--version"],
+    };
+    let have = Command::new(&bin)
+        .args(probe)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(version));
+    if !have {
+        run(cargo()
+            .args(["install", name, "--locked", "--version", version])
+            .args(install_args)
+            .arg("--root")
+            .arg(&tools))?;
+    }
+    Ok(bin)
 }

@@ -3,7 +3,7 @@
 //! language gets) and wasmtime's baseline compiler, Winch, for components large enough
 //! that cranelift would take seconds — a Python or JavaScript plugin carries its whole
 //! interpreter, 12 to 18 MB of code. Measured on this project's `restricted-pods`
-//! (bench/README, "Plugins in Python and TypeScript"): cranelift 3.5 s (Python) and
+//! (bench/LOG.md, "Plugins in Python and TypeScript"): cranelift 3.5 s (Python) and
 //! 4.1 s (TypeScript), Winch 1.1 and 1.0 s, for decisions 1.3–1.7× slower and still
 //! well under a millisecond.
 

@@ -6,7 +6,7 @@
 //! each leaving buffers that another thread frees. With glibc's arenas those frees
 //! contend for the allocating thread's arena lock, and the compile's 300 MB are faulted
 //! in page by page: measured, 1.11–1.15 s of compile in the compiler process with
-//! glibc, 0.55–0.75 s with mimalloc (bench/README, "The compiler process: mimalloc,
+//! glibc, 0.55–0.75 s with mimalloc (bench/LOG.md, "The compiler process: mimalloc,
 //! without huge pages").
 //! The agent keeps glibc: its idle memory is tuned for it (arenas, the mmap threshold,
 //! pages given back after a large read) and it never compiles unless its compiler

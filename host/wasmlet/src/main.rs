@@ -93,7 +93,7 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
 /// Allocator arenas at most, for the commands that run for good (the agent, the
 /// controller): see [`wasmlet_plugin_host::memory::limit_arenas`]. With glibc's default
 /// (eight per core) the idle agent at 30 pods held 1 MB more of freed memory spread over
-/// its threads' arenas (bench/README, "Where a node's memory is now"). Not for `plugin`,
+/// its threads' arenas (bench/LOG.md, "Where a node's memory is now"). Not for `plugin`,
 /// which compiles components (the agent's compiler process among them) and allocates
 /// with mimalloc instead (see [`allocator`]).
 const ALLOCATOR_ARENAS: i32 = 2;

@@ -264,7 +264,7 @@ const SCAVENGE_PERIOD: Duration = Duration::from_secs(10);
 const START_UP_PAGES_FOR: Duration = Duration::from_secs(60);
 
 /// Every [`SCAVENGE_PERIOD`], the allocator's free pages back to the kernel, as Go's
-/// background scavenger does for the kubelet: measured at 30 pods (bench/README, "Where
+/// background scavenger does for the kubelet: measured at 30 pods (bench/LOG.md, "Where
 /// a node's memory is now"), 3 MB of the idle agent's 11–14 MB of anonymous memory were
 /// pages freed after the pods started, which glibc would otherwise keep. And once,
 /// [`START_UP_PAGES_FOR`] after start, the pages of the executable: of the 19.5 MB of
