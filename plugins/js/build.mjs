@@ -1,14 +1,18 @@
 #!/usr/bin/env node
 // Builds a JavaScript or TypeScript plugin into a wasm32-wasip2 component:
 //
-//   node plugins/js/build.mjs WORLD ENTRY OUT.wasm
+//   node plugins/js/build.mjs WORLD ENTRY OUT.wasm     (in this repository)
+//   npx wasmlet-plugin-build WORLD ENTRY OUT.wasm        (the SDK installed as a package)
 //
 // WORLD is admission-policy, probe-handler or pod-source; ENTRY the plugin's module
 // (app.js or app.ts), which exports the world's interface (`admission`, `probe` or
 // `source`). The module and what it imports (this SDK as `wasmlet-plugin/...`) are
 // bundled by esbuild, a TypeScript entry is first checked by tsc against types generated
 // from the WIT (jco guest-types), and componentize-js makes the component. The
-// toolchain is this directory's (`npm ci` here installs it).
+// toolchain is the package's dependencies: this directory's node_modules in the
+// repository (`npm ci` here), the project's when the SDK is installed (`npm install`).
+// Installed, the package carries the WIT and the reproducibility preload (`wit/`,
+// `reproducible/`); in the repository they are the checkout's.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,8 +20,12 @@ import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const sdk = dirname(fileURLToPath(import.meta.url));
-const wit = resolve(sdk, '../../wit');
-const bin = (tool) => join(sdk, 'node_modules/.bin', tool);
+const beside = (dir, fallback) => (existsSync(join(sdk, dir)) ? join(sdk, dir) : resolve(sdk, fallback));
+const wit = beside('wit', '../../wit');
+const reproducible = beside('reproducible', '../reproducible');
+// The tools' commands: in the SDK's own node_modules, or the project's it is installed in.
+const binDirs = [join(sdk, 'node_modules/.bin'), resolve(sdk, '../.bin'), resolve(sdk, '../../.bin')];
+const bin = (tool) => join(binDirs.find((d) => existsSync(join(d, tool))) ?? binDirs[0], tool);
 
 // What each world's host links beside the WIT: an admission policy and a probe handler
 // get no wasi:http, a pod source may fetch the URLs it is granted.
@@ -36,7 +44,7 @@ const [world, entry, out] = process.argv.slice(2);
 if (!world || !entry || !out) fail('usage: build.mjs admission-policy|probe-handler|pod-source ENTRY OUT.wasm');
 if (!DISABLED[world]) fail(`unknown world ${world} (admission-policy, probe-handler or pod-source)`);
 if (!existsSync(entry)) fail(`${entry}: no such file`);
-if (!existsSync(bin('componentize-js'))) fail(`the toolchain is not installed: npm ci --prefix ${sdk}`);
+if (!existsSync(bin('componentize-js'))) fail(`the toolchain is not installed: npm install (or npm ci --prefix ${sdk})`);
 
 // The lock this build holds (see `reproducibly`).
 let held;
@@ -96,12 +104,12 @@ function reproducibly() {
 // string reaches the guest's environment everywhere. Without a C compiler to build it,
 // the build goes on and says it will not be reproducible.
 function deterministic() {
-  const script = resolve(sdk, '../reproducible/preload.sh');
+  const script = join(reproducible, 'preload.sh');
   let so;
   try {
     so = execFileSync('sh', [script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
   } catch {
-    console.error('build.mjs: warning: building without plugins/reproducible/deterministic.so');
+    console.error('build.mjs: warning: building without deterministic.so (reproducible/preload.sh)');
     return {};
   }
   const local = join(dirname(work), 'deterministic.so');

@@ -4,7 +4,8 @@
 //! A fenced block whose info string is `sh ci` is a command CI can run: `cargo xtask docs
 //! --run` (and `cargo xtask test`) runs each such block from the repository's root in a
 //! shell of its own (`bash -euo pipefail`), with the workspace's debug binaries first on
-//! `PATH` — so a page whose commands drift from the code fails the build.
+//! `PATH` and a home folder of its own (`~` is new each run) — so a page whose commands
+//! drift from the code fails the build.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -263,6 +264,28 @@ fn ci_blocks(page: &str, text: &str) -> Vec<Block> {
     blocks
 }
 
+/// A home folder of the reader's own, new for each run (`~/team-policy` in a page is
+/// made afresh), with the toolchains and download caches of the real one kept.
+fn reader_home(root: &Path) -> Result<Vec<(String, String)>> {
+    let real = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    let home = root.join("target/docs-home");
+    if home.exists() {
+        fs::remove_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    }
+    fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    let kept = |var: &str, default: PathBuf| {
+        let value = std::env::var(var).unwrap_or_else(|_| default.display().to_string());
+        (var.to_owned(), value)
+    };
+    Ok(vec![
+        ("HOME".to_owned(), home.display().to_string()),
+        kept("CARGO_HOME", real.join(".cargo")),
+        kept("RUSTUP_HOME", real.join(".rustup")),
+        kept("npm_config_cache", real.join(".npm")),
+        kept("PIP_CACHE_DIR", real.join(".cache/pip")),
+    ])
+}
+
 /// Runs every ` ```sh ci ` block of README.md and the book, in the contents' order.
 pub fn run_commands() -> Result {
     let root = repo();
@@ -274,6 +297,7 @@ pub fn run_commands() -> Result {
         debug_bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let home = reader_home(&root)?;
     let mut ran = 0;
     for page in &pages {
         for block in ci_blocks(&shown(page), &read(page)?) {
@@ -285,6 +309,7 @@ pub fn run_commands() -> Result {
             run(Command::new("bash")
                 .args(["-euo", "pipefail", "-c", &block.script])
                 .env("PATH", &path)
+                .envs(home.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .current_dir(&root))
             .map_err(|e| {
                 format!(

@@ -9,6 +9,7 @@
 //! cargo xtask deb                  # the Debian package, the shipped plugins precompiled
 //! cargo xtask containerd up|down|status   # the test containerd, by hand
 //! cargo xtask bench                # the benchmarks (results go in bench/README.md)
+//! cargo xtask sdk                  # the plugin SDKs as packages (target/sdk): wheel, npm, crate
 //! cargo xtask docs [--run]         # the book (mdBook) into target/book, its links checked;
 //!                                  # --run: the pages' `sh ci` commands run as written
 //! ```
@@ -22,6 +23,7 @@ use std::time::Instant;
 
 mod docs;
 mod package;
+mod sdk;
 
 /// The cargo-deb the package is made with (installed from crates.io when missing; also
 /// what `../shared/kubeadm/run.sh` reads here).
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("deb") => package::release().map(|deb| println!("{}", deb.display())),
         Some("docs") => docs::docs(&args[1..]),
+        Some("sdk") => sdk::sdk().map(|dir| println!("{}", dir.display())),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -58,6 +61,8 @@ const USAGE: &str = "usage: cargo xtask <command>
   deb                       the Debian package, its plugins precompiled (target/debian/)
   containerd up|down|status the test containerd, by hand
   bench [NAME]              run the benchmarks
+  sdk                       the plugin SDKs as packages: a wheel, an npm package, a crate
+                            (target/sdk)
   docs [--run]              build the book (target/book) and check its links; --run also
                             runs the commands its pages mark `sh ci`";
 
@@ -231,6 +236,10 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
     run(&mut Command::new(
         repo().join("scripts/plugin-toolchains.sh"),
     ))?;
+    // The pages' commands need the binaries just built (and the toolchains above); run
+    // before the tests, so the suite's own summary is the run's last word.
+    docs::build_book()?;
+    docs::run_commands()?;
     step("tests: unit, simulator, and the CRI contract against the simulator AND containerd");
     run(cargo()
         .args(["test", "--workspace", "--locked"])
@@ -243,8 +252,6 @@ fn test_with_containerd(endpoint: &str, registry: &str, extra: &[String]) -> Res
         .env("WASMLET_REQUIRE_REGISTRY", "1")
         .env("WASMLET_REQUIRE_PLUGIN_LANGS", "1"))?;
     independent_client(endpoint)?;
-    docs::build_book()?;
-    docs::run_commands()?;
     // In the dev profile: the smoke checks that each benchmark builds and runs, which the
     // tests' build already holds the crates for; a release build would be a second copy
     // of every dependency (minutes, and gigabytes of disk).

@@ -45,9 +45,12 @@ pub fn release() -> Result<PathBuf> {
 }
 
 /// The shipped plugins built and precompiled by the binary of the profile in
-/// `profile_dir` (`target/<profile>`), into its `precompiled-plugins/`.
+/// `profile_dir` (`target/<profile>`), into its `precompiled-plugins/`; the SDK packages
+/// beside them.
 fn precompiled(profile_dir: &str) -> Result {
     build_plugins()?;
+    // The package carries the plugin SDKs for `wasmlet plugin new` (target/sdk).
+    crate::sdk::sdk()?;
     let dir = repo().join(profile_dir);
     precompile(&dir.join("wasmlet"), &dir.join(PRECOMPILED))
 }

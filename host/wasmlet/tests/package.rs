@@ -93,7 +93,37 @@ fn the_package_installs_wasmlet_in_the_kubelets_place() {
     );
     assert!(describe.contains("admission"), "{describe}");
     the_plugins_come_precompiled_for_the_packaged_binary(&root);
+    the_sdk_packages_come_for_plugin_new(&root);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `/usr/share/wasmlet/sdk`: the wheel, the npm package and the Rust crate (its WIT
+/// inside), which `wasmlet plugin new` names by default.
+fn the_sdk_packages_come_for_plugin_new(root: &Path) {
+    let version = env!("CARGO_PKG_VERSION");
+    let sdk = root.join("usr/share/wasmlet/sdk");
+    for file in [
+        format!("python/wasmlet_plugin-{version}-py3-none-any.whl"),
+        format!("js/wasmlet-plugin-{version}.tgz"),
+        format!("rust/wasmlet-plugin-sdk-{version}/Cargo.toml"),
+        format!("rust/wasmlet-plugin-sdk-{version}/wit/plugin.wit"),
+    ] {
+        assert!(sdk.join(&file).is_file(), "the package has no sdk/{file}");
+    }
+    let project = root.join("team-policy");
+    output(
+        Command::new(root.join("usr/bin/wasmlet"))
+            .args(["plugin", "new", "--lang", "rust", "--sdk"])
+            .arg(&sdk)
+            .arg(&project),
+    );
+    let manifest = read(&project, "Cargo.toml");
+    assert!(
+        manifest.contains(&format!(
+            "usr/share/wasmlet/sdk/rust/wasmlet-plugin-sdk-{version}\""
+        )),
+        "{manifest}"
+    );
 }
 
 /// The names of the compiled-component entries in `dir`.

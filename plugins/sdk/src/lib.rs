@@ -28,7 +28,7 @@
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "admission-policy",
         pub_export_macro: true,
         export_macro_name: "__export_admission_policy",
@@ -42,7 +42,7 @@ pub mod bindings {
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod probe_bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "probe-handler",
         pub_export_macro: true,
         export_macro_name: "__export_probe_handler",
@@ -60,7 +60,7 @@ pub mod probe_bindings {
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod source_bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "pod-source",
         pub_export_macro: true,
         export_macro_name: "__export_pod_source",

@@ -1,6 +1,7 @@
 //! `wasmlet plugin`: run and examine plugins offline, without an agent or a cluster.
 //!
 //! ```text
+//! wasmlet plugin new --lang rust|python|ts [--world W] [--sdk DIR] DIR
 //! wasmlet plugin inspect FILE.wasm
 //! wasmlet plugin admit POLICY.wasm [POLICY.wasm…] --pod POD.yaml --node NODE.yaml \
 //!     [--active-pods DIR] [--config KEY=VALUE…] [--source api|file|http] [--timeout-ms N]
@@ -31,6 +32,7 @@
 //! 1 on an error.
 
 mod admit;
+mod new;
 mod signing;
 mod test;
 
@@ -64,6 +66,10 @@ pub struct PluginArgs {
 /// What to do with a plugin.
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
+    /// Make a plugin project in a folder of its own (Rust, Python or TypeScript; an
+    /// admission policy, a probe handler or a pod source), built with the language's own
+    /// commands from the SDK packages.
+    New(new::NewArgs),
     /// Which world a component implements, its imports and exports, and the
     /// capabilities it could use if granted.
     Inspect {
@@ -237,6 +243,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 pub async fn run(args: PluginArgs) -> Result<ExitCode> {
     let cache = args.cache_dir.as_deref();
     match args.command {
+        PluginCommand::New(a) => new::run(a),
         PluginCommand::Inspect { file } => inspect(&engine(cache)?, &file),
         PluginCommand::Admit(a) => admit::admit(engine(cache)?, a).await,
         PluginCommand::Test(a) => test::run(cache, a).await,

@@ -1,0 +1,117 @@
+"""Builds a Python plugin into a wasm32-wasip2 component with componentize-py.
+
+    wasmlet-plugin-build WORLD DIR OUT.wasm        (installed with the package)
+    python3 -m wasmlet_plugin._build WORLD DIR OUT.wasm
+
+WORLD is admission-policy, probe-handler or pod-source; DIR holds the plugin's app.py
+(and any modules it imports). This module runs on the build machine, never in a plugin.
+
+What the build reads besides the source is held still, so that the same source and SDK
+give the same bytes:
+
+- the author's folder and the SDK are copied into a directory of the build's own, so the
+  guest's bytecode cache is written there, not into the author's tree (a later build
+  would load it instead of compiling: different bytes);
+- an empty site-packages stands for the host's (componentize-py adds the host's own to
+  the guest's path, so whatever pip installed there would be in the snapshot);
+- random bytes, clocks and file times through deterministic.so (when a C compiler can
+  build it), one tokio worker, the host's hash seed fixed.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORLDS = ("admission-policy", "probe-handler", "pod-source")
+COMPONENTIZE_PY = "0.25.1"
+
+# The package's own folder; installed, the WIT and the reproducibility preload are data
+# beside it (`_data/`), in the repository they are the checkout's.
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "_data"
+REPO = HERE.parent.parent.parent
+
+
+def fail(message, code=2):
+    print(f"wasmlet-plugin-build: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def wit_dir():
+    for candidate in (DATA / "wit", REPO / "wit"):
+        if (candidate / "plugin.wit").is_file():
+            return candidate
+    fail(f"the WIT (plugin.wit) is neither in {DATA / 'wit'} nor in {REPO / 'wit'}")
+
+
+def preload_script():
+    for candidate in (DATA / "reproducible", REPO / "plugins" / "reproducible"):
+        if (candidate / "preload.sh").is_file():
+            return candidate / "preload.sh"
+    return None
+
+
+def componentize_py():
+    """componentize-py beside this interpreter (a virtual environment), else on PATH."""
+    beside = Path(sys.executable).parent / "componentize-py"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("componentize-py")
+    if not found:
+        fail(f"componentize-py not found: pip install componentize-py=={COMPONENTIZE_PY}")
+    return found
+
+
+def deterministic_so():
+    script = preload_script()
+    if script is None:
+        return ""
+    run = subprocess.run(["sh", str(script)], stdout=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        print("wasmlet-plugin-build: warning: building without deterministic.so", file=sys.stderr)
+        return ""
+    return run.stdout.strip()
+
+
+def stage(source, work):
+    """The author's folder and the guest's half of the SDK, copied under `work`."""
+    app, sdk = work / "app", work / "sdk" / "wasmlet_plugin"
+    shutil.copytree(source, app, ignore=shutil.ignore_patterns("__pycache__", "*.wasm", ".venv", "venv", ".git"))
+    shutil.copytree(HERE, sdk, ignore=shutil.ignore_patterns("__pycache__", "_build.py", "_data"))
+    (work / "venv" / "lib" / "python3" / "site-packages").mkdir(parents=True)
+    return app, sdk.parent
+
+
+def build(world, source, out):
+    with tempfile.TemporaryDirectory(prefix="wasmlet-py-") as tmp:
+        work = Path(tmp)
+        app, sdk = stage(source, work)
+        env = dict(os.environ)
+        env.update(
+            VIRTUAL_ENV=str(work / "venv"),
+            TOKIO_WORKER_THREADS="1",
+            PYTHONHASHSEED="0",
+            LD_PRELOAD=deterministic_so(),
+        )
+        cmd = [componentize_py(), "-d", str(wit_dir()), "-w", world, "componentize", "app",
+               "-p", str(app), "-p", str(sdk), "-o", str(out)]
+        return subprocess.run(cmd, env=env).returncode
+
+
+def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3:
+        fail("usage: wasmlet-plugin-build admission-policy|probe-handler|pod-source DIR OUT.wasm")
+    world, source, out = args[0], Path(args[1]), Path(args[2]).resolve()
+    if world not in WORLDS:
+        fail(f"unknown world {world} (admission-policy, probe-handler or pod-source)")
+    if not (source / "app.py").is_file():
+        fail(f"{source / 'app.py'}: no such file")
+    sys.exit(build(world, source, out))
+
+
+if __name__ == "__main__":
+    main()
