@@ -5,9 +5,15 @@
 //! start's path: whether each image is present (ImageStatus), and the ConfigMaps,
 //! Secrets and Services the containers' environment refers to.
 
+use k8s_openapi::api::core::v1 as k8s;
 use std::collections::HashSet;
+use tracing::warn;
+use wasmlet_cri::CriRuntime;
+use wasmlet_cri::proto::ImageSpec;
 
-use super::*;
+use super::SyncContext;
+use crate::criconfig;
+use crate::pod::{self, PodKey};
 
 /// What the containers a sync starts need, asked for once.
 #[derive(Debug, Default)]

@@ -5,20 +5,16 @@
 //! runtime at once and updates the cache and the status — status does not wait for
 //! the next relist.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as k8s;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
-use wasmlet_cri::proto::{self, ImageSpec};
+use wasmlet_cri::proto;
 use wasmlet_cri::{CriError, CriRuntime};
-use wasmlet_plugin_host::convert;
-use wasmlet_plugin_host::probe::{ContainerExec, Outcome, ProbeKind};
 
-use crate::actions::{self, Kill};
+use crate::actions;
 use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
@@ -27,8 +23,8 @@ use crate::lifecycle::Outcome as WorkOutcome;
 use crate::metrics::Metrics;
 use crate::pleg;
 use crate::pod::{self, PodKey};
-use crate::prober::{Checker, CriExec, Prober};
-use crate::runtime::{PodRuntime, Sandbox, State};
+use crate::prober::Prober;
+use crate::runtime::{PodRuntime, Sandbox};
 use crate::status::Waiting;
 use crate::statuses::{self, StatusManager};
 use crate::time::Clock;

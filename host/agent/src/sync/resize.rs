@@ -4,10 +4,19 @@
 //! increases, the pod cgroup before the containers when the pod grows and after them
 //! when it shrinks — or is restarted when its `resizePolicy` says so.
 
+use std::sync::Arc;
 use wasmlet_core::pod::Place;
 use wasmlet_core::resize::{ContainerUpdate, Plan, Resource, with_amounts};
 
-use super::*;
+use k8s_openapi::api::core::v1 as k8s;
+use tracing::{info, warn};
+use wasmlet_cri::CriRuntime;
+
+use super::SyncContext;
+use crate::actions::{self, Kill};
+use crate::criconfig;
+use crate::pod::{self, PodKey};
+use crate::runtime::PodRuntime;
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     /// The pod as it runs: `pod` with its allocated resources (a resize asked for is

@@ -1,7 +1,18 @@
 //! Starting what a sync asks for: the sandbox, containers (with CrashLoopBackOff, the
 //! container's configuration, the image, the postStart hook) and images per pull policy.
 
-use super::*;
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+use wasmlet_cri::CriRuntime;
+use wasmlet_cri::proto::{self, ImageSpec};
+
+use super::{ERROR_RETRY, NotStarted, POST_START_TIMEOUT, SyncContext, ahead, pacing, waiting};
+use crate::criconfig;
+use crate::events::Event;
+use crate::pod::{self, PodKey};
+use crate::runtime::{PodRuntime, Sandbox, State};
+use crate::status::Waiting;
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     pub(super) async fn create_sandbox(

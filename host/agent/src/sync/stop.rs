@@ -2,7 +2,26 @@
 //! pod within its grace period, cleanup of what a stopped pod leaves, dead containers'
 //! garbage, and the container operations the prober and the hooks share.
 
-use super::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+use wasmlet_cri::{CriError, CriRuntime};
+use wasmlet_plugin_host::convert;
+use wasmlet_plugin_host::probe::{ContainerExec, Outcome, ProbeKind};
+
+use super::{STOP_RETRY, SyncContext, SyncResult, Touched};
+use crate::actions::{self, Kill};
+use crate::criconfig::{self, NodeContext};
+use crate::events::Event;
+use crate::lifecycle::Outcome as WorkOutcome;
+use crate::pod::{self, PodKey};
+use crate::prober::{Checker, CriExec};
+use crate::runtime::{PodRuntime, State};
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     pub(super) async fn kill_container(
