@@ -398,7 +398,7 @@ async fn start_as_the_agent_would(
         serde_yaml_ng::from_str(&manifest(i, 0).replace("bench-", "floorcfg-"))
             .map_err(|e| e.to_string())?;
     let file = format!("floorcfg-{i}.yaml");
-    wasmlet_agent::pod::make_static(&mut pod, ("file", &file), &node.node_name, None);
+    wasmlet_core::pod::make_static(&mut pod, ("file", &file), &node.node_name, None);
     if let Some(cgroups) = &node.pod_cgroups {
         cgroups.ensure(&pod).await.map_err(|e| e.to_string())?;
     }
@@ -414,7 +414,7 @@ async fn start_as_the_agent_would(
         .ok()
         .and_then(|s| s.status?.network.map(|n| n.ip))
         .unwrap_or_default();
-    let container = &wasmlet_agent::pod::containers(&pod)[0];
+    let container = &wasmlet_core::pod::containers(&pod)[0];
     let config = wasmlet_agent::criconfig::container_config(&pod, container, false, 0, &ip, node)
         .map_err(|e| e.to_string())?;
     let cid = c

@@ -301,7 +301,7 @@ async fn containerd_round(
         let Some(s) = status.status else { continue };
         let pod = c
             .labels
-            .get(wasmlet_agent::runtime::POD_NAME_LABEL)
+            .get(wasmlet_core::runtime::POD_NAME_LABEL)
             .cloned()
             .unwrap_or_default();
         if let Some(at) = stored.get(&pod) {
@@ -399,7 +399,7 @@ async fn queued_events(n: usize, doomed: bool) -> (HashMap<String, Duration>, u6
     ));
     let mut changes = api.subscribe();
     let event = |ns: &str, pod: String| Event {
-        pod: wasmlet_agent::pod::PodKey {
+        pod: wasmlet_core::pod::PodKey {
             uid: format!("uid-{ns}-{pod}"),
             namespace: ns.into(),
             name: pod.clone(),

@@ -20,7 +20,6 @@ use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
 use crate::events::{LogRecorder, Recorder};
-use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::node::NodeFacts;
 use crate::pleg::{EventQueue, Health, Pleg};
@@ -31,6 +30,7 @@ use crate::sync::{ContainerOps, MOUNT_RETRY, MOUNT_RETRY_MAX, SyncContext};
 use crate::syncloop::{Admission, Inputs, SourceSet, SyncLoop};
 use crate::time::Clock;
 use crate::workers::{DueQueue, PodWorkers};
+use wasmlet_core::lifecycle::Lifecycle;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::time::Instant;
 
-use crate::runtime::PodRuntime;
+use wasmlet_core::runtime::PodRuntime;
 
 #[derive(Debug, Clone)]
 struct Entry {

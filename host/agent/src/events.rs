@@ -10,7 +10,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1 as k8s;
 
-use crate::pod::PodKey;
+use wasmlet_core::pod::PodKey;
 
 /// Normal or Warning, as the events API has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,13 +82,13 @@ impl Event {
         message: String,
     ) -> Self {
         let init = container.is_some_and(|name| {
-            crate::pod::init_containers(pod)
+            wasmlet_core::pod::init_containers(pod)
                 .iter()
                 .any(|c| c.name == name)
         });
         Event {
             pod: PodKey::of(pod),
-            source: crate::pod::source(pod).to_owned(),
+            source: wasmlet_core::pod::source(pod).to_owned(),
             field_path: container.map(|name| {
                 if init {
                     format!("spec.initContainers{{{name}}}")

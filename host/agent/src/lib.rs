@@ -5,9 +5,9 @@
 //!
 //! # Layout
 //! The kubelet's decisions are [`wasmlet_core`]'s (no I/O, no clock; unit-tested there),
-//! re-exported here under the names the agent has always used them by: [`pod`],
-//! [`podconfig`], [`lifecycle`], [`actions`], [`status`], [`runtime`], and [`backoff`]
-//! and [`time`] on the agent's clock.
+//! named by that crate wherever they are used (`wasmlet_core::pod`, `::podconfig`,
+//! `::lifecycle`, `::actions`, `::status`, `::runtime`); [`backoff`] and [`time`] put
+//! them on the agent's clock.
 //!
 //! Around them, the kubelet's managers:
 //! - [`pleg`] — relist, generateEvents, the coalescing event queue, health.
@@ -30,8 +30,6 @@
 //! - [`termination`] — the termination message read from a container's file or log.
 //! - [`resize`] — in-place resize's allocations and actuated resources, checkpointed.
 //! - [`agent`] — the wiring; [`node`] — the node's facts; [`metrics`] — kubelet metrics.
-
-pub use wasmlet_core::{actions, lifecycle, pod, podconfig, runtime, status};
 
 pub mod agent;
 pub mod backoff;

@@ -19,7 +19,7 @@ use wasmlet_cri::{CriRuntime, ErrorKind};
 
 use crate::cache::PodCache;
 use crate::queue::PodQueue;
-use crate::runtime::{
+use wasmlet_core::runtime::{
     self, CONTAINER_NAME_LABEL, ContainerInfo, NODE_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
     POD_UID_LABEL, PodRuntime, Sandbox, State,
 };

@@ -23,16 +23,16 @@ use wasmlet_plugin_host::convert;
 use wasmlet_plugin_host::kinds::ProbeHandlers;
 use wasmlet_plugin_host::probe::{Action, ContainerExec, ExecOutput, Outcome, ProbeKind, Target};
 
-use crate::actions::{ProbeFailure, Probed};
 use crate::events::{Event, Recorder};
 use crate::metrics::ProbeResult;
-use crate::pod;
 use crate::queue::PodQueue;
-use crate::runtime::{PodRuntime, State};
-use crate::status::ProbeView;
 use crate::time::Clock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use wasmlet_core::actions::{ProbeFailure, Probed};
+use wasmlet_core::pod;
+use wasmlet_core::runtime::{PodRuntime, State};
+use wasmlet_core::status::ProbeView;
 
 /// Runs one check of a kind (`exec`, `httpGet`, …) — the probe handlers, or a fake.
 pub trait Checker: Send + Sync + 'static {
@@ -505,7 +505,7 @@ impl<R: CriRuntime + 'static> ProbeTask<R> {
             return;
         }
         tracing::info!(
-            pod = %crate::pod::PodKey::of(&self.pod),
+            pod = %wasmlet_core::pod::PodKey::of(&self.pod),
             container = %self.container().name,
             probe = ?self.kind,
             "Probe failed: {message}"

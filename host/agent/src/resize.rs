@@ -187,7 +187,7 @@ impl Allocations {
         let pending = match resize::decide(desired, &allocation, room) {
             Decision::Unchanged => None,
             Decision::Allocate => {
-                info!(pod = %crate::pod::PodKey::of(desired), "resize allocated");
+                info!(pod = %wasmlet_core::pod::PodKey::of(desired), "resize allocated");
                 state
                     .allocated
                     .insert(uid.clone(), resize::allocation_of(desired));

@@ -468,9 +468,9 @@ mod tests {
                 .unwrap_or_else(|| panic!("{file} not read"));
             let at = std::path::Path::new("/etc/kubernetes/manifests").join(file);
             let mut pod = read.pod.clone();
-            let location = Some(crate::pod::kubelet::Location::File(&at));
-            crate::pod::make_static(&mut pod, ("file", file), "node-a", location);
-            assert_eq!(crate::pod::uid(&pod), want, "{file}");
+            let location = Some(wasmlet_core::pod::kubelet::Location::File(&at));
+            wasmlet_core::pod::make_static(&mut pod, ("file", file), "node-a", location);
+            assert_eq!(wasmlet_core::pod::uid(&pod), want, "{file}");
         }
     }
 }

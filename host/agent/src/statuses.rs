@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 
 use k8s_openapi::api::core::v1 as k8s;
 
-use crate::runtime::PodRuntime;
-use crate::status::{self, ProbeView, Waiting};
+use wasmlet_core::runtime::PodRuntime;
+use wasmlet_core::status::{self, ProbeView, Waiting};
 
 /// One pod as the status manager holds it.
 #[derive(Debug, Clone)]
@@ -147,7 +147,7 @@ impl StatusManager {
 
     /// Adds a pod (Pending, no containers yet) or replaces its spec.
     pub fn set_pod(&self, pod: Arc<k8s::Pod>) {
-        let uid = crate::pod::uid(&pod).to_owned();
+        let uid = wasmlet_core::pod::uid(&pod).to_owned();
         let mut guard = self.write();
         let (seq, pods) = &mut *guard;
         match pods.get_mut(&uid) {
@@ -236,13 +236,13 @@ impl StatusManager {
     pub fn reject(&self, pod: Arc<k8s::Pod>, reason: &str, message: &str, host_ip: &str) {
         self.set_pod(pod.clone());
         let mut guard = self.write();
-        if let Some(e) = guard.1.get_mut(crate::pod::uid(&pod)) {
+        if let Some(e) = guard.1.get_mut(wasmlet_core::pod::uid(&pod)) {
             e.rejected = true;
             e.status = status::rejected(reason, message, host_ip);
             e.version += 1;
         }
         drop(guard);
-        self.mark(crate::pod::uid(&pod));
+        self.mark(wasmlet_core::pod::uid(&pod));
     }
 
     /// Records that the node ends the pod (activeDeadlineSeconds): from now on its phase
@@ -329,7 +329,7 @@ impl StatusManager {
     /// stopping (a new static pod of that name waits for it).
     pub fn retiring(&self, full_name: &str, uid: &str) -> bool {
         self.read().1.iter().any(|(u, e)| {
-            e.retired && u != uid && crate::pod::PodKey::of(&e.pod).full_name() == full_name
+            e.retired && u != uid && wasmlet_core::pod::PodKey::of(&e.pod).full_name() == full_name
         })
     }
 
@@ -338,8 +338,8 @@ impl StatusManager {
         self.read()
             .1
             .values()
-            .filter(|e| crate::pod::is_static(&e.pod))
-            .map(|e| crate::pod::PodKey::of(&e.pod).full_name())
+            .filter(|e| wasmlet_core::pod::is_static(&e.pod))
+            .map(|e| wasmlet_core::pod::PodKey::of(&e.pod).full_name())
             .collect()
     }
 
@@ -399,8 +399,8 @@ impl StatusManager {
             // pod's.
             disruption: e.evicted.is_some() && e.eviction_grace.is_some(),
             // Static pods keep their phase (as the kubelet 1.33: its TODO #116484).
-            terminal: crate::pod::is_deleted(&e.pod)
-                && !crate::pod::is_static(&e.pod)
+            terminal: wasmlet_core::pod::is_deleted(&e.pod)
+                && !wasmlet_core::pod::is_static(&e.pod)
                 && runtime.running().next().is_none(),
             allocated: e.allocated.as_deref(),
             resize: &e.resize,
@@ -473,7 +473,7 @@ impl StatusManager {
             listed_in_order(&guard.1)
                 .into_iter()
                 .map(|e| {
-                    let uid = crate::pod::uid(&e.pod).to_owned();
+                    let uid = wasmlet_core::pod::uid(&e.pod).to_owned();
                     let kept = listed
                         .get(&uid)
                         .is_some_and(|l| Arc::ptr_eq(&l.pod, &e.pod) && l.version == e.version);
@@ -519,7 +519,7 @@ impl StatusManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{ContainerInfo, Sandbox, State};
+    use wasmlet_core::runtime::{ContainerInfo, Sandbox, State};
 
     fn pod() -> Arc<k8s::Pod> {
         Arc::new(
@@ -679,7 +679,7 @@ mod tests {
         let mut p = (*pod()).clone();
         p.metadata.annotations = Some(
             [(
-                crate::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                wasmlet_core::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
                 "file".to_owned(),
             )]
             .into(),

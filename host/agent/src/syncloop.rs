@@ -22,16 +22,16 @@ use wasmlet_plugin_host::source::{Problem, SourcePod};
 use wasmlet_plugin_host::{Verdict, convert};
 
 use crate::events::Event;
-use crate::lifecycle::Lifecycle;
 use crate::metrics::{ContainerState, Source};
 use crate::pleg::EventQueue;
-use crate::pod::{self, PodKey};
-use crate::podconfig::{Op, PodConfig, PodUpdate};
 use crate::prober::{Kind, ProbeUpdate};
 use crate::queue::PodQueue;
-use crate::runtime::{PodRuntime, State};
 use crate::sync::SyncContext;
 use crate::workers::{DueQueue, PodWorkers};
+use wasmlet_core::lifecycle::Lifecycle;
+use wasmlet_core::pod::{self, PodKey};
+use wasmlet_core::podconfig::{Op, PodConfig, PodUpdate};
+use wasmlet_core::runtime::{PodRuntime, State};
 
 /// The reason of the event a policy in Monitor mode leaves on a pod it would have
 /// rejected.

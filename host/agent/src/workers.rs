@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use tracing::debug;
 use wasmlet_cri::CriRuntime;
 
-use crate::lifecycle::{Lifecycle, Request, Work, WorkerState};
 use crate::metrics::Operation;
-use crate::pod::{self, PodKey};
 use crate::sync::SyncContext;
+use wasmlet_core::lifecycle::{Lifecycle, Request, Work, WorkerState};
+use wasmlet_core::pod::{self, PodKey};
 
 /// Due times in order, and each pod's.
 type DueTimes = (BTreeSet<(Instant, String)>, HashMap<String, Instant>);
@@ -319,7 +319,7 @@ impl<R: CriRuntime + 'static> PodWorkers<R> {
                 // count its restarts, as the kubelet's), only the new start follows.
                 handle
                     .state()
-                    .finished(crate::lifecycle::Outcome::CleanedUp);
+                    .finished(wasmlet_core::lifecycle::Outcome::CleanedUp);
                 continue;
             }
             let Some(work) = work else {

@@ -29,7 +29,7 @@ fn api_pod(cpu_milli: u64, memory_mi: u64, restart_on: Option<&str>) -> SourcePo
         memory_mi / 2,
     );
     let mut pod: k8s::Pod = serde_json::from_str(&json).expect("pod");
-    wasmlet_agent::pod::make_api(&mut pod);
+    wasmlet_core::pod::make_api(&mut pod);
     SourcePod {
         origin: "api".into(),
         pod,

@@ -222,7 +222,7 @@ async fn a_failing_sidecars_new_image_is_run_at_its_next_restart() {
             "containers":[{{"name":"app","image":"localhost/busybox:latest","imagePullPolicy":"IfNotPresent","command":["sleep","1"]}}]}}}}"#
         );
         let mut pod: k8s::Pod = serde_json::from_str(&json).expect("pod");
-        wasmlet_agent::pod::make_api(&mut pod);
+        wasmlet_core::pod::make_api(&mut pod);
         wasmlet_plugin_host::source::SourcePod {
             origin: "api".into(),
             pod,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::*;
 use wasmlet_agent::agent::Agent;
-use wasmlet_agent::pod::{self, kubelet};
+use wasmlet_core::pod::{self, kubelet};
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri::proto;
 use wasmlet_cri_sim::Simulator;

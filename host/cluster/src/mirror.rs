@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tokio::sync::Notify;
-use wasmlet_agent::pod::{self, PodKey};
+use wasmlet_core::pod::{self, PodKey};
 
 /// The mirror pods bound to this node, as the watch last showed them, by
 /// `namespace/name`.

@@ -20,8 +20,8 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
-use wasmlet_agent::pod::{self, PodKey};
 use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_core::pod::{self, PodKey};
 use wasmlet_plugin_host::source::SourcePod;
 
 use crate::mirror::MirrorPods;

@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use wasmlet_agent::pod::{self, PodKey};
 use wasmlet_agent::statuses::{PodEntry, StatusManager};
+use wasmlet_core::pod::{self, PodKey};
 
 use crate::mirror::{self, MirrorPods};
 use crate::ratelimit::RateLimiter;

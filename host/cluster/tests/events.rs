@@ -8,10 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use wasmlet_agent::events::{Event, Kind, Recorder};
-use wasmlet_agent::pod::PodKey;
 use wasmlet_apiserver_sim::ApiServerSim;
 use wasmlet_cluster::events::{ApiRecorder, RETRY_SLEEP};
 use wasmlet_cluster::ratelimit::RateLimiter;
+use wasmlet_core::pod::PodKey;
 
 fn event(ns: &str, pod: &str, reason: &str) -> Event {
     Event {

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as k8s;
 use serde_json::json;
-use wasmlet_agent::runtime::{ContainerInfo, PodRuntime, Sandbox, State};
-use wasmlet_agent::status::ProbeView;
 use wasmlet_agent::statuses::{Context, StatusManager};
 use wasmlet_apiserver_sim::ApiServerSim;
 use wasmlet_cluster::mirror::MirrorPods;
 use wasmlet_cluster::ratelimit::RateLimiter;
 use wasmlet_cluster::{connect, status};
+use wasmlet_core::runtime::{ContainerInfo, PodRuntime, Sandbox, State};
+use wasmlet_core::status::ProbeView;
 
 fn runtime(uid: &str, restarts: i32) -> PodRuntime {
     PodRuntime {

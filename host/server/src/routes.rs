@@ -13,8 +13,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use k8s_openapi::api::core::v1 as k8s;
-use wasmlet_agent::runtime::State as CState;
 use wasmlet_agent::statuses::PodEntry;
+use wasmlet_core::runtime::State as CState;
 use wasmlet_cri::proto;
 use wasmlet_cri::{CriRuntime, ErrorKind};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use wasmlet_agent::agent::Agent;
 use wasmlet_agent::criconfig;
-use wasmlet_agent::runtime::State;
+use wasmlet_core::runtime::State;
 use wasmlet_cri::CriRuntime;
 
 use crate::collect::{ContainerRef, PodInfo, PodLister};
@@ -164,13 +164,13 @@ pub fn pod_facts(pod: &k8s_openapi::api::core::v1::Pod) -> crate::eviction::PodF
         })
         .unwrap_or_default();
     crate::eviction::PodFacts {
-        uid: wasmlet_agent::pod::uid(pod).to_owned(),
+        uid: wasmlet_core::pod::uid(pod).to_owned(),
         name: pod.metadata.name.clone().unwrap_or_default(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
         critical: crate::eviction::rank::critical(pod),
         grace: std::time::Duration::from_secs(
-            u64::try_from(wasmlet_agent::pod::grace_seconds(pod)).unwrap_or(0),
+            u64::try_from(wasmlet_core::pod::grace_seconds(pod)).unwrap_or(0),
         ),
         containers,
     }

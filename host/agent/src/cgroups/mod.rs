@@ -271,8 +271,8 @@ impl PodCgroups {
 
     /// Pod `pod`'s cgroup in the tree.
     fn pod_name(&self, pod: &k8s::Pod) -> (CgroupName, Qos) {
-        let qos = Qos::from_class(crate::status::qos_class(pod));
-        (self.kubepods.pod(qos, crate::pod::uid(pod)), qos)
+        let qos = Qos::from_class(wasmlet_core::status::qos_class(pod));
+        (self.kubepods.pod(qos, wasmlet_core::pod::uid(pod)), qos)
     }
 
     /// The sandbox's `cgroup_parent` for `pod`, as the driver names it
@@ -286,7 +286,7 @@ impl PodCgroups {
     pub async fn ensure(&self, pod: &k8s::Pod) -> Result<(), String> {
         let (name, qos) = self.pod_name(pod);
         let resources = values::pod_resources(pod, qos);
-        let uid = crate::pod::uid(pod).to_owned();
+        let uid = wasmlet_core::pod::uid(pod).to_owned();
         self.claims.lock().await.insert(uid.clone());
         lock(&self.places).insert(uid.clone(), self.name(&name));
         if qos == Qos::Burstable {
@@ -307,7 +307,7 @@ impl PodCgroups {
         let settings = if cpu {
             if qos == Qos::Burstable {
                 let request = values::pod_resources(pod, qos).cpu_request_milli;
-                lock(&self.burstable).insert(crate::pod::uid(pod).to_owned(), request);
+                lock(&self.burstable).insert(wasmlet_core::pod::uid(pod).to_owned(), request);
                 self.update_burstable().await?;
             }
             Settings {
@@ -356,10 +356,10 @@ impl PodCgroups {
         }
         let burstable: BTreeMap<String, u64> = pods
             .iter()
-            .filter(|p| Qos::from_class(crate::status::qos_class(p)) == Qos::Burstable)
+            .filter(|p| Qos::from_class(wasmlet_core::status::qos_class(p)) == Qos::Burstable)
             .map(|p| {
                 let r = values::pod_resources(p, Qos::Burstable);
-                (crate::pod::uid(p).to_owned(), r.cpu_request_milli)
+                (wasmlet_core::pod::uid(p).to_owned(), r.cpu_request_milli)
             })
             .collect();
         *lock(&self.burstable) = burstable;

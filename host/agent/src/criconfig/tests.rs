@@ -39,7 +39,7 @@ fn container_config_resolves_env_mounts_and_resources() {
             .replace("HOSTDIR", &dir.join("hp").to_string_lossy())
             .as_str(),
     );
-    let c = &crate::pod::containers(&p)[0];
+    let c = &wasmlet_core::pod::containers(&p)[0];
     let cfg = container_config(&p, c, false, 3, "10.88.0.9", &ctx(&dir)).expect("config");
     let env: BTreeMap<_, _> = cfg
         .envs
@@ -107,8 +107,16 @@ fn sub_path_expr_expands_the_environment_and_refuses_what_the_kubelet_refuses() 
             .replace("VALUE", value)
             .replace("EXPR", expr))
     };
-    let config =
-        |p: &k8s::Pod| container_config(p, &crate::pod::containers(p)[0], false, 0, "", &ctx(&dir));
+    let config = |p: &k8s::Pod| {
+        container_config(
+            p,
+            &wasmlet_core::pod::containers(p)[0],
+            false,
+            0,
+            "",
+            &ctx(&dir),
+        )
+    };
     // should allow substituting values in a volume subpath
     let p = make("foo", "$(POD_NAME)");
     let cfg = config(&p).expect("expands");
@@ -190,7 +198,7 @@ fn the_managed_hosts_file_and_who_mounts_it() {
          123.45.67.89\tfoo.remote\tbar.remote\n\
          127.0.0.1\tfoo.local\n"
     );
-    let containers = crate::pod::containers(&p);
+    let containers = wasmlet_core::pod::containers(&p);
     let cfg = container_config(&p, &containers[0], false, 0, "10.88.0.7", &node).expect("config");
     let hosts = cfg
         .mounts
@@ -221,8 +229,15 @@ fn the_managed_hosts_file_and_who_mounts_it() {
         hosts_file_content(&p, &node, "").expect("content"),
         "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n10.0.0.1\tnode-a\n\n# Entries added by HostAliases.\n1.2.3.4\tx\n"
     );
-    let cfg =
-        container_config(&p, &crate::pod::containers(&p)[0], false, 0, "", &node).expect("config");
+    let cfg = container_config(
+        &p,
+        &wasmlet_core::pod::containers(&p)[0],
+        false,
+        0,
+        "",
+        &node,
+    )
+    .expect("config");
     assert!(cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts"));
     // Without a subdomain: the pod's address and hostname only.
     let p =

@@ -13,7 +13,7 @@ use wasmlet_cri::proto::ImageSpec;
 
 use super::SyncContext;
 use crate::criconfig;
-use crate::pod::{self, PodKey};
+use wasmlet_core::pod::{self, PodKey};
 
 /// What the containers a sync starts need, asked for once.
 #[derive(Debug, Default)]

@@ -14,20 +14,20 @@ use tracing::{debug, info, warn};
 use wasmlet_cri::proto;
 use wasmlet_cri::{CriError, CriRuntime};
 
-use crate::actions;
 use crate::backoff::Backoff;
 use crate::cache::PodCache;
 use crate::criconfig::{self, NodeContext};
 use crate::events::{Event, Recorder};
-use crate::lifecycle::Outcome as WorkOutcome;
 use crate::metrics::Metrics;
 use crate::pleg;
-use crate::pod::{self, PodKey};
 use crate::prober::Prober;
-use crate::runtime::{PodRuntime, Sandbox};
-use crate::status::Waiting;
 use crate::statuses::{self, StatusManager};
 use crate::time::Clock;
+use wasmlet_core::actions;
+use wasmlet_core::lifecycle::Outcome as WorkOutcome;
+use wasmlet_core::pod::{self, PodKey};
+use wasmlet_core::runtime::{PodRuntime, Sandbox};
+use wasmlet_core::status::Waiting;
 
 /// How soon a sync that failed on the runtime is tried again.
 pub const ERROR_RETRY: Duration = Duration::from_secs(10);
@@ -355,11 +355,11 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .map(|s| (s.id.clone(), Ok(Some(s))))
             .collect();
         for id in touched.sandboxes {
-            let read = self
-                .runtime
-                .pod_sandbox_status(&id, false)
-                .await
-                .map(|r| r.status.as_ref().map(crate::runtime::sandbox_from_status));
+            let read = self.runtime.pod_sandbox_status(&id, false).await.map(|r| {
+                r.status
+                    .as_ref()
+                    .map(wasmlet_core::runtime::sandbox_from_status)
+            });
             sandboxes.push((id, read));
         }
         let mut rt = self

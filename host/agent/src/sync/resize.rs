@@ -13,10 +13,10 @@ use tracing::{info, warn};
 use wasmlet_cri::CriRuntime;
 
 use super::SyncContext;
-use crate::actions::{self, Kill};
 use crate::criconfig;
-use crate::pod::{self, PodKey};
-use crate::runtime::PodRuntime;
+use wasmlet_core::actions::{self, Kill};
+use wasmlet_core::pod::{self, PodKey};
+use wasmlet_core::runtime::PodRuntime;
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     /// The pod as it runs: `pod` with its allocated resources (a resize asked for is

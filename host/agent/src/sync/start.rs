@@ -10,9 +10,9 @@ use wasmlet_cri::proto::{self, ImageSpec};
 use super::{ERROR_RETRY, NotStarted, POST_START_TIMEOUT, SyncContext, ahead, pacing, waiting};
 use crate::criconfig;
 use crate::events::Event;
-use crate::pod::{self, PodKey};
-use crate::runtime::{PodRuntime, Sandbox, State};
-use crate::status::Waiting;
+use wasmlet_core::pod::{self, PodKey};
+use wasmlet_core::runtime::{PodRuntime, Sandbox, State};
+use wasmlet_core::status::Waiting;
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     pub(super) async fn create_sandbox(
@@ -52,7 +52,9 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
             .await
             .ok()
             .and_then(|s| s.status);
-        let sandbox = status.as_ref().map(crate::runtime::sandbox_from_status);
+        let sandbox = status
+            .as_ref()
+            .map(wasmlet_core::runtime::sandbox_from_status);
         let ip = match (&status, pod::host_network(pod)) {
             (Some(st), false) => st
                 .network
@@ -266,7 +268,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         &self,
         pod: &k8s::Pod,
         c: &k8s::Container,
-        exited: Option<&crate::runtime::ContainerInfo>,
+        exited: Option<&wasmlet_core::runtime::ContainerInfo>,
     ) -> Result<Option<(String, Instant)>, NotStarted> {
         let Some(prev) = exited else {
             return Ok(None);

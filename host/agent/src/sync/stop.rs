@@ -15,13 +15,13 @@ use wasmlet_plugin_host::convert;
 use wasmlet_plugin_host::probe::{ContainerExec, Outcome, ProbeKind};
 
 use super::{STOP_RETRY, SyncContext, SyncResult, Touched};
-use crate::actions::{self, Kill};
 use crate::criconfig::{self, NodeContext};
 use crate::events::Event;
-use crate::lifecycle::Outcome as WorkOutcome;
-use crate::pod::{self, PodKey};
 use crate::prober::{Checker, CriExec};
-use crate::runtime::{PodRuntime, State};
+use wasmlet_core::actions::{self, Kill};
+use wasmlet_core::lifecycle::Outcome as WorkOutcome;
+use wasmlet_core::pod::{self, PodKey};
+use wasmlet_core::runtime::{PodRuntime, State};
 
 impl<R: CriRuntime + 'static> SyncContext<R> {
     pub(super) async fn kill_container(

@@ -111,7 +111,7 @@ impl Gather<'_> {
             audience: t.audience.clone().filter(|a| !a.is_empty()),
             expiration_seconds: t.expiration_seconds.unwrap_or(3600),
             pod_name: self.pod.metadata.name.clone().unwrap_or_default(),
-            pod_uid: crate::pod::uid(self.pod).to_owned(),
+            pod_uid: wasmlet_core::pod::uid(self.pod).to_owned(),
         };
         Ok(source.token(&request).await?.into_bytes())
     }
@@ -175,10 +175,10 @@ impl Gather<'_> {
                         .ok_or_else(|| format!("unsupported fieldPath {path:?}"))?,
                 },
                 (None, Some(r)) => {
-                    let spec = crate::pod::containers(pod)
+                    let spec = wasmlet_core::pod::containers(pod)
                         .iter()
                         .find(|c| Some(&c.name) == r.container_name.as_ref())
-                        .or_else(|| crate::pod::containers(pod).first())
+                        .or_else(|| wasmlet_core::pod::containers(pod).first())
                         .ok_or("no container")?;
                     criconfig::resource_ref(spec, r, &item.path, ctx).map_err(|e| e.to_string())?
                 }

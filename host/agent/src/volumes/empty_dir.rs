@@ -78,10 +78,10 @@ pub fn pod_memory_limit(pod: &k8s::Pod) -> Option<u64> {
             .and_then(|q| parse_quantity(&q.0, 0).ok())
     };
     let mut sum = 0u64;
-    for c in crate::pod::containers(pod) {
+    for c in wasmlet_core::pod::containers(pod) {
         sum = sum.saturating_add(limit(c)?);
     }
-    for c in crate::pod::init_containers(pod) {
+    for c in wasmlet_core::pod::init_containers(pod) {
         sum = sum.max(limit(c)?);
     }
     let overhead = pod

@@ -209,7 +209,7 @@ pub fn admit(
     }
     let only_memory = pressure.iter().all(|p| *p == Pressure::Memory);
     if only_memory {
-        let best_effort = wasmlet_agent::status::qos_class(pod) == "BestEffort";
+        let best_effort = wasmlet_core::status::qos_class(pod) == "BestEffort";
         let tolerates = pod
             .spec
             .as_ref()

@@ -187,7 +187,7 @@ pub fn critical(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(wasmlet_agent::pod::CONFIG_MIRROR_ANNOTATION));
+        .is_some_and(|a| a.contains_key(wasmlet_core::pod::CONFIG_MIRROR_ANNOTATION));
     let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    wasmlet_agent::pod::is_static(pod) || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
+    wasmlet_core::pod::is_static(pod) || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
 }

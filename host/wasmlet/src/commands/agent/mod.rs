@@ -308,6 +308,6 @@ fn log_rotation(
     agent: &wasmlet_agent::agent::Agent<CriClient>,
 ) -> tokio::task::JoinHandle<()> {
     wasmlet_logs::LogManager::new(agent.ctx.runtime.clone(), config.log_rotation)
-        .with_owner(wasmlet_agent::runtime::NODE_LABEL, &agent.node.name)
+        .with_owner(wasmlet_core::runtime::NODE_LABEL, &agent.node.name)
         .spawn()
 }

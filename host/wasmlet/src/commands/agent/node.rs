@@ -67,8 +67,8 @@ pub(super) fn admission(
             shutdown
                 .admit()
                 .or_else(|| wasmlet_stats::eviction::admit(&pressure.current(), pod))
-                .or_else(|| wasmlet_agent::pod::os_rejection(pod))
-                .or_else(|| wasmlet_agent::pod::apparmor_rejection(pod, apparmor))
+                .or_else(|| wasmlet_core::pod::os_rejection(pod))
+                .or_else(|| wasmlet_core::pod::apparmor_rejection(pod, apparmor))
         })
     };
     Ok(Admission {
@@ -105,7 +105,7 @@ pub(super) fn start(
         sync_frequency: config.sync_frequency,
         relist_period: Duration::from_secs(1),
         sources: match cluster {
-            Some(_) => vec![wasmlet_agent::pod::API_SOURCE.to_owned()],
+            Some(_) => vec![wasmlet_core::pod::API_SOURCE.to_owned()],
             None => Vec::new(),
         },
         pod_cgroups,
