@@ -8,12 +8,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::Store;
 
+use crate::bindings::exports::wasmlet::plugin::admission::Verdict;
 use crate::bindings::wasmlet::plugin::admission_input::{NodeView, PodView};
-use crate::{
-    CallResult, Container, HostPortInUse, InstanceMode, Limits, LoadKind, Loaded, Node,
-    NodeSelectorTerm, NodeUsage, Plugin, PluginEngine, PluginError, PluginState, Pod, ResourceList,
-    Taint, Toleration, Verdict, bindings, plugin_store, resources,
+use crate::bindings::wasmlet::plugin::types::{
+    Container, HostPortInUse, Node, NodeSelectorTerm, NodeUsage, Pod, ResourceList, Taint,
+    Toleration,
 };
+use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::error::PluginError;
+use crate::host::PluginState;
+use crate::limits::{InstanceMode, Limits};
+use crate::loaded::{CallResult, Loaded, Plugin};
+use crate::{bindings, resources};
 
 /// What a node carries, as admission sees it: the usage summed over its active pods
 /// and the host ports they hold. Cheap to clone.

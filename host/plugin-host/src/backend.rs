@@ -10,8 +10,10 @@
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, Strategy};
 
+use crate::bindings;
+use crate::host::PluginState;
+use crate::limits::{MAX_CORE_INSTANCES, MAX_MEMORY_BYTES};
 use crate::world::{probe, source};
-use crate::{MAX_CORE_INSTANCES, MAX_MEMORY_BYTES, PluginState, bindings};
 
 /// Instances that may exist at once on one engine, across all its plugins (calls in
 /// flight plus reused instances kept idle). A call beyond it fails with a clear error.

@@ -14,9 +14,12 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::{
-    Admission, AdmissionPlugin, Limits, Plugin, PluginEngine, PluginError, Rejection, Verdict,
-};
+use crate::admission::{Admission, AdmissionPlugin};
+use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};
+use crate::engine::PluginEngine;
+use crate::error::PluginError;
+use crate::limits::Limits;
+use crate::loaded::Plugin;
 
 /// What a chain does with a plugin that fails (traps, times out) instead of deciding,
 /// as with Kubernetes admission webhooks.

@@ -44,7 +44,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::chain::{FailurePolicy, LinkSpec, Mode};
-use crate::{InstanceMode, Limits, convert};
+use crate::convert;
+use crate::limits::{InstanceMode, Limits};
 
 /// The `plugins:` section.
 #[derive(Debug, Clone, Default, Deserialize)]

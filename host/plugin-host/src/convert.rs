@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::resources;
-use crate::{
-    Container, ContainerPort, HostPortInUse, Node, NodeLoad, NodeSelectorRequirement,
-    NodeSelectorTerm, NodeUsage, Pod, Protocol, ResourceList, SelectorOperator, Taint, TaintEffect,
-    Toleration, TolerationOperator,
+use crate::admission::NodeLoad;
+use crate::bindings::wasmlet::plugin::types::{
+    Container, ContainerPort, HostPortInUse, Node, NodeSelectorRequirement, NodeSelectorTerm,
+    NodeUsage, Pod, Protocol, ResourceList, SelectorOperator, Taint, TaintEffect, Toleration,
+    TolerationOperator,
 };
+use crate::resources;
 pub use wasmlet_core::expand::{expand_command, expand_with};
 pub use wasmlet_core::quantity::{parse_duration, parse_quantity};
 

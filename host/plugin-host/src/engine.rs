@@ -13,10 +13,13 @@ use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
 use crate::backend::{Backend, Compiler, World};
-use crate::{
-    BoxError, CacheOutcome, ComponentCache, Limits, Loaded, PluginError, PluginMetrics,
-    PluginState, cache, read_component,
-};
+use crate::cache;
+use crate::cache::{CacheOutcome, ComponentCache};
+use crate::error::{BoxError, PluginError, read_component};
+use crate::host::PluginState;
+use crate::limits::Limits;
+use crate::loaded::Loaded;
+use crate::metrics::PluginMetrics;
 
 /// How often the epoch advances: a running guest yields to the async runtime and its
 /// deadline is checked at this period.

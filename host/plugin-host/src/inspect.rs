@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use crate::{PluginEngine, PluginError};
+use crate::engine::PluginEngine;
+use crate::error::PluginError;
 
 /// The export that makes a component one of wasmlet's plugin kinds, by world.
 pub const WORLDS: &[(&str, &str)] = &[

@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::{ConfigError, PluginsConfig, ProbeSpec, SourceSpec};
+use crate::engine::PluginEngine;
+use crate::error::PluginError;
+use crate::loaded::Plugin;
 use crate::probe::ProbeHandler;
 use crate::source::PodSource;
 use crate::watch::{Loader, PluginDirectory, PluginSet, StartError};
-use crate::{Plugin, PluginEngine, PluginError};
 
 /// The directory configured plugins of `kind` are relative to.
 fn kind_dir(config: &PluginsConfig, kind: &str) -> PathBuf {

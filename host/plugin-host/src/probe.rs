@@ -19,12 +19,13 @@ use std::time::{Duration, Instant};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
+use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::error::PluginError;
+use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};
+use crate::limits::Limits;
+use crate::loaded::{CallResult, Loaded, Plugin};
 use crate::world::probe as bindings;
-use crate::{
-    CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
-    plugin_store,
-};
 
 pub use bindings::exports::wasmlet::plugin::probe::{
     Action, GrpcAction, HttpGetAction, Outcome, ProbeKind, Target, TcpSocketAction,

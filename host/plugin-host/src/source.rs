@@ -16,12 +16,13 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::error::PluginError;
+use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};
+use crate::limits::Limits;
+use crate::loaded::{CallResult, Loaded, Plugin};
 use crate::world::source as bindings;
-use crate::{
-    CallResult, Limits, LoadKind, Loaded, Plugin, PluginEngine, PluginError, PluginState,
-    plugin_store,
-};
 
 /// Where the granted directory appears inside the guest.
 pub const MANIFEST_DIR: &str = "/manifests";

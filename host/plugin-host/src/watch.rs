@@ -25,9 +25,11 @@ use std::time::Duration;
 use notify::Watcher;
 use tokio::sync::mpsc;
 
+use crate::cache;
 use crate::chain::{AdmissionChain, FailurePolicy, LinkSpec, Mode};
 use crate::config::{ConfigError, PluginsConfig};
-use crate::{Limits, Plugin, cache};
+use crate::limits::Limits;
+use crate::loaded::Plugin;
 
 /// How long a file that failed to load must stay unchanged before the failure counts.
 pub const SETTLE: Duration = Duration::from_millis(100);
@@ -371,7 +373,7 @@ impl<T> PluginSet<T> {
 }
 
 /// Loads plugin `name` from its configured settings.
-pub type Loader<T> = Arc<dyn Fn(&str) -> Result<T, crate::PluginError> + Send + Sync>;
+pub type Loader<T> = Arc<dyn Fn(&str) -> Result<T, crate::error::PluginError> + Send + Sync>;
 
 /// A [`PluginSet`] following the files of its configured plugins: a file written or
 /// renamed into place swaps that plugin (a version that does not load is refused and

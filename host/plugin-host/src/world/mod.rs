@@ -8,7 +8,7 @@ pub(crate) mod source;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use crate::PluginState;
+use crate::host::PluginState;
 
 /// A linker of WASI and wasi:http (what a call reaches is checked per call against its
 /// grants) with the world's own imports added by `world`.

@@ -4,7 +4,7 @@
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::PluginState;
+use crate::host::PluginState;
 
 wasmtime::component::bindgen!({
     path: "../../wit",
