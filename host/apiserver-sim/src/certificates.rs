@@ -46,7 +46,7 @@ struct Parsed {
 }
 
 /// The controller manager's CSR signing, as a test sets it and asks for it.
-impl crate::ApiServerSim {
+impl crate::sim::ApiServerSim {
     /// `--cluster-signing-duration`: how long the certificates CSRs get are valid.
     pub fn set_signing_duration(&self, d: Duration) {
         self.signing_dating().0 = Some(d);
@@ -298,7 +298,7 @@ fn add_condition(store: &mut Store, name: &str, c: Value) -> Option<Value> {
     store.write(&key, object, Some("status")).ok()
 }
 
-fn key(name: &str) -> crate::Key {
+fn key(name: &str) -> crate::sim::Key {
     (PREFIX.into(), RESOURCE.into(), String::new(), name.into())
 }
 

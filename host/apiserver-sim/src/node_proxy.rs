@@ -6,7 +6,7 @@
 //! node's addresses in the preferred order (`--kubelet-preferred-address-types`, Hostname
 //! first by default) at `status.daemonEndpoints.kubeletEndpoint.Port` over TLS with its
 //! own client certificate (CN `kube-apiserver-kubelet-client`, O `system:masters`,
-//! signed by a CA it makes: [`crate::ApiServerSim::kubelet_client_ca_pem`]), and sends
+//! signed by a CA it makes: [`crate::sim::ApiServerSim::kubelet_client_ca_pem`]), and sends
 //! the kubelet's path (`/containerLogs/…`, `/exec/…?command=…&input=1&output=1`,
 //! `/attach/…`, `/portForward/…?port=…`). Upgrades (SPDY, WebSocket) are carried both
 //! ways after the kubelet switches protocols. The kubelet's serving certificate is
@@ -26,9 +26,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
+use crate::log_ws;
+use crate::sim::ApiServerSim;
 use crate::store::{Store, status};
 use crate::values::percent_decode;
-use crate::{ApiServerSim, log_ws};
 
 /// The address types the double tries, in order (the API server's default).
 pub const DEFAULT_ADDRESS_TYPES: [&str; 5] = [

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::Key;
 use crate::crd::{self, Crd};
+use crate::sim::Key;
 pub(crate) use crate::values::{now_rfc3339, status};
 
 /// One change, as watches see it; shared by every watch it reaches, and encoded for the

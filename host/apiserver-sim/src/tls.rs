@@ -2,7 +2,7 @@
 //! first use, a serving certificate it signs for 127.0.0.1 and `localhost`, and who is
 //! asking — a client certificate signed by the CA (CN the user, each O a group), a
 //! bootstrap token (a `bootstrap.kubernetes.io/token` Secret in `kube-system`, as
-//! kubeadm makes them), or a token a test registered ([`crate::ApiServerSim::add_token`]).
+//! kubeadm makes them), or a token a test registered ([`crate::sim::ApiServerSim::add_token`]).
 //!
 //! One difference from the real server: a client certificate that does not verify
 //! (expired, another CA) fails the TLS handshake here, where the real server answers
@@ -20,10 +20,13 @@ use crate::store::Store;
 /// A year: how long the certificates the cluster CA signs are valid, unless set.
 pub(crate) const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
-impl crate::ApiServerSim {
+impl crate::sim::ApiServerSim {
     /// Serves over HTTPS on `addr` (port 0: any free port): the cluster CA's serving
     /// certificate, client certificates verified against it.
-    pub async fn serve_tls(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::Served> {
+    pub async fn serve_tls(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<crate::sim::Served> {
         let config = self
             .cluster_ca()
             .and_then(ClusterCa::server_config)
@@ -114,7 +117,7 @@ pub fn write_bootstrap_kubeconfig(
 /// Who made `request`: its connection's client certificate, else its bearer token (a
 /// bootstrap token or one a test registered); `None`: anonymous.
 pub(crate) fn identity(
-    sim: &crate::ApiServerSim,
+    sim: &crate::sim::ApiServerSim,
     request: &axum::extract::Request,
 ) -> Option<Identity> {
     if let Some(PeerIdentity(Some((who, _)))) = request.extensions().get::<PeerIdentity>() {

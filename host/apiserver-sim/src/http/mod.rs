@@ -8,9 +8,10 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use crate::node_proxy;
+use crate::sim::ApiServerSim;
 use crate::store::status;
 use crate::values::percent_decode;
-use crate::{ApiServerSim, node_proxy};
 
 mod objects;
 mod watch;

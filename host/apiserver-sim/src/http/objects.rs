@@ -11,9 +11,10 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::{Target, error, parse, query_param, reply};
+use crate::sim::{ApiServerSim, Key};
 use crate::store::{Store, kind_of, merge, now_rfc3339, selects, status};
 use crate::tls::Identity;
-use crate::{ApiServerSim, Key, apply, certificates, crd, policy};
+use crate::{apply, certificates, crd, policy};
 
 /// A request on the objects, read whole.
 pub(super) struct Call {
