@@ -14,7 +14,7 @@ use sigstore_protobuf_specs::dev::sigstore::bundle::v1::{Bundle, bundle, verific
 use sigstore_protobuf_specs::dev::sigstore::rekor::v1::TransparencyLogEntry;
 
 use crate::keyless::{Evidence, rekor};
-use crate::{Verified, Verifier};
+use crate::verify::{Verified, Verifier};
 
 /// The media types of Sigstore bundles begin so (the artifact type of a referrer, the
 /// `mediaType` inside the JSON).

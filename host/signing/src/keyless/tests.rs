@@ -4,7 +4,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use crate::testing::{FakeSigstore, KeylessSignature, now};
-use crate::{Verification, Verified, Verifier};
+use crate::verify::{Verification, Verified, Verifier};
 
 use super::{Identity, Keyless};
 

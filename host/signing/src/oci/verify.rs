@@ -19,7 +19,7 @@ use super::{
 };
 use crate::bundle::{MEDIA_TYPE_PREFIX, Refusal, Subject};
 use crate::keyless::{Evidence, certificate_der, rekor};
-use crate::{Verified, Verifier};
+use crate::verify::{Verified, Verifier};
 
 /// How long looking up signatures may take.
 pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(30);
