@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 pub mod controller;
+#[cfg(any(test, feature = "testing"))]
 pub mod dev;
 pub mod events;
 pub mod fetch;

@@ -32,6 +32,7 @@ pub mod cache;
 pub mod chain;
 pub mod config;
 pub mod convert;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod dev;
 mod engine;

@@ -21,6 +21,7 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+#[cfg(any(test, feature = "testing"))]
 pub mod dev;
 pub mod logs;
 pub mod nodelogs;
