@@ -130,15 +130,21 @@ fn links(text: &str) -> Vec<(usize, String)> {
 
 /// A page's lines outside fenced code blocks, numbered from 1, inline code removed.
 fn prose_lines(text: &str) -> Vec<(usize, String)> {
+    outside_fences(text)
+        .into_iter()
+        .map(|(n, line)| (n, without_inline_code(line)))
+        .collect()
+}
+
+/// A page's lines outside fenced code blocks, numbered from 1, as they are.
+fn outside_fences(text: &str) -> Vec<(usize, &str)> {
     let mut fenced = false;
     let mut lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-            continue;
-        }
-        if !fenced {
-            lines.push((i + 1, without_inline_code(line)));
+        } else if !fenced {
+            lines.push((i + 1, line));
         }
     }
     lines
@@ -183,11 +189,12 @@ fn resolve(page: &Path, target: &str) -> std::result::Result<(), String> {
 /// explicit `<a id="…">`s.
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
-    for (_, line) in prose_lines_keeping_code(text) {
+    // A heading's inline code is part of its id.
+    for (_, line) in outside_fences(text) {
         if let Some(heading) = line.strip_prefix('#') {
             ids.insert(slug(heading.trim_start_matches('#').trim()));
         }
-        let mut rest = line.as_str();
+        let mut rest = line;
         while let Some(at) = rest.find("id=\"") {
             let after = &rest[at + 4..];
             let Some(end) = after.find('"') else { break };
@@ -196,20 +203,6 @@ fn anchors(text: &str) -> BTreeSet<String> {
         }
     }
     ids
-}
-
-/// Like `prose_lines`, with inline code kept (a heading's code is part of its id).
-fn prose_lines_keeping_code(text: &str) -> Vec<(usize, String)> {
-    let mut fenced = false;
-    let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        } else if !fenced {
-            lines.push((i + 1, line.to_owned()));
-        }
-    }
-    lines
 }
 
 /// A heading's id: lower case, letters, digits, `-` and `_` kept, spaces made `-`, the
