@@ -365,6 +365,29 @@ fn rust_template_built_in(target: &str) -> Vec<u8> {
     bytes
 }
 
+/// The Python admission-policy template built by the SDK's build script, with the
+/// toolchain in `bin`: its bytes.
+fn python_template_built(bin: &Path, out: &str) -> Vec<u8> {
+    let repo = repo();
+    let out = repo.join("plugins/target/lang").join(out);
+    let search = std::env::var("PATH").unwrap_or_default();
+    let built = Command::new(repo.join("plugins/python/build.sh"))
+        .args([
+            "admission-policy",
+            path(&repo.join("templates/python/admission-policy")),
+        ])
+        .arg(&out)
+        .env("PATH", format!("{}:{search}", bin.display()))
+        .output()
+        .expect("run build.sh");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::read(&out).expect("the built component")
+}
+
 /// The TypeScript admission-policy template built by the SDK's build script: its bytes.
 fn js_template_built(out: &str) -> Vec<u8> {
     let repo = repo();
@@ -387,15 +410,28 @@ fn js_template_built(out: &str) -> Vec<u8> {
 }
 
 #[test]
-fn the_rust_and_typescript_templates_build_to_the_same_bytes_twice() {
+fn every_template_builds_to_the_same_bytes_twice() {
     let (a, b) = (
         rust_template_built_in("repro-a"),
         rust_template_built_in("repro-b"),
     );
     assert!(a == b, "two builds of the Rust template differ");
-    if lang_toolchains().is_none() {
+    let Some(bin) = lang_toolchains() else {
         return;
-    }
+    };
+    // Python: the build's files on a fresh tmpfs of its own, so the inode numbers the
+    // guest reads are the same each time (wasmlet_plugin/_build.py).
+    let (a, b) = (
+        python_template_built(bin, "repro-a-py.wasm"),
+        python_template_built(bin, "repro-b-py.wasm"),
+    );
+    let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+    assert!(
+        a == b,
+        "two builds of the Python template differ ({} and {} bytes, {differing} bytes differ)",
+        a.len(),
+        b.len()
+    );
     let (a, b) = (
         js_template_built("repro-a.wasm"),
         js_template_built("repro-b.wasm"),

@@ -15,7 +15,9 @@ give the same bytes:
 - an empty site-packages stands for the host's (componentize-py adds the host's own to
   the guest's path, so whatever pip installed there would be in the snapshot);
 - random bytes, clocks and file times through deterministic.so (when a C compiler can
-  build it), one tokio worker, the host's hash seed fixed.
+  build it), one tokio worker, the host's hash seed fixed;
+- the inode numbers of the files the guest imports: the build runs in a mount namespace
+  of its own (`unshare`), its files on a fresh tmpfs, which numbers them alike each time.
 """
 
 import os
@@ -85,12 +87,51 @@ def stage(source, work):
     return app, sdk.parent
 
 
+# Set in the build's own mount namespace (see `private_files`).
+IN_NAMESPACE = "WASMLET_PY_BUILD_NAMESPACE"
+
+
+def unshare_args():
+    """How this user makes a mount namespace of its own (root: a new one; others: in a
+    user namespace of their own, where they are root), or None when the system refuses."""
+    for args in (["unshare", "--mount"], ["unshare", "--map-root-user", "--mount"]):
+        if shutil.which("unshare") and subprocess.run(
+            args + ["true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ).returncode == 0:
+            return args
+    return None
+
+
+def private_files(argv):
+    """Runs this build again in a mount namespace of its own, where its files live on a
+    fresh tmpfs: the guest reads the inode numbers of the files it imports (through the
+    runtime's own system calls, which no preload reaches), and a new tmpfs numbers the
+    same files alike on every build. Returns the build's exit code, or None when no
+    namespace can be had (the build then runs as it is, not byte for byte the same)."""
+    if os.environ.get(IN_NAMESPACE) == "1":
+        return None
+    args = unshare_args()
+    if args is None:
+        print("wasmlet-plugin-build: warning: no mount namespace (unshare): the component "
+              "will not be the same bytes on every build", file=sys.stderr)
+        return None
+    env = dict(os.environ, **{IN_NAMESPACE: "1"})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    cmd = args + ["--propagation", "private", sys.executable, "-m", "wasmlet_plugin._build"] + argv
+    return subprocess.run(cmd, env=env).returncode
+
+
 def build(world, source, out):
     with tempfile.TemporaryDirectory(prefix="wasmlet-py-") as tmp:
         work = Path(tmp)
+        if os.environ.get(IN_NAMESPACE) == "1":
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "wasmlet-py", str(work)], check=True)
+        (work / "tmp").mkdir()
         app, sdk = stage(source, work)
         env = dict(os.environ)
+        env.pop(IN_NAMESPACE, None)
         env.update(
+            TMPDIR=str(work / "tmp"),
             VIRTUAL_ENV=str(work / "venv"),
             TOKIO_WORKER_THREADS="1",
             PYTHONHASHSEED="0",
@@ -98,7 +139,10 @@ def build(world, source, out):
         )
         cmd = [componentize_py(), "-d", str(wit_dir()), "-w", world, "componentize", "app",
                "-p", str(app), "-p", str(sdk), "-o", str(out)]
-        return subprocess.run(cmd, env=env).returncode
+        code = subprocess.run(cmd, env=env).returncode
+        if os.environ.get(IN_NAMESPACE) == "1":
+            subprocess.run(["umount", str(work)], check=False)
+        return code
 
 
 def main(argv=None):
@@ -110,7 +154,8 @@ def main(argv=None):
         fail(f"unknown world {world} (admission-policy, probe-handler or pod-source)")
     if not (source / "app.py").is_file():
         fail(f"{source / 'app.py'}: no such file")
-    sys.exit(build(world, source, out))
+    code = private_files([world, str(source.resolve()), str(out)])
+    sys.exit(build(world, source, out) if code is None else code)
 
 
 if __name__ == "__main__":
