@@ -15,7 +15,7 @@ use wasmtime::{Engine, Store};
 use crate::backend::{Backend, Compiler, World};
 use crate::cache;
 use crate::cache::{CacheOutcome, ComponentCache};
-use crate::error::{BoxError, PluginError, read_component};
+use crate::error::{BoxError, EngineError, PluginError, read_component};
 use crate::host::PluginState;
 use crate::limits::Limits;
 use crate::loaded::Loaded;
@@ -264,31 +264,36 @@ impl Drop for Ticker {
 
 impl PluginEngine {
     /// A new engine (component model, async, epoch interruption) and its ticker thread.
-    pub fn new() -> anyhow::Result<Self> {
+    pub fn new() -> Result<Self, EngineError> {
         Self::build(None)
     }
 
     /// Like [`PluginEngine::new`], keeping compiled components in `cache_dir` so that a
     /// restart loads them without compiling (see [`ComponentCache`]).
-    pub fn with_cache(cache_dir: &Path) -> anyhow::Result<Self> {
+    pub fn with_cache(cache_dir: &Path) -> Result<Self, EngineError> {
         Self::build(Some(cache_dir))
     }
 
-    fn build(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+    fn build(cache_dir: Option<&Path>) -> Result<Self, EngineError> {
         let backends = Arc::new(Backends {
-            cranelift: Backend::new(Compiler::Cranelift)?,
+            cranelift: Backend::new(Compiler::Cranelift).map_err(|e| EngineError::Engine {
+                source: e.into_boxed_dyn_error(),
+            })?,
             winch: OnceLock::new(),
         });
         let clock = Arc::new(Clock::default());
         let (ticking, shared) = (backends.clone(), clock.clone());
         let thread = std::thread::Builder::new()
             .name("wasmlet-epoch".into())
-            .spawn(move || shared.run(|| ticking.tick()))?;
+            .spawn(move || shared.run(|| ticking.tick()))
+            .map_err(EngineError::Thread)?;
         let _ = clock.thread.set(thread.thread().clone());
         let cache = match cache_dir {
             Some(dir) => Some(
-                ComponentCache::new(dir)
-                    .map_err(|e| anyhow::anyhow!("plugin cache {}: {e}", dir.display()))?,
+                ComponentCache::new(dir).map_err(|source| EngineError::Cache {
+                    dir: dir.to_owned(),
+                    source,
+                })?,
             ),
             None => None,
         };
@@ -337,14 +342,15 @@ impl PluginEngine {
 
     /// Compiles `wasm` into the cache (what a compiler process does) and returns the
     /// entry's path; an error says why the component does not compile.
-    pub fn precompile_into_cache(&self, wasm: &[u8]) -> anyhow::Result<PathBuf> {
-        let cache = self
-            .cache
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("the engine has no cache to compile into"))?;
+    pub fn precompile_into_cache(&self, wasm: &[u8]) -> Result<PathBuf, EngineError> {
+        let cache = self.cache.as_ref().ok_or(EngineError::NoCache)?;
         let digest = cache::sha256_hex(wasm);
         let backend = self.backends.get(Compiler::for_size(wasm.len()));
-        Ok(cache.compile_entry(&backend.engine, wasm, &digest)?)
+        cache
+            .compile_entry(&backend.engine, wasm, &digest)
+            .map_err(|e| EngineError::Compile {
+                source: e.into_boxed_dyn_error(),
+            })
     }
 
     /// Reads and compiles (or loads from the cache) the component at `path`, with the

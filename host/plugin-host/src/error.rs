@@ -76,6 +76,41 @@ pub enum PluginError {
     },
 }
 
+/// Why the plugin engine could not start, or could not compile a component into its
+/// cache.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// wasmtime refused the engine's configuration.
+    #[error("the plugin engine: {}", chain(source))]
+    Engine {
+        /// What wasmtime said.
+        #[source]
+        source: BoxError,
+    },
+    /// The thread that advances the engine's epochs could not be started.
+    #[error("the plugin engine's epoch thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The compiled-component cache's folder could not be made or read.
+    #[error("plugin cache {}: {source}", dir.display())]
+    Cache {
+        /// The folder.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A compile into the cache was asked of an engine without one.
+    #[error("the engine has no cache to compile into")]
+    NoCache,
+    /// The component does not compile.
+    #[error("{}", chain(source))]
+    Compile {
+        /// What wasmtime said.
+        #[source]
+        source: BoxError,
+    },
+}
+
 /// Reads a component file, refusing with a plain sentence what is not one: a file that
 /// is not WebAssembly at all, or a core module (built for `wasm32-wasip1` or
 /// `wasm32-unknown-unknown` instead of `wasm32-wasip2`).

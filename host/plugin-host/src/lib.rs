@@ -61,7 +61,7 @@ pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, LinkSpec, ReplaceError};
 pub use config::PluginsConfig;
 pub use engine::PluginEngine;
-pub use error::{BoxError, PluginError};
+pub use error::{BoxError, EngineError, PluginError};
 pub use host::PluginState;
 pub use kinds::{PodSources, ProbeHandlers};
 pub use limits::{InstanceMode, Limits, MAX_CORE_INSTANCES, MAX_MEMORY_BYTES};

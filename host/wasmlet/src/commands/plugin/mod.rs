@@ -268,7 +268,7 @@ fn engine(cache: Option<&Path>) -> Result<PluginEngine> {
         Some(dir) => {
             PluginEngine::with_cache(dir).with_context(|| format!("--cache-dir {}", dir.display()))
         }
-        None => PluginEngine::new(),
+        None => Ok(PluginEngine::new()?),
     }
 }
 
