@@ -365,21 +365,16 @@ fn rust_template_built_in(target: &str) -> Vec<u8> {
     bytes
 }
 
-/// The Python admission-policy template built by the SDK's build script, with the
-/// toolchain in `bin`: its bytes.
-fn python_template_built(bin: &Path, out: &str) -> Vec<u8> {
+/// The admission-policy template at `source` (under the repository) built by an SDK's
+/// build script `build` into `out` (under plugins/target/lang): the component's bytes.
+fn template_built(build: &mut Command, source: &str, out: &str) -> Vec<u8> {
     let repo = repo();
     let out = repo.join("plugins/target/lang").join(out);
-    let search = std::env::var("PATH").unwrap_or_default();
-    let built = Command::new(repo.join("plugins/python/build.sh"))
-        .args([
-            "admission-policy",
-            path(&repo.join("templates/python/admission-policy")),
-        ])
+    let built = build
+        .args(["admission-policy", path(&repo.join(source))])
         .arg(&out)
-        .env("PATH", format!("{}:{search}", bin.display()))
         .output()
-        .expect("run build.sh");
+        .expect("run the SDK's build");
     assert!(
         built.status.success(),
         "{}",
@@ -388,25 +383,20 @@ fn python_template_built(bin: &Path, out: &str) -> Vec<u8> {
     std::fs::read(&out).expect("the built component")
 }
 
+/// The Python admission-policy template built by the SDK's build script, with the
+/// toolchain in `bin`: its bytes.
+fn python_template_built(bin: &Path, out: &str) -> Vec<u8> {
+    let search = std::env::var("PATH").unwrap_or_default();
+    let mut build = Command::new(repo().join("plugins/python/build.sh"));
+    build.env("PATH", format!("{}:{search}", bin.display()));
+    template_built(&mut build, "templates/python/admission-policy", out)
+}
+
 /// The TypeScript admission-policy template built by the SDK's build script: its bytes.
 fn js_template_built(out: &str) -> Vec<u8> {
-    let repo = repo();
-    let out = repo.join("plugins/target/lang").join(out);
-    let built = Command::new("node")
-        .arg(repo.join("plugins/js/build.mjs"))
-        .args([
-            "admission-policy",
-            path(&repo.join("templates/js/admission-policy/app.ts")),
-        ])
-        .arg(&out)
-        .output()
-        .expect("run node");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    std::fs::read(&out).expect("the built component")
+    let mut build = Command::new("node");
+    build.arg(repo().join("plugins/js/build.mjs"));
+    template_built(&mut build, "templates/js/admission-policy/app.ts", out)
 }
 
 #[test]
