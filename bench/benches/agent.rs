@@ -484,6 +484,7 @@ async fn fresh_agent(
     let admission = wasmlet_agent::syncloop::Admission {
         chain,
         node: Arc::new(wasmlet_plugin_host::convert::node(&object).expect("node")),
+        admitted: Arc::default(),
         node_check: None,
     };
     let pod_cgroups =

@@ -18,6 +18,9 @@ use wasmlet_plugin_host::*;
 #[allow(unused_imports)]
 use wasmlet_plugin_host::{Rejection, resources};
 
+#[path = "plugins/audit.rs"]
+mod audit;
+
 /// The resource-fit plugin's decision, compiled natively.
 #[path = "../../plugins/admission/resource-fit/src/fit.rs"]
 #[allow(dead_code, missing_docs)]
@@ -229,6 +232,9 @@ async fn run() {
 
     header("What a policy asks for on demand (warm instances)");
     on_demand(&scene).await;
+
+    header("A policy's first look at what a node runs (one audit per version)");
+    audit::audits(&scene.engine, &scene.node).await;
     let native_p50 = native.percentile(50.0).as_secs_f64();
     for (what, p50) in wasm_p50 {
         println!(

@@ -83,6 +83,9 @@ pub struct Admission {
     pub chain: Arc<AdmissionChain>,
     /// The node, as the plugins see it.
     pub node: Arc<wasmlet_plugin_host::Node>,
+    /// The pods admitted, as the plugins see them: the load a new pod is admitted
+    /// beside, and what an audit of a policy asks about.
+    pub admitted: Arc<wasmlet_plugin_host::Admitted>,
     /// The node's own check before the chain (the eviction manager's: no new pods
     /// under disk pressure, no BestEffort ones under memory pressure): `Some((reason,
     /// message))` rejects.
@@ -108,8 +111,6 @@ pub struct SyncLoop<R> {
     workers: Arc<PodWorkers<R>>,
     config: PodConfig,
     admission: Option<Admission>,
-    /// Admitted pods as the admission plugins see them (for the node's load).
-    admitted: BTreeMap<String, Arc<wasmlet_plugin_host::Pod>>,
     /// Problems already reported, by source: a bad manifest is logged once, not on
     /// every poll.
     reported: BTreeMap<String, Vec<String>>,
@@ -129,7 +130,6 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             workers,
             config: PodConfig::new(&node, sources),
             admission,
-            admitted: BTreeMap::new(),
             reported: BTreeMap::new(),
         }
     }
@@ -310,7 +310,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             Ok(p) => p,
             Err(e) => return Some(("UnexpectedAdmissionError".into(), e.to_string())),
         };
-        let load = convert::load(self.admitted.values().map(|p| &**p));
+        let load = admission.admitted.load();
         // The pod as JSON only for a policy that asks (made once for the chain).
         let whole = pod.clone();
         let candidate = wasmlet_plugin_host::Admission::new(
@@ -328,8 +328,10 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             warn!(pod = %PodKey::of(pod), %plugin, reason = %r.reason, "Pod was rejected: {}", r.message);
             return Some((r.reason, r.message));
         }
-        self.admitted
-            .insert(pod::uid(pod).to_owned(), candidate.pod().clone());
+        let pod_uid = pod::uid(pod);
+        admission
+            .admitted
+            .insert(pod_uid, candidate.pod().clone(), pod.clone());
         None
     }
 
@@ -357,12 +359,19 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             .reject(pod.clone(), reason, message, &self.ctx.node.host_ip);
     }
 
+    /// Takes pod `uid` out of the admitted pods.
+    fn forget(&self, uid: &str) {
+        if let Some(a) = &self.admission {
+            a.admitted.remove(uid);
+        }
+    }
+
     /// A pod its source no longer has: stopped within its grace period. A static pod
     /// that ran stays in the status manager until then (its mirror pod stays, and a
     /// new static pod of its name waits); one still waiting to start is just dropped.
     fn remove(&mut self, pod: Arc<k8s::Pod>) {
         let uid = pod::uid(&pod).to_owned();
-        self.admitted.remove(&uid);
+        self.forget(&uid);
         self.workers.drop_held(&uid);
         if self.workers.is_active(&uid) && pod::is_static(&pod) {
             self.ctx.statuses.retire(&uid);
@@ -379,7 +388,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
     /// cleaned up; its status stays (the last one is reported before the final delete).
     fn delete(&mut self, pod: Arc<k8s::Pod>) {
         let uid = pod::uid(&pod).to_owned();
-        self.admitted.remove(&uid);
+        self.forget(&uid);
         self.ctx.statuses.set_pod(pod.clone());
         if self.is_rejected(&pod) {
             // Never ran: nothing to stop.

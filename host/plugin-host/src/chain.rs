@@ -11,10 +11,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
 use crate::admission::{Admission, AdmissionPlugin};
+use crate::audit::Audit;
 use crate::bindings::exports::wasmlet::plugin::admission::{Rejection, Verdict};
 use crate::engine::PluginEngine;
 use crate::error::PluginError;
@@ -82,9 +84,25 @@ pub struct LinkSpec {
 /// What serves a link.
 enum Slot {
     /// A loaded plugin.
-    Ready(Arc<AdmissionPlugin>),
+    Ready(Serving),
     /// The plugin could not be loaded; the failure policy decides what that means.
     Unavailable(String),
+}
+
+/// A version serving a link, and what it would have rejected in [`Mode::Monitor`] since
+/// it began serving.
+struct Serving {
+    plugin: Arc<AdmissionPlugin>,
+    would_reject: AtomicU64,
+}
+
+impl Slot {
+    fn ready(plugin: Arc<AdmissionPlugin>) -> Arc<Slot> {
+        Arc::new(Slot::Ready(Serving {
+            plugin,
+            would_reject: AtomicU64::new(0),
+        }))
+    }
 }
 
 /// One link: a named plugin slot.
@@ -219,7 +237,7 @@ impl AdmissionChain {
         match self.link(name) {
             // Same settings: swap the plugin in place, one atomic store.
             Some(link) if link.spec.same_settings(&spec) => {
-                link.current.store(Arc::new(Slot::Ready(plugin.clone())));
+                link.current.store(Slot::ready(plugin.clone()));
             }
             _ => self.put(name, Arc::new(Link::ready(name, spec, plugin.clone()))),
         }
@@ -286,7 +304,7 @@ impl AdmissionChain {
             spec.path = path.to_owned();
         }
         let plugin = self.load(name, &spec).await?;
-        link.current.store(Arc::new(Slot::Ready(plugin.clone())));
+        link.current.store(Slot::ready(plugin.clone()));
         tracing::info!(
             plugin = name,
             digest = plugin.digest(),
@@ -314,7 +332,7 @@ impl AdmissionChain {
     /// The plugin currently serving link `name` (none when unknown or unavailable).
     pub fn current(&self, name: &str) -> Option<Arc<AdmissionPlugin>> {
         match &**self.link(name)?.current.load() {
-            Slot::Ready(plugin) => Some(plugin.clone()),
+            Slot::Ready(serving) => Some(serving.plugin.clone()),
             Slot::Unavailable(_) => None,
         }
     }
@@ -346,10 +364,14 @@ impl AdmissionChain {
         let links = self.links.load_full();
         let mut monitored = Vec::new();
         for link in links.iter() {
-            let Some(rejection) = link.verdict(admission).await else {
+            let slot = link.current.load_full();
+            let Some(rejection) = link.verdict(&slot, admission).await else {
                 continue;
             };
             if link.spec.mode == Mode::Monitor {
+                if let Slot::Ready(serving) = &*slot {
+                    serving.would_reject.fetch_add(1, Ordering::Relaxed);
+                }
                 self.engine
                     .metrics()
                     .would_reject(&link.name, &rejection.reason);
@@ -371,15 +393,37 @@ impl AdmissionChain {
             monitored,
         }
     }
+
+    /// What the version serving link `name` would have rejected in [`Mode::Monitor`]
+    /// since it began serving (`None`: no such link, or it is unavailable).
+    pub fn would_reject(&self, name: &str) -> Option<u64> {
+        match &**self.link(name)?.current.load() {
+            Slot::Ready(serving) => Some(serving.would_reject.load(Ordering::Relaxed)),
+            Slot::Unavailable(_) => None,
+        }
+    }
+
+    /// Asks link `name` alone about each of `pods` (`namespace/name` and its admission,
+    /// as [`crate::Admitted::admissions`] makes them), whatever its mode, counting
+    /// nothing in the metrics: what it would reject of what the node runs. A failing
+    /// plugin's answer is its failure policy's. `None`: no such link.
+    pub async fn audit(&self, name: &str, pods: &[(String, Arc<Admission>)]) -> Option<Audit> {
+        let link = self.link(name)?;
+        let slot = link.current.load_full();
+        let mut audit = Audit::default();
+        for (pod, admission) in pods {
+            audit.add(pod, link.verdict(&slot, admission).await);
+        }
+        Some(audit)
+    }
 }
 
 impl Link {
     /// The link's rejection of the pod, if it has one: the plugin's, or
     /// `AdmissionPluginError` when it failed and its failure policy is `Fail`.
-    async fn verdict(&self, admission: &Arc<Admission>) -> Option<Rejection> {
-        let slot = self.current.load_full();
-        let error = match &*slot {
-            Slot::Ready(plugin) => match plugin.admit(admission).await {
+    async fn verdict(&self, slot: &Slot, admission: &Arc<Admission>) -> Option<Rejection> {
+        let error = match slot {
+            Slot::Ready(serving) => match serving.plugin.admit(admission).await {
                 Ok(Verdict::Admit) => return None,
                 Ok(Verdict::Reject(rejection)) => return Some(rejection),
                 Err(e) => e.to_string(),
@@ -404,7 +448,7 @@ impl Link {
         Self {
             name: name.to_owned(),
             spec,
-            current: ArcSwap::from_pointee(Slot::Ready(plugin.into())),
+            current: ArcSwap::new(Slot::ready(plugin.into())),
         }
     }
 }

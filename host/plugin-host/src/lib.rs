@@ -16,6 +16,8 @@
 //! - [`AdmissionChain`]: the ordered links, each hot-swappable; [`AdmissionDirectory`]
 //!   keeps a chain in step with a plugin directory and the `plugins:` configuration
 //!   ([`PluginsConfig`]).
+//! - [`Admitted`]: the pods a node admitted, as the policies see them; an [`Audit`]
+//!   asks one policy about each of them, beside the others, touching none.
 //! - [`convert`]: Kubernetes objects to the plugin types, and the node's load.
 //! - [`PluginMetrics`]: calls by result, latency and instantiation histograms, loads,
 //!   per plugin.
@@ -25,6 +27,7 @@
 //! the guest makes a WASI call.
 
 mod admission;
+pub mod audit;
 pub mod backend;
 #[allow(missing_docs)]
 pub(crate) mod bindings;
@@ -57,6 +60,7 @@ pub mod watch;
 mod world;
 
 pub use admission::{Admission, AdmissionPlugin, IDLE_INSTANCE_LIFETIME, NodeLoad};
+pub use audit::{Admitted, Audit, AuditedPod};
 pub use cache::{CacheOutcome, ComponentCache};
 pub use chain::{AdmissionChain, FailurePolicy, LinkSpec, ReplaceError};
 pub use config::PluginsConfig;

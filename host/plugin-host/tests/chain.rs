@@ -284,3 +284,81 @@ async fn a_policy_in_monitor_mode_decides_but_admits_and_says_what_it_would_reje
     assert_eq!(decision.monitored.len(), 1);
     assert_eq!(decision.monitored[0].plugin, "watch");
 }
+
+/// Pod `name` in `team` (UID `uid-NAME`), with a container on host port `port`, if any.
+fn admitted_pod(name: &str, port: Option<i32>) -> (Arc<Pod>, Arc<k8s_openapi::api::core::v1::Pod>) {
+    let mut container = serde_json::json!({"name": "app", "image": "busybox"});
+    if let Some(port) = port {
+        container["ports"] = serde_json::json!([{"containerPort": 80, "hostPort": port}]);
+    }
+    let whole: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}")},
+        "spec": {"containers": [container]},
+    }))
+    .expect("pod");
+    let pod = convert::pod(&whole, "api").expect("converted");
+    (Arc::new(pod), Arc::new(whole))
+}
+
+#[tokio::test]
+async fn an_audit_asks_one_policy_about_each_running_pod_beside_the_others() {
+    let engine = PluginEngine::new().expect("engine");
+    let chain = AdmissionChain::new(engine.clone());
+    chain
+        .install("ports", link("node-ports", chain::Mode::Monitor))
+        .await
+        .expect("load");
+    chain
+        .install("deny", link("fixture-deny-all", chain::Mode::Enforce))
+        .await
+        .expect("load");
+    // a and b hold the same host port: each would be refused beside the other; c holds
+    // another, d none.
+    let admitted = Admitted::default();
+    for (name, port) in [
+        ("a", Some(8080)),
+        ("b", Some(8080)),
+        ("c", Some(9090)),
+        ("d", None),
+    ] {
+        let (pod, whole) = admitted_pod(name, port);
+        admitted.insert(&format!("uid-{name}"), pod, whole);
+    }
+    let pods = admitted.admissions(&Arc::new(node()));
+    let audit = chain.audit("ports", &pods).await.expect("a link");
+    assert_eq!((audit.pods, audit.would_reject), (4, 2), "{audit:?}");
+    let named: Vec<(&str, &str)> = audit
+        .rejected
+        .iter()
+        .map(|p| (p.pod.as_str(), p.reason.as_str()))
+        .collect();
+    assert_eq!(named, [("team/a", "NodePorts"), ("team/b", "NodePorts")]);
+    // Only the link asked answers: deny-all (enforcing, later in the chain) had no say
+    // in the ports audit; asked itself, it would reject all four.
+    assert_eq!(
+        chain.audit("deny", &pods).await.map(|a| a.would_reject),
+        Some(4)
+    );
+    assert!(chain.audit("absent", &pods).await.is_none());
+    // An audit is no admission: nothing counted as monitored.
+    assert_eq!(chain.would_reject("ports"), Some(0));
+
+    // Admissions in Monitor mode are counted per serving version.
+    let (e, _) = admitted_pod("e", Some(8080));
+    let beside_a = common::admission(&e, &node(), &admitted.load());
+    chain.remove("deny");
+    for _ in 0..3 {
+        assert!(matches!(
+            chain.decide(&beside_a).await.verdict,
+            Verdict::Admit
+        ));
+    }
+    assert_eq!(chain.would_reject("ports"), Some(3));
+    chain.replace("ports", None).await.expect("a new version");
+    assert_eq!(
+        chain.would_reject("ports"),
+        Some(0),
+        "counted from when it serves"
+    );
+    assert_eq!(chain.would_reject("absent"), None);
+}

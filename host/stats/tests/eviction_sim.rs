@@ -192,6 +192,7 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
         Some(wasmlet_agent::syncloop::Admission {
             chain,
             node: Arc::new(node),
+            admitted: Arc::default(),
             node_check: Some(check),
         }),
         None,

@@ -140,6 +140,7 @@ pub fn start_admitting(
         Some(wasmlet_agent::syncloop::Admission {
             chain,
             node: Arc::new(node),
+            admitted: Arc::default(),
             node_check: None,
         }),
         None,

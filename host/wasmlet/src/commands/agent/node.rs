@@ -74,6 +74,7 @@ pub(super) fn admission(
     Ok(Admission {
         chain: loaded.chain.clone(),
         node: Arc::new(node),
+        admitted: Arc::default(),
         node_check: Some(node_check),
     })
 }
