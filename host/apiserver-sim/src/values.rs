@@ -13,16 +13,10 @@ pub(crate) fn status(code: u16, reason: &str, message: String) -> Value {
 
 /// Now, as the API server writes its timestamps: `2026-11-26T10:00:00Z` (UTC, seconds).
 pub(crate) fn now_rfc3339() -> String {
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    wasmlet_core::time::rfc3339(secs)
 }
 
 /// `s` with its `%XX` escapes decoded and `+` read as a space, as query text is.
