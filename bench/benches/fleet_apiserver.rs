@@ -605,6 +605,7 @@ async fn main() {
             lease: "wasmlet-controller".into(),
             identity: format!("bench-{}", std::process::id()),
             timing: Default::default(),
+            count_period: wasmlet_fleet::controller::COUNT_PERIOD,
         };
         let admin = t.admin.clone();
         tokio::spawn(async move {

@@ -1,15 +1,19 @@
 //! What a node tells about each WasmletPlugin, as Events on the object (reported by
 //! `wasmlet`, from the node): a version loaded, swapped in for another, refused (and
-//! what keeps serving), unloaded — so that `kubectl describe wasmletplugin` tells a
-//! rollout's story node by node. They go through the node's event recorder, rate
-//! limited with its other events; a refusal said again unchanged is one event counted
-//! up.
+//! what keeps serving), unloaded, the running pods an admission policy's new version
+//! would reject — so that `kubectl describe wasmletplugin` tells a rollout's story node
+//! by node. They go through the node's event recorder, rate limited with its other
+//! events; a refusal said again unchanged is one event counted up.
 
 use std::sync::Arc;
 
 use wasmlet_agent::events::{Event, Kind, Recorder, Regarding};
 
 use crate::object::{GROUP, KIND, VERSION};
+use crate::status::Audit;
+
+/// The reason of the event that names running pods a policy would reject.
+pub const WOULD_REJECT_RUNNING: &str = "PodsWouldBeRejected";
 
 /// The reporting controller of the events.
 pub const CONTROLLER: &str = "wasmlet";
@@ -104,6 +108,36 @@ impl PluginEvents {
             format!(
                 "generation {generation} refused on {}: {reason}; {after}",
                 self.node
+            ),
+        );
+    }
+
+    /// The audit of admission policy `digest`: of the pods the node runs, these it would
+    /// reject (said only when there are some: the count of every audit is in the node's
+    /// WasmletNode).
+    pub fn would_reject_running(&self, name: &str, uid: &str, digest: &str, audit: &Audit) {
+        let named: Vec<String> = audit
+            .rejected
+            .iter()
+            .map(|p| format!("{} ({}: {})", p.pod, p.reason, p.message))
+            .collect();
+        let more = audit.would_reject - audit.rejected.len() as u64;
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        self.record(
+            name,
+            uid,
+            Kind::Warning,
+            WOULD_REJECT_RUNNING,
+            format!(
+                "{digest} would reject {} of the {} pods running on {}: {}{more}",
+                audit.would_reject,
+                audit.pods,
+                self.node,
+                named.join("; ")
             ),
         );
     }

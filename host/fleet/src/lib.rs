@@ -31,7 +31,7 @@ pub mod publish;
 pub mod status;
 
 pub use events::PluginEvents;
-pub use node::{Targets, start};
+pub use node::{AdmittedPods, Targets, start};
 
 /// The namespace whose Secrets and ConfigMaps plugins name, by default.
 pub const DEFAULT_NAMESPACE: &str = "wasmlet-system";

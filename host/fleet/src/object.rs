@@ -115,6 +115,34 @@ pub(crate) use cluster_resource;
 
 cluster_resource!(Watched, KIND, PLURAL);
 
+/// What a node will not run of a WasmletPlugin's spec: the field, named from the
+/// object's root (`spec.source.oci.reference`), and what is wrong with it. Said as the
+/// message of the node's Failed entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl SpecError {
+    /// Field `field` is wrong for `message`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<wasmlet_plugin_host::config::ConfigError> for SpecError {
+    fn from(e: wasmlet_plugin_host::config::ConfigError) -> Self {
+        Self::new(e.field, e.message)
+    }
+}
+
 /// The kinds of plugin a node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {
@@ -210,7 +238,7 @@ pub struct Desired {
 
 /// The selector alone, for deciding whether a node takes part before the rest is read
 /// (a node not selected says nothing about an object it would refuse).
-pub fn selector(object: &Value) -> Result<Selector, String> {
+pub fn selector(object: &Value) -> Result<Selector, SpecError> {
     let s = &object["spec"]["nodeSelector"];
     if s.is_null() {
         return Ok(Selector::default());
@@ -218,9 +246,9 @@ pub fn selector(object: &Value) -> Result<Selector, String> {
     let mut out = Selector::default();
     if let Some(labels) = s["matchLabels"].as_object() {
         for (k, v) in labels {
-            let v = v
-                .as_str()
-                .ok_or_else(|| format!("spec.nodeSelector.matchLabels.{k}: not a string"))?;
+            let v = v.as_str().ok_or_else(|| {
+                SpecError::new(format!("spec.nodeSelector.matchLabels.{k}"), "not a string")
+            })?;
             out.match_labels.insert(k.clone(), v.to_owned());
         }
     }
@@ -233,7 +261,7 @@ pub fn selector(object: &Value) -> Result<Selector, String> {
         let field = |f: &str| format!("spec.nodeSelector.matchExpressions[{i}].{f}");
         let key = e["key"]
             .as_str()
-            .ok_or_else(|| format!("{}: required", field("key")))?;
+            .ok_or_else(|| SpecError::new(field("key"), "required"))?;
         let op = e["operator"].as_str().unwrap_or_default();
         let values: Vec<String> = e["values"]
             .as_array()
@@ -243,13 +271,16 @@ pub fn selector(object: &Value) -> Result<Selector, String> {
             .collect();
         match op {
             "In" | "NotIn" if values.is_empty() => {
-                return Err(format!("{}: required for operator {op}", field("values")));
+                return Err(SpecError::new(
+                    field("values"),
+                    format!("required for operator {op}"),
+                ));
             }
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             other => {
-                return Err(format!(
-                    "{}: unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)",
-                    field("operator")
+                return Err(SpecError::new(
+                    field("operator"),
+                    format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)"),
                 ));
             }
         }
@@ -260,7 +291,7 @@ pub fn selector(object: &Value) -> Result<Selector, String> {
 }
 
 /// Reads what `object` asks of the nodes it selects; the error names the field.
-pub fn desired(object: &Value) -> Result<Desired, String> {
+pub fn desired(object: &Value) -> Result<Desired, SpecError> {
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -268,8 +299,11 @@ pub fn desired(object: &Value) -> Result<Desired, String> {
     let spec = &object["spec"];
     let kind_text = spec["kind"].as_str().unwrap_or_default();
     let kind = Kind::parse(kind_text).ok_or_else(|| {
-        format!(
-            "spec.kind: unknown plugin kind {kind_text:?} (this node runs admission, probe-handler and pod-source plugins)"
+        SpecError::new(
+            "spec.kind",
+            format!(
+                "unknown plugin kind {kind_text:?} (this node runs admission, probe-handler and pod-source plugins)"
+            ),
         )
     })?;
     let digest = spec["digest"].as_str().unwrap_or_default();
@@ -280,14 +314,19 @@ pub fn desired(object: &Value) -> Result<Desired, String> {
                 && h.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         })
-        .ok_or_else(|| format!("spec.digest: {digest:?} is not sha256:<64 lowercase hex digits>"))?
+        .ok_or_else(|| {
+            SpecError::new(
+                "spec.digest",
+                format!("{digest:?} is not sha256:<64 lowercase hex digits>"),
+            )
+        })?
         .to_owned();
     let source = match (&spec["source"]["oci"], &spec["source"]["configMap"]) {
         (oci, Value::Null) if oci.is_object() => {
             let reference = oci["reference"].as_str().unwrap_or_default();
             let reference = reference.strip_prefix("oci://").unwrap_or(reference);
             if reference.is_empty() {
-                return Err("spec.source.oci.reference: required".into());
+                return Err(SpecError::new("spec.source.oci.reference", "required"));
             }
             Source::Oci {
                 reference: reference.to_owned(),
@@ -301,7 +340,7 @@ pub fn desired(object: &Value) -> Result<Desired, String> {
                     .as_str()
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
-                    .ok_or_else(|| format!("spec.source.configMap.{f}: required"))
+                    .ok_or_else(|| SpecError::new(format!("spec.source.configMap.{f}"), "required"))
             };
             Source::ConfigMap {
                 name: field("name")?,
@@ -309,9 +348,14 @@ pub fn desired(object: &Value) -> Result<Desired, String> {
             }
         }
         (Value::Null, Value::Null) => {
-            return Err("spec.source: required (oci or configMap)".into());
+            return Err(SpecError::new("spec.source", "required (oci or configMap)"));
         }
-        _ => return Err("spec.source: give one of oci, configMap, not both".into()),
+        _ => {
+            return Err(SpecError::new(
+                "spec.source",
+                "give one of oci, configMap, not both",
+            ));
+        }
     };
     Ok(Desired {
         name,
@@ -331,12 +375,12 @@ impl Desired {
     }
 
     /// The configuration values (`spec.config`).
-    pub fn config(&self) -> Result<BTreeMap<String, String>, String> {
+    pub fn config(&self) -> Result<BTreeMap<String, String>, SpecError> {
         let mut out = BTreeMap::new();
         for (k, v) in self.spec["config"].as_object().into_iter().flatten() {
             let v = v
                 .as_str()
-                .ok_or_else(|| format!("spec.config.{k}: not a string"))?;
+                .ok_or_else(|| SpecError::new(format!("spec.config.{k}"), "not a string"))?;
             out.insert(k.clone(), v.to_owned());
         }
         Ok(out)
@@ -433,7 +477,10 @@ mod tests {
             ),
         ];
         for (spec, want) in cases {
-            assert_eq!(desired(&object(spec)).expect_err("refused"), want);
+            assert_eq!(
+                desired(&object(spec)).expect_err("refused").to_string(),
+                want
+            );
         }
     }
 }

@@ -8,14 +8,14 @@ use std::path::Path;
 use serde_json::Value;
 use wasmlet_plugin_host::chain::LinkSpec;
 use wasmlet_plugin_host::config::{
-    AdmissionConfig, ConfigError, FailurePolicyConfig, InstancesConfig, ModeConfig, ProbeConfig,
-    ProbeSpec, SourceConfig, SourceSpec,
+    AdmissionConfig, FailurePolicyConfig, InstancesConfig, ModeConfig, ProbeConfig, ProbeSpec,
+    SourceConfig, SourceSpec,
 };
 use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 use wasmlet_plugin_host::probe::NetworkGrant;
 
 use crate::Grants;
-use crate::object::{Desired, Kind};
+use crate::object::{Desired, Kind, SpecError};
 
 /// What the node will load.
 #[derive(Debug, Clone)]
@@ -46,11 +46,7 @@ fn field(kind: &str) -> impl Fn(&str) -> String {
     }
 }
 
-fn text(error: ConfigError) -> String {
-    error.to_string()
-}
-
-fn strings(value: &Value, field: &str) -> Result<Vec<String>, String> {
+fn strings(value: &Value, field: &str) -> Result<Vec<String>, SpecError> {
     match value {
         Value::Null => Ok(Vec::new()),
         Value::Array(items) => items
@@ -59,10 +55,10 @@ fn strings(value: &Value, field: &str) -> Result<Vec<String>, String> {
             .map(|(i, v)| {
                 v.as_str()
                     .map(str::to_owned)
-                    .ok_or_else(|| format!("{field}[{i}]: not a string"))
+                    .ok_or_else(|| SpecError::new(format!("{field}[{i}]"), "not a string"))
             })
             .collect(),
-        _ => Err(format!("{field}: not a list")),
+        _ => Err(SpecError::new(field, "not a list")),
     }
 }
 
@@ -77,7 +73,7 @@ struct Asked<'a> {
 }
 
 impl<'a> Asked<'a> {
-    fn read(desired: &'a Desired) -> Result<Self, String> {
+    fn read(desired: &'a Desired) -> Result<Self, SpecError> {
         let caps = &desired.spec["capabilities"];
         Ok(Asked {
             network: strings(&caps["network"], "spec.capabilities.network")?,
@@ -97,7 +93,7 @@ pub fn plan(
     grants: &Grants,
     probes: &ProbeHandlers,
     sources: &PodSources,
-) -> Result<Plan, String> {
+) -> Result<Plan, SpecError> {
     let asked = Asked::read(desired)?;
     match desired.kind {
         Kind::Admission => admission(desired, path, asked),
@@ -107,7 +103,7 @@ pub fn plan(
 }
 
 /// `spec.admission.<field>` of `desired`, one of `values` (the first when absent).
-fn one_of<T: Copy>(desired: &Desired, field: &str, values: &[(&str, T)]) -> Result<T, String> {
+fn one_of<T: Copy>(desired: &Desired, field: &str, values: &[(&str, T)]) -> Result<T, SpecError> {
     match desired.text(&["admission", field]) {
         None => Ok(values[0].1),
         Some(text) => values
@@ -116,21 +112,24 @@ fn one_of<T: Copy>(desired: &Desired, field: &str, values: &[(&str, T)]) -> Resu
             .map(|(_, v)| *v)
             .ok_or_else(|| {
                 let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
-                format!(
-                    "spec.admission.{field}: {text:?} is neither {}",
-                    names.join(" nor ")
+                SpecError::new(
+                    format!("spec.admission.{field}"),
+                    format!("{text:?} is neither {}", names.join(" nor ")),
                 )
             }),
     }
 }
 
-fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, String> {
+fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, SpecError> {
     if !asked.network.is_empty()
         || asked.exec
         || asked.directory.is_some()
         || !asked.urls.is_empty()
     {
-        return Err("spec.capabilities: admission plugins are given none (they decide from the pod and node they are handed)".into());
+        return Err(SpecError::new(
+            "spec.capabilities",
+            "admission plugins are given none (they decide from the pod and node they are handed)",
+        ));
     }
     let failure_policy = one_of(
         desired,
@@ -158,7 +157,9 @@ fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, S
     )?;
     let order = match &desired.spec["admission"]["order"] {
         Value::Null => 0,
-        v => v.as_i64().ok_or("spec.admission.order: not an integer")?,
+        v => v
+            .as_i64()
+            .ok_or_else(|| SpecError::new("spec.admission.order", "not an integer"))?,
     };
     let entry = AdmissionConfig {
         name: desired.name.clone(),
@@ -170,9 +171,7 @@ fn admission(desired: &Desired, path: &Path, asked: Asked<'_>) -> Result<Plan, S
         instances,
         config: asked.config,
     };
-    let link = entry
-        .link_spec_at(Path::new("/"), &field("admission"))
-        .map_err(text)?;
+    let link = entry.link_spec_at(Path::new("/"), &field("admission"))?;
     Ok(Plan::Admission(link, order))
 }
 
@@ -182,9 +181,12 @@ fn probe_handler(
     asked: Asked<'_>,
     grants: &Grants,
     probes: &ProbeHandlers,
-) -> Result<Plan, String> {
+) -> Result<Plan, SpecError> {
     if asked.directory.is_some() || !asked.urls.is_empty() {
-        return Err("spec.capabilities: a probe handler may be given network and exec, not a directory or URLs".into());
+        return Err(SpecError::new(
+            "spec.capabilities",
+            "a probe handler may be given network and exec, not a directory or URLs",
+        ));
     }
     let kinds = strings(
         &desired.spec["probeHandler"]["kinds"],
@@ -192,24 +194,29 @@ fn probe_handler(
     )?;
     for kind in &kinds {
         if let Some(own) = probes.configured_for(kind) {
-            return Err(format!(
-                "spec.probeHandler.kinds: this node checks {kind} probes with its own handler {own}"
+            return Err(SpecError::new(
+                "spec.probeHandler.kinds",
+                format!("this node checks {kind} probes with its own handler {own}"),
             ));
         }
         if let Some(other) = probes.cluster_for(kind)
             && wasmlet_plugin_host::Plugin::name(&*other) != desired.name
         {
-            return Err(format!(
-                "spec.probeHandler.kinds: {kind} probes are already checked by WasmletPlugin {}",
-                wasmlet_plugin_host::Plugin::name(&*other)
+            return Err(SpecError::new(
+                "spec.probeHandler.kinds",
+                format!(
+                    "{kind} probes are already checked by WasmletPlugin {}",
+                    wasmlet_plugin_host::Plugin::name(&*other)
+                ),
             ));
         }
     }
     network_granted(&asked.network, grants)?;
     if asked.exec && !grants.exec {
-        return Err(
-            "spec.capabilities.exec: not granted by this node (clusterPlugins.grants.exec)".into(),
-        );
+        return Err(SpecError::new(
+            "spec.capabilities.exec",
+            "not granted by this node (clusterPlugins.grants.exec)",
+        ));
     }
     let entry = ProbeConfig {
         name: desired.name.clone(),
@@ -220,26 +227,26 @@ fn probe_handler(
         memory_limit: asked.memory_limit,
         config: asked.config,
     };
-    let spec = entry
-        .spec_at(Path::new("/"), &field("probeHandler"))
-        .map_err(text)?;
+    let spec = entry.spec_at(Path::new("/"), &field("probeHandler"))?;
     Ok(Plan::Probe(spec))
 }
 
 /// Whether every address range `asked` is inside one the node grants.
-fn network_granted(asked: &[String], grants: &Grants) -> Result<(), String> {
+fn network_granted(asked: &[String], grants: &Grants) -> Result<(), SpecError> {
     let granted: Vec<NetworkGrant> = grants
         .network
         .iter()
         .filter_map(|g| g.parse().ok())
         .collect();
     for (i, text) in asked.iter().enumerate() {
-        let parsed: NetworkGrant = text
-            .parse()
-            .map_err(|e| format!("spec.capabilities.network[{i}]: {e}"))?;
+        let field = || format!("spec.capabilities.network[{i}]");
+        let parsed = text
+            .parse::<NetworkGrant>()
+            .map_err(|e| SpecError::new(field(), e.to_string()))?;
         if !granted.iter().any(|g| g.covers(&parsed)) {
-            return Err(format!(
-                "spec.capabilities.network[{i}]: {text} is not granted by this node (clusterPlugins.grants.network)"
+            return Err(SpecError::new(
+                field(),
+                format!("{text} is not granted by this node (clusterPlugins.grants.network)"),
             ));
         }
     }
@@ -252,19 +259,26 @@ fn pod_source(
     asked: Asked<'_>,
     grants: &Grants,
     sources: &PodSources,
-) -> Result<Plan, String> {
+) -> Result<Plan, SpecError> {
     if !asked.network.is_empty() || asked.exec {
-        return Err("spec.capabilities: a pod source may be given a directory and URLs, not network or exec".into());
+        return Err(SpecError::new(
+            "spec.capabilities",
+            "a pod source may be given a directory and URLs, not network or exec",
+        ));
     }
     if desired.name == API_SOURCE {
-        return Err(format!(
-            "metadata.name: {API_SOURCE} names the API server's pods; a pod source needs another name"
+        return Err(SpecError::new(
+            "metadata.name",
+            format!("{API_SOURCE} names the API server's pods; a pod source needs another name"),
         ));
     }
     if sources.is_configured(&desired.name) {
-        return Err(format!(
-            "metadata.name: this node has a pod source of its own called {}; a WasmletPlugin cannot replace it",
-            desired.name
+        return Err(SpecError::new(
+            "metadata.name",
+            format!(
+                "this node has a pod source of its own called {}; a WasmletPlugin cannot replace it",
+                desired.name
+            ),
         ));
     }
     if let Some(dir) = asked.directory {
@@ -272,8 +286,9 @@ fn pod_source(
     }
     for (i, url) in asked.urls.iter().enumerate() {
         if !grants.urls.iter().any(|g| url.starts_with(g.as_str())) {
-            return Err(format!(
-                "spec.capabilities.urls[{i}]: {url} is not granted by this node (clusterPlugins.grants.urls)"
+            return Err(SpecError::new(
+                format!("spec.capabilities.urls[{i}]"),
+                format!("{url} is not granted by this node (clusterPlugins.grants.urls)"),
             ));
         }
     }
@@ -287,27 +302,27 @@ fn pod_source(
         memory_limit: asked.memory_limit,
         config: asked.config,
     };
-    let spec = entry
-        .spec_at(Path::new("/"), &field("podSource"))
-        .map_err(text)?;
+    let spec = entry.spec_at(Path::new("/"), &field("podSource"))?;
     Ok(Plan::Source(spec))
 }
 
 /// Whether directory `dir` is plain (absolute, no `..`) and under one the node grants.
-fn directory_granted(dir: &str, grants: &Grants) -> Result<(), String> {
+fn directory_granted(dir: &str, grants: &Grants) -> Result<(), SpecError> {
     let asked = Path::new(dir);
     let plain = asked.is_absolute()
         && asked
             .components()
             .all(|c| !matches!(c, std::path::Component::ParentDir));
     if !plain {
-        return Err(format!(
-            "spec.capabilities.directory: {dir} is not an absolute path without .."
+        return Err(SpecError::new(
+            "spec.capabilities.directory",
+            format!("{dir} is not an absolute path without .."),
         ));
     }
     if !grants.directories.iter().any(|g| asked.starts_with(g)) {
-        return Err(format!(
-            "spec.capabilities.directory: {dir} is not granted by this node (clusterPlugins.grants.directories)"
+        return Err(SpecError::new(
+            "spec.capabilities.directory",
+            format!("{dir} is not granted by this node (clusterPlugins.grants.directories)"),
         ));
     }
     Ok(())
@@ -395,7 +410,7 @@ mod tests {
                 &probes,
                 &sources,
             );
-            assert_eq!(got.err().as_deref(), Some(want));
+            assert_eq!(got.err().map(|e| e.to_string()).as_deref(), Some(want));
         }
     }
 
@@ -462,8 +477,9 @@ mod tests {
             ),
         ];
         for (spec, want) in cases {
-            let got =
-                plan(&object(spec.clone()), path, &grants, &probes, &sources).expect_err("refused");
+            let got = plan(&object(spec.clone()), path, &grants, &probes, &sources)
+                .expect_err("refused")
+                .to_string();
             assert!(got.starts_with(want), "{spec}: {got}");
         }
         let ok = object(
@@ -498,7 +514,9 @@ mod tests {
         ] {
             let mut d = object(json!({"kind": "pod-source"}));
             d.name = name.into();
-            let got = plan(&d, path, &grants, &probes, &sources).expect_err("refused");
+            let got = plan(&d, path, &grants, &probes, &sources)
+                .expect_err("refused")
+                .to_string();
             assert!(got.starts_with(want), "{name}: {got}");
         }
     }

@@ -72,6 +72,14 @@ pub struct Entry {
     /// signatures and one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified: Option<String>,
+    /// An admission policy in Monitor mode: the pods admitted since the digest serving
+    /// began serving that it would have rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_reject: Option<u64>,
+    /// An admission policy: what the digest serving said of the pods the node ran when
+    /// it began serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<Audit>,
 }
 
 impl Entry {
@@ -83,6 +91,61 @@ impl Entry {
             && self.state == other.state
             && self.message == other.message
             && self.verified == other.verified
+            && self.would_reject == other.would_reject
+            && self.audit == other.audit
+    }
+}
+
+/// What an admission policy's version said of the pods a node ran when it began
+/// serving there: each asked about beside the others, none touched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Audit {
+    /// The digest asked (`sha256:…`).
+    pub digest: String,
+    /// When.
+    #[serde(default)]
+    pub time: String,
+    /// The pods the node ran.
+    pub pods: u64,
+    /// Of those, the pods it would reject.
+    pub would_reject: u64,
+    /// The first few of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedPod>,
+}
+
+/// A running pod a policy would reject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The rejection's reason.
+    pub reason: String,
+    /// Its message.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl Audit {
+    /// The audit of `digest` at `time`, as the plugin host made it.
+    pub fn of(digest: &str, time: String, audit: wasmlet_plugin_host::Audit) -> Self {
+        Self {
+            digest: digest.to_owned(),
+            time,
+            pods: audit.pods,
+            would_reject: audit.would_reject,
+            rejected: audit
+                .rejected
+                .into_iter()
+                .map(|p| RejectedPod {
+                    pod: p.pod,
+                    reason: p.reason,
+                    message: p.message,
+                })
+                .collect(),
+        }
     }
 }
 
@@ -106,7 +169,8 @@ fn same_entries(a: &Entries, b: &Entries) -> bool {
     a.len() == b.len() && a.values().zip(b.values()).all(|(x, y)| x.same(y))
 }
 
-/// The `status` of a WasmletNode listing `entries`, with the counts its columns show.
+/// The `status` of a WasmletNode listing `entries`, with the counts its columns show
+/// (`wouldReject`: the running pods the audits of its admission policies would reject).
 pub fn node_status(entries: &Entries) -> Value {
     let count = |s: State| entries.values().filter(|e| e.state == s).count();
     json!({
@@ -114,6 +178,11 @@ pub fn node_status(entries: &Entries) -> Value {
         "serving": count(State::Loaded),
         "failed": count(State::Failed),
         "pending": count(State::Pending),
+        "wouldReject": entries
+            .values()
+            .filter_map(|e| e.audit.as_ref())
+            .map(|a| a.would_reject)
+            .sum::<u64>(),
     })
 }
 

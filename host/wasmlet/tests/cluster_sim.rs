@@ -1,7 +1,8 @@
 //! `wasmlet run --kubeconfig` against the API server double, each agent on a simulator
 //! of its own: the node registers and reports Ready, its lease is kept, several agents
-//! with their own names share one API server (hollow nodes), and an unusable kubeconfig
-//! stops the start with the file named.
+//! with their own names share one API server (hollow nodes), cluster plugins roll out
+//! to them (and a policy in Monitor mode is watched before it is enforced), and an
+//! unusable kubeconfig stops the start with the file named.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -349,32 +350,9 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
     let Some((registry, user, password)) = wasmlet_fleet::dev::registry() else {
         return;
     };
-    let api = ApiServerSim::new();
-    let served = api
-        .serve("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("serve");
+    let (api, served) = plugin_double().await;
     let top = tempdir("fleet");
     let config = kubeconfig(&top, &served.url());
-    for file in ["wasmletplugin-crd.yaml", "wasmletnode-crd.yaml"] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../deploy")
-            .join(file);
-        let crd: Value =
-            serde_yaml_ng::from_str(&std::fs::read_to_string(path).expect("crd")).expect("yaml");
-        api.create(
-            "apis/apiextensions.k8s.io/v1",
-            "customresourcedefinitions",
-            crd,
-        )
-        .expect("crd");
-    }
-    api.create(
-        "api/v1",
-        "namespaces",
-        serde_json::json!({"metadata": {"name": "wasmlet-system"}}),
-    )
-    .expect("namespace");
     let mut runtimes = Vec::new();
     let mut agents = Vec::new();
     for i in 1..=3 {
@@ -595,6 +573,138 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
     for r in runtimes {
         r.stop().await;
     }
+    served.stop();
+}
+
+/// The double serving the cluster-plugin CRDs and the plugin namespace.
+async fn plugin_double() -> (ApiServerSim, wasmlet_apiserver_sim::Served) {
+    let api = ApiServerSim::new();
+    let served = api
+        .serve("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("serve");
+    for file in ["wasmletplugin-crd.yaml", "wasmletnode-crd.yaml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy")
+            .join(file);
+        let crd: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(path).expect("crd")).expect("yaml");
+        api.create(
+            "apis/apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            crd,
+        )
+        .expect("crd");
+    }
+    api.create(
+        "api/v1",
+        "namespaces",
+        serde_json::json!({"metadata": {"name": "wasmlet-system"}}),
+    )
+    .expect("namespace");
+    (api, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_in_monitor_mode_runs_every_pod_and_counts_what_it_would_reject() {
+    let (api, served) = plugin_double().await;
+    let top = tempdir("monitor");
+    let config = kubeconfig(&top, &served.url());
+    let runtime = SimServer::serve(Simulator::new(), &top.join("cri.sock"))
+        .await
+        .expect("simulator");
+    let agent = start(&top, "watch-1", &runtime.endpoint(), &config);
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{what}: not within 30 s\n{}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let pod = |name: &str| {
+        api.create("api/v1", "pods", serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "watch-1", "containers": [{"name": "c", "image": "localhost/busybox:latest",
+                "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}
+        }))
+        .expect("pod");
+    };
+    let running = |name: &str| {
+        api.get("api/v1", "pods", "default", name)
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    };
+    pod("before");
+    wait("the first pod runs", &|| running("before"));
+
+    // deny-all, watched before it is enforced.
+    let deny_all = std::fs::read(wasmlet_plugin_host::dev::shipped_plugin("fixture-deny-all"))
+        .expect("component");
+    let digest = format!("sha256:{}", wasmlet_fleet::fetch::sha256_hex(&deny_all));
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(&deny_all);
+    api.create(
+        "api/v1",
+        "configmaps",
+        serde_json::json!({"metadata": {"name": "policies", "namespace": "wasmlet-system"},
+                           "binaryData": {"deny.wasm": data}}),
+    )
+    .expect("configmap");
+    let prefix = "apis/wasmlet.dev/v1alpha1";
+    api.create(
+        prefix,
+        "wasmletplugins",
+        serde_json::json!({
+            "apiVersion": "wasmlet.dev/v1alpha1", "kind": "WasmletPlugin",
+            "metadata": {"name": "deny-all"},
+            "spec": {"kind": "admission", "digest": digest,
+                     "source": {"configMap": {"name": "policies", "key": "deny.wasm"}},
+                     "admission": {"mode": "Monitor"}}
+        }),
+    )
+    .expect("plugin");
+    let node = || {
+        api.get(prefix, "wasmletnodes", "", "watch-1")
+            .unwrap_or(Value::Null)
+    };
+    let entry = || node()["status"]["plugins"][0].clone();
+    // The running pod is asked about and left alone.
+    wait("the audit of the running pod", &|| {
+        entry()["audit"]["wouldReject"] == 1
+    });
+    let audit = &entry()["audit"];
+    assert_eq!(audit["digest"], digest.as_str());
+    assert_eq!(audit["pods"], 1);
+    assert_eq!(audit["rejected"][0]["pod"], "default/before");
+    assert_eq!(audit["rejected"][0]["reason"], "DeniedByPolicy");
+    assert_eq!(node()["status"]["wouldReject"], 1);
+    assert!(running("before"));
+
+    // A new pod runs all the same: an event on it, a count in the node's entry.
+    pod("after");
+    wait("the second pod runs", &|| running("after"));
+    wait(
+        "the node counts the admission it would have refused",
+        &|| entry()["wouldReject"] == 1,
+    );
+    wait("an event on the pod", &|| {
+        api.list("api/v1", "events")
+            .iter()
+            .any(|e| e["reason"] == "PolicyWouldReject" && e["involvedObject"]["name"] == "after")
+    });
+    assert!(running("before") && running("after"));
+    assert!(
+        agent
+            .log()
+            .contains("Pod would be rejected by a policy in Monitor mode"),
+        "{}",
+        agent.log()
+    );
+    drop(agent);
+    runtime.stop().await;
     served.stop();
 }
 

@@ -2,13 +2,16 @@
 //! wasmlet nodes its selector picks, how many serve it (and of those how many a trusted
 //! key verified), how many refused it — the first few by name with why — and how many
 //! have not said yet. What the DaemonSet controller writes of its pods, for plugins.
+//! For an admission policy, summed over the nodes serving the generation: the pods
+//! admitted that it would have rejected in Monitor mode, and its audit — the running
+//! pods it would reject, the first few named with their node.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::object::Selector;
-use crate::status::{Entry, State};
+use crate::status::{Audit, Entry, State};
 
 /// How many failures the counts name.
 pub const FAILURES_SHOWN: usize = 5;
@@ -43,12 +46,76 @@ pub struct Counts {
     /// The first [`FAILURES_SHOWN`] failing nodes by name.
     #[serde(default)]
     pub failures: Vec<Failure>,
+    /// Monitor mode: pods admitted on the nodes serving this generation that it would
+    /// have rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_reject: Option<u64>,
+    /// An admission policy: what this generation said of the pods running on the nodes
+    /// serving it, when it began serving there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditCounts>,
+}
+
+/// The audits of one generation, over the nodes that made one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditCounts {
+    /// Nodes that audited it.
+    pub nodes: u64,
+    /// The pods they ran.
+    pub pods: u64,
+    /// Of those, the pods it would reject.
+    pub would_reject: u64,
+    /// The first [`FAILURES_SHOWN`] of them, with their node.
+    #[serde(default)]
+    pub rejected: Vec<RejectedOn>,
+}
+
+/// A running pod a policy would reject, on its node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedOn {
+    /// The node.
+    pub node_name: String,
+    /// `namespace/name`.
+    pub pod: String,
+    /// The rejection's reason.
+    pub reason: String,
+    /// Its message.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl AuditCounts {
+    /// Adds node `node`'s audit.
+    fn add(&mut self, node: &str, audit: &Audit) {
+        self.nodes += 1;
+        self.pods += audit.pods;
+        self.would_reject += audit.would_reject;
+        let room = FAILURES_SHOWN.saturating_sub(self.rejected.len());
+        self.rejected
+            .extend(audit.rejected.iter().take(room).map(|p| RejectedOn {
+                node_name: node.to_owned(),
+                pod: p.pod.clone(),
+                reason: p.reason.clone(),
+                message: p.message.clone(),
+            }));
+    }
 }
 
 impl Counts {
     /// Whether every selected node has said what it does with this generation.
     pub fn settled(&self) -> bool {
         self.pending == 0
+    }
+
+    /// Whether `other` says the same but for what Monitor mode would have rejected.
+    pub fn differs_only_in_monitored(&self, other: &Counts) -> bool {
+        self.would_reject != other.would_reject
+            && Counts {
+                would_reject: other.would_reject,
+                ..self.clone()
+            } == *other
     }
 }
 
@@ -87,6 +154,12 @@ pub fn count<'a>(
             State::Loaded => {
                 c.serving += 1;
                 c.verified += u64::from(e.verified.is_some());
+                if let Some(n) = e.would_reject {
+                    *c.would_reject.get_or_insert(0) += n;
+                }
+                if let Some(a) = &e.audit {
+                    c.audit.get_or_insert_default().add(node.name, a);
+                }
             }
             State::Failed => {
                 c.failed += 1;
@@ -116,6 +189,8 @@ mod tests {
             message: format!("{state:?} at {generation}"),
             last_transition_time: String::new(),
             verified: None,
+            would_reject: None,
+            audit: None,
         }
     }
 
@@ -169,6 +244,81 @@ mod tests {
         assert!(!c.settled());
         let all = count(2, None, seen());
         assert_eq!((all.selected, all.failed, all.failures.len()), (7, 2, 2));
+    }
+
+    /// An audit of `pods` pods on which `rejected` (by name) would be refused.
+    fn audit(pods: u64, rejected: &[&str]) -> Audit {
+        Audit {
+            digest: "sha256:ab".into(),
+            time: String::new(),
+            pods,
+            would_reject: rejected.len() as u64,
+            rejected: rejected
+                .iter()
+                .map(|p| crate::status::RejectedPod {
+                    pod: (*p).into(),
+                    reason: "NodePorts".into(),
+                    message: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn monitored_rejections_and_audits_are_summed_over_the_nodes_serving_the_generation() {
+        let labels = BTreeMap::new();
+        let mut a = entry(3, State::Loaded);
+        a.would_reject = Some(4);
+        a.audit = Some(audit(10, &["t/a1", "t/a2", "t/a3"]));
+        let mut b = entry(3, State::Loaded);
+        b.would_reject = Some(1);
+        b.audit = Some(audit(7, &["t/b1", "t/b2", "t/b3"]));
+        let mut old = entry(2, State::Loaded);
+        old.would_reject = Some(100);
+        old.audit = Some(audit(9, &["t/c1"]));
+        let quiet = entry(3, State::Loaded);
+        let nodes = [("a", &a), ("b", &b), ("c", &old), ("d", &quiet)];
+        let c = count(
+            3,
+            None,
+            nodes.iter().map(|(n, e)| Seen {
+                name: n,
+                labels: &labels,
+                entry: Some(*e),
+            }),
+        );
+        assert_eq!(c.would_reject, Some(5), "c serves another generation");
+        let audit = c.audit.clone().expect("audited");
+        assert_eq!((audit.nodes, audit.pods, audit.would_reject), (2, 17, 6));
+        let named: Vec<(&str, &str)> = audit
+            .rejected
+            .iter()
+            .map(|r| (r.node_name.as_str(), r.pod.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("a", "t/a1"),
+                ("a", "t/a2"),
+                ("a", "t/a3"),
+                ("b", "t/b1"),
+                ("b", "t/b2")
+            ]
+        );
+        let text = serde_json::to_value(&c).expect("json");
+        assert_eq!(text["audit"]["wouldReject"], 6);
+        assert_eq!(text["wouldReject"], 5);
+        let plain = count(
+            3,
+            None,
+            [Seen {
+                name: "d",
+                labels: &labels,
+                entry: Some(&quiet),
+            }],
+        );
+        let text = serde_json::to_value(&plain).expect("json");
+        assert!(text.get("audit").is_none() && text.get("wouldReject").is_none());
     }
 
     #[test]

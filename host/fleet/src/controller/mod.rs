@@ -9,7 +9,9 @@
 //! here reaches every node: a plugin's counts are written when every selected node has
 //! said what it does with the current generation, and while some have not, at most
 //! every [`PROGRESS_PERIOD`] — a rollout that settles within it costs the nodes one
-//! event. Two replicas are safe: only the holder of a Lease ([`lease`]) runs.
+//! event. What policies in Monitor mode would have rejected changes with every pod the
+//! nodes admit: when only that count changed, it is written at most every
+//! [`COUNT_PERIOD`] (by default). Two replicas are safe: only the holder of a Lease ([`lease`]) runs.
 
 pub mod count;
 pub mod lease;
@@ -43,6 +45,9 @@ use count::{Counts, Seen};
 pub const MANAGER: &str = "wasmlet-controller";
 /// While some selected node has not said, how often the counts are written at most.
 pub const PROGRESS_PERIOD: Duration = Duration::from_secs(5);
+/// When only the count of what a policy in Monitor mode would have rejected changed,
+/// how often it is written at most.
+pub const COUNT_PERIOD: Duration = Duration::from_secs(30);
 /// How long the work queue gathers triggers before it reconciles.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// How long the first list of WasmletNodes and Nodes may take.
@@ -61,6 +66,9 @@ pub struct Options {
     pub identity: String,
     /// The election's timings.
     pub timing: lease::Timing,
+    /// When only the count of what policies in Monitor mode would have rejected
+    /// changed, how often it is written at most ([`COUNT_PERIOD`] by default).
+    pub count_period: Duration,
 }
 
 /// Why the controller stopped.
@@ -101,6 +109,10 @@ struct Context {
     nodes: Store<PartialObjectMeta<k8s::Node>>,
     /// Per plugin, since when its counts have waited for nodes that have not said.
     unsettled: Mutex<HashMap<String, Instant>>,
+    /// Per plugin, when its counts were last written.
+    written_at: Mutex<HashMap<String, Instant>>,
+    /// See [`Options::count_period`].
+    count_period: Duration,
 }
 
 /// Runs one replica: waits for the Lease, then keeps the counts until `shutdown`
@@ -122,7 +134,7 @@ pub async fn run(
         _ = shutdown.changed() => return Ok(()),
     }
     let result = tokio::select! {
-        r = lead(client, shutdown.clone()) => r,
+        r = lead(client, options.count_period, shutdown.clone()) => r,
         why = election.keep() => Err(ControllerError::Lost(why)),
     };
     election.release().await;
@@ -132,6 +144,7 @@ pub async fn run(
 /// Keeps the counts until `shutdown`.
 async fn lead(
     client: kube::Client,
+    count_period: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ControllerError> {
     let (wasmlet_nodes, nodes, triggers) = follow_nodes(&client);
@@ -157,6 +170,8 @@ async fn lead(
         wasmlet_nodes,
         nodes,
         unsettled: Mutex::new(HashMap::new()),
+        written_at: Mutex::new(HashMap::new()),
+        count_period,
     });
     info!("counting WasmletNodes into WasmletPlugins");
     controller
@@ -270,6 +285,11 @@ async fn reconcile(plugin: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
     {
         return Ok(Action::requeue(wait));
     }
+    if written.is_some_and(|w| w.differs_only_in_monitored(&counts))
+        && let Some(wait) = ctx.count_wait(&name)
+    {
+        return Ok(Action::requeue(wait));
+    }
     let body = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": KIND,
@@ -290,6 +310,10 @@ async fn reconcile(plugin: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Acti
         Err(e) => return Err(e),
     }
     debug!(plugin = %name, generation = counts.observed_generation, serving = counts.serving, pending = counts.pending, "counts written");
+    ctx.written_at
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(name.clone(), Instant::now());
     let settled = counts.settled();
     ctx.wrote(&name, settled);
     Ok(if settled {
@@ -349,6 +373,16 @@ impl Context {
         let since = *unsettled.entry(plugin.to_owned()).or_insert(now);
         (since + PROGRESS_PERIOD)
             .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+    }
+
+    /// When only `plugin`'s monitored count changed: how long until it is written
+    /// (`None`: now).
+    fn count_wait(&self, plugin: &str) -> Option<Duration> {
+        let written = self.written_at.lock().unwrap_or_else(|e| e.into_inner());
+        let at = *written.get(plugin)?;
+        (at + self.count_period)
+            .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
     }
 

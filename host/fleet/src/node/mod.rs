@@ -20,12 +20,14 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
+use wasmlet_agent::time::now_rfc3339;
 use wasmlet_plugin_host::chain::AdmissionChain;
 use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 
 use crate::events::PluginEvents;
 
 mod load;
+mod monitor;
 mod report;
 mod seen;
 
@@ -59,7 +61,22 @@ pub struct Targets {
     pub sources: Arc<PodSources>,
     /// The events on the WasmletPlugins.
     pub events: PluginEvents,
+    /// The pods the node runs, which its admission policies are asked about when a
+    /// version of one begins serving (none: no audits).
+    pub admitted: Option<AdmittedPods>,
 }
+
+/// The pods a node runs, as its admission policies see them.
+#[derive(Clone)]
+pub struct AdmittedPods {
+    /// The node.
+    pub node: Arc<wasmlet_plugin_host::Node>,
+    /// Its admitted pods.
+    pub pods: Arc<wasmlet_plugin_host::Admitted>,
+}
+
+/// An audit under way: the policy, the digest asked, what it said.
+type AuditRun = BoxFuture<'static, (String, String, Option<wasmlet_plugin_host::Audit>)>;
 
 /// A load the node has started.
 struct Loading {
@@ -101,6 +118,13 @@ struct Controller {
     unsent: bool,
     loads: FuturesUnordered<BoxFuture<'static, Option<LoadResult>>>,
     next_token: u64,
+    /// The audit of each admission policy's serving version, once it ended.
+    audits: BTreeMap<String, crate::status::Audit>,
+    audit_runs: FuturesUnordered<AuditRun>,
+    /// Policies served from the store since the start, audited at the first tick.
+    unaudited: BTreeSet<String>,
+    /// When the counts of policies in Monitor mode are next read.
+    tick_at: Option<Instant>,
 }
 
 /// Starts following the cluster's WasmletPlugins for `node` (labelled `labels` until
@@ -144,6 +168,10 @@ pub async fn start(
         unsent: false,
         loads: FuturesUnordered::new(),
         next_token: 0,
+        audits: BTreeMap::new(),
+        audit_runs: FuturesUnordered::new(),
+        unaudited: BTreeSet::new(),
+        tick_at: None,
     };
     c.restore().await;
     Ok(tokio::spawn(c.run(client, shutdown)))
@@ -180,12 +208,13 @@ impl Controller {
                     self.set_cluster_order(Some(&d));
                     load(self.fetcher.clone(), self.targets.clone(), d.clone(), p).await
                 }
-                Err(e) => Err(e),
+                Err(e) => Err(e.to_string()),
             };
             match result {
                 Ok(loaded) => {
                     info!(plugin = %d.name, digest = loaded.digest, "serving a cluster plugin from the node's store until the API server says otherwise");
                     self.set_signer(&d.name, loaded.verified);
+                    self.unaudited.insert(d.name.clone());
                     self.serving.insert(d.name.clone(), d);
                 }
                 Err(e) => {
@@ -194,6 +223,7 @@ impl Controller {
             }
         }
         self.set_cluster_order(None);
+        self.schedule_tick();
     }
 
     async fn run(mut self, client: kube::Client, mut shutdown: watch::Receiver<bool>) {
@@ -260,8 +290,13 @@ impl Controller {
                     }
                 },
                 () = sleep_until(retry) => self.reconcile(),
+                Some((name, digest, audit)) = self.audit_runs.next(), if !self.audit_runs.is_empty() => {
+                    self.audited(&name, &digest, audit);
+                },
+                () = sleep_until(self.tick_at) => self.tick(),
                 _ = shutdown.changed() => return,
             }
+            self.schedule_tick();
             self.send_entries();
         }
     }
@@ -383,7 +418,7 @@ impl Controller {
             Err(message) => {
                 // A version the node cannot run: the old one, if any, keeps serving.
                 self.cancel(name);
-                self.report(name, status(State::Failed, message));
+                self.report(name, status(State::Failed, message.to_string()));
                 return;
             }
         };
@@ -406,7 +441,7 @@ impl Controller {
         let (state, message) = match planned {
             Err(message) => {
                 self.cancel(name);
-                (State::Failed, message)
+                (State::Failed, message.to_string())
             }
             Ok(_) if self.foreign(name) => (
                 State::Failed,
@@ -519,8 +554,10 @@ impl Controller {
                     self.unload_kind(name, old.kind);
                 }
                 self.failed.remove(name);
+                self.unaudited.remove(name);
                 self.serving.insert(name.to_owned(), d);
                 self.persist();
+                self.begin_audit(name);
             }
             Err(message) => {
                 let attempt = self
@@ -556,6 +593,8 @@ impl Controller {
         self.cancel(name);
         self.failed.remove(name);
         self.signers.remove(name);
+        self.audits.remove(name);
+        self.unaudited.remove(name);
         if let Some(d) = self.serving.remove(name) {
             self.unload_kind(name, d.kind);
             let digest = format!("sha256:{}", d.sha256);
@@ -615,14 +654,6 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// Now, as the API's timestamps are written.
-fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
 }
 
 /// What an operator can do about a failed list or watch of WasmletPlugins, said with

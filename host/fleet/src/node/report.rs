@@ -15,17 +15,22 @@ impl Controller {
         want: Option<(i64, Option<String>, State, String)>,
     ) {
         let previous = self.reported.get(name).cloned();
-        let entry = want.map(|(generation, digest, state, message)| Entry {
-            name: name.to_owned(),
-            observed_generation: generation,
-            digest,
-            state,
-            message,
-            last_transition_time: match &previous {
-                Some(p) if p.state == state => p.last_transition_time.clone(),
-                _ => now_rfc3339(),
-            },
-            verified: self.signers.get(name).cloned(),
+        let entry = want.map(|(generation, digest, state, message)| {
+            let (would_reject, audit) = self.extras(name, digest.as_deref());
+            Entry {
+                name: name.to_owned(),
+                observed_generation: generation,
+                digest,
+                state,
+                message,
+                last_transition_time: match &previous {
+                    Some(p) if p.state == state => p.last_transition_time.clone(),
+                    _ => now_rfc3339(),
+                },
+                verified: self.signers.get(name).cloned(),
+                would_reject,
+                audit,
+            }
         });
         let same = match (&previous, &entry) {
             (None, None) => true,

@@ -9,6 +9,8 @@ fn entry(name: &str, generation: i64, state: State) -> Entry {
         message: String::new(),
         last_transition_time: "2026-11-26T10:00:00Z".into(),
         verified: None,
+        would_reject: None,
+        audit: None,
     }
 }
 
@@ -35,18 +37,50 @@ fn entries_are_read_from_the_object_and_compared_without_their_time() {
     assert!(same_entries(&read, &list(&[mine])));
 }
 
+/// An audit of `pods` running pods, `would_reject` of them refused (the first named).
+fn audit(pods: u64, would_reject: u64) -> Audit {
+    Audit {
+        digest: "sha256:ab".into(),
+        time: "2026-11-29T10:00:00Z".into(),
+        pods,
+        would_reject,
+        rejected: (0..would_reject.min(1))
+            .map(|_| RejectedPod {
+                pod: "team/web".into(),
+                reason: "NodePorts".into(),
+                message: String::new(),
+            })
+            .collect(),
+    }
+}
+
 #[test]
-fn the_status_counts_its_entries_by_state() {
+fn the_status_counts_its_entries_by_state_and_the_pods_its_audits_would_reject() {
+    let mut audited = entry("a", 1, State::Loaded);
+    audited.audit = Some(audit(12, 2));
+    let mut clean = entry("c", 1, State::Loaded);
+    clean.audit = Some(audit(12, 0));
     let status = node_status(&list(&[
-        entry("a", 1, State::Loaded),
+        audited.clone(),
         entry("b", 2, State::Failed),
-        entry("c", 1, State::Loaded),
+        clean,
         entry("d", 4, State::Pending),
     ]));
     assert_eq!(
         (&status["serving"], &status["failed"], &status["pending"]),
         (&json!(2), &json!(1), &json!(1))
     );
+    assert_eq!(status["wouldReject"], 2);
+    assert_eq!(
+        status["plugins"][0]["audit"]["rejected"][0]["pod"],
+        "team/web"
+    );
+    assert_eq!(status["plugins"][0]["audit"]["wouldReject"], 2);
+    assert!(status["plugins"][1].get("audit").is_none());
+    assert_eq!(entries(&status)["a"], audited, "read back as written");
+    let mut counted = audited.clone();
+    counted.would_reject = Some(3);
+    assert!(!counted.same(&audited), "a count is a change to write");
     let names: Vec<&str> = status["plugins"]
         .as_array()
         .expect("plugins")

@@ -62,6 +62,8 @@ pub struct Node {
     pub chain: Arc<AdmissionChain>,
     pub probes: Arc<ProbeHandlers>,
     pub sources: Arc<PodSources>,
+    /// The pods the node runs, as its policies see them.
+    pub admitted: Arc<wasmlet_plugin_host::Admitted>,
     pub dir: PathBuf,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -75,6 +77,29 @@ impl Node {
     /// The node's chain on `pod` (a v1 Pod), the whole verdict.
     pub async fn verdict(&self, pod: Value) -> wasmlet_plugin_host::Verdict {
         verdict(&self.chain, &self.name, pod).await
+    }
+
+    /// The node's chain on `pod` (a v1 Pod) beside the pods it runs, as the sync loop
+    /// asks it: the decision, with what policies in Monitor mode would have rejected.
+    pub async fn admit(&self, pod: Value) -> wasmlet_plugin_host::chain::Decision {
+        let json = pod.to_string();
+        let pod: k8s::Pod = serde_json::from_value(pod).expect("pod");
+        let admission = Admission::new(
+            convert::pod(&pod, "api").expect("pod"),
+            convert::node(&k8s_node(&self.name)).expect("node"),
+            self.admitted.load(),
+            move || json.clone(),
+        );
+        self.chain.decide(&admission).await
+    }
+
+    /// Runs `pod` (a v1 Pod) on the node, as if admitted: what an audit asks about.
+    pub fn run(&self, pod: Value) {
+        let pod: k8s::Pod = serde_json::from_value(pod).expect("pod");
+        let converted = convert::pod(&pod, "api").expect("pod");
+        let uid = pod.metadata.uid.clone().expect("uid");
+        self.admitted
+            .insert(&uid, Arc::new(converted), Arc::new(pod));
     }
 
     /// Waits until `ready` holds for the node.
@@ -108,11 +133,15 @@ async fn decide(chain: &AdmissionChain, node: &str) -> Verdict {
     }
 }
 
+/// Node `name`, with nothing but its name.
+fn k8s_node(name: &str) -> k8s::Node {
+    serde_json::from_value(json!({"metadata": {"name": name}})).expect("node")
+}
+
 async fn verdict(chain: &AdmissionChain, node: &str, pod: Value) -> wasmlet_plugin_host::Verdict {
     let json = pod.to_string();
     let pod: k8s::Pod = serde_json::from_value(pod).expect("pod");
-    let node: k8s::Node =
-        serde_json::from_value(json!({"metadata": {"name": node}})).expect("node");
+    let node = k8s_node(node);
     let load = NodeLoad {
         usage: NodeUsage {
             requested: wasmlet_plugin_host::resources::empty(),
@@ -152,6 +181,7 @@ pub async fn hollow_node(
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let events = Arc::new(MemoryRecorder::default());
+    let admitted = Arc::new(wasmlet_plugin_host::Admitted::default());
     let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
     wasmlet_fleet::start(
         client,
@@ -164,6 +194,10 @@ pub async fn hollow_node(
             probes: probes.clone(),
             sources: sources.clone(),
             events: wasmlet_fleet::PluginEvents::new(events.clone(), name),
+            admitted: Some(wasmlet_fleet::AdmittedPods {
+                node: Arc::new(convert::node(&k8s_node(name)).expect("node")),
+                pods: admitted.clone(),
+            }),
         },
         stopped,
     )
@@ -175,6 +209,7 @@ pub async fn hollow_node(
         chain,
         probes,
         sources,
+        admitted,
         dir,
         stop,
     }
@@ -347,6 +382,7 @@ impl Cluster {
                 renew_deadline: Duration::from_secs(2),
                 retry: Duration::from_millis(200),
             },
+            count_period: Duration::from_secs(1),
         };
         let client = self.client.clone();
         tokio::spawn(async move {

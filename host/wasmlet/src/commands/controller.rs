@@ -41,6 +41,10 @@ pub struct ControllerArgs {
     /// Seconds between attempts to take or renew the Lease.
     #[arg(long, default_value_t = 2)]
     pub retry_period: u64,
+    /// Seconds between writes of a WasmletPlugin's status when only the count of what
+    /// it would have rejected in Monitor mode changed (each write reaches every node).
+    #[arg(long, default_value_t = 30)]
+    pub count_period: u64,
 }
 
 /// Runs the controller until SIGTERM or SIGINT (which give the Lease up), or until it
@@ -72,6 +76,7 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
             renew_deadline: Duration::from_secs(args.renew_deadline),
             retry: Duration::from_secs(args.retry_period),
         },
+        count_period: Duration::from_secs(args.count_period),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -82,16 +82,30 @@ pub(super) fn serving_certificate(
     slot
 }
 
+/// Where the cluster's plugins go on the node, and what they see of it.
+pub(super) struct PluginTargets<'a> {
+    /// The node's own plugins, which the cluster's join.
+    pub loaded: &'a Loaded,
+    /// Events on the WasmletPlugins.
+    pub events: wasmlet_fleet::PluginEvents,
+    /// The pods the node admitted, which a new admission policy is asked about.
+    pub admitted: wasmlet_fleet::AdmittedPods,
+}
+
 /// The cluster's WasmletPlugins that select this node join its own plugins; what it
 /// served before a restart serves again before any pod is admitted.
 pub(super) async fn start_plugins(
     client: &kube::Client,
     config: &Config,
     facts: &NodeFacts,
-    loaded: &Loaded,
-    events: wasmlet_fleet::PluginEvents,
+    targets: PluginTargets<'_>,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
+    let PluginTargets {
+        loaded,
+        events,
+        admitted,
+    } = targets;
     if !config.cluster_plugins.enabled {
         return Ok(());
     }
@@ -112,6 +126,7 @@ pub(super) async fn start_plugins(
             probes: loaded.probes.clone(),
             sources: loaded.sources.clone(),
             events,
+            admitted: Some(admitted),
         },
         stopped,
     )

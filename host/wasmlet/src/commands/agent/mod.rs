@@ -151,13 +151,22 @@ async fn run_agent(
         .as_ref()
         .map(|_| wasmlet_cluster::events::ApiRecorder::new())
         .unzip();
-    if let (Some(client), Some(recorder)) = (&cluster, &recorder) {
-        let plugin_events = wasmlet_fleet::PluginEvents::new(recorder.clone(), &facts.name);
-        let stopped = cluster_stopped.clone();
-        cluster::start_plugins(client, &config, &facts, &loaded, plugin_events, stopped).await?;
-    }
     let shutdown = wasmlet_shutdown::ShutdownState::default();
     let admission = node::admission(&loaded, &facts, &pressure, &shutdown)?;
+    if let (Some(client), Some(recorder)) = (&cluster, &recorder) {
+        let plugin_events = wasmlet_fleet::PluginEvents::new(recorder.clone(), &facts.name);
+        let admitted = wasmlet_fleet::AdmittedPods {
+            node: admission.node.clone(),
+            pods: admission.admitted.clone(),
+        };
+        let targets = cluster::PluginTargets {
+            loaded: &loaded,
+            events: plugin_events,
+            admitted,
+        };
+        let stopped = cluster_stopped.clone();
+        cluster::start_plugins(client, &config, &facts, targets, stopped).await?;
+    }
     let runtime_version = runtime_version(&runtime);
     let devices = devices::start(&config, cluster_stopped.clone());
     let agent = node::start(
