@@ -7,52 +7,78 @@ use sigstore::crypto::signing_key::SigStoreKeyPair;
 use sigstore::crypto::{SigStoreSigner, SigningScheme};
 use zeroize::Zeroizing;
 
+/// What went wrong with a key, sigstore's or base64's error kept as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// sigstore refused: what was being done (`signing`, `not a private key this
+    /// password opens`, …) and its error.
+    #[error("{doing}: {source}")]
+    Sigstore {
+        /// What was being done.
+        doing: &'static str,
+        /// sigstore's error.
+        #[source]
+        source: sigstore::errors::SigstoreError,
+    },
+    /// No `-----BEGIN …-----` block.
+    #[error("no PEM block")]
+    NoPem,
+    /// The block's body is not base64.
+    #[error("the PEM block is not base64: {0}")]
+    Base64(#[source] base64::DecodeError),
+}
+
+/// `doing` failed with sigstore's `source`.
+fn failed(doing: &'static str) -> impl FnOnce(sigstore::errors::SigstoreError) -> KeyError {
+    move |source| KeyError::Sigstore { doing, source }
+}
+
 /// Where the password of a private key is read from, as cosign reads it.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
 
 /// A new key pair: the private key encrypted with `password` (PEM), the public key
 /// (PEM). ECDSA P-256, cosign's default.
-pub fn generate(password: &[u8]) -> Result<(Zeroizing<String>, String), String> {
+pub fn generate(password: &[u8]) -> Result<(Zeroizing<String>, String), KeyError> {
     let signer = SigningScheme::ECDSA_P256_SHA256_ASN1
         .create_signer()
-        .map_err(|e| format!("making a key: {e}"))?;
+        .map_err(failed("making a key"))?;
     let pair = signer
         .to_sigstore_keypair()
-        .map_err(|e| format!("making a key: {e}"))?;
+        .map_err(failed("making a key"))?;
     let private = pair
         .private_key_to_encrypted_pem(password)
-        .map_err(|e| format!("encrypting the private key: {e}"))?;
+        .map_err(failed("encrypting the private key"))?;
     let public = pair
         .public_key_to_pem()
-        .map_err(|e| format!("writing the public key: {e}"))?;
+        .map_err(failed("writing the public key"))?;
     Ok((private, public))
 }
 
 /// A signer from a private key's PEM (encrypted with `password`, or unencrypted when
 /// the password is empty and the PEM is a plain private key).
-pub fn signer(pem: &[u8], password: &[u8]) -> Result<SigStoreSigner, String> {
+pub fn signer(pem: &[u8], password: &[u8]) -> Result<SigStoreSigner, KeyError> {
     let pair = if password.is_empty() && !pem_label(pem).starts_with("ENCRYPTED") {
         SigStoreKeyPair::from_pem(pem)
     } else {
         SigStoreKeyPair::from_encrypted_pem(pem, password)
     }
-    .map_err(|e| format!("not a private key this password opens: {e}"))?;
+    .map_err(failed("not a private key this password opens"))?;
     pair.to_sigstore_signer(&SigningScheme::default())
-        .map_err(|e| format!("not an ECDSA P-256 key (cosign's default): {e}"))
+        .map_err(failed("not an ECDSA P-256 key (cosign's default)"))
 }
 
 /// The signature of `bytes` by `signer`, base64: what `cosign sign-blob` prints.
-pub fn sign_blob(signer: &SigStoreSigner, bytes: &[u8]) -> Result<String, String> {
-    let signature = signer.sign(bytes).map_err(|e| format!("signing: {e}"))?;
+pub fn sign_blob(signer: &SigStoreSigner, bytes: &[u8]) -> Result<String, KeyError> {
+    let signature = signer.sign(bytes).map_err(failed("signing"))?;
     Ok(base64::engine::general_purpose::STANDARD.encode(signature))
 }
 
 /// The public key of `signer`, PEM.
-pub fn public_pem(signer: &SigStoreSigner) -> Result<String, String> {
+pub fn public_pem(signer: &SigStoreSigner) -> Result<String, KeyError> {
     signer
         .to_sigstore_keypair()
         .and_then(|p| p.public_key_to_pem())
-        .map_err(|e| format!("reading the public key: {e}"))
+        .map_err(failed("reading the public key"))
 }
 
 /// The label of a PEM block (`PUBLIC KEY`, `ENCRYPTED SIGSTORE PRIVATE KEY`, …).
@@ -66,7 +92,7 @@ fn pem_label(pem: &[u8]) -> String {
 }
 
 /// The bytes inside the first PEM block.
-pub fn pem_contents(pem: &[u8]) -> Result<Vec<u8>, String> {
+pub fn pem_contents(pem: &[u8]) -> Result<Vec<u8>, KeyError> {
     let text = String::from_utf8_lossy(pem);
     let body: String = text
         .lines()
@@ -76,9 +102,9 @@ pub fn pem_contents(pem: &[u8]) -> Result<Vec<u8>, String> {
         .take_while(|l| !l.starts_with("-----END "))
         .collect();
     if body.is_empty() {
-        return Err("no PEM block".into());
+        return Err(KeyError::NoPem);
     }
     base64::engine::general_purpose::STANDARD
         .decode(body)
-        .map_err(|e| format!("the PEM block is not base64: {e}"))
+        .map_err(KeyError::Base64)
 }

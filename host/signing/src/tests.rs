@@ -73,7 +73,9 @@ fn a_private_key_opens_only_with_its_password() {
     let (key, _) = key_pair(&d, "k", b"right");
     let pem = std::fs::read(&key).expect("read");
     assert!(String::from_utf8_lossy(&pem).contains("ENCRYPTED SIGSTORE PRIVATE KEY"));
-    let err = keys::signer(&pem, b"wrong").expect_err("wrong password");
+    let err = keys::signer(&pem, b"wrong")
+        .expect_err("wrong password")
+        .to_string();
     assert!(
         err.contains("not a private key this password opens"),
         "{err}"

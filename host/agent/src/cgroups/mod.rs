@@ -370,7 +370,9 @@ impl PodCgroups {
     async fn apply(&self, name: &CgroupName, settings: &Settings) -> Result<(), String> {
         match &self.systemd {
             Some(sd) => {
-                sd.ensure(name, settings, self.fs.v2()).await?;
+                sd.ensure(name, settings, self.fs.v2())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 // What systemd has no property for, runc writes into the slice itself
                 // after enabling every controller above it (systemd enables only its
                 // own: not hugetlb): so does the agent.

@@ -150,6 +150,44 @@ trait Manager {
     fn version(&self) -> zbus::Result<String>;
 }
 
+/// What went wrong reaching systemd or asking it for a slice, with zbus's or the
+/// socket's error kept as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    /// Neither way answered: what the system bus said, then the private socket.
+    #[error("the system bus: {bus}; {PRIVATE_SOCKET}: {private}")]
+    Unreachable {
+        /// Over the system bus.
+        bus: Box<SystemdError>,
+        /// On the private socket.
+        private: Box<SystemdError>,
+    },
+    /// The private socket could not be opened.
+    #[error("{0}")]
+    Socket(#[source] std::io::Error),
+    /// The D-Bus connection could not be made.
+    #[error("{0}")]
+    Connect(#[source] zbus::Error),
+    /// Connected, but systemd did not answer.
+    #[error("systemd did not answer: {0}")]
+    NoAnswer(#[source] zbus::Error),
+    /// No answer within the deadline.
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// systemd refused or failed a call about a unit (`starting`, `setting`,
+    /// `stopping`).
+    #[error("{action} {unit}: {source}")]
+    Unit {
+        /// What was asked.
+        action: &'static str,
+        /// The unit.
+        unit: String,
+        /// systemd's answer.
+        #[source]
+        source: zbus::Error,
+    },
+}
+
 /// A connection to systemd's manager.
 #[derive(Debug, Clone)]
 pub struct Systemd {
@@ -170,14 +208,14 @@ impl Systemd {
     /// `/run/dbus/system_bus_socket`), else systemd's private socket, and asks for
     /// systemd's version to know it answers; each way within [`CONNECT_DEADLINE`]. The
     /// error says what was tried.
-    pub async fn connect() -> Result<Systemd, String> {
+    pub async fn connect() -> Result<Systemd, SystemdError> {
         let bus = async {
             let connection = zbus::connection::Builder::system()
-                .map_err(|e| e.to_string())?
+                .map_err(SystemdError::Connect)?
                 .method_timeout(CALL_DEADLINE)
                 .build()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(SystemdError::Connect)?;
             Self::over(connection).await
         };
         let bus_error = match within(bus).await {
@@ -185,49 +223,49 @@ impl Systemd {
                 tracing::info!("systemd reached over the system bus");
                 return Ok(s);
             }
-            Err(e) => format!("the system bus: {e}"),
+            Err(e) => e,
         };
         match within(Self::private(std::path::Path::new(PRIVATE_SOCKET))).await {
             Ok(s) => {
                 tracing::info!(
                     socket = PRIVATE_SOCKET,
-                    "systemd reached on its private socket ({bus_error})"
+                    "systemd reached on its private socket (the system bus: {bus_error})"
                 );
                 Ok(s)
             }
-            Err(e) => Err(format!("{bus_error}; {PRIVATE_SOCKET}: {e}")),
+            Err(e) => Err(SystemdError::Unreachable {
+                bus: Box::new(bus_error),
+                private: Box::new(e),
+            }),
         }
     }
 
     /// systemd's manager on its private socket at `path` (a peer-to-peer connection,
     /// whose messages carry systemd's name as their sender: see [`super::private_bus`]).
-    pub async fn private(path: &std::path::Path) -> Result<Systemd, String> {
+    pub async fn private(path: &std::path::Path) -> Result<Systemd, SystemdError> {
         let stream = tokio::net::UnixStream::connect(path)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SystemdError::Socket)?;
         Self::private_stream(stream).await
     }
 
     /// systemd's manager as a peer on `stream` (its private socket, connected).
-    pub async fn private_stream(stream: tokio::net::UnixStream) -> Result<Systemd, String> {
+    pub async fn private_stream(stream: tokio::net::UnixStream) -> Result<Systemd, SystemdError> {
         let connection = zbus::connection::Builder::socket(super::private_bus::split(stream))
             .p2p()
             .method_timeout(CALL_DEADLINE)
             .build()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SystemdError::Connect)?;
         Self::over(connection).await
     }
 
     /// systemd's manager over `connection`, once it answered.
-    pub async fn over(connection: zbus::Connection) -> Result<Systemd, String> {
+    pub async fn over(connection: zbus::Connection) -> Result<Systemd, SystemdError> {
         let manager = ManagerProxy::new(&connection)
             .await
-            .map_err(|e| e.to_string())?;
-        let version = manager
-            .version()
-            .await
-            .map_err(|e| format!("systemd did not answer: {e}"))?;
+            .map_err(SystemdError::Connect)?;
+        let version = manager.version().await.map_err(SystemdError::NoAnswer)?;
         tracing::debug!(%version, "connected to systemd");
         Ok(Systemd { manager })
     }
@@ -238,7 +276,7 @@ impl Systemd {
         name: &CgroupName,
         settings: &Settings,
         v2: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SystemdError> {
         let unit = name.systemd_unit();
         let start = slice_properties(name, v2);
         let values: Vec<(&str, Value<'_>)> = start.iter().map(|(k, v)| (*k, v.value())).collect();
@@ -250,7 +288,13 @@ impl Systemd {
             Ok(_) => {}
             Err(zbus::Error::MethodError(name, _, _))
                 if name.as_str() == "org.freedesktop.systemd1.UnitExists" => {}
-            Err(e) => return Err(format!("starting {unit}: {e}")),
+            Err(source) => {
+                return Err(SystemdError::Unit {
+                    action: "starting",
+                    unit,
+                    source,
+                });
+            }
         }
         let resources = resource_properties(settings, v2);
         if resources.is_empty() {
@@ -261,11 +305,15 @@ impl Systemd {
         self.manager
             .set_unit_properties(&unit, true, &values)
             .await
-            .map_err(|e| format!("setting {unit}: {e}"))
+            .map_err(|source| SystemdError::Unit {
+                action: "setting",
+                unit: unit.clone(),
+                source,
+            })
     }
 
     /// Stops `name`'s slice (systemd removes its cgroup); one already gone is fine.
-    pub async fn stop(&self, name: &CgroupName) -> Result<(), String> {
+    pub async fn stop(&self, name: &CgroupName) -> Result<(), SystemdError> {
         let unit = name.systemd_unit();
         match self.manager.stop_unit(&unit, "replace").await {
             Ok(_) => Ok(()),
@@ -274,9 +322,13 @@ impl Systemd {
             {
                 Ok(())
             }
-            Err(e) => {
+            Err(source) => {
                 let _ = self.manager.reset_failed_unit(&unit).await;
-                Err(format!("stopping {unit}: {e}"))
+                Err(SystemdError::Unit {
+                    action: "stopping",
+                    unit,
+                    source,
+                })
             }
         }
     }
@@ -284,11 +336,11 @@ impl Systemd {
 
 /// `attempt`, or an error once [`CONNECT_DEADLINE`] has passed.
 async fn within<T>(
-    attempt: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    attempt: impl std::future::Future<Output = Result<T, SystemdError>>,
+) -> Result<T, SystemdError> {
     tokio::time::timeout(CONNECT_DEADLINE, attempt)
         .await
-        .unwrap_or_else(|_| Err(format!("no answer within {CONNECT_DEADLINE:?}")))
+        .unwrap_or(Err(SystemdError::Timeout(CONNECT_DEADLINE)))
 }
 
 #[cfg(test)]

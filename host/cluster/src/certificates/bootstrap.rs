@@ -48,7 +48,16 @@ pub fn embeds_certificate(path: &Path) -> bool {
 }
 
 /// The client certificate `kubeconfig` uses (a file or inline data), if it has one.
-pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, String> {
+/// The error names the kubeconfig.
+pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, CertError> {
+    certificate_of(path).map_err(|message| CertError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
+/// [`kubeconfig_certificate`], its error said without the file.
+fn certificate_of(path: &Path) -> Result<Option<Pair>, String> {
     let Some(auth) = auth_info(path)? else {
         return Ok(None);
     };
@@ -74,7 +83,7 @@ pub fn kubeconfig_certificate(path: &Path) -> Result<Option<Pair>, String> {
     });
     let key = read(&auth.client_key, &key_data)?;
     match (cert, key) {
-        (Some(c), Some(k)) => Pair::parse(&c, &k).map(Some),
+        (Some(c), Some(k)) => Pair::parse(&c, &k).map(Some).map_err(|e| e.to_string()),
         _ => Ok(None),
     }
 }

@@ -26,7 +26,7 @@ struct RotatingIdentity {
 impl RotatingIdentity {
     /// Starts with `pair`.
     fn new(pair: &Pair) -> Result<Arc<Self>, CertError> {
-        let key = pair.certified_key().map_err(CertError::Invalid)?;
+        let key = pair.certified_key()?;
         Ok(Arc::new(RotatingIdentity {
             current: RwLock::new(Arc::new(key)),
         }))
@@ -34,7 +34,7 @@ impl RotatingIdentity {
 
     /// From now on, new connections present `pair`.
     fn set(&self, pair: &Pair) -> Result<(), CertError> {
-        let key = pair.certified_key().map_err(CertError::Invalid)?;
+        let key = pair.certified_key()?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
         Ok(())
     }

@@ -26,15 +26,16 @@ pub struct Pair {
 
 impl Pair {
     /// Reads a certificate chain and key (one PEM file or two).
-    pub fn parse(cert_pem: &str, key_pem: &str) -> Result<Pair, String> {
+    pub fn parse(cert_pem: &str, key_pem: &str) -> Result<Pair, CertError> {
+        let invalid = CertError::Invalid;
         let first = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .next()
-            .ok_or("no certificate")?
-            .map_err(|e| format!("not a PEM certificate: {e}"))?;
+            .ok_or_else(|| invalid("no certificate".into()))?
+            .map_err(|e| invalid(format!("not a PEM certificate: {e}")))?;
         PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-            .map_err(|e| format!("no private key: {e}"))?;
+            .map_err(|e| invalid(format!("no private key: {e}")))?;
         let (_, cert) = x509_parser::parse_x509_certificate(&first)
-            .map_err(|e| format!("not an X.509 certificate: {e}"))?;
+            .map_err(|e| invalid(format!("not an X.509 certificate: {e}")))?;
         let at = |t: i64| UNIX_EPOCH + Duration::from_secs(u64::try_from(t).unwrap_or(0));
         Ok(Pair {
             cert_pem: cert_pem.to_owned(),
@@ -60,15 +61,16 @@ impl Pair {
     }
 
     /// The rustls identity of this pair.
-    pub fn certified_key(&self) -> Result<rustls::sign::CertifiedKey, String> {
+    pub fn certified_key(&self) -> Result<rustls::sign::CertifiedKey, CertError> {
+        let invalid = CertError::Invalid;
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("certificate: {e}"))?;
+                .map_err(|e| invalid(format!("certificate: {e}")))?;
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
-            .map_err(|e| format!("private key: {e}"))?;
+            .map_err(|e| invalid(format!("private key: {e}")))?;
         let signing = rustls::crypto::ring::sign::any_supported_type(&key)
-            .map_err(|e| format!("private key: {e}"))?;
+            .map_err(|e| invalid(format!("private key: {e}")))?;
         Ok(rustls::sign::CertifiedKey::new(certs, signing))
     }
 }
@@ -107,7 +109,7 @@ impl Store {
 
     /// Stores a new pair and points `-current.pem` at it.
     pub fn save(&self, cert_pem: &str, key_pem: &str) -> Result<Pair, CertError> {
-        let pair = Pair::parse(cert_pem, key_pem).map_err(CertError::Invalid)?;
+        let pair = Pair::parse(cert_pem, key_pem)?;
         let io = |e: std::io::Error| CertError::Store {
             dir: self.dir.display().to_string(),
             message: e.to_string(),

@@ -35,7 +35,7 @@ impl Registry {
         let (client, auth) = self.oci();
         let (image, digest) = resolve(&client, &auth, reference).await?;
         let payload = payload_bytes(&image, &digest);
-        let signature = crate::keys::sign_blob(signer, &payload)?;
+        let signature = crate::keys::sign_blob(signer, &payload).map_err(|e| e.to_string())?;
         let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), signature)]);
         let stored = attach(&client, &auth, &image, &digest, payload, annotations).await?;
         Ok(Signed {

@@ -40,8 +40,7 @@ pub(super) async fn connect(
     if !certs.rotate_client {
         return Ok(Some(wasmlet_cluster::connect::client(kubeconfig).await?));
     }
-    let in_use = bootstrap::kubeconfig_certificate(kubeconfig)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
+    let in_use = bootstrap::kubeconfig_certificate(kubeconfig)?;
     let adopted = certificates::adopt_embedded(kubeconfig, in_use.as_ref(), &store)
         .context("rotateCertificates: storing the kubeconfig's client certificate")?;
     let Some(pair) = store.current().or(in_use.clone()) else {

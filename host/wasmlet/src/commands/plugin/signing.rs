@@ -134,7 +134,7 @@ pub fn generate(args: &GenerateArgs) -> Result<ExitCode> {
             keys::PASSWORD_ENV
         );
     }
-    let (private, public) = keys::generate(&password()).map_err(anyhow::Error::msg)?;
+    let (private, public) = keys::generate(&password())?;
     let prefix = args.output_key_prefix.display();
     let (key, pub_file) = (format!("{prefix}.key"), format!("{prefix}.pub"));
     std::fs::OpenOptions::new()
@@ -168,7 +168,7 @@ pub async fn sign(args: SignArgs) -> Result<ExitCode> {
     }
     let bytes =
         std::fs::read(&target.target).with_context(|| format!("reading {}", target.target))?;
-    let signature = keys::sign_blob(&signer, &bytes).map_err(anyhow::Error::msg)?;
+    let signature = keys::sign_blob(&signer, &bytes)?;
     let file = target.signature_file();
     std::fs::write(&file, format!("{signature}\n"))
         .with_context(|| format!("writing {}", file.display()))?;
