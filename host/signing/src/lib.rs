@@ -24,6 +24,7 @@
 //! policies with); this crate decides what is looked up, against which keys, and what
 //! is said when it does not verify.
 
+mod blob;
 pub mod bundle;
 pub mod keyless;
 pub mod keys;
