@@ -187,20 +187,7 @@ pub fn header(title: &str) {
 }
 
 /// A probe checker for pods without probes (every check passes).
-pub struct NoProbes;
-
-impl wasmlet_agent::prober::Checker for NoProbes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a wasmlet_plugin_host::probe::Target,
-        _: Option<std::sync::Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
-    ) -> std::pin::Pin<
-        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
-    > {
-        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
-    }
-}
+pub use wasmlet_agent::testing::NoProbes;
 
 /// `wasm` with a custom section holding `tag`: the same component, another digest.
 pub fn variant(wasm: &[u8], tag: &str) -> Vec<u8> {

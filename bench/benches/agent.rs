@@ -43,23 +43,14 @@ fn options(node: &str, sources: Vec<String>) -> AgentOptions {
     let root = std::env::temp_dir().join(format!("wasmlet-bench-agent-{node}"));
     let _ = std::fs::remove_dir_all(&root);
     AgentOptions {
-        node_cgroups: Default::default(),
-        node: NodeFacts::read(Some(node), None, &std::env::temp_dir(), 5000),
-        pod_logs_dir: root.join("logs"),
-        root_dir: root,
-        resolv_conf: PathBuf::from("/etc/resolv.conf"),
-        sync_frequency: Duration::from_secs(60),
-        relist_period: Duration::from_secs(1),
         sources,
-        pod_cgroups: None,
-        events: None,
-        volumes: None,
-        services: None,
-        cluster_dns: Default::default(),
         start_parallelism: wasmlet_agent::sync::pacing::default_limit(
             std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         ),
-        devices: None,
+        ..wasmlet_agent::testing::options(
+            NodeFacts::read(Some(node), None, &std::env::temp_dir(), 5000),
+            &root,
+        )
     }
 }
 

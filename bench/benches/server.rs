@@ -65,24 +65,14 @@ async fn node(dir: PathBuf, names: &[String]) -> Node {
     let agent = Arc::new(Agent::start(
         sim.clone(),
         AgentOptions {
-            node_cgroups: Default::default(),
-            node: NodeFacts {
-                max_pods: 1000,
-                ..NodeFacts::read(Some(NODE), Some("127.0.0.1"), &dir, 1000)
-            },
             pod_logs_dir: dir.join("logs"),
-            root_dir: dir.join("root"),
-            resolv_conf: "/etc/resolv.conf".into(),
-            sync_frequency: Duration::from_secs(60),
-            relist_period: Duration::from_secs(1),
-            sources: vec!["file".into()],
-            pod_cgroups: None,
-            events: None,
-            volumes: None,
-            services: None,
-            cluster_dns: Default::default(),
-            start_parallelism: 0,
-            devices: None,
+            ..wasmlet_agent::testing::options(
+                NodeFacts {
+                    max_pods: 1000,
+                    ..NodeFacts::read(Some(NODE), Some("127.0.0.1"), &dir, 1000)
+                },
+                &dir.join("root"),
+            )
         },
         Arc::new(NoProbes),
         None,

@@ -48,6 +48,8 @@ pub mod statuses;
 pub mod sync;
 pub mod syncloop;
 pub mod termination;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 pub mod volumes;
 pub mod workers;

@@ -12,6 +12,7 @@ use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::events::MemoryRecorder;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::syncloop::SourceSet;
+use wasmlet_agent::testing::NoProbes;
 use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::source::SourcePod;
 use wasmlet_stats::eviction::run::{BoxFuture, Housekeeping, PressureState, Sampler};
@@ -80,21 +81,6 @@ impl Sampler for Script {
     }
 }
 
-struct NoProbes;
-
-impl wasmlet_agent::prober::Checker for NoProbes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a wasmlet_plugin_host::probe::Target,
-        _: Option<Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
-    ) -> std::pin::Pin<
-        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
-    > {
-        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
-    }
-}
-
 fn api_pod(uid: &str, resources: serde_json::Value) -> SourcePod {
     SourcePod {
         origin: format!("{uid}.json"),
@@ -112,38 +98,15 @@ fn api_pod(uid: &str, resources: serde_json::Value) -> SourcePod {
 
 /// A 4-CPU, 8 GiB node called `name`.
 fn facts(name: &str) -> NodeFacts {
-    NodeFacts {
-        name: name.into(),
-        hostname: name.into(),
-        ip: "192.168.50.10".into(),
-        cpus: 4,
-        memory_bytes: 8 << 30,
-        ephemeral_storage_bytes: 100 << 30,
-        max_pods: 110,
-        labels: Default::default(),
-        reserved: Default::default(),
-        hugepages: Vec::new(),
-    }
+    wasmlet_agent::testing::node_facts(name)
 }
 
 /// An agent for `node` keeping its state in `root`, its pods from the API source.
 fn options(node: NodeFacts, root: &std::path::Path) -> AgentOptions {
     AgentOptions {
-        node_cgroups: Default::default(),
-        node,
-        pod_logs_dir: root.join("logs"),
-        root_dir: root.to_owned(),
-        resolv_conf: "/etc/resolv.conf".into(),
-        sync_frequency: Duration::from_secs(60),
         relist_period: Duration::from_millis(200),
         sources: vec!["api".into()],
-        pod_cgroups: None,
-        events: None,
-        volumes: None,
-        services: None,
-        cluster_dns: Default::default(),
-        start_parallelism: 0,
-        devices: None,
+        ..wasmlet_agent::testing::options(node, root)
     }
 }
 

@@ -3,7 +3,6 @@
 //! paused time).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::events::MemoryRecorder;
-use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_cri_sim::Simulator;
@@ -66,34 +64,10 @@ pub fn options(name: &str) -> AgentOptions {
     let root =
         std::env::temp_dir().join(format!("wasmlet-agent-sim-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    AgentOptions {
-        node_cgroups: Default::default(),
-        node: NodeFacts {
-            name: format!("node-{name}"),
-            hostname: format!("node-{name}"),
-            ip: "192.168.50.10".into(),
-            cpus: 4,
-            memory_bytes: 8 << 30,
-            ephemeral_storage_bytes: 100 << 30,
-            max_pods: 110,
-            labels: Default::default(),
-            reserved: Default::default(),
-            hugepages: Vec::new(),
-        },
-        pod_logs_dir: root.join("logs"),
-        root_dir: root,
-        resolv_conf: PathBuf::from("/etc/resolv.conf"),
-        sync_frequency: Duration::from_secs(60),
-        relist_period: Duration::from_secs(1),
-        sources: vec!["file".into()],
-        pod_cgroups: None,
-        events: None,
-        volumes: None,
-        services: None,
-        cluster_dns: Default::default(),
-        start_parallelism: 0,
-        devices: None,
-    }
+    wasmlet_agent::testing::options(
+        wasmlet_agent::testing::node_facts(&format!("node-{name}")),
+        &root,
+    )
 }
 
 /// A simulator and an agent on it, with exec probes and no admission.

@@ -18,20 +18,7 @@ use wasmlet_server::authn::AuthnSettings;
 use wasmlet_server::authz::AuthzSettings;
 use wasmlet_server::review::ApiReviews;
 
-pub struct NoProbes;
-
-impl wasmlet_agent::prober::Checker for NoProbes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a wasmlet_plugin_host::probe::Target,
-        _: Option<Arc<dyn wasmlet_plugin_host::probe::ContainerExec>>,
-    ) -> std::pin::Pin<
-        Box<dyn Future<Output = Result<wasmlet_plugin_host::probe::Outcome, String>> + Send + 'a>,
-    > {
-        Box::pin(async { Ok(wasmlet_plugin_host::probe::Outcome::Success(String::new())) })
-    }
-}
+pub use wasmlet_agent::testing::NoProbes;
 
 pub struct Node {
     pub api: ApiServerSim,
@@ -67,32 +54,18 @@ pub async fn node(test: &str) -> Node {
     let agent = Arc::new(Agent::start(
         sim,
         AgentOptions {
-            node_cgroups: Default::default(),
-            node: NodeFacts {
-                name: NODE.into(),
-                hostname: NODE.into(),
-                ip: "127.0.0.1".into(),
-                cpus: 2,
-                memory_bytes: 4 << 30,
-                ephemeral_storage_bytes: 10 << 30,
-                max_pods: 110,
-                labels: Default::default(),
-                reserved: Default::default(),
-                hugepages: Vec::new(),
-            },
             pod_logs_dir: dir.join("logs"),
-            root_dir: dir.join("root"),
-            resolv_conf: "/etc/resolv.conf".into(),
-            sync_frequency: Duration::from_secs(60),
             relist_period: Duration::from_millis(200),
-            sources: vec!["file".into()],
-            pod_cgroups: None,
-            events: None,
-            volumes: None,
-            services: None,
-            cluster_dns: Default::default(),
-            start_parallelism: 0,
-            devices: None,
+            ..wasmlet_agent::testing::options(
+                NodeFacts {
+                    ip: "127.0.0.1".into(),
+                    cpus: 2,
+                    memory_bytes: 4 << 30,
+                    ephemeral_storage_bytes: 10 << 30,
+                    ..wasmlet_agent::testing::node_facts(NODE)
+                },
+                &dir.join("root"),
+            )
         },
         Arc::new(NoProbes),
         None,
