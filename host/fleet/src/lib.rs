@@ -8,8 +8,10 @@
 //! these objects ([`node::start`]) and loads, swaps or removes the plugins that select
 //! it through the plugin host's hot-swap path — calls in flight finish on the old
 //! version — and reports, in an object of its own (its WasmletNode), which digest
-//! serves there or why the current version does not ([`status`]). `wasmlet controller`
-//! counts those into each WasmletPlugin's status ([`controller`]).
+//! serves there or why the current version does not ([`status`]), and for an admission
+//! policy what it would reject: of the pods the node runs when a version begins
+//! serving (an audit), and in `mode: Monitor` of those it admitted since. `wasmlet
+//! controller` counts those into each WasmletPlugin's status ([`controller`]).
 //!
 //! A node grants a cluster plugin only what its own configuration allows
 //! (`clusterPlugins.grants`, nothing by default): whoever can create the object can
