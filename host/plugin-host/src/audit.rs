@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1 as k8s;
 
 use crate::admission::{Admission, NodeLoad};
-use crate::{Node, Pod, convert};
+use crate::bindings::exports::wasmlet::plugin::admission::Rejection;
+use crate::bindings::wasmlet::plugin::types::{Node, Pod};
+use crate::convert;
 
 /// How many of the pods a policy would reject an audit names.
 pub const AUDIT_NAMED: usize = 5;
@@ -118,7 +120,7 @@ pub struct Audit {
 
 impl Audit {
     /// Counts a pod asked about, and the rejection the policy would give it.
-    pub(crate) fn add(&mut self, pod: &str, rejection: Option<crate::Rejection>) {
+    pub(crate) fn add(&mut self, pod: &str, rejection: Option<Rejection>) {
         self.pods += 1;
         let Some(r) = rejection else {
             return;
@@ -187,7 +189,7 @@ mod tests {
     #[test]
     fn an_audit_counts_every_pod_and_names_the_first_few() {
         let mut audit = Audit::default();
-        let no = |i: usize| crate::Rejection {
+        let no = |i: usize| Rejection {
             reason: "Denied".into(),
             message: format!("pod {i}"),
         };
