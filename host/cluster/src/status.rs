@@ -18,8 +18,9 @@
 //! looked at again: bursts coalesce, and an older status can never overwrite a newer
 //! one. A status equal to the one sent is not sent again. A new pod's first status waits
 //! for its first sync (at most [`HOLD_FIRST`]): a pod that starts at once reports
-//! Running in one patch instead of Pending and then Running. Whatever failed is tried
-//! again on the next resync, every [`RESYNC`].
+//! Running in one patch instead of Pending and then Running; a pod refused at admission
+//! has its final status already and never syncs, so it is written at once. Whatever
+//! failed is tried again on the next resync, every [`RESYNC`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -304,10 +305,12 @@ impl Syncer {
         if synced.gone {
             return None;
         }
-        // A new pod's first status waits for its first sync (or HOLD_FIRST).
+        // A new pod's first status waits for its first sync (or HOLD_FIRST); a rejected
+        // pod's is final.
         let hold_until = entry.seen + HOLD_FIRST;
         let held = synced.sent == 0
             && !entry.first_synced
+            && !entry.rejected
             && !pod::is_deleted(&entry.pod)
             && tokio::time::Instant::now() < hold_until;
         if held {

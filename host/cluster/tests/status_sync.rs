@@ -1,11 +1,13 @@
-//! The status sync on its own, against a slow API server double: a burst of status
-//! changes while a patch is in flight ends in few patches, and the newest status is the
-//! one the API server keeps — never an older one over it.
+//! The status sync on its own, against the API server double: a burst of status changes
+//! while a (slow) patch is in flight ends in few patches, and the newest status is the
+//! one the API server keeps — never an older one over it; a pod refused at admission is
+//! written at once, not held for a first sync that never comes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
 use wasmlet_agent::statuses::{Context, StatusManager};
 use wasmlet_apiserver_sim::ApiServerSim;
@@ -36,14 +38,26 @@ fn runtime(uid: &str, restarts: i32) -> PodRuntime {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bursts_coalesce_and_the_newest_status_wins() {
+/// The double with pod `default/p` bound to node `n`, and a status sync to it from a
+/// status manager of its own.
+struct Synced {
+    api: ApiServerSim,
+    served: wasmlet_apiserver_sim::Served,
+    statuses: Arc<StatusManager>,
+    pod: Arc<k8s::Pod>,
+    stop: tokio::sync::watch::Sender<bool>,
+    /// The Node's owner reference, never set (kept, so the sync does not see it go).
+    _owner: tokio::sync::watch::Sender<Option<OwnerReference>>,
+}
+
+async fn synced(test: &str) -> Synced {
     let api = ApiServerSim::new();
     let served = api
         .serve("127.0.0.1:0".parse().expect("addr"))
         .await
         .expect("serve");
-    let dir = std::env::temp_dir().join(format!("wasmlet-status-sync-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("wasmlet-status-sync-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig");
     wasmlet_apiserver_sim::write_kubeconfig(&kubeconfig, &served.url()).expect("kubeconfig");
@@ -57,10 +71,8 @@ async fn bursts_coalesce_and_the_newest_status_wins() {
         )
         .expect("create");
     let pod: k8s::Pod = serde_json::from_value(stored).expect("pod");
-    let uid = pod.metadata.uid.clone().expect("uid");
-
     let statuses = Arc::new(StatusManager::new());
-    let (_owner_tx, owner) = tokio::sync::watch::channel(None);
+    let (owner_tx, owner) = tokio::sync::watch::channel(None);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(status::run(
         status::StatusSync {
@@ -73,9 +85,30 @@ async fn bursts_coalesce_and_the_newest_status_wins() {
         },
         stopped,
     ));
+    Synced {
+        api,
+        served,
+        statuses,
+        pod: Arc::new(pod),
+        stop,
+        _owner: owner_tx,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_coalesce_and_the_newest_status_wins() {
+    let Synced {
+        api,
+        served,
+        statuses,
+        pod,
+        stop,
+        ..
+    } = synced("burst").await;
+    let uid = pod.metadata.uid.clone().expect("uid");
     // Every write takes 300 ms; the pod's status changes 20 times in 100 ms.
     api.set_latency(Duration::from_millis(300));
-    statuses.set_pod(Arc::new(pod));
+    statuses.set_pod(pod.clone());
     statuses.first_sync_done(&uid);
     let probes = |_: &str| ProbeView::default();
     for restarts in 0..20 {
@@ -119,6 +152,39 @@ async fn bursts_coalesce_and_the_newest_status_wins() {
         (1..=3).contains(&patches),
         "{patches} patches for 20 changes"
     );
+    let _ = stop.send(true);
+    served.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_refused_at_admission_is_written_at_once() {
+    let Synced {
+        api,
+        served,
+        statuses,
+        pod,
+        stop,
+        ..
+    } = synced("rejected").await;
+    let started = Instant::now();
+    statuses.reject(pod, "AppArmor", "Cannot enforce AppArmor", "192.168.0.1");
+    loop {
+        let phase = api
+            .get("api/v1", "pods", "default", "p")
+            .and_then(|p| p["status"]["phase"].as_str().map(str::to_owned));
+        if phase.as_deref() == Some("Failed") {
+            break;
+        }
+        // Not held for a first sync that never comes (the kubelet writes it at once).
+        assert!(
+            started.elapsed() < status::HOLD_FIRST / 2,
+            "the rejection was not written within {:?}: {phase:?}",
+            status::HOLD_FIRST / 2
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stored = api.get("api/v1", "pods", "default", "p").expect("pod");
+    assert_eq!(stored["status"]["reason"], "AppArmor");
     let _ = stop.send(true);
     served.stop();
 }
