@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,28 +15,16 @@ use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::node::NodeFacts;
-use wasmlet_agent::prober::Checker;
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_apiserver_sim::{ApiServerSim, Served};
 use wasmlet_cluster::events::ApiRecorder;
 use wasmlet_cluster::{Cluster, Limits, connect, node};
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri_sim::Simulator;
-use wasmlet_plugin_host::probe::{ContainerExec, Outcome, Target};
 use wasmlet_plugin_host::source::SourcePod;
 
-pub struct Passes;
-
-impl Checker for Passes {
-    fn check<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Target,
-        _: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async { Ok(Outcome::Success(String::new())) })
-    }
-}
+/// Every probe passes.
+pub use wasmlet_agent::testing::NoProbes as Passes;
 
 /// An agent joined to the double.
 pub struct Node {
