@@ -20,6 +20,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use wasmlet_plugin_host::AuditedPod;
+
 use crate::object::{GROUP, NODE_KIND, VERSION, node_api_resource};
 
 /// How long a load may take before the node says it is `Pending`. Until then the
@@ -112,20 +114,7 @@ pub struct Audit {
     pub would_reject: u64,
     /// The first few of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rejected: Vec<RejectedPod>,
-}
-
-/// A running pod a policy would reject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RejectedPod {
-    /// `namespace/name`.
-    pub pod: String,
-    /// The rejection's reason.
-    pub reason: String,
-    /// Its message.
-    #[serde(default)]
-    pub message: String,
+    pub rejected: Vec<AuditedPod>,
 }
 
 impl Audit {
@@ -136,15 +125,7 @@ impl Audit {
             time,
             pods: audit.pods,
             would_reject: audit.would_reject,
-            rejected: audit
-                .rejected
-                .into_iter()
-                .map(|p| RejectedPod {
-                    pod: p.pod,
-                    reason: p.reason,
-                    message: p.message,
-                })
-                .collect(),
+            rejected: audit.rejected,
         }
     }
 }

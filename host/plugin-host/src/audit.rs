@@ -96,14 +96,16 @@ impl Admitted {
     }
 }
 
-/// One pod a policy would reject.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One pod a policy would reject (as a node's WasmletNode and the controller's counts
+/// write it, too).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AuditedPod {
     /// `namespace/name`.
     pub pod: String,
     /// The rejection's reason.
     pub reason: String,
     /// Its message.
+    #[serde(default)]
     pub message: String,
 }
 

@@ -77,13 +77,9 @@ pub struct AuditCounts {
 pub struct RejectedOn {
     /// The node.
     pub node_name: String,
-    /// `namespace/name`.
-    pub pod: String,
-    /// The rejection's reason.
-    pub reason: String,
-    /// Its message.
-    #[serde(default)]
-    pub message: String,
+    /// The pod and why.
+    #[serde(flatten)]
+    pub rejected: wasmlet_plugin_host::AuditedPod,
 }
 
 impl AuditCounts {
@@ -96,9 +92,7 @@ impl AuditCounts {
         self.rejected
             .extend(audit.rejected.iter().take(room).map(|p| RejectedOn {
                 node_name: node.to_owned(),
-                pod: p.pod.clone(),
-                reason: p.reason.clone(),
-                message: p.message.clone(),
+                rejected: p.clone(),
             }));
     }
 }
@@ -255,7 +249,7 @@ mod tests {
             would_reject: rejected.len() as u64,
             rejected: rejected
                 .iter()
-                .map(|p| crate::status::RejectedPod {
+                .map(|p| wasmlet_plugin_host::AuditedPod {
                     pod: (*p).into(),
                     reason: "NodePorts".into(),
                     message: String::new(),
@@ -293,7 +287,7 @@ mod tests {
         let named: Vec<(&str, &str)> = audit
             .rejected
             .iter()
-            .map(|r| (r.node_name.as_str(), r.pod.as_str()))
+            .map(|r| (r.node_name.as_str(), r.rejected.pod.as_str()))
             .collect();
         assert_eq!(
             named,

@@ -11,7 +11,8 @@
 //! every [`PROGRESS_PERIOD`] — a rollout that settles within it costs the nodes one
 //! event. What policies in Monitor mode would have rejected changes with every pod the
 //! nodes admit: when only that count changed, it is written at most every
-//! [`COUNT_PERIOD`] (by default). Two replicas are safe: only the holder of a Lease ([`lease`]) runs.
+//! [`COUNT_PERIOD`] (by default). Two replicas are safe: only the holder of a Lease
+//! ([`lease`]) runs.
 
 pub mod count;
 pub mod lease;
@@ -371,19 +372,14 @@ impl Context {
         let now = Instant::now();
         let mut unsettled = self.unsettled.lock().unwrap_or_else(|e| e.into_inner());
         let since = *unsettled.entry(plugin.to_owned()).or_insert(now);
-        (since + PROGRESS_PERIOD)
-            .checked_duration_since(now)
-            .filter(|d| !d.is_zero())
+        left(since + PROGRESS_PERIOD, now)
     }
 
     /// When only `plugin`'s monitored count changed: how long until it is written
     /// (`None`: now).
     fn count_wait(&self, plugin: &str) -> Option<Duration> {
         let written = self.written_at.lock().unwrap_or_else(|e| e.into_inner());
-        let at = *written.get(plugin)?;
-        (at + self.count_period)
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
+        left(*written.get(plugin)? + self.count_period, Instant::now())
     }
 
     /// `plugin`'s counts are written: settled, or the next progress waits a period.
@@ -395,4 +391,9 @@ impl Context {
             unsettled.insert(plugin.to_owned(), Instant::now());
         }
     }
+}
+
+/// How long from `now` until `at` (`None`: it has come).
+fn left(at: Instant, now: Instant) -> Option<Duration> {
+    at.checked_duration_since(now).filter(|d| !d.is_zero())
 }

@@ -45,7 +45,7 @@ fn audit(pods: u64, would_reject: u64) -> Audit {
         pods,
         would_reject,
         rejected: (0..would_reject.min(1))
-            .map(|_| RejectedPod {
+            .map(|_| AuditedPod {
                 pod: "team/web".into(),
                 reason: "NodePorts".into(),
                 message: String::new(),
