@@ -56,7 +56,7 @@ struct Joined<R: CriRuntime + 'static> {
     api: ApiServerSim,
     served: Served,
     agent: Arc<Agent<R>>,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: tokio_util::sync::CancellationToken,
     node: String,
     events: Arc<wasmlet_cluster::events::EventStats>,
 }
@@ -152,7 +152,8 @@ impl<R: CriRuntime + 'static> Joined<R> {
             None,
             None,
         ));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
         let ready = agent.clone();
         let state = {
             let agent = agent.clone();
@@ -207,7 +208,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         self.agent.shutdown().await;
         self.served.stop();
     }
@@ -389,7 +390,8 @@ async fn queued_events(n: usize, doomed: bool) -> (HashMap<String, Duration>, u6
     }
     let (recorder, queue) = wasmlet_cluster::events::ApiRecorder::new();
     let stats = recorder.stats();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let writer = tokio::spawn(wasmlet_cluster::events::run(
         client,
         "bench-node".into(),
@@ -434,7 +436,7 @@ async fn queued_events(n: usize, doomed: bool) -> (HashMap<String, Duration>, u6
         }
     }
     let rejected = stats.dropped("rejected");
-    let _ = stop.send(true);
+    stop.cancel();
     let _ = writer.await;
     served.stop();
     (stored, rejected)

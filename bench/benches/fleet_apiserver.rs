@@ -598,7 +598,8 @@ async fn main() {
             "the API server double (no testbed)",
         ),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     if t._double.is_none() {
         let options = wasmlet_fleet::controller::Options {
             namespace: wasmlet_fleet::DEFAULT_NAMESPACE.into(),
@@ -634,7 +635,7 @@ async fn main() {
     for n in sizes {
         measure(&t, n, rounds, &engine, registry.as_ref()).await;
     }
-    let _ = stop.send(true);
+    stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

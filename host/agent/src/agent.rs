@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -123,7 +124,7 @@ pub struct Agent<R> {
     /// The node.
     pub node: NodeFacts,
     sources: mpsc::Sender<SourceSet>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -153,22 +154,22 @@ impl<R: CriRuntime + 'static> Agent<R> {
         let due = Arc::new(DueQueue::new());
         let workers = PodWorkers::new(ctx.clone(), due.clone(), options.sync_frequency);
         let (sources_tx, sources_rx) = mpsc::channel(64);
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let started = start_pleg(runtime, &ctx, &options, cache, shutdown_rx.clone());
+        let shutdown = CancellationToken::new();
+        let started = start_pleg(runtime, &ctx, &options, cache, shutdown.clone());
         let (events, health, runtime_state) = (started.events, started.health, started.state);
         let mut tasks = Vec::from(started.tasks);
         if let Some(s) = pod_sources {
             tasks.extend(crate::sources::start(
                 s,
                 sources_tx.clone(),
-                shutdown_rx.clone(),
+                shutdown.clone(),
             ));
         }
         if let Some(changes) = options.volumes.as_ref().and_then(|v| v.changes()) {
             tasks.push(tokio::spawn(resync_on_volume_changes(
                 changes,
                 workers.clone(),
-                shutdown_rx.clone(),
+                shutdown.clone(),
             )));
         }
         let sync_loop = SyncLoop::new(ctx.clone(), workers.clone(), options.sources, admission);
@@ -177,7 +178,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             pleg: events,
             probes: probe_updates,
             due,
-            shutdown: shutdown_rx,
+            shutdown: shutdown.clone(),
         })));
         info!(node = %options.node.name, ip = %options.node.ip, "agent started");
         Agent {
@@ -187,7 +188,7 @@ impl<R: CriRuntime + 'static> Agent<R> {
             runtime_state,
             node: options.node,
             sources: sources_tx,
-            shutdown: shutdown_tx,
+            shutdown,
             tasks: Mutex::new(tasks),
         }
     }
@@ -244,13 +245,20 @@ impl<R: CriRuntime + 'static> Agent<R> {
 
     /// Stops the agent's loops; pods keep running.
     pub async fn shutdown(&self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.cancel();
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         self.workers.stop();
         self.ctx.allocations.flush();
+    }
+}
+
+impl<R> Drop for Agent<R> {
+    /// A dropped agent's loops stop with it, as after [`Agent::shutdown`].
+    fn drop(&mut self) {
+        self.shutdown.cancel();
     }
 }
 
@@ -263,7 +271,7 @@ async fn relist_loop<R: CriRuntime + 'static>(
     state: Arc<RuntimeState>,
     period: Duration,
     now: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let mut failures = 0u32;
     loop {
@@ -300,7 +308,7 @@ async fn relist_loop<R: CriRuntime + 'static>(
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = now.notified() => {}
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         }
     }
 }
@@ -310,7 +318,7 @@ async fn relist_loop<R: CriRuntime + 'static>(
 async fn event_stream<R: CriRuntime + 'static>(
     runtime: Arc<R>,
     relist: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     loop {
         match runtime.container_events().await {
@@ -320,7 +328,7 @@ async fn event_stream<R: CriRuntime + 'static>(
                         Some(Ok(_)) => relist.notify_one(),
                         Some(Err(_)) | None => break,
                     },
-                    _ = shutdown.changed() => return,
+                    () = shutdown.cancelled() => return,
                 }
             },
             Err(e) if e.kind() == ErrorKind::Unimplemented => {
@@ -331,7 +339,7 @@ async fn event_stream<R: CriRuntime + 'static>(
         }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         }
     }
 }
@@ -341,13 +349,13 @@ async fn event_stream<R: CriRuntime + 'static>(
 async fn resync_on_volume_changes<R: CriRuntime + 'static>(
     mut changes: tokio::sync::broadcast::Receiver<String>,
     workers: Arc<PodWorkers<R>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         let uid = tokio::select! {
             uid = changes.recv() => uid,
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         };
         match uid {
             Ok(uid) if workers.lifecycle(&uid) == Some(Lifecycle::Syncing) => workers.resync(&uid),
@@ -371,7 +379,7 @@ fn start_pleg<R: CriRuntime + 'static>(
     ctx: &Arc<SyncContext<R>>,
     options: &AgentOptions,
     cache: Arc<PodCache>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> StartedPleg {
     let events = Arc::new(EventQueue::new());
     let health = Arc::new(Health::default());

@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use wasmlet_plugin_host::kinds::PodSources;
@@ -27,11 +28,11 @@ const SETTLE: Duration = Duration::from_millis(5);
 
 /// Starts one poller per configured source, and one per source the cluster adds (each
 /// replaced when its version changes; a removed one's pods are removed with it); they
-/// stop when `shutdown` turns true.
+/// stop when `shutdown` is cancelled.
 pub fn start(
     sources: Arc<PodSources>,
     tx: mpsc::Sender<SourceSet>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks: Vec<JoinHandle<()>> = sources
         .configured()
@@ -55,7 +56,7 @@ pub fn start(
 async fn follow_cluster(
     sources: Arc<PodSources>,
     tx: mpsc::Sender<SourceSet>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     struct Running {
         source: Arc<wasmlet_plugin_host::source::PodSource>,
@@ -114,7 +115,7 @@ async fn follow_cluster(
         }
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },
-            _ = shutdown.changed() => break,
+            () = shutdown.cancelled() => break,
         }
     }
     for r in running.into_values() {
@@ -210,7 +211,7 @@ async fn poll_loop(
     period: Duration,
     dir: Option<PathBuf>,
     tx: mpsc::Sender<SourceSet>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let changes = Arc::new(DirChanges::default());
     let _watcher = dir.as_ref().and_then(|d| {
@@ -262,7 +263,7 @@ async fn poll_loop(
             () = tokio::time::sleep(period) => {}
             // A burst of writes (an editor's save) settles first.
             () = changes.next() => {}
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         }
     }
 }
@@ -367,8 +368,8 @@ mod tests {
                 .expect("sources"),
         );
         let (tx, mut rx) = mpsc::channel(16);
-        let (stop_all, shutdown) = watch::channel(false);
-        let _tasks = start(sources.clone(), tx, shutdown);
+        let stop_all = CancellationToken::new();
+        let _tasks = start(sources.clone(), tx, stop_all.clone());
         let grants = wasmlet_plugin_host::source::SourceGrants {
             directory: Some(dir.clone()),
             urls: Vec::new(),
@@ -397,7 +398,7 @@ mod tests {
             let late = late.ok().flatten().map(|s| (s.source, s.removed));
             assert_eq!(late, None, "round {round}: a set after the removal");
         }
-        let _ = stop_all.send(true);
+        stop_all.cancel();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

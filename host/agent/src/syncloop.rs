@@ -11,9 +11,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 use wasmlet_cri::CriRuntime;
@@ -74,7 +75,7 @@ pub struct Inputs {
     /// Pods whose sync is due.
     pub due: Arc<DueQueue>,
     /// Becomes true to stop the loop (running pods keep running).
-    pub shutdown: watch::Receiver<bool>,
+    pub shutdown: CancellationToken,
 }
 
 /// The admission chain and the node it admits onto.
@@ -144,7 +145,7 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
         loop {
             let next_due = inputs.due.next().unwrap_or_else(|| Instant::now() + far);
             let wake = tokio::select! {
-                _ = inputs.shutdown.changed() => Wake::Shutdown,
+                () = inputs.shutdown.cancelled() => Wake::Shutdown,
                 set = inputs.config.recv() => Wake::Config(set),
                 () = inputs.pleg.wait() => Wake::Pleg,
                 () = inputs.probes.wait() => Wake::Probes,
@@ -156,11 +157,8 @@ impl<R: CriRuntime + 'static> SyncLoop<R> {
             let started = Instant::now();
             let source = match wake {
                 Wake::Shutdown => {
-                    if *inputs.shutdown.borrow() {
-                        info!("syncLoop stopping; pods keep running");
-                        return;
-                    }
-                    continue;
+                    info!("syncLoop stopping; pods keep running");
+                    return;
                 }
                 Wake::Config(None) => return,
                 Wake::Config(Some(set)) => {

@@ -22,6 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -32,7 +33,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 use wasmlet_agent::events::{Event, Recorder};
 
@@ -279,7 +280,7 @@ pub async fn run(
     node: String,
     queue: EventQueue,
     limiter: RateLimiter,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let EventQueue {
         events: mut queue,
@@ -287,7 +288,7 @@ pub async fn run(
     } = queue;
     let mut w = Writing::default();
     loop {
-        if w.ready.is_empty() && !w.gather(&mut queue, &mut shutdown).await {
+        if w.ready.is_empty() && !w.gather(&mut queue, &shutdown).await {
             return;
         }
         let Some((event, tries)) = w.ready.pop_front() else {
@@ -328,7 +329,7 @@ impl Writing {
     async fn gather(
         &mut self,
         queue: &mut mpsc::Receiver<Event>,
-        shutdown: &mut watch::Receiver<bool>,
+        shutdown: &CancellationToken,
     ) -> bool {
         let due = self.later.front().map(|r| r.due);
         tokio::select! {
@@ -336,7 +337,7 @@ impl Writing {
                 let Some(e) = e else { return false };
                 tokio::select! {
                     () = tokio::time::sleep(GATHER) => {}
-                    _ = shutdown.changed() => return false,
+                    () = shutdown.cancelled() => return false,
                 }
                 self.ready.push_back((e, 0));
                 while let Ok(e) = queue.try_recv() {
@@ -344,7 +345,7 @@ impl Writing {
                 }
             }
             () = sleep_until(due) => {}
-            _ = shutdown.changed() => return false,
+            () = shutdown.cancelled() => return false,
         }
         let now = tokio::time::Instant::now();
         while self.later.front().is_some_and(|r| r.due <= now) {

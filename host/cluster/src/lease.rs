@@ -4,12 +4,12 @@
 //! controller does; a conflict (someone else wrote it) re-reads it first.
 
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::watch;
 
 use crate::ClusterError;
 
@@ -126,7 +126,7 @@ impl Heartbeat {
 
     /// Renews every [`Heartbeat::renew_interval`] until `shutdown` turns true, retrying failures
     /// with back-off; never gives up.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let wait = match self.renew().await {
@@ -143,10 +143,7 @@ impl Heartbeat {
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                _ = shutdown.changed() => return,
-            }
-            if *shutdown.borrow() {
-                return;
+                () = shutdown.cancelled() => return,
             }
         }
     }

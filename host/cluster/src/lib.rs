@@ -19,6 +19,7 @@
 //! this.
 
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use tokio::sync::{mpsc, watch};
@@ -93,7 +94,7 @@ pub struct Cluster {
 pub fn start(
     cluster: Cluster,
     state: impl Fn() -> node::NodeState + Send + Sync + 'static,
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let Cluster {
         client,

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -418,7 +419,7 @@ pub async fn run(
     timing: Timing,
     state: impl Fn() -> NodeState + Send + Sync + 'static,
     registered_tx: tokio::sync::watch::Sender<Option<OwnerReference>>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let info = node_info(&state().runtime_version);
     let now = || wasmlet_agent::time::now_rfc3339();
@@ -431,7 +432,7 @@ pub async fn run(
                 tracing::warn!(error = %e, retry_in = ?backoff, "Unable to register node with API server");
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
+                    () = shutdown.cancelled() => return,
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(7));
             }
@@ -453,10 +454,7 @@ pub async fn run(
         };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            _ = shutdown.changed() => return,
-        }
-        if *shutdown.borrow() {
-            return;
+            () = shutdown.cancelled() => return,
         }
         let new = status(&facts, &state(), &info, &now(), Some(&last));
         if !needs_report(&new, Some((&last, sent_at.elapsed())), timing.report) {

@@ -13,12 +13,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_core::pod::{self, PodKey};
@@ -163,7 +164,7 @@ pub async fn run(
     node: String,
     sink: mpsc::Sender<SourceSet>,
     mirrors: Arc<MirrorPods>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let api: Api<k8s::Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&selector(&node));
@@ -174,7 +175,7 @@ pub async fn run(
     loop {
         let batch = tokio::select! {
             batch = events.next() => batch,
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         };
         let Some(batch) = batch else { return };
         let mut changed = false;
@@ -214,7 +215,7 @@ pub async fn run(
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                _ = shutdown.changed() => return,
+                () = shutdown.cancelled() => return,
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }

@@ -25,6 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -513,7 +514,7 @@ impl Syncer {
 }
 
 /// Runs the sync until `shutdown` turns true.
-pub async fn run(settings: StatusSync, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(settings: StatusSync, shutdown: CancellationToken) {
     settings.statuses.follow();
     let mut owner = settings.owner.clone();
     let mirrors = settings.mirrors.clone();
@@ -534,7 +535,7 @@ pub async fn run(settings: StatusSync, mut shutdown: watch::Receiver<bool>) {
             .recheck
             .unwrap_or_else(|| tokio::time::Instant::now() + far);
         tokio::select! {
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
             () = tokio::time::sleep_until(recheck) => {
                 sync.recheck = None;
                 sync.resync();

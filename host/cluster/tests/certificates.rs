@@ -322,7 +322,8 @@ async fn an_embedded_client_certificate_is_stored_and_renewed_at_once() {
         std::fs::read_to_string(&current).expect("current"),
         format!("{cert}{key}")
     );
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let _client = rotating_client(
         &c.kubeconfig(),
         &adopted,
@@ -352,7 +353,7 @@ async fn an_embedded_client_certificate_is_stored_and_renewed_at_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(c.csrs()[0]["spec"]["username"], "system:node:cp-1");
-    let _ = stop.send(true);
+    stop.cancel();
     // kubelet-finalize points kubelet.conf at the store: that works, and is no longer
     // adopted from.
     let file = current.display();
@@ -391,7 +392,8 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
     c.api.set_signing_backdate(Duration::ZERO);
     assert!(c.bootstrap("node-d").await.expect("bootstrap"));
     let first = c.store().current().expect("first");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let client = rotating_client(
         &c.kubeconfig(),
         &first,
@@ -446,7 +448,7 @@ async fn the_client_certificate_rotates_and_new_connections_use_it() {
         .list(&ListParams::default())
         .await
         .expect("works after the first certificate expired");
-    let _ = stop.send(true);
+    stop.cancel();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,7 +461,8 @@ async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
     let name = "node-rotating-node";
     assert!(c.bootstrap(name).await.expect("bootstrap"));
     let first = c.store().current().expect("first");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let client = rotating_client(
         &c.kubeconfig(),
         &first,
@@ -549,6 +552,6 @@ async fn a_rotating_node_keeps_its_watches_and_loses_no_status_update() {
         api.get("api/v1", "nodes", "", name)
             .is_some_and(|n| ready(&n))
     );
-    let _ = stop.send(true);
+    stop.cancel();
     drop(node);
 }

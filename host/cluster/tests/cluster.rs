@@ -233,7 +233,8 @@ async fn the_lease_is_created_renewed_through_conflicts_and_outages() {
     // The API server goes away for a while; the heartbeat keeps trying and renews as
     // soon as it is back.
     served.stop();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let task = tokio::spawn(lease::Heartbeat::new(client.clone(), "node-b", None).run(stopped));
     tokio::time::sleep(Duration::from_millis(700)).await;
     let before = sim.requests().len();
@@ -252,7 +253,7 @@ async fn the_lease_is_created_renewed_through_conflicts_and_outages() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = stop.send(true);
+    stop.cancel();
     task.await.expect("heartbeat stops");
     served.stop();
 }

@@ -73,7 +73,8 @@ async fn no_event_holds_up_another() {
 
     let (recorder, queue) = ApiRecorder::new();
     let stats = recorder.stats();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _stop = tokio_util::sync::CancellationToken::new();
+    let stopped = _stop.clone();
     tokio::spawn(wasmlet_cluster::events::run(
         client,
         "node-e".into(),

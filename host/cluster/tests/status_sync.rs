@@ -45,7 +45,7 @@ struct Synced {
     served: wasmlet_apiserver_sim::Served,
     statuses: Arc<StatusManager>,
     pod: Arc<k8s::Pod>,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: tokio_util::sync::CancellationToken,
     /// The Node's owner reference, never set (kept, so the sync does not see it go).
     _owner: tokio::sync::watch::Sender<Option<OwnerReference>>,
 }
@@ -73,7 +73,8 @@ async fn synced(test: &str) -> Synced {
     let pod: k8s::Pod = serde_json::from_value(stored).expect("pod");
     let statuses = Arc::new(StatusManager::new());
     let (owner_tx, owner) = tokio::sync::watch::channel(None);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     tokio::spawn(status::run(
         status::StatusSync {
             client,
@@ -152,7 +153,7 @@ async fn bursts_coalesce_and_the_newest_status_wins() {
         (1..=3).contains(&patches),
         "{patches} patches for 20 changes"
     );
-    let _ = stop.send(true);
+    stop.cancel();
     served.stop();
 }
 
@@ -185,6 +186,6 @@ async fn a_pod_refused_at_admission_is_written_at_once() {
     }
     let stored = api.get("api/v1", "pods", "default", "p").expect("pod");
     assert_eq!(stored["status"]["reason"], "AppArmor");
-    let _ = stop.send(true);
+    stop.cancel();
     served.stop();
 }

@@ -14,6 +14,7 @@ use crate::registration::{SOCKET, VERSION, dial};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 /// What the plugin does.
@@ -35,14 +36,13 @@ struct Shared {
     behaviour: Behaviour,
     allocated: Mutex<Vec<Vec<String>>>,
     pre_started: Mutex<Vec<Vec<String>>>,
-    /// Turned true when the plugin stops: its streams end.
-    stopped: watch::Sender<bool>,
+    /// Cancelled when the plugin stops: its server and streams end.
+    stopped: CancellationToken,
 }
 
 /// A running test plugin.
 pub struct TestPlugin {
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
     /// Its socket's name in the directory.
     pub endpoint: String,
@@ -98,7 +98,7 @@ impl DevicePlugin for Service {
         }
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let mut devices = self.0.devices.subscribe();
-        let mut stopped = self.0.stopped.subscribe();
+        let stopped = self.0.stopped.clone();
         tokio::spawn(async move {
             loop {
                 let now = list(&devices.borrow_and_update());
@@ -107,7 +107,7 @@ impl DevicePlugin for Service {
                 }
                 tokio::select! {
                     changed = devices.changed() => if changed.is_err() { return },
-                    _ = stopped.wait_for(|s| *s) => return,
+                    () = stopped.cancelled() => return,
                 }
             }
         });
@@ -183,24 +183,23 @@ impl TestPlugin {
             behaviour,
             allocated: Mutex::new(Vec::new()),
             pre_started: Mutex::new(Vec::new()),
-            stopped: watch::channel(false).0,
+            stopped: CancellationToken::new(),
         });
         let endpoint = format!("{name}.sock");
         let listener = UnixListener::bind(dir.join(&endpoint)).expect("bind the plugin's socket");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(Service(shared.clone())))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stopped.await;
-                }),
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener),
+                    shared.stopped.clone().cancelled_owned(),
+                ),
         );
         let served = tokio::spawn(async move {
             let _ = served.await;
         });
         TestPlugin {
             shared,
-            stop: Some(stop),
             served: Some(served),
             endpoint,
         }
@@ -246,13 +245,17 @@ impl TestPlugin {
 
     /// Stops serving (its streams end).
     pub async fn stop(&mut self) {
-        self.shared.stopped.send_replace(true);
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.shared.stopped.cancel();
         if let Some(served) = self.served.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), served).await;
         }
+    }
+}
+
+impl Drop for TestPlugin {
+    /// A dropped plugin stops serving, as after [`TestPlugin::stop`].
+    fn drop(&mut self) {
+        self.shared.stopped.cancel();
     }
 }
 

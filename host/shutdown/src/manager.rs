@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as k8s;
@@ -105,10 +106,7 @@ impl Manager {
 
     /// Runs on the system bus until `stop`: a lost connection, or a logind that is not
     /// there yet, is said once and tried again with back-off.
-    pub fn spawn(
-        self,
-        mut stop: tokio::sync::watch::Receiver<bool>,
-    ) -> tokio::task::JoinHandle<()> {
+    pub fn spawn(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut delay = RETRY_FIRST;
             let mut said: Option<String> = None;
@@ -125,7 +123,7 @@ impl Manager {
                 };
                 let error = tokio::select! {
                     r = session => r.err().unwrap_or_else(|| "logind's signals ended".into()),
-                    _ = stop.wait_for(|s| *s) => return,
+                    () = stop.cancelled() => return,
                 };
                 if said.as_deref() == Some(error.as_str()) {
                     debug!(retry_in = ?delay, "graceful node shutdown: {error}");
@@ -135,7 +133,7 @@ impl Manager {
                 }
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
-                    _ = stop.wait_for(|s| *s) => return,
+                    () = stop.cancelled() => return,
                 }
                 delay = (delay * 2).min(RETRY_MAX);
             }

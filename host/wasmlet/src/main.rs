@@ -98,6 +98,10 @@ fn log_filter(cli: &Cli) -> tracing_subscriber::EnvFilter {
 /// with mimalloc instead (see [`allocator`]).
 const ALLOCATOR_ARENAS: i32 = 2;
 
+/// How long tasks still running when a command returns are given before the process
+/// exits without them.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn main() -> ExitCode {
     let mut cli = Cli::parse_from(arguments());
     if matches!(cli.command, Command::Plugin(_)) {
@@ -113,7 +117,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(run(cli)),
+        Ok(runtime) => {
+            let code = runtime.block_on(run(cli));
+            // Tasks still in flight at the end (a plugin call, a blocking read of the
+            // runtime) get a moment; the process does not wait on them.
+            runtime.shutdown_timeout(SHUTDOWN_GRACE);
+            code
+        }
         Err(e) => {
             eprintln!("wasmlet: cannot start the async runtime: {e}");
             ExitCode::FAILURE

@@ -102,11 +102,14 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
     let top = tempdir("hollow");
     let config = kubeconfig(&top, &served.url());
     let mut runtimes = Vec::new();
+    let mut sims = Vec::new();
     let mut agents = Vec::new();
     for i in 1..=3 {
         let dir = top.join(format!("node-{i}"));
         std::fs::create_dir_all(&dir).expect("dir");
-        let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+        let sim = Simulator::new();
+        sims.push(sim.clone());
+        let runtime = SimServer::serve(sim, &dir.join("cri.sock"))
             .await
             .expect("simulator");
         agents.push(start(
@@ -240,6 +243,26 @@ async fn hollow_nodes_register_ready_and_keep_their_leases() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // SIGTERM, as systemd stops the kubelet: the agent stops its loops and exits 0,
+    // leaving its pods running for the next start to adopt.
+    let held = sims[0].counts();
+    let stopping = Instant::now();
+    let status = agents[0]
+        .terminate(Duration::from_secs(10))
+        .unwrap_or_else(|| {
+            panic!(
+                "hollow-1 still running 10 s after SIGTERM\n{}",
+                agents[0].log()
+            )
+        });
+    assert!(status.success(), "{status}\n{}", agents[0].log());
+    assert!(
+        agents[0].log().contains("stopping (pods keep running"),
+        "{}",
+        agents[0].log()
+    );
+    assert_eq!(sims[0].counts(), held, "pods stopped with the agent");
+    eprintln!("hollow-1 exited {:?} after SIGTERM", stopping.elapsed());
     drop(agents);
     for r in runtimes {
         r.stop().await;
@@ -354,11 +377,14 @@ async fn a_policy_pushed_and_applied_once_rolls_out_to_canary_then_all_hollow_no
     let top = tempdir("fleet");
     let config = kubeconfig(&top, &served.url());
     let mut runtimes = Vec::new();
+    let mut sims = Vec::new();
     let mut agents = Vec::new();
     for i in 1..=3 {
         let dir = top.join(format!("node-{i}"));
         std::fs::create_dir_all(&dir).expect("dir");
-        let runtime = SimServer::serve(Simulator::new(), &dir.join("cri.sock"))
+        let sim = Simulator::new();
+        sims.push(sim.clone());
+        let runtime = SimServer::serve(sim, &dir.join("cri.sock"))
             .await
             .expect("simulator");
         agents.push(start(

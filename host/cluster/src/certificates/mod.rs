@@ -12,6 +12,7 @@ pub mod rotation;
 pub mod store;
 
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// What the kubelet's certificate manager does with kubeadm's `kubelet.conf` of a
 /// control-plane node (a client certificate written into the file, and an empty store):
@@ -51,7 +52,7 @@ pub async fn rotating_client(
     node: &str,
     fallback: Option<store::Pair>,
     renew_now: bool,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> Result<kube::Client, CertError> {
     let (client, rotating) = client::client(kubeconfig, pair).await?;
     rotation::Rotation {

@@ -7,6 +7,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
 
 use super::csr::{Request, obtain};
 use super::store::{Pair, Store};
@@ -46,12 +47,12 @@ impl Rotation {
     pub fn spawn(
         self,
         client: kube::Client,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             tokio::select! {
                 () = self.run(&client) => {}
-                _ = stop.wait_for(|s| *s) => {}
+                () = stop.cancelled() => {}
             }
         })
     }

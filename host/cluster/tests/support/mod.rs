@@ -39,7 +39,7 @@ pub struct Node {
     /// The agent's root directory.
     pub root: PathBuf,
     pub name: String,
-    pub stop: tokio::sync::watch::Sender<bool>,
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 impl Node {
@@ -132,7 +132,8 @@ impl Node {
             None,
             None,
         ));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
         let ready = agent.clone();
         let images = Arc::new(wasmlet_stats::images::NodeImages::default());
         images.refresh(cri.as_ref(), Some(50)).await;
@@ -282,7 +283,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         if let Some(s) = self.served.take() {
             s.stop();
         }

@@ -21,6 +21,7 @@ pub mod legacy;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::{FutureExt as _, StreamExt, future};
 use k8s_openapi::api::core::v1 as k8s;
@@ -34,7 +35,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, reflector as reflect};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -121,7 +122,7 @@ struct Context {
 pub async fn run(
     client: kube::Client,
     options: &Options,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> Result<(), ControllerError> {
     let mut election = lease::Election::new(
         client.clone(),
@@ -132,7 +133,7 @@ pub async fn run(
     );
     tokio::select! {
         () = election.acquire() => {}
-        _ = shutdown.changed() => return Ok(()),
+        () = shutdown.cancelled() => return Ok(()),
     }
     let result = tokio::select! {
         r = lead(client, options.count_period, shutdown.clone()) => r,
@@ -146,7 +147,7 @@ pub async fn run(
 async fn lead(
     client: kube::Client,
     count_period: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> Result<(), ControllerError> {
     let (wasmlet_nodes, nodes, triggers) = follow_nodes(&client);
     let ready = async {
@@ -179,9 +180,7 @@ async fn lead(
         .reconcile_all_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
             triggers,
         ))
-        .graceful_shutdown_on(async move {
-            let _ = shutdown.changed().await;
-        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, context)
         .for_each(|result| {
             if let Err(e) = result {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -17,7 +18,6 @@ use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use wasmlet_agent::time::now_rfc3339;
@@ -138,7 +138,7 @@ pub async fn start(
     config: &FleetConfig,
     dir: &Path,
     targets: Targets,
-    shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let verifier = wasmlet_signing::Verifier::load(&config.verification)
         .map_err(|e| std::io::Error::other(format!("clusterPlugins.verification.{e}")))?
@@ -226,7 +226,7 @@ impl Controller {
         self.schedule_tick();
     }
 
-    async fn run(mut self, client: kube::Client, mut shutdown: watch::Receiver<bool>) {
+    async fn run(mut self, client: kube::Client, shutdown: CancellationToken) {
         let plugins: Api<object::Watched> = Api::all(client.clone());
         // The watcher's own back-off starts over at every `Init`, which it sends before
         // each list attempt: with the CRD missing it would retry (and fail) every second
@@ -294,7 +294,7 @@ impl Controller {
                     self.audited(&name, &digest, audit);
                 },
                 () = sleep_until(self.tick_at) => self.tick(),
-                _ = shutdown.changed() => return,
+                () = shutdown.cancelled() => return,
             }
             self.schedule_tick();
             self.send_entries();

@@ -65,7 +65,7 @@ pub struct Node {
     /// The pods the node runs, as its policies see them.
     pub admitted: Arc<wasmlet_plugin_host::Admitted>,
     pub dir: PathBuf,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl Node {
@@ -118,7 +118,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
     }
 }
 
@@ -179,7 +179,8 @@ pub async fn hollow_node(
             .await
             .expect("sources"),
     );
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     let events = Arc::new(MemoryRecorder::default());
     let admitted = Arc::new(wasmlet_plugin_host::Admitted::default());
     let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())]);
@@ -255,8 +256,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub config: FleetConfig,
     engine: PluginEngine,
-    /// Stops the controller.
-    controller: Option<tokio::sync::watch::Sender<bool>>,
+    /// Stops the controller when dropped.
+    controller: Option<tokio_util::sync::DropGuard>,
 }
 
 /// A file of deploy/.
@@ -372,7 +373,8 @@ impl Cluster {
 
     /// Starts `wasmlet controller` (one replica) against the double, as an admin.
     pub fn start_controller(&mut self) {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
         let options = wasmlet_fleet::controller::Options {
             namespace: "wasmlet-system".into(),
             lease: "wasmlet-controller".into(),
@@ -390,14 +392,12 @@ impl Cluster {
                 eprintln!("the controller stopped: {e}");
             }
         });
-        self.controller = Some(stop);
+        self.controller = Some(stop.drop_guard());
     }
 
     /// Stops the controller.
     pub fn stop_controller(&mut self) {
-        if let Some(stop) = self.controller.take() {
-            let _ = stop.send(true);
-        }
+        self.controller = None;
     }
 
     /// Waits until node `name` has its WasmletNode.
@@ -432,7 +432,7 @@ impl Cluster {
     /// Stops node `i` and starts it again (same directory).
     pub async fn restart_node(&mut self, i: usize) -> &Node {
         let name = self.nodes[i].name.clone();
-        let _ = self.nodes[i].stop.send(true);
+        self.nodes[i].stop.cancel();
         self.nodes[i] = self.start_node(&name).await;
         &self.nodes[i]
     }

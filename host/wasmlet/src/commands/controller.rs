@@ -78,10 +78,11 @@ pub async fn run(args: ControllerArgs) -> Result<()> {
         },
         count_period: Duration::from_secs(args.count_period),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
     tokio::spawn(async move {
         super::agent::shutdown_signal().await;
-        let _ = stop.send(true);
+        stop.cancel();
     });
     controller::run(client, &options, stopped)
         .await

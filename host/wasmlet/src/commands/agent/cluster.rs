@@ -2,6 +2,7 @@
 //! the node's registration, status and lease.
 
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use anyhow::{Context, Result};
 use tracing::info;
@@ -25,7 +26,7 @@ use crate::plugins::Loaded;
 pub(super) async fn connect(
     config: &Config,
     node: &str,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> Result<Option<kube::Client>> {
     let Some(kubeconfig) = &config.kubeconfig else {
         return Ok(None);
@@ -63,7 +64,7 @@ pub(super) fn serving_certificate(
     node: &str,
     names: Vec<String>,
     ips: Vec<std::net::IpAddr>,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> wasmlet_server::tls::ClusterCertificate {
     let slot = wasmlet_server::tls::ClusterCertificate::default();
     let publish = slot.clone();
@@ -98,7 +99,7 @@ pub(super) async fn start_plugins(
     config: &Config,
     facts: &NodeFacts,
     targets: PluginTargets<'_>,
-    stopped: tokio::sync::watch::Receiver<bool>,
+    stopped: CancellationToken,
 ) -> Result<()> {
     let PluginTargets {
         loaded,
@@ -154,7 +155,7 @@ pub(super) fn start_node(
     config: &Config,
     agent: &Arc<Agent<CriClient>>,
     reported: Reported,
-    stopped: tokio::sync::watch::Receiver<bool>,
+    stopped: CancellationToken,
 ) {
     let facts = agent.node.clone();
     info!(node = %facts.name, "cluster mode: registering the node; pods bound to it come from the API server");

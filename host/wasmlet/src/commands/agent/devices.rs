@@ -2,6 +2,7 @@
 //! runs, its resources in the node status.
 
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use tracing::error;
 use wasmlet_devices::Manager;
@@ -12,10 +13,7 @@ use crate::config::Config;
 /// Serves device plugin registrations, unless `devicePluginDir` is empty. A socket
 /// that cannot be served is an error in the log naming it, and the node runs on
 /// without device plugins (its static pods do not wait on them).
-pub(super) fn start(
-    config: &Config,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> Option<Arc<Manager>> {
+pub(super) fn start(config: &Config, stopped: CancellationToken) -> Option<Arc<Manager>> {
     let dir = config.device_plugin_dir.as_ref()?;
     let listener = match bind(dir) {
         Ok(l) => l,
@@ -28,7 +26,7 @@ pub(super) fn start(
     let serving = manager.clone();
     tokio::spawn(async move {
         let until = async move {
-            let _ = stopped.wait_for(|s| *s).await;
+            stopped.cancelled().await;
         };
         if let Err(e) = serve(serving, listener, until).await {
             error!(error = %e, "device plugin registrations stopped");

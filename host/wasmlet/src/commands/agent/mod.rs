@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{ArgMatches, Args, FromArgMatches};
 use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wasmlet_cri::CriClient;
 
@@ -135,12 +136,13 @@ async fn run_agent(
     // First: what the node cannot do (a reserved cgroup missing, systemd unreachable
     // under its driver) stops the start before anything is asked of the cluster.
     let pod_cgroups = node::pod_cgroups(&config, &facts).await?;
-    let (stop_cluster, cluster_stopped) = tokio::sync::watch::channel(false);
+    // Cancelled at SIGINT or SIGTERM: every loop the agent starts stops on it.
+    let stop = CancellationToken::new();
     // The API server's credentials (TLS bootstrap: one CSR round trip) while the plugins
     // compile.
     let plugins_config = plugins::effective(&config)?;
     let (cluster, loaded) = tokio::join!(
-        cluster::connect(&config, &facts.name, cluster_stopped.clone()),
+        cluster::connect(&config, &facts.name, stop.clone()),
         plugins::load(&plugins_config)
     );
     let (cluster, loaded) = (cluster?, Arc::new(loaded?));
@@ -164,11 +166,11 @@ async fn run_agent(
             events: plugin_events,
             admitted,
         };
-        let stopped = cluster_stopped.clone();
+        let stopped = stop.clone();
         cluster::start_plugins(client, &config, &facts, targets, stopped).await?;
     }
     let runtime_version = runtime_version(&runtime);
-    let devices = devices::start(&config, cluster_stopped.clone());
+    let devices = devices::start(&config, stop.clone());
     let agent = node::start(
         &config,
         runtime,
@@ -192,13 +194,13 @@ async fn run_agent(
         stats: &stats,
         cluster: cluster.as_ref(),
     };
-    let port = server::listen(serving, cluster_stopped.clone()).await?;
+    let port = server::listen(serving, stop.clone()).await?;
     let _log_rotation = log_rotation(&config, &agent);
     let _scavenger = scavenge();
     if let Some(dir) = own_containerd {
         tokio::spawn(containerd::supervise(agent.clone(), dir));
     }
-    node::graceful_shutdown(&config, &agent, shutdown.clone(), cluster_stopped.clone());
+    node::graceful_shutdown(&config, &agent, shutdown.clone(), stop.clone());
     if let Some(client) = cluster {
         let reported = cluster::Reported {
             runtime_version,
@@ -207,9 +209,9 @@ async fn run_agent(
             events,
             shutdown,
         };
-        cluster::start_node(client, &config, &agent, reported, cluster_stopped);
+        cluster::start_node(client, &config, &agent, reported, stop.clone());
     }
-    run_until_stopped(&agent, &stop_cluster).await
+    run_until_stopped(&agent, &stop).await
 }
 
 /// The runtime's name and version as the node reports them (`containerd://1.6.20`).
@@ -219,17 +221,16 @@ fn runtime_version(runtime: &CriClient) -> String {
 }
 
 /// Runs until SIGINT or SIGTERM, then stops the agent (its pods keep running) and
-/// exits.
+/// returns; `main` gives what is still in flight a moment, not a wait.
 async fn run_until_stopped(
     agent: &wasmlet_agent::agent::Agent<CriClient>,
-    stop_cluster: &tokio::sync::watch::Sender<bool>,
+    stop: &CancellationToken,
 ) -> Result<()> {
     shutdown_signal().await;
     info!("stopping (pods keep running; a restarted agent adopts them)");
-    let _ = stop_cluster.send(true);
+    stop.cancel();
     agent.shutdown().await;
-    // Exit here: dropping the runtime would cancel plugin calls still in flight.
-    std::process::exit(0)
+    Ok(())
 }
 
 /// Usage of the node and its pods, sampled every housekeeping period (the kubelet

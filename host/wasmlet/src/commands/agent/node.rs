@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use anyhow::Result;
 use tracing::{info, warn};
@@ -141,7 +142,7 @@ pub(super) fn graceful_shutdown(
     config: &Config,
     agent: &Arc<Agent<CriClient>>,
     state: wasmlet_shutdown::ShutdownState,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     if config.shutdown.groups.is_empty() {
         return;

@@ -2,6 +2,7 @@
 //! there is one, the metrics it serves.
 
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use anyhow::Result;
 use prometheus_client::registry::Registry;
@@ -27,10 +28,7 @@ pub(super) struct Serving<'a> {
 
 /// Starts healthz, the read-only port and the kubelet server; returns the port the node
 /// reports (a `port` of 0 takes a free one, for several agents on one machine).
-pub(super) async fn listen(
-    s: Serving<'_>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<i32> {
+pub(super) async fn listen(s: Serving<'_>, stop: CancellationToken) -> Result<i32> {
     let config = s.config;
     crate::http::start(
         crate::http::Endpoints {
@@ -61,7 +59,7 @@ async fn start(
     registry: &Arc<Registry>,
     stats: &Arc<wasmlet_stats::Stats>,
     cluster: Option<&kube::Client>,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> Result<wasmlet_server::Served> {
     let node = &agent.node;
     if cluster.is_none() {
