@@ -23,8 +23,9 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
+use crate::ca::ClusterCa;
 use crate::store::{Store, now_rfc3339, status};
-use crate::tls::{ClusterCa, Identity, bound};
+use crate::tls::{Identity, bound};
 
 /// Where CSRs live.
 pub(crate) const PREFIX: &str = "apis/certificates.k8s.io/v1";
@@ -65,7 +66,7 @@ impl crate::sim::ApiServerSim {
     pub(crate) fn signing(&self) -> Dating {
         let (duration, backdate) = *self.signing_dating();
         Dating {
-            duration: duration.unwrap_or(crate::tls::YEAR),
+            duration: duration.unwrap_or(crate::ca::YEAR),
             backdate: backdate.unwrap_or(Duration::from_secs(300)),
         }
     }
@@ -298,7 +299,7 @@ fn add_condition(store: &mut Store, name: &str, c: Value) -> Option<Value> {
     store.write(&key, object, Some("status")).ok()
 }
 
-fn key(name: &str) -> crate::sim::Key {
+fn key(name: &str) -> crate::store::Key {
     (PREFIX.into(), RESOURCE.into(), String::new(), name.into())
 }
 
@@ -448,7 +449,7 @@ mod tests {
         let mut params =
             rcgen::CertificateParams::new(dns.iter().map(|d| (*d).to_owned()).collect::<Vec<_>>())
                 .expect("params");
-        params.distinguished_name = crate::tls::subject(cn, orgs);
+        params.distinguished_name = crate::ca::subject(cn, orgs);
         let pem = params
             .serialize_request(&key)
             .expect("csr")

@@ -47,28 +47,34 @@
 //!
 //! Errors are `Status` objects with the API server's reasons and codes.
 //!
-//! Here: [`ApiServerSim`], what tests call. `store` keeps the objects and the rules of
-//! each verb; `http` parses paths and answers requests (watches included); `node_proxy`
-//! is the way to the kubelets and the reviews.
+//! Here: [`ApiServerSim`] (`sim`), what tests call, and the state it shares with its
+//! server. `store` keeps the objects and the rules of each verb; `serve` runs the
+//! server (HTTP or HTTPS) and `http` parses paths and answers requests (watches
+//! included); `tls` says who asks and `ca` signs for the cluster; `node_proxy` is the
+//! way to the kubelets (through `kubelet_client`) and the reviews.
 
 mod apply;
+mod ca;
 mod certificates;
 mod crd;
 mod defaults;
 mod http;
 mod kubeconfig;
+mod kubelet_client;
 mod log_ws;
 mod node_proxy;
 mod policy;
 mod resize;
+mod serve;
 mod sim;
 mod store;
 mod tls;
 mod values;
 
 pub use kubeconfig::{write_kubeconfig, write_kubeconfig_as};
-pub use node_proxy::DEFAULT_ADDRESS_TYPES;
-pub use sim::{ApiServerSim, Change, Served};
+pub use kubelet_client::DEFAULT_ADDRESS_TYPES;
+pub use serve::Served;
+pub use sim::{ApiServerSim, Change};
 pub use tls::{Identity, write_bootstrap_kubeconfig};
 
 #[cfg(test)]

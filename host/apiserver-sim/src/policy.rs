@@ -23,7 +23,7 @@ use cel::objects::{Key as CelKey, Map as CelMap};
 use cel::{Context, Program, Value as CelValue};
 use serde_json::{Value, json};
 
-use crate::sim::Key;
+use crate::store::Key;
 use crate::store::{Store, status};
 use crate::tls::Identity;
 

@@ -2,20 +2,13 @@
 //! client, and the server it runs.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use axum::Router;
 use serde_json::{Value, json};
 
-use crate::http::handle;
-use crate::node_proxy::{self, DEFAULT_ADDRESS_TYPES};
-use crate::store::Store;
-use crate::tls;
-
-/// Where an object lives: API prefix (`api/v1`, `apis/coordination.k8s.io/v1`),
-/// resource (`pods`), namespace (empty for cluster-scoped), name.
-pub(crate) type Key = (String, String, String, String);
+use crate::ca::ClusterCa;
+use crate::kubelet_client::{DEFAULT_ADDRESS_TYPES, KubeletClient};
+use crate::store::{Key, Store};
 
 /// A change to a stored object: ADDED, MODIFIED or DELETED.
 #[derive(Debug, Clone)]
@@ -50,34 +43,12 @@ pub struct ApiServerSim {
     /// Added before every write is answered (a slow API server).
     pub(crate) latency: Arc<Mutex<std::time::Duration>>,
     pub(crate) access: Arc<Mutex<Access>>,
-    pub(crate) kubelet_client: Arc<std::sync::OnceLock<Result<node_proxy::KubeletClient, String>>>,
+    pub(crate) kubelet_client: Arc<std::sync::OnceLock<Result<KubeletClient, String>>>,
     /// The cluster's CA (HTTPS, client certificates, CSRs), made at first use.
-    pub(crate) cluster_ca: Arc<std::sync::OnceLock<Result<tls::ClusterCa, String>>>,
+    pub(crate) cluster_ca: Arc<std::sync::OnceLock<Result<ClusterCa, String>>>,
     /// `--cluster-signing-duration` (a year unless set) and the signer's backdating (5
     /// minutes unless set).
     pub(crate) signing: Arc<Mutex<(Option<std::time::Duration>, Option<std::time::Duration>)>>,
-}
-
-/// A running server.
-pub struct Served {
-    /// Its address on loopback.
-    pub addr: SocketAddr,
-    pub(crate) https: bool,
-    pub(crate) task: tokio::task::JoinHandle<()>,
-}
-
-impl Served {
-    /// `http://127.0.0.1:<port>` (`https://` when served over TLS).
-    pub fn url(&self) -> String {
-        let scheme = if self.https { "https" } else { "http" };
-        format!("{scheme}://{}", self.addr)
-    }
-
-    /// Stops serving and drops every connection, as when an API server goes away (the
-    /// store stays: serving again on the same address is the API server coming back).
-    pub fn stop(self) {
-        self.task.abort();
-    }
 }
 
 impl ApiServerSim {
@@ -94,59 +65,6 @@ impl ApiServerSim {
                             "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}}),
         );
         sim
-    }
-
-    /// Serves on `addr` (port 0: any free port).
-    pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<Served> {
-        self.serve_on(addr, None).await
-    }
-
-    /// Serves on `addr`, over TLS with `tls` (the client certificate of each
-    /// connection, when verified, is who its requests come from).
-    pub(crate) async fn serve_on(
-        &self,
-        addr: SocketAddr,
-        tls: Option<tokio_rustls::TlsAcceptor>,
-    ) -> std::io::Result<Served> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let app = Router::new().fallback(handle).with_state(self.clone());
-        let https = tls.is_some();
-        // Connections are this task's: stopping it drops them all, as a server that goes
-        // away does.
-        let task = tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (app, tls) = (app.clone(), tls.clone());
-                connections.spawn(async move {
-                    let http = hyper::server::conn::http1::Builder::new();
-                    let Some(tls) = tls else {
-                        let service = hyper_util::service::TowerToHyperService::new(app);
-                        let io = hyper_util::rt::TokioIo::new(stream);
-                        let _ = http.serve_connection(io, service).with_upgrades().await;
-                        return;
-                    };
-                    let Ok(stream) = tls.accept(stream).await else {
-                        return;
-                    };
-                    let peer = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(tls::certificate_identity);
-                    let app = app.layer(axum::Extension(tls::PeerIdentity(peer)));
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = http.serve_connection(io, service).with_upgrades().await;
-                });
-                while connections.try_join_next().is_some() {}
-            }
-        });
-        Ok(Served { addr, https, task })
     }
 
     /// The stored object, if any (`ns` empty for cluster-scoped).
@@ -283,9 +201,17 @@ impl ApiServerSim {
         self.kubelet_client().map(|c| c.ca_pem.clone())
     }
 
-    pub(crate) fn kubelet_client(&self) -> Result<&node_proxy::KubeletClient, String> {
+    /// The cluster CA, made at first use.
+    pub(crate) fn cluster_ca(&self) -> Result<&ClusterCa, String> {
+        self.cluster_ca
+            .get_or_init(ClusterCa::new)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    pub(crate) fn kubelet_client(&self) -> Result<&KubeletClient, String> {
         self.kubelet_client
-            .get_or_init(|| node_proxy::KubeletClient::new(None))
+            .get_or_init(|| KubeletClient::new(None))
             .as_ref()
             .map_err(Clone::clone)
     }

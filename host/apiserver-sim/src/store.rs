@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::crd::{self, Crd};
-use crate::sim::Key;
 pub(crate) use crate::values::{now_rfc3339, status};
+
+/// Where an object lives: API prefix (`api/v1`, `apis/coordination.k8s.io/v1`),
+/// resource (`pods`), namespace (empty for cluster-scoped), name.
+pub(crate) type Key = (String, String, String, String);
 
 /// One change, as watches see it; shared by every watch it reaches, and encoded for the
 /// wire once however many watches send it (the API server's watch cache does the same).

@@ -1,7 +1,8 @@
 use crate::http::parse;
 use serde_json::{Value, json};
 
-use crate::sim::{ApiServerSim, Key};
+use crate::sim::ApiServerSim;
+use crate::store::Key;
 use crate::store::Store;
 use crate::store::{merge, now_rfc3339, selects};
 use crate::values::percent_decode;

@@ -81,8 +81,12 @@ impl Backend {
         )?;
         Ok(Self {
             compiler,
-            probe: probe::linker(&engine)?,
-            source: source::linker(&engine)?,
+            probe: with_wasi_http(&engine, |l| {
+                probe::ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
+            })?,
+            source: with_wasi_http(&engine, |l| {
+                source::PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
+            })?,
             admission,
             engine,
         })
@@ -95,6 +99,20 @@ impl Backend {
             World::Source => &self.source,
         }
     }
+}
+
+/// A linker of WASI and wasi:http (what a call reaches is checked per call against its
+/// grants: a probe handler's network, a source's directory and URLs) with the world's
+/// own imports added by `world`.
+fn with_wasi_http(
+    engine: &Engine,
+    world: impl FnOnce(&mut Linker<PluginState>) -> wasmtime::Result<()>,
+) -> wasmtime::Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    world(&mut linker)?;
+    Ok(linker)
 }
 
 /// The engine's settings: component model, async calls, epoch interruption, the pooling

@@ -9,10 +9,11 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::admission::Admission;
+use crate::admission::input::Admission;
 use crate::bindings::wasmlet::plugin::host::Level;
 use crate::limits::{Limits, MAX_CORE_INSTANCES};
-use crate::{bindings, guest, http, probe};
+use crate::probe::exec::ContainerExec;
+use crate::{bindings, guest, http};
 
 /// Per-call state a plugin instance sees through its imports.
 pub struct PluginState {
@@ -23,7 +24,7 @@ pub struct PluginState {
     /// The admission an admission policy's current call decides on.
     pub(crate) admission: Option<Arc<Admission>>,
     /// The probed container's exec, when the handler is granted it.
-    pub(crate) exec: Option<Arc<dyn probe::ContainerExec>>,
+    pub(crate) exec: Option<Arc<dyn ContainerExec>>,
     /// What WASI grants; `None` grants nothing and is built on the guest's first WASI
     /// call (a policy that never makes one — most — never pays for building it).
     pub(crate) wasi: Option<WasiCtx>,

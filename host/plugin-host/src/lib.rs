@@ -32,6 +32,7 @@ pub mod backend;
 #[allow(missing_docs)]
 pub(crate) mod bindings;
 pub mod cache;
+mod call;
 pub mod chain;
 pub mod config;
 pub mod convert;

@@ -9,12 +9,12 @@ use wasmtime::Engine;
 use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::cache::CacheOutcome;
-use crate::engine::call_error;
+use crate::call::{Clock, Running, call_error};
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::limits::Limits;
 use crate::metrics::CallMetrics;
-use crate::{backend, engine, guest};
+use crate::{backend, guest};
 
 /// What every loaded plugin is, whatever its kind: its name and version, its settings,
 /// the engine it runs on and where its calls are counted.
@@ -24,7 +24,7 @@ pub struct Loaded {
     pub(crate) outcome: CacheOutcome,
     pub(crate) compiler: backend::Compiler,
     pub(crate) engine: Engine,
-    pub(crate) clock: Arc<engine::Clock>,
+    pub(crate) clock: Arc<Clock>,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) limits: Limits,
     pub(crate) metrics: CallMetrics,
@@ -60,7 +60,7 @@ impl Loaded {
 
     /// Marks a call (or an instantiation: guest code runs then too) under way until the
     /// guard is dropped: the epoch advances only while one is.
-    pub(crate) fn running(&self) -> engine::Running {
+    pub(crate) fn running(&self) -> Running {
         self.clock.running()
     }
 

@@ -16,7 +16,8 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::call::plugin_store;
+use crate::engine::{LoadKind, PluginEngine};
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};

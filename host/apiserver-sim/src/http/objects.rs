@@ -11,7 +11,8 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::{Target, error, parse, query_param, reply};
-use crate::sim::{ApiServerSim, Key};
+use crate::sim::ApiServerSim;
+use crate::store::Key;
 use crate::store::{Store, kind_of, merge, now_rfc3339, selects, status};
 use crate::tls::Identity;
 use crate::{apply, certificates, crd, policy};

@@ -83,7 +83,7 @@ struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, key: &crate::sim::Key, object: &Value) -> bool {
+    fn matches(&self, key: &crate::store::Key, object: &Value) -> bool {
         key.0 == self.prefix
             && key.1 == self.resource
             && (self.ns.is_empty() || key.2 == self.ns)

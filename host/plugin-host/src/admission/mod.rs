@@ -1,5 +1,6 @@
-//! Admission policies: the pod and node lent to a guest as `pod-view` and `node-view`,
-//! and [`AdmissionPlugin`], which decides on reused or fresh instances.
+//! Admission policies: [`AdmissionPlugin`], which decides on reused or fresh instances;
+//! what it decides on ([`input`]) is lent to the guest as `pod-view` and `node-view`
+//! ([`views`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,104 +9,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::Store;
 
+use crate::bindings;
 use crate::bindings::exports::wasmlet::plugin::admission::Verdict;
-use crate::bindings::wasmlet::plugin::admission_input::{NodeView, PodView};
-use crate::bindings::wasmlet::plugin::types::{
-    Container, HostPortInUse, Node, NodeSelectorTerm, NodeUsage, Pod, ResourceList, Taint,
-    Toleration,
-};
-use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::call::plugin_store;
+use crate::engine::{LoadKind, PluginEngine};
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::limits::{InstanceMode, Limits};
 use crate::loaded::{CallResult, Loaded, Plugin};
-use crate::{bindings, resources};
 
-/// What a node carries, as admission sees it: the usage summed over its active pods
-/// and the host ports they hold. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct NodeLoad {
-    /// Summed requests and pod count.
-    pub usage: NodeUsage,
-    /// Host ports held.
-    pub host_ports: Arc<[HostPortInUse]>,
-}
+pub(crate) mod input;
+mod views;
 
-/// One pod's admission: the pod, the node it would join and what that node already
-/// carries. A policy reads them field by field through the `pod-view` and `node-view`
-/// resources (nothing is copied into a guest that it does not ask for). Made once per
-/// pod and shared by every link of a chain: what a link works out for the pod (its
-/// summed requests, its JSON) is worked out once.
-pub struct Admission {
-    pod: Arc<Pod>,
-    node: Arc<Node>,
-    load: NodeLoad,
-    requests: std::sync::OnceLock<ResourceList>,
-    json: std::sync::OnceLock<String>,
-    make_json: Box<dyn Fn() -> String + Send + Sync>,
-}
-
-impl std::fmt::Debug for Admission {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admission")
-            .field("pod", &self.pod.name)
-            .field("node", &self.node.name)
-            .finish()
-    }
-}
-
-impl Admission {
-    /// The admission of `pod` to `node`, which carries `load`. `pod_json` makes the
-    /// whole pod as Kubernetes JSON; it runs only if a policy asks, and once.
-    pub fn new(
-        pod: impl Into<Arc<Pod>>,
-        node: impl Into<Arc<Node>>,
-        load: NodeLoad,
-        pod_json: impl Fn() -> String + Send + Sync + 'static,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            pod: pod.into(),
-            node: node.into(),
-            load,
-            requests: std::sync::OnceLock::new(),
-            json: std::sync::OnceLock::new(),
-            make_json: Box::new(pod_json),
-        })
-    }
-
-    /// The pod under admission.
-    pub fn pod(&self) -> &Arc<Pod> {
-        &self.pod
-    }
-
-    /// The node it would join.
-    pub fn node(&self) -> &Arc<Node> {
-        &self.node
-    }
-
-    /// What the node already carries.
-    pub fn load(&self) -> &NodeLoad {
-        &self.load
-    }
-
-    /// What the pod requests, summed the kubelet's way ([`resources::pod_requests`]).
-    pub fn requests(&self) -> &ResourceList {
-        self.requests
-            .get_or_init(|| resources::pod_requests(&self.pod))
-    }
-
-    /// The pod as JSON, made on first use.
-    pub fn json(&self) -> &str {
-        self.json.get_or_init(|| (self.make_json)())
-    }
-}
-
-/// A `pod-view` or `node-view` handle to lend the guest for one `admit` call. It stands
-/// for the call's [`Admission`], which the store holds while the call runs, so the host
-/// keeps no resource table for it (the handle's number is not looked at).
-fn lent<T: 'static>() -> wasmtime::component::Resource<T> {
-    wasmtime::component::Resource::new_borrow(0)
-}
+pub use input::{Admission, NodeLoad};
+use views::lent;
 
 /// Idle instances kept per plugin in [`InstanceMode::Reused`].
 const IDLE_PER_PLUGIN: usize = 8;
@@ -115,146 +32,6 @@ const IDLE_PER_PLUGIN: usize = 8;
 /// back once it is over — for a Python or JavaScript policy each holds megabytes of its
 /// interpreter's heap — and the first decision after a quiet spell makes a new one.
 pub const IDLE_INSTANCE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl PluginState {
-    /// The admission the current call decides on. A guest holds a `pod-view` or
-    /// `node-view` only while `admit` runs, when the host has set it; a read at any
-    /// other time (which the component model's borrow rules prevent) traps.
-    fn admission(&self) -> wasmtime::Result<&Admission> {
-        self.admission
-            .as_deref()
-            .ok_or_else(|| wasmtime::format_err!("pod-view or node-view read outside admit"))
-    }
-
-    /// The pod the current call decides on.
-    fn pod(&self) -> wasmtime::Result<&Pod> {
-        Ok(&self.admission()?.pod)
-    }
-
-    /// The node the current call decides on.
-    fn node(&self) -> wasmtime::Result<&Node> {
-        Ok(&self.admission()?.node)
-    }
-}
-
-type Lent<T> = wasmtime::component::Resource<T>;
-
-impl bindings::wasmlet::plugin::admission_input::Host for PluginState {}
-
-impl bindings::wasmlet::plugin::admission_input::HostPodView for PluginState {
-    fn uid(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
-        Ok(self.pod()?.uid.clone())
-    }
-
-    fn name(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
-        Ok(self.pod()?.name.clone())
-    }
-
-    fn namespace(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
-        Ok(self.pod()?.namespace.clone())
-    }
-
-    fn labels(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(self.pod()?.labels.clone())
-    }
-
-    fn annotations(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(self.pod()?.annotations.clone())
-    }
-
-    fn containers(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Container>> {
-        Ok(self.pod()?.containers.clone())
-    }
-
-    fn init_containers(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Container>> {
-        Ok(self.pod()?.init_containers.clone())
-    }
-
-    fn overhead(&mut self, _: Lent<PodView>) -> wasmtime::Result<ResourceList> {
-        Ok(self.pod()?.overhead.clone())
-    }
-
-    fn requests(&mut self, _: Lent<PodView>) -> wasmtime::Result<ResourceList> {
-        Ok(self.admission()?.requests().clone())
-    }
-
-    fn node_selector(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(self.pod()?.node_selector.clone())
-    }
-
-    fn required_node_affinity(
-        &mut self,
-        _: Lent<PodView>,
-    ) -> wasmtime::Result<Vec<NodeSelectorTerm>> {
-        Ok(self.pod()?.required_node_affinity.clone())
-    }
-
-    fn tolerations(&mut self, _: Lent<PodView>) -> wasmtime::Result<Vec<Toleration>> {
-        Ok(self.pod()?.tolerations.clone())
-    }
-
-    fn host_network(&mut self, _: Lent<PodView>) -> wasmtime::Result<bool> {
-        Ok(self.pod()?.host_network)
-    }
-
-    fn priority(&mut self, _: Lent<PodView>) -> wasmtime::Result<i32> {
-        Ok(self.pod()?.priority)
-    }
-
-    fn static_pod(&mut self, _: Lent<PodView>) -> wasmtime::Result<bool> {
-        Ok(self.pod()?.static_pod)
-    }
-
-    fn source(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
-        Ok(self.pod()?.source.clone())
-    }
-
-    fn whole(&mut self, _: Lent<PodView>) -> wasmtime::Result<Pod> {
-        Ok(self.pod()?.clone())
-    }
-
-    fn json(&mut self, _: Lent<PodView>) -> wasmtime::Result<String> {
-        Ok(self.admission()?.json().to_owned())
-    }
-
-    fn drop(&mut self, _: Lent<PodView>) -> wasmtime::Result<()> {
-        Ok(())
-    }
-}
-
-impl bindings::wasmlet::plugin::admission_input::HostNodeView for PluginState {
-    fn name(&mut self, _: Lent<NodeView>) -> wasmtime::Result<String> {
-        Ok(self.node()?.name.clone())
-    }
-
-    fn labels(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<(String, String)>> {
-        Ok(self.node()?.labels.clone())
-    }
-
-    fn taints(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<Taint>> {
-        Ok(self.node()?.taints.clone())
-    }
-
-    fn allocatable(&mut self, _: Lent<NodeView>) -> wasmtime::Result<ResourceList> {
-        Ok(self.node()?.allocatable.clone())
-    }
-
-    fn usage(&mut self, _: Lent<NodeView>) -> wasmtime::Result<NodeUsage> {
-        Ok(self.admission()?.load.usage.clone())
-    }
-
-    fn host_ports_in_use(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Vec<HostPortInUse>> {
-        Ok(self.admission()?.load.host_ports.to_vec())
-    }
-
-    fn whole(&mut self, _: Lent<NodeView>) -> wasmtime::Result<Node> {
-        Ok(self.node()?.clone())
-    }
-
-    fn drop(&mut self, _: Lent<NodeView>) -> wasmtime::Result<()> {
-        Ok(())
-    }
-}
 
 /// A loaded admission policy.
 pub struct AdmissionPlugin {

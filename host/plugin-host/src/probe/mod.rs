@@ -12,14 +12,14 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
-use crate::engine::{LoadKind, PluginEngine, plugin_store};
+use crate::call::plugin_store;
+use crate::engine::{LoadKind, PluginEngine};
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};
@@ -27,23 +27,15 @@ use crate::limits::Limits;
 use crate::loaded::{CallResult, Loaded, Plugin};
 use crate::world::probe as bindings;
 
+pub(crate) mod exec;
+
 pub use bindings::exports::wasmlet::plugin::probe::{
     Action, GrpcAction, HttpGetAction, Outcome, ProbeKind, Target, TcpSocketAction,
 };
-pub use bindings::wasmlet::plugin::exec::ExecOutput;
+pub use exec::{ContainerExec, ExecOutput};
 
 /// How long past the probe's timeout a check may run before it is cut off.
 pub const PROBE_GRACE: Duration = Duration::from_millis(500);
-
-/// Runs a command in the probed container (the agent wires it to CRI ExecSync).
-pub trait ContainerExec: Send + Sync + 'static {
-    /// Runs `command` and waits at most `timeout`; an error is the runtime's.
-    fn exec_sync(
-        &self,
-        command: Vec<String>,
-        timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, String>> + Send + '_>>;
-}
 
 pub use crate::network::NetworkGrant;
 

@@ -1,10 +1,5 @@
-//! The `probe-handler` world: its bindings and its linker.
+//! The `probe-handler` world: its bindings (its linker is in [`crate::backend`]).
 #![allow(missing_docs)]
-
-use wasmtime::Engine;
-use wasmtime::component::{HasSelf, Linker};
-
-use crate::host::PluginState;
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -17,11 +12,3 @@ wasmtime::component::bindgen!({
         "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
     },
 });
-
-/// The linker of the `probe-handler` world: WASI (nothing granted unless the call's
-/// context grants it), the platform, `exec`.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    super::with_wasi_http(engine, |l| {
-        ProbeHandler::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
-    })
-}

@@ -1,10 +1,5 @@
-//! The `pod-source` world: its bindings and its linker.
+//! The `pod-source` world: its bindings (its linker is in [`crate::backend`]).
 #![allow(missing_docs)]
-
-use wasmtime::Engine;
-use wasmtime::component::{HasSelf, Linker};
-
-use crate::host::PluginState;
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -14,11 +9,3 @@ wasmtime::component::bindgen!({
         "wasmlet:plugin/host": crate::bindings::wasmlet::plugin::host,
     },
 });
-
-/// The linker of the `pod-source` world: WASI (the granted directory only), wasi:http
-/// (granted URLs only), the platform.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<PluginState>> {
-    super::with_wasi_http(engine, |l| {
-        PodSource::add_to_linker::<PluginState, HasSelf<PluginState>>(l, |s| s)
-    })
-}
