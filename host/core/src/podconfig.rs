@@ -83,8 +83,9 @@ impl fmt::Display for Problem {
     }
 }
 
+/// What the merger holds of one source: whether it has reported yet, and its pods.
 #[derive(Debug, Default)]
-struct SourceSet {
+struct SourceState {
     seen: bool,
     pods: BTreeMap<String, Arc<k8s::Pod>>,
     /// The manifest directory it reads, if any (static pod UIDs hash the full path).
@@ -96,7 +97,7 @@ struct SourceSet {
 pub struct PodConfig {
     node_name: String,
     /// Sources in configured order: an earlier source wins a name both claim.
-    sources: Vec<(String, SourceSet)>,
+    sources: Vec<(String, SourceState)>,
 }
 
 /// What one report of a source changed.
@@ -139,7 +140,7 @@ impl PodConfig {
             node_name: node_name.to_owned(),
             sources: sources
                 .into_iter()
-                .map(|s| (s, SourceSet::default()))
+                .map(|s| (s, SourceState::default()))
                 .collect(),
         }
     }
@@ -156,7 +157,7 @@ impl PodConfig {
     /// Pods from a source the cluster adds: it has not reported until its first set.
     pub fn add_source(&mut self, source: &str) {
         if !self.sources.iter().any(|(name, _)| name == source) {
-            self.sources.push((source.to_owned(), SourceSet::default()));
+            self.sources.push((source.to_owned(), SourceState::default()));
         }
     }
 
