@@ -54,7 +54,7 @@ impl Checker for ProbeHandlers {
         exec: Option<Arc<dyn ContainerExec>>,
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
         Box::pin(async move {
-            let handler = self.for_kind(kind)?;
+            let handler = self.for_kind(kind).map_err(|e| e.to_string())?;
             handler.check(target, exec).await.map_err(|e| e.to_string())
         })
     }

@@ -157,7 +157,8 @@ impl PodConfig {
     /// Pods from a source the cluster adds: it has not reported until its first set.
     pub fn add_source(&mut self, source: &str) {
         if !self.sources.iter().any(|(name, _)| name == source) {
-            self.sources.push((source.to_owned(), SourceState::default()));
+            self.sources
+                .push((source.to_owned(), SourceState::default()));
         }
     }
 

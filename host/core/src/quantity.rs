@@ -16,19 +16,38 @@ pub fn binary_scaled(bytes: u64) -> (u64, usize) {
     (value, power)
 }
 
+/// A quantity that does not read (its text as written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// Not a quantity at all.
+    #[error("invalid quantity {0:?}")]
+    Invalid(String),
+    /// Below zero, which no request, limit or capacity may be.
+    #[error("quantity {0:?} is negative")]
+    Negative(String),
+    /// Past what a `u64` holds at the scale asked for.
+    #[error("quantity {0:?} is too large")]
+    TooLarge(String),
+}
+
+/// A duration that does not read (its text as written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {0:?} (expected e.g. 500ms, 1s, 1m30s)")]
+pub struct DurationError(pub String);
+
 /// Parses a Kubernetes quantity (`500m`, `1.5Gi`, `2e3`, `128974848`) and returns it
 /// multiplied by `10^scale`, rounded up: scale 3 gives millicores, scale 0 bytes.
 /// Negative quantities are refused (requests, limits and capacities cannot be negative).
-pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
+pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, QuantityError> {
     let s = text.trim();
-    let invalid = || format!("invalid quantity {text:?}");
+    let invalid = || QuantityError::Invalid(text.to_owned());
     let digits_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());
     let (number, suffix) = s.split_at(digits_end);
     let number = number.strip_prefix('+').unwrap_or(number);
     if number.starts_with('-') {
-        return Err(format!("quantity {text:?} is negative"));
+        return Err(QuantityError::Negative(text.to_owned()));
     }
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() && fraction.is_empty()
@@ -41,7 +60,7 @@ pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
     let mantissa_digits = format!("{whole}{fraction}");
     let mantissa_digits = mantissa_digits.trim_start_matches('0');
     if mantissa_digits.len() > 30 {
-        return Err(format!("quantity {text:?} is too large"));
+        return Err(QuantityError::TooLarge(text.to_owned()));
     }
     let mantissa: u128 = if mantissa_digits.is_empty() {
         0
@@ -76,7 +95,7 @@ pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
             exp10 += exponent;
         }
     }
-    let too_large = || format!("quantity {text:?} is too large");
+    let too_large = || QuantityError::TooLarge(text.to_owned());
     if mantissa == 0 {
         return Ok(0);
     }
@@ -97,8 +116,8 @@ pub fn parse_quantity(text: &str, scale: i32) -> Result<u64, String> {
 }
 
 /// Parses a Kubernetes duration (`metav1.Duration` text: `500ms`, `1s`, `1m30s`, `2h`).
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (expected e.g. 500ms, 1s, 1m30s)");
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, DurationError> {
+    let invalid = || DurationError(text.to_owned());
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(invalid());

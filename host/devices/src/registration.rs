@@ -110,8 +110,19 @@ pub async fn serve(
     Ok(())
 }
 
+/// A plugin socket that does not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// The connection failed.
+    #[error("failed to dial device plugin: {0}")]
+    Connect(#[source] tonic::transport::Error),
+    /// Nothing answered within [`DIAL_TIMEOUT`].
+    #[error("failed to dial device plugin: no answer within {DIAL_TIMEOUT:?}")]
+    Timeout,
+}
+
 /// Dials the plugin socket `path`, waiting for it at most [`DIAL_TIMEOUT`].
-pub async fn dial(path: PathBuf) -> Result<Channel, String> {
+pub async fn dial(path: PathBuf) -> Result<Channel, DialError> {
     let endpoint = Endpoint::from_static("http://localhost");
     let connect = endpoint.connect_with_connector(tower::service_fn(move |_: Uri| {
         let path = path.clone();
@@ -119,10 +130,8 @@ pub async fn dial(path: PathBuf) -> Result<Channel, String> {
     }));
     match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
         Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(e)) => Err(format!("failed to dial device plugin: {e}")),
-        Err(_) => Err(format!(
-            "failed to dial device plugin: no answer within {DIAL_TIMEOUT:?}"
-        )),
+        Ok(Err(e)) => Err(DialError::Connect(e)),
+        Err(_) => Err(DialError::Timeout),
     }
 }
 
@@ -149,7 +158,9 @@ impl Registrar {
                 r.endpoint
             ));
         }
-        let channel = dial(self.manager.dir().join(&r.endpoint)).await?;
+        let channel = dial(self.manager.dir().join(&r.endpoint))
+            .await
+            .map_err(|e| e.to_string())?;
         let mut client = DevicePluginClient::new(channel);
         let options = client
             .get_device_plugin_options(proto::Empty {})

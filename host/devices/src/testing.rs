@@ -207,7 +207,9 @@ impl TestPlugin {
 
     /// Registers with the agent's `kubelet.sock` in `dir` for `resource`.
     pub async fn register(&self, dir: &Path, resource: &str) -> Result<(), Status> {
-        let channel = dial(dir.join(SOCKET)).await.map_err(Status::unavailable)?;
+        let channel = dial(dir.join(SOCKET))
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         RegistrationClient::new(channel)
             .register(proto::RegisterRequest {
                 version: VERSION.into(),

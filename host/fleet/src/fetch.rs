@@ -134,7 +134,7 @@ impl Fetcher {
     /// The component `desired` names, on disk and checked: from the node's store when it
     /// is there (and was verified as the node asks now), else fetched and verified. The
     /// error says what went wrong, naming the source.
-    pub async fn fetch(&self, desired: &Desired) -> Result<Fetched, String> {
+    pub async fn fetch(&self, desired: &Desired) -> Result<Fetched, FetchError> {
         let path = Self::path(&self.dir, &desired.sha256);
         if let Ok(bytes) = tokio::fs::read(&path).await
             && sha256_hex(&bytes) == desired.sha256
@@ -147,28 +147,32 @@ impl Fetcher {
             self.download(&desired.source, &desired.sha256),
         )
         .await
-        .map_err(|_| {
-            format!(
-                "{}: no answer within {}s",
-                describe(&desired.source, &self.namespace),
-                FETCH_TIMEOUT.as_secs()
-            )
-        })??;
+        .map_err(|_| FetchError::Timeout {
+            what: describe(&desired.source, &self.namespace),
+            within: FETCH_TIMEOUT,
+        })?
+        .map_err(FetchError::Source)?;
         let got = sha256_hex(&bytes);
         if got != desired.sha256 {
-            return Err(format!(
-                "digest mismatch: {} is sha256:{got}, the object pins sha256:{}",
-                describe(&desired.source, &self.namespace),
-                desired.sha256
-            ));
+            return Err(FetchError::Digest {
+                what: describe(&desired.source, &self.namespace),
+                got,
+                pinned: desired.sha256.clone(),
+            });
         }
-        let verified = self.verify(&provenance, &bytes).await?;
+        let verified = self
+            .verify(&provenance, &bytes)
+            .await
+            .map_err(FetchError::Refused)?;
         // Written whole, then renamed: a reader never sees half a component.
         let partial = self.dir.join(format!(".{}.partial", desired.sha256));
         tokio::fs::write(&partial, &bytes)
             .await
             .and(tokio::fs::rename(&partial, &path).await)
-            .map_err(|e| format!("keeping the component in {}: {e}", self.dir.display()))?;
+            .map_err(|source| FetchError::Keep {
+                dir: self.dir.clone(),
+                source,
+            })?;
         self.record(&desired.sha256, &verified);
         Ok(Fetched { path, verified })
     }
@@ -450,11 +454,66 @@ fn oci_client(insecure: bool, registry: &str, auth: &RegistryAuth) -> OciClient 
         .clone()
 }
 
+/// Why a component could not be fetched, naming its source.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The source did not answer in time.
+    #[error("{what}: no answer within {}s", within.as_secs())]
+    Timeout {
+        /// The source (`oci://REF`, `ConfigMap NS/NAME key KEY`).
+        what: String,
+        /// How long it was given.
+        within: Duration,
+    },
+    /// The source could not be read (its message names it).
+    #[error("{0}")]
+    Source(String),
+    /// The bytes are not the ones the object pins.
+    #[error("digest mismatch: {what} is sha256:{got}, the object pins sha256:{pinned}")]
+    Digest {
+        /// The source.
+        what: String,
+        /// The digest of what came.
+        got: String,
+        /// The digest the object names.
+        pinned: String,
+    },
+    /// Its signature is missing or does not verify, and the node requires one.
+    #[error("{0}")]
+    Refused(String),
+    /// The node's store could not keep it.
+    #[error("keeping the component in {}: {source}", dir.display())]
+    Keep {
+        /// The store.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Credentials that cannot be read from a `.dockerconfigjson`.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The file is not JSON.
+    #[error(".dockerconfigjson is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// No entry names the registry.
+    #[error("no credentials for {0}")]
+    NoCredentials(String),
+    /// The registry's entry is unusable.
+    #[error("the entry for {registry} {problem}")]
+    Entry {
+        /// The registry.
+        registry: String,
+        /// What is wrong with its entry.
+        problem: &'static str,
+    },
+}
+
 /// The credentials for `registry` in a `.dockerconfigjson`: `username`/`password`, or
 /// `auth` (base64 of `user:password`).
-pub fn docker_auth(config: &[u8], registry: &str) -> Result<RegistryAuth, String> {
-    let config: serde_json::Value = serde_json::from_slice(config)
-        .map_err(|e| format!(".dockerconfigjson is not JSON: {e}"))?;
+pub fn docker_auth(config: &[u8], registry: &str) -> Result<RegistryAuth, AuthError> {
+    let config: serde_json::Value = serde_json::from_slice(config).map_err(AuthError::NotJson)?;
     let auths = config["auths"].as_object().cloned().unwrap_or_default();
     let entry = auths
         .iter()
@@ -468,21 +527,24 @@ pub fn docker_auth(config: &[u8], registry: &str) -> Result<RegistryAuth, String
             host == registry
         })
         .map(|(_, v)| v)
-        .ok_or_else(|| format!("no credentials for {registry}"))?;
+        .ok_or_else(|| AuthError::NoCredentials(registry.to_owned()))?;
     if let (Some(user), Some(password)) = (entry["username"].as_str(), entry["password"].as_str()) {
         return Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
     }
-    let auth = entry["auth"].as_str().ok_or_else(|| {
-        format!("the entry for {registry} has neither username/password nor auth")
-    })?;
+    let bad = |problem| AuthError::Entry {
+        registry: registry.to_owned(),
+        problem,
+    };
+    let auth = entry["auth"]
+        .as_str()
+        .ok_or_else(|| bad("has neither username/password nor auth"))?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(auth)
-        .map_err(|_| format!("the auth of {registry} is not base64"))?;
-    let text =
-        String::from_utf8(decoded).map_err(|_| format!("the auth of {registry} is not text"))?;
+        .map_err(|_| bad("has an auth that is not base64"))?;
+    let text = String::from_utf8(decoded).map_err(|_| bad("has an auth that is not text"))?;
     let (user, password) = text
         .split_once(':')
-        .ok_or_else(|| format!("the auth of {registry} is not user:password"))?;
+        .ok_or_else(|| bad("has an auth that is not user:password"))?;
     Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
 }
 
@@ -501,10 +563,10 @@ mod tests {
     #[test]
     fn pull_secrets_give_basic_credentials_for_their_registry() {
         let config = br#"{"auths": {"127.0.0.1:5000": {"auth": "YWxpY2U6czNjcmV0"}, "https://reg.example/v1/": {"username": "bob", "password": "pw"}}}"#;
-        let basic = |r: Result<RegistryAuth, String>| match r {
+        let basic = |r: Result<RegistryAuth, AuthError>| match r {
             Ok(RegistryAuth::Basic(u, p)) => Ok((u, p)),
             Ok(RegistryAuth::Anonymous | RegistryAuth::Bearer(_)) => Err("not basic".to_owned()),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         };
         let pair = |u: &str, p: &str| Ok((u.to_owned(), p.to_owned()));
         assert_eq!(

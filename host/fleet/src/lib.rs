@@ -34,6 +34,7 @@ pub mod status;
 
 pub use events::PluginEvents;
 pub use node::{AdmittedPods, Targets, start};
+pub use object::SpecError;
 
 /// The namespace whose Secrets and ConfigMaps plugins name, by default.
 pub const DEFAULT_NAMESPACE: &str = "wasmlet-system";
@@ -108,17 +109,17 @@ pub struct Grants {
 
 impl FleetConfig {
     /// Checks the values; the error names the field below `clusterPlugins`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         if self.namespace.is_empty() {
-            return Err("namespace: must not be empty".into());
+            return Err(SpecError::new("namespace", "must not be empty"));
         }
         for (i, g) in self.grants.network.iter().enumerate() {
             g.parse::<wasmlet_plugin_host::probe::NetworkGrant>()
-                .map_err(|e| format!("grants.network[{i}]: {e}"))?;
+                .map_err(|e| SpecError::new(format!("grants.network[{i}]"), e.to_string()))?;
         }
         // The keys are read here too, so that a missing or broken one stops the start.
         wasmlet_signing::Verifier::load(&self.verification)
-            .map_err(|e| format!("verification.{e}"))?;
+            .map_err(|e| SpecError::new(format!("verification.{}", e.field), e.message))?;
         Ok(())
     }
 }

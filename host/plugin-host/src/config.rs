@@ -73,15 +73,21 @@ pub struct PluginsConfig {
 impl PluginsConfig {
     /// The directory whose components must be signed and what checks them, as
     /// `verification` asks (`None`: nothing is checked). The error names the field.
-    pub fn signed_directory(&self) -> Result<Option<(PathBuf, wasmlet_signing::Verifier)>, String> {
-        let verifier = wasmlet_signing::Verifier::load(&self.verification)
-            .map_err(|e| format!("plugins.verification.{e}"))?;
+    pub fn signed_directory(
+        &self,
+    ) -> Result<Option<(PathBuf, wasmlet_signing::Verifier)>, ConfigError> {
+        let verifier =
+            wasmlet_signing::Verifier::load(&self.verification).map_err(|e| ConfigError {
+                field: format!("plugins.verification.{}", e.field),
+                message: e.message,
+            })?;
         let Some(verifier) = verifier else {
             return Ok(None);
         };
-        let directory = self.directory.clone().ok_or(
-            "plugins.verification: needs plugins.directory (its components are what is verified)",
-        )?;
+        let directory = self.directory.clone().ok_or_else(|| ConfigError {
+            field: "plugins.verification".into(),
+            message: "needs plugins.directory (its components are what is verified)".into(),
+        })?;
         Ok(Some((directory, verifier)))
     }
 }
@@ -264,11 +270,11 @@ fn common(
     }
     let mut limits = Limits::default();
     if let Some(m) = memory_limit {
-        let bytes = convert::parse_quantity(m, 0).map_err(|message| ConfigError {
+        let bytes = convert::parse_quantity(m, 0).map_err(|e| ConfigError {
             field: field("memoryLimit"),
-            message,
+            message: e.to_string(),
         })?;
-        if bytes > crate::MAX_MEMORY_BYTES as u64 {
+        if bytes > crate::limits::MAX_MEMORY_BYTES as u64 {
             return Err(ConfigError {
                 field: field("memoryLimit"),
                 message: format!("{m} is more than the largest allowed, 256Mi"),
@@ -292,7 +298,10 @@ fn duration(
                 message: "must be more than 0".into(),
             }),
             Ok(d) => Ok(d),
-            Err(message) => Err(ConfigError { field, message }),
+            Err(e) => Err(ConfigError {
+                field,
+                message: e.to_string(),
+            }),
         },
     }
 }

@@ -19,7 +19,7 @@ use crate::bindings::wasmlet::plugin::types::{
 };
 use crate::resources;
 pub use wasmlet_core::expand::{expand_command, expand_with};
-pub use wasmlet_core::quantity::{parse_duration, parse_quantity};
+pub use wasmlet_core::quantity::{DurationError, QuantityError, parse_duration, parse_quantity};
 
 /// A field of a Kubernetes object that cannot be turned into the plugin types.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +45,7 @@ pub fn resource_list(
 ) -> Result<ResourceList, ConvertError> {
     let mut out = resources::empty();
     for (name, quantity) in map.into_iter().flatten() {
-        let at = |m: String| bad(format!("{field}.{name}"), m);
+        let at = |e: QuantityError| bad(format!("{field}.{name}"), e.to_string());
         let bytes = || parse_quantity(&quantity.0, 0).map_err(at);
         match name.as_str() {
             "cpu" => out.milli_cpu = parse_quantity(&quantity.0, 3).map_err(at)?,
@@ -351,14 +351,29 @@ pub fn load<'a>(active: impl IntoIterator<Item = &'a Pod>) -> NodeLoad {
     }
 }
 
+/// A document of a YAML or JSON text that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("document {document}: {source}")]
+pub struct DocumentError {
+    /// Which, from 1.
+    pub document: usize,
+    /// Why.
+    pub source: serde_yaml_ng::Error,
+}
+
 /// Every object in a YAML or JSON text: one or more documents, each a single object or a
 /// `List` (`PodList`, `NodeList`, `v1/List`) whose `items` are taken one by one. Empty
 /// documents are skipped.
-pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, DocumentError> {
     let mut out = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
-            .map_err(|e| format!("document {}: {e}", i + 1))?;
+        let value =
+            <serde_json::Value as serde::Deserialize>::deserialize(doc).map_err(|source| {
+                DocumentError {
+                    document: i + 1,
+                    source,
+                }
+            })?;
         match value {
             serde_json::Value::Null => {}
             serde_json::Value::Object(mut map)

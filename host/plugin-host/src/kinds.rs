@@ -59,6 +59,22 @@ pub struct ProbeHandlers {
     directory: PluginDirectory,
 }
 
+/// Why no handler checks a probe kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoHandler {
+    /// No handler (configured or from the cluster) names the kind.
+    #[error("no probe handler is configured for {0} probes")]
+    NotConfigured(String),
+    /// The configured handler is not loaded (its file missing or refused).
+    #[error("probe handler {name} (for {kind} probes) is not loaded")]
+    NotLoaded {
+        /// The handler.
+        name: String,
+        /// The probe kind.
+        kind: String,
+    },
+}
+
 impl ProbeHandlers {
     /// Loads every handler in `config.probes` and follows their files. A handler that
     /// does not load is logged; probes of its kinds fail until a good version appears.
@@ -112,18 +128,19 @@ impl ProbeHandlers {
 
     /// The handler that checks `kind` probes (`httpGet`, `exec`, a custom kind), or why
     /// there is none.
-    pub fn for_kind(&self, kind: &str) -> Result<Arc<ProbeHandler>, String> {
+    pub fn for_kind(&self, kind: &str) -> Result<Arc<ProbeHandler>, NoHandler> {
         let Some(name) = self.by_kind.get(kind) else {
             return self
                 .cluster
                 .load()
                 .get(kind)
                 .cloned()
-                .ok_or_else(|| format!("no probe handler is configured for {kind} probes"));
+                .ok_or_else(|| NoHandler::NotConfigured(kind.to_owned()));
         };
-        self.set
-            .get(name)
-            .ok_or_else(|| format!("probe handler {name} (for {kind} probes) is not loaded"))
+        self.set.get(name).ok_or_else(|| NoHandler::NotLoaded {
+            name: name.clone(),
+            kind: kind.to_owned(),
+        })
     }
 
     /// Re-reads every handler's file now.

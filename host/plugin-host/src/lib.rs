@@ -68,7 +68,7 @@ pub use config::PluginsConfig;
 pub use engine::PluginEngine;
 pub use error::{BoxError, EngineError, PluginError};
 pub use host::PluginState;
-pub use kinds::{PodSources, ProbeHandlers};
+pub use kinds::{NoHandler, PodSources, ProbeHandlers};
 pub use limits::{InstanceMode, Limits, MAX_CORE_INSTANCES, MAX_MEMORY_BYTES};
 pub use loaded::{Loaded, Plugin};
 pub use metrics::PluginMetrics;

@@ -227,7 +227,7 @@ async fn probe_handlers_follow_their_files_by_kind() {
     let first = handlers.for_kind("tcpSocket").expect("loaded");
     assert_eq!(
         handlers.for_kind("httpGet").expect_err("none"),
-        "no probe handler is configured for httpGet probes"
+        NoHandler::NotConfigured("httpGet".into())
     );
 
     // A new version renamed into place replaces it; the holder of the old one keeps it.
@@ -261,7 +261,10 @@ async fn probe_handlers_follow_their_files_by_kind() {
     .await;
     assert!(gone);
     assert_eq!(
-        handlers.for_kind("tcpSocket").expect_err("gone"),
+        handlers
+            .for_kind("tcpSocket")
+            .expect_err("gone")
+            .to_string(),
         "probe handler tcp (for tcpSocket probes) is not loaded"
     );
     let _ = std::fs::remove_dir_all(&dir);

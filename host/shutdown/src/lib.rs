@@ -20,5 +20,5 @@ pub mod logind;
 pub mod manager;
 pub mod plan;
 
-pub use manager::{AgentPods, Manager, Pods, ShutdownState};
+pub use manager::{AgentPods, Manager, Pods, SessionError, ShutdownState};
 pub use plan::{Group, PodInfo};

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as k8s;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use wasmlet_agent::agent::Agent;
 use wasmlet_cri::CriRuntime;
@@ -115,14 +115,12 @@ impl Manager {
                     let connection =
                         tokio::time::timeout(CONNECT_DEADLINE, zbus::Connection::system())
                             .await
-                            .map_err(|_| {
-                                format!("the system bus: no answer within {CONNECT_DEADLINE:?}")
-                            })?
-                            .map_err(|e| format!("the system bus: {e}"))?;
+                            .map_err(|_| SessionError::NoBus(CONNECT_DEADLINE))?
+                            .map_err(bus("the system bus"))?;
                     self.run_on(&connection).await
                 };
                 let error = tokio::select! {
-                    r = session => r.err().unwrap_or_else(|| "logind's signals ended".into()),
+                    r = session => r.err().unwrap_or(SessionError::Ended).to_string(),
                     () = stop.cancelled() => return,
                 };
                 if said.as_deref() == Some(error.as_str()) {
@@ -142,16 +140,16 @@ impl Manager {
 
     /// One session on `connection`: the delay made long enough, the lock taken, and
     /// logind's announcements followed until they end (an error says why).
-    pub async fn run_on(&self, connection: &zbus::Connection) -> Result<(), String> {
+    pub async fn run_on(&self, connection: &zbus::Connection) -> Result<(), SessionError> {
         let login = Login1Proxy::builder(connection)
             .cache_properties(CacheProperties::No)
             .build()
             .await
-            .map_err(|e| format!("systemd-logind: {e}"))?;
+            .map_err(bus("systemd-logind"))?;
         let mut signals = login
             .receive_prepare_for_shutdown()
             .await
-            .map_err(|e| format!("systemd-logind's PrepareForShutdown: {e}"))?;
+            .map_err(bus("systemd-logind's PrepareForShutdown"))?;
         self.ensure_delay(connection, &login).await?;
         let mut lock = Some(inhibit(&login).await?);
         info!(
@@ -161,7 +159,7 @@ impl Manager {
         while let Some(signal) = signals.next().await {
             let start = signal
                 .args()
-                .map_err(|e| format!("systemd-logind's PrepareForShutdown: {e}"))?
+                .map_err(bus("systemd-logind's PrepareForShutdown"))?
                 .start;
             if start {
                 warn!("the node is shutting down: stopping its pods");
@@ -177,7 +175,7 @@ impl Manager {
                 }
             }
         }
-        Err("systemd-logind's signals ended".into())
+        Err(SessionError::Ended)
     }
 
     /// logind lets a delay lock hold a shutdown back at most `InhibitDelayMaxSec`: when
@@ -187,7 +185,7 @@ impl Manager {
         &self,
         connection: &zbus::Connection,
         login: &Login1Proxy<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SessionError> {
         let requested = plan::requested(&self.groups);
         let current = delay(login).await?;
         if requested <= current {
@@ -195,16 +193,23 @@ impl Manager {
         }
         let file = &self.drop_in;
         if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| SessionError::DropIn {
+                path: dir.to_owned(),
+                source,
+            })?;
         }
-        std::fs::write(file, logind::drop_in(requested.as_secs()))
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+        std::fs::write(file, logind::drop_in(requested.as_secs())).map_err(|source| {
+            SessionError::DropIn {
+                path: file.clone(),
+                source,
+            }
+        })?;
         Systemd1Proxy::new(connection)
             .await
-            .map_err(|e| format!("systemd: {e}"))?
+            .map_err(bus("systemd"))?
             .kill_unit("systemd-logind.service", "all", 1)
             .await
-            .map_err(|e| format!("reloading systemd-logind (SIGHUP): {e}"))?;
+            .map_err(bus("reloading systemd-logind (SIGHUP)"))?;
         let asked = Instant::now();
         loop {
             let now = delay(login).await?;
@@ -213,10 +218,11 @@ impl Manager {
                 return Ok(());
             }
             if asked.elapsed() > RELOAD_WAIT {
-                return Err(format!(
-                    "systemd-logind's InhibitDelayMaxSec is {now:?} after {} was written: shorter than the shutdown grace period {requested:?}",
-                    file.display()
-                ));
+                return Err(SessionError::DelayTooShort {
+                    now,
+                    requested,
+                    file: file.clone(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -251,22 +257,67 @@ impl Manager {
     }
 }
 
+/// Why a session with logind ended or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The system bus did not answer in time.
+    #[error("the system bus: no answer within {0:?}")]
+    NoBus(Duration),
+    /// A call on the bus failed: what was being done, and the bus's error.
+    #[error("{doing}: {source}")]
+    Bus {
+        /// What was asked.
+        doing: &'static str,
+        /// The bus's error.
+        source: zbus::Error,
+    },
+    /// The drop-in raising logind's delay could not be written.
+    #[error("{}: {source}", path.display())]
+    DropIn {
+        /// The file or its directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// logind did not take the longer delay.
+    #[error(
+        "systemd-logind's InhibitDelayMaxSec is {now:?} after {} was written: shorter than the shutdown grace period {requested:?}",
+        file.display()
+    )]
+    DelayTooShort {
+        /// The delay logind has.
+        now: Duration,
+        /// The delay the groups need.
+        requested: Duration,
+        /// The drop-in written.
+        file: PathBuf,
+    },
+    /// logind's announcements ended.
+    #[error("systemd-logind's signals ended")]
+    Ended,
+}
+
+/// A bus error while doing `doing`.
+fn bus(doing: &'static str) -> impl FnOnce(zbus::Error) -> SessionError {
+    move |source| SessionError::Bus { doing, source }
+}
+
 /// logind's `InhibitDelayMaxUSec`.
-async fn delay(login: &Login1Proxy<'_>) -> Result<Duration, String> {
+async fn delay(login: &Login1Proxy<'_>) -> Result<Duration, SessionError> {
     login
         .inhibit_delay_max_usec()
         .await
         .map(Duration::from_micros)
-        .map_err(|e| format!("systemd-logind's InhibitDelayMaxUSec: {e}"))
+        .map_err(bus("systemd-logind's InhibitDelayMaxUSec"))
 }
 
 /// A delay lock on shutdowns: held while the descriptor is open.
-async fn inhibit(login: &Login1Proxy<'_>) -> Result<OwnedFd, String> {
+async fn inhibit(login: &Login1Proxy<'_>) -> Result<OwnedFd, SessionError> {
     let (what, who, why, mode) = logind::INHIBIT;
     login
         .inhibit(what, who, why, mode)
         .await
-        .map_err(|e| format!("taking systemd-logind's inhibitor lock: {e}"))
+        .map_err(bus("taking systemd-logind's inhibitor lock"))
 }
 
 /// The agent's pods as the manager stops them: through the agent's eviction (phase

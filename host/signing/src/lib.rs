@@ -38,7 +38,7 @@ pub use oci::Registry;
 pub use oci_client;
 /// A private key that signs (from [`keys::signer`]).
 pub use sigstore::crypto::SigStoreSigner as Signer;
-pub use verify::{Verification, Verified, Verifier, describe_signer, key_id};
+pub use verify::{ConfigError, Verification, Verified, Verifier, describe_signer, key_id};
 
 #[cfg(test)]
 mod tests;

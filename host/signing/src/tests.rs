@@ -97,7 +97,8 @@ fn configuration_errors_name_the_field_and_the_file() {
         required: true,
         ..Default::default()
     })
-    .expect_err("missing file");
+    .expect_err("missing file")
+    .to_string();
     assert!(
         err.starts_with(&format!("publicKeys: {}:", missing.display())),
         "{err}"
@@ -114,7 +115,8 @@ fn configuration_errors_name_the_field_and_the_file() {
         required: false,
         ..Default::default()
     })
-    .expect_err("junk");
+    .expect_err("junk")
+    .to_string();
     assert!(err.contains("not a PEM public key"), "{err}");
 
     let err = Verification {
@@ -123,7 +125,8 @@ fn configuration_errors_name_the_field_and_the_file() {
         ..Default::default()
     }
     .validate()
-    .expect_err("required without keys");
+    .expect_err("required without keys")
+    .to_string();
     assert!(
         err.starts_with("required: true needs at least one key"),
         "{err}"
@@ -134,7 +137,8 @@ fn configuration_errors_name_the_field_and_the_file() {
         ..Default::default()
     }
     .validate()
-    .expect_err("relative");
+    .expect_err("relative")
+    .to_string();
     assert!(
         err.starts_with("publicKeys[0]: keys/a.pub is not an absolute path"),
         "{err}"

@@ -9,6 +9,32 @@ use sigstore::crypto::{CosignVerificationKey, Signature};
 
 use crate::{keyless, keys, oci};
 
+/// A `verification:` value that cannot be used: the field below `verification`
+/// (`publicKeys[0]`, `keyless.identities[1].subjectRegExp`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error, its field below `parent`.
+    pub fn under(mut self, parent: &str) -> Self {
+        self.field = format!("{parent}.{}", self.field);
+        self
+    }
+}
+
 /// The `verification:` section of `clusterPlugins` and `plugins`.
 ///
 /// ```yaml
@@ -38,22 +64,22 @@ pub struct Verification {
 
 impl Verification {
     /// Checks the values; the error names the field below `verification`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.required && !self.enabled() {
-            return Err(
-                "required: true needs at least one key in publicKeys or keyless identities \
-                 (nothing could verify)"
-                    .into(),
-            );
+            return Err(ConfigError::new(
+                "required",
+                "true needs at least one key in publicKeys or keyless identities \
+                 (nothing could verify)",
+            ));
         }
         if let Some(keyless) = &self.keyless {
-            keyless.validate().map_err(|e| format!("keyless.{e}"))?;
+            keyless.validate().map_err(|e| e.under("keyless"))?;
         }
         for (i, p) in self.public_keys.iter().enumerate() {
             if !p.is_absolute() {
-                return Err(format!(
-                    "publicKeys[{i}]: {} is not an absolute path",
-                    p.display()
+                return Err(ConfigError::new(
+                    format!("publicKeys[{i}]"),
+                    format!("{} is not an absolute path", p.display()),
                 ));
             }
         }
@@ -114,7 +140,7 @@ pub fn key_id(der: &[u8]) -> String {
 impl Verifier {
     /// The verifier `config` describes, its keys read; `None` when it asks for nothing.
     /// The error names the key file and what is wrong with it.
-    pub fn load(config: &Verification) -> Result<Option<Self>, String> {
+    pub fn load(config: &Verification) -> Result<Option<Self>, ConfigError> {
         config.validate()?;
         if !config.enabled() {
             return Ok(None);
@@ -201,12 +227,16 @@ impl Verifier {
 }
 
 /// Reads a PEM public key; the error names the file.
-pub(crate) fn read_key(path: &Path) -> Result<TrustedKey, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("publicKeys: {}: {e}", path.display()))?;
+pub(crate) fn read_key(path: &Path) -> Result<TrustedKey, ConfigError> {
+    let pem = std::fs::read(path)
+        .map_err(|e| ConfigError::new("publicKeys", format!("{}: {e}", path.display())))?;
     let bad = |e: &dyn std::fmt::Display| {
-        format!(
-            "publicKeys: {}: not a PEM public key cosign could verify with ({e})",
-            path.display()
+        ConfigError::new(
+            "publicKeys",
+            format!(
+                "{}: not a PEM public key cosign could verify with ({e})",
+                path.display()
+            ),
         )
     };
     let key = CosignVerificationKey::try_from_pem(&pem).map_err(|e| bad(&e))?;

@@ -17,6 +17,8 @@ use tokio::time::Instant;
 use wasmlet_cri::CriRuntime;
 use wasmlet_cri::proto::ImageSpec;
 
+use crate::error::FieldError;
+
 /// `imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`, `imageMinimumGCAge`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
@@ -40,23 +42,26 @@ impl Default for Policy {
 
 impl Policy {
     /// Checks the percentages as the kubelet does; errors name the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), FieldError> {
         if self.high_percent > 100 {
-            return Err(format!(
-                "imageGCHighThresholdPercent: {} must be between 0 and 100",
-                self.high_percent
+            return Err(FieldError::new(
+                "imageGCHighThresholdPercent",
+                format!("{} must be between 0 and 100", self.high_percent),
             ));
         }
         if self.low_percent > 100 {
-            return Err(format!(
-                "imageGCLowThresholdPercent: {} must be between 0 and 100",
-                self.low_percent
+            return Err(FieldError::new(
+                "imageGCLowThresholdPercent",
+                format!("{} must be between 0 and 100", self.low_percent),
             ));
         }
         if self.low_percent > self.high_percent {
-            return Err(format!(
-                "imageGCLowThresholdPercent: {} must be less than imageGCHighThresholdPercent {}",
-                self.low_percent, self.high_percent
+            return Err(FieldError::new(
+                "imageGCLowThresholdPercent",
+                format!(
+                    "{} must be less than imageGCHighThresholdPercent {}",
+                    self.low_percent, self.high_percent
+                ),
             ));
         }
         Ok(())

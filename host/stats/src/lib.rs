@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod cgroup;
 pub mod collect;
+mod error;
 pub mod eviction;
 pub mod files;
 pub mod imagegc;
@@ -36,6 +37,7 @@ pub use collect::{
     Collector, CollectorSettings, ContainerRef, PodInfo, PodLister, PodMeta, Sample,
     SystemContainer,
 };
+pub use error::FieldError;
 pub use summary::Summary;
 
 /// The kubelet's housekeeping period: how often usage is sampled.

@@ -164,7 +164,7 @@ fn sub_path_expr_expands_the_environment_and_refuses_what_the_kubelet_refuses() 
     let env = BTreeMap::from([("A".to_string(), "a".to_string())]);
     assert_eq!(expand_sub_path("$$(A)/$(A)", &env).as_deref(), Ok("$(A)/a"));
     assert_eq!(
-        expand_sub_path("$(B)/$(A)/$(C)", &env),
+        expand_sub_path("$(B)/$(A)/$(C)", &env).map_err(|e| e.to_string()),
         Err("missing value for B, C".to_string())
     );
 }

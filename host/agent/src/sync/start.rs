@@ -20,7 +20,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
         pod: &k8s::Pod,
         config: &proto::PodSandboxConfig,
     ) -> Result<(String, String, Option<Sandbox>), String> {
-        criconfig::kernel_hostname(pod, &self.node)?;
+        criconfig::kernel_hostname(pod, &self.node).map_err(|e| e.to_string())?;
         let _ = std::fs::create_dir_all(&config.log_directory);
         if let Some(cgroups) = &self.node.pod_cgroups {
             // The kubelet's words when its pod cgroup cannot be made.

@@ -39,8 +39,9 @@ pub use dns::{dns_config, parse_resolv_conf};
 use env::environment;
 pub use env::{EnvData, expand, field_ref, resource_ref};
 pub use mounts::{
-    ETC_HOSTS, HostPathKind, HostsFile, NodeFile, empty_dir_path, expand_sub_path,
-    hostname_and_domain, hosts_file, kernel_hostname, managed_volume_kind, managed_volume_path,
+    ETC_HOSTS, FqdnTooLong, HostPathKind, HostsFile, MissingVariables, NodeFile, empty_dir_path,
+    expand_sub_path, hostname_and_domain, hosts_file, kernel_hostname, managed_volume_kind,
+    managed_volume_path,
 };
 pub use node_cgroups::{NodeCgroups, SwapBehavior};
 

@@ -24,10 +24,18 @@ pub fn empty_dir_path<C>(pod: &k8s::Pod, ctx: &NodeContext<C>, volume: &str) -> 
         .join(volume)
 }
 
+/// A `subPathExpr` that names variables the container does not have (or has empty).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("missing value for {}", .0.join(", "))]
+pub struct MissingVariables(pub Vec<String>);
+
 /// `subPathExpr` with `$(VAR)` references replaced from the container's environment,
 /// the kubelet's way: a reference to a variable that is unset or empty is an error
 /// naming every such variable (`$$` is a literal `$`).
-pub fn expand_sub_path(expr: &str, env: &BTreeMap<String, String>) -> Result<String, String> {
+pub fn expand_sub_path(
+    expr: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<String, MissingVariables> {
     let mut missing = BTreeSet::new();
     let out =
         crate::expand::expand_with(expr, |name| match env.get(name).filter(|v| !v.is_empty()) {
@@ -40,10 +48,7 @@ pub fn expand_sub_path(expr: &str, env: &BTreeMap<String, String>) -> Result<Str
     if missing.is_empty() {
         Ok(out)
     } else {
-        Err(format!(
-            "missing value for {}",
-            missing.into_iter().collect::<Vec<_>>().join(", ")
-        ))
+        Err(MissingVariables(missing.into_iter().collect()))
     }
 }
 
@@ -51,7 +56,7 @@ pub fn expand_sub_path(expr: &str, env: &BTreeMap<String, String>) -> Result<Str
 /// kubelet checks it: relative, and never stepping out with `..`.
 fn sub_path(m: &k8s::VolumeMount, env: &BTreeMap<String, String>) -> Result<String, String> {
     let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-        Some(expr) => expand_sub_path(expr, env)?,
+        Some(expr) => expand_sub_path(expr, env).map_err(|e| e.to_string())?,
         None => m.sub_path.clone().unwrap_or_default(),
     };
     if sub.starts_with('/') {
@@ -251,10 +256,21 @@ pub fn hostname_and_domain<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> (String, 
 /// the terminating zero).
 const FQDN_MAX: usize = 64;
 
+/// A fully qualified hostname longer than the kernel keeps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
+    fqdn.len()
+)]
+pub struct FqdnTooLong {
+    /// The name asked for.
+    pub fqdn: String,
+}
+
 /// The hostname the pod's sandbox gets: its hostname, or with `setHostnameAsFQDN` and a
 /// subdomain its fully qualified name — refused, in the kubelet's words, when longer than
 /// the kernel keeps (the sandbox is then not made).
-pub fn kernel_hostname<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> Result<String, String> {
+pub fn kernel_hostname<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> Result<String, FqdnTooLong> {
     let (name, domain) = hostname_and_domain(pod, ctx);
     let as_fqdn = pod
         .spec
@@ -265,10 +281,7 @@ pub fn kernel_hostname<C>(pod: &k8s::Pod, ctx: &NodeContext<C>) -> Result<String
         Some(domain) if as_fqdn => {
             let fqdn = format!("{name}.{domain}");
             if fqdn.len() > FQDN_MAX {
-                return Err(format!(
-                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({FQDN_MAX} characters is the max, {} characters requested)",
-                    fqdn.len()
-                ));
+                return Err(FqdnTooLong { fqdn });
             }
             Ok(fqdn)
         }

@@ -227,7 +227,9 @@ fn the_fqdn_and_the_sandbox_hostname_are_the_kubelets() {
         "web-0.db.shop.svc.cluster.local"
     );
     let long = fqdn(&"d".repeat(40));
-    let e = kernel_hostname(&long, &node).expect_err("too long");
+    let e = kernel_hostname(&long, &node)
+        .expect_err("too long")
+        .to_string();
     assert!(
         e.starts_with("failed to construct FQDN from pod hostname and cluster domain, FQDN web-0.")
             && e.ends_with("is too long (64 characters is the max, 69 characters requested)"),

@@ -13,7 +13,7 @@ use base64::Engine;
 use prost::Message;
 use serde::Deserialize;
 
-use super::Saved;
+use super::{CheckpointError, Saved};
 use crate::options::ContainerOptions;
 use crate::proto;
 use crate::state::Grant;
@@ -56,21 +56,27 @@ fn options(alloc_resp: Option<&str>) -> Result<ContainerOptions, String> {
     };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| format!("AllocResp: {e}"))?;
-    let response = proto::ContainerAllocateResponse::decode(bytes.as_slice())
-        .map_err(|e| format!("AllocResp: {e}"))?;
+        .map_err(|e| e.to_string())?;
+    let response =
+        proto::ContainerAllocateResponse::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
     Ok(ContainerOptions::from(response))
 }
 
 /// The kubelet's checkpoint in `dir`, as wasmlet's grants; nothing when there is none. A
 /// file that does not parse is an error naming it.
-pub fn read(dir: &Path) -> Result<Saved, String> {
+pub fn read(dir: &Path) -> Result<Saved, CheckpointError> {
     let file = dir.join(FILE);
     let Some(text) = super::read_bytes(&file)? else {
         return Ok(Saved::default());
     };
-    let named = |e: String| format!("{}: {e}", file.display());
-    let parsed: File = serde_json::from_slice(&text).map_err(|e| named(e.to_string()))?;
+    let parsed: File = serde_json::from_slice(&text).map_err(|source| CheckpointError::Parse {
+        file: file.clone(),
+        source,
+    })?;
+    let named = |message: String| CheckpointError::AllocResp {
+        file: file.clone(),
+        message,
+    };
     let mut saved = Saved::new(parsed.data.registered_devices);
     for e in parsed.data.pod_device_entries {
         let grant = Grant {
@@ -114,7 +120,7 @@ mod tests {
         assert!(grant.options.mounts[0].read_only);
         std::fs::write(dir.path().join(FILE), "{}").expect("spoil");
         let err = read(dir.path()).expect_err("no Data");
-        assert!(err.contains(FILE), "{err}");
+        assert!(err.to_string().contains(FILE), "{err}");
         assert_eq!(
             read(&dir.path().join("none")).expect("no file"),
             Saved::default()

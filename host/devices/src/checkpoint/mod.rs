@@ -14,6 +14,35 @@ use crate::state::{ContainerKey, Grant};
 
 pub mod kubelet;
 
+/// A checkpoint that cannot be read, naming its file.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The file is there and cannot be read.
+    #[error("{}: {source}", file.display())]
+    Read {
+        /// The checkpoint.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not the JSON it should be.
+    #[error("{}: {source}", file.display())]
+    Parse {
+        /// The checkpoint.
+        file: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A grant's saved plugin answer (the kubelet's `AllocResp`) does not decode.
+    #[error("{}: AllocResp: {message}", file.display())]
+    AllocResp {
+        /// The checkpoint.
+        file: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
 /// The checkpoint's file name in the device plugin directory.
 pub const FILE: &str = "wasmlet_device_checkpoint.json";
 
@@ -100,22 +129,27 @@ impl Saved {
 }
 
 /// `file`'s bytes; `None` when there is no such file. Errors name the file.
-fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, String> {
+fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
     match std::fs::read(file) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", file.display())),
+        Err(source) => Err(CheckpointError::Read {
+            file: file.to_owned(),
+            source,
+        }),
     }
 }
 
 /// What `file` holds; nothing when there is no file. A file that does not parse is an
 /// error naming it.
-pub fn read(file: &Path) -> Result<Saved, String> {
+pub fn read(file: &Path) -> Result<Saved, CheckpointError> {
     let Some(text) = read_bytes(file)? else {
         return Ok(Saved::default());
     };
-    let data: Data =
-        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let data: Data = serde_json::from_slice(&text).map_err(|source| CheckpointError::Parse {
+        file: file.to_owned(),
+        source,
+    })?;
     let mut saved = Saved::new(data.registered_devices);
     for e in data.entries {
         saved.add((e.pod_uid, e.container_name), e.resource_name, e.grant);
@@ -157,6 +191,6 @@ mod tests {
         assert_eq!(saved.resources, ["example.com/gpu"]);
         std::fs::write(&file, "{").expect("spoil");
         let err = read(&file).expect_err("a broken file is an error");
-        assert!(err.contains(FILE), "{err}");
+        assert!(err.to_string().contains(FILE), "{err}");
     }
 }

@@ -27,7 +27,11 @@ pub(super) async fn load(
     desired: Desired,
     plan: Plan,
 ) -> Result<Loaded, String> {
-    let verified = fetcher.fetch(&desired).await?.verified;
+    let verified = fetcher
+        .fetch(&desired)
+        .await
+        .map_err(|e| e.to_string())?
+        .verified;
     let digest = swap_in(targets, desired, plan).await?;
     Ok(Loaded { digest, verified })
 }

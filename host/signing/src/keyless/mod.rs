@@ -28,6 +28,8 @@ use regex::Regex;
 use serde::Deserialize;
 use sigstore::crypto::Signature;
 
+use crate::verify::ConfigError;
+
 /// The `keyless:` section of `verification`.
 ///
 /// ```yaml
@@ -71,22 +73,22 @@ pub struct Identity {
 
 impl Keyless {
     /// Checks the values; the error names the field below `keyless`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.trusted_root.is_absolute() {
-            return Err(format!(
-                "trustedRoot: {} is not an absolute path",
-                self.trusted_root.display()
+            return Err(ConfigError::new(
+                "trustedRoot",
+                format!("{} is not an absolute path", self.trusted_root.display()),
             ));
         }
         if self.identities.is_empty() {
-            return Err(
-                "identities: at least one is needed (any certificate of the trusted root's \
-                 authorities would do otherwise)"
-                    .into(),
-            );
+            return Err(ConfigError::new(
+                "identities",
+                "at least one is needed (any certificate of the trusted root's \
+                 authorities would do otherwise)",
+            ));
         }
         for (i, identity) in self.identities.iter().enumerate() {
-            Matcher::new(identity).map_err(|e| format!("identities[{i}].{e}"))?;
+            Matcher::new(identity).map_err(|e| e.under(&format!("identities[{i}]")))?;
         }
         Ok(())
     }
@@ -101,14 +103,24 @@ enum Rule {
 
 impl Rule {
     /// The rule of a field pair; the error names the field.
-    fn new(name: &str, exact: Option<&String>, pattern: Option<&String>) -> Result<Self, String> {
+    fn new(
+        name: &str,
+        exact: Option<&String>,
+        pattern: Option<&String>,
+    ) -> Result<Self, ConfigError> {
         match (exact, pattern) {
             (Some(e), None) => Ok(Rule::Exact(e.clone())),
             (None, Some(p)) => Regex::new(&format!("^(?:{p})$"))
                 .map(Rule::Pattern)
-                .map_err(|e| format!("{name}RegExp: {e}")),
-            (Some(_), Some(_)) => Err(format!("{name}: give {name} or {name}RegExp, not both")),
-            (None, None) => Err(format!("{name}: {name} or {name}RegExp is required")),
+                .map_err(|e| ConfigError::new(format!("{name}RegExp"), e.to_string())),
+            (Some(_), Some(_)) => Err(ConfigError::new(
+                name,
+                format!("give {name} or {name}RegExp, not both"),
+            )),
+            (None, None) => Err(ConfigError::new(
+                name,
+                format!("{name} or {name}RegExp is required"),
+            )),
         }
     }
 
@@ -128,7 +140,7 @@ struct Matcher {
 }
 
 impl Matcher {
-    fn new(identity: &Identity) -> Result<Self, String> {
+    fn new(identity: &Identity) -> Result<Self, ConfigError> {
         Ok(Self {
             issuer: Rule::new(
                 "issuer",
@@ -174,15 +186,16 @@ pub(crate) struct KeylessVerifier {
 
 impl KeylessVerifier {
     /// Reads the trusted root; the error names the file.
-    pub(crate) fn load(config: &Keyless) -> Result<Self, String> {
-        config.validate().map_err(|e| format!("keyless.{e}"))?;
-        let root =
-            root::read(&config.trusted_root).map_err(|e| format!("keyless.trustedRoot: {e}"))?;
+    pub(crate) fn load(config: &Keyless) -> Result<Self, ConfigError> {
+        config.validate().map_err(|e| e.under("keyless"))?;
+        let root = root::read(&config.trusted_root)
+            .map_err(|e| ConfigError::new("keyless.trustedRoot", e))?;
         let identities = config
             .identities
             .iter()
             .map(Matcher::new)
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.under("keyless"))?;
         let mut described: Vec<String> =
             config.identities.iter().map(|i| format!("{i:?}")).collect();
         described.sort_unstable();

@@ -277,7 +277,8 @@ fn keyless_configuration_errors_name_the_field() {
         identities: vec![exact(ISSUER, RELEASE)],
     })
     .validate()
-    .expect_err("relative");
+    .expect_err("relative")
+    .to_string();
     assert!(
         err.starts_with("keyless.trustedRoot: root.json is not an absolute path"),
         "{err}"
@@ -287,7 +288,8 @@ fn keyless_configuration_errors_name_the_field() {
         identities: vec![],
     })
     .validate()
-    .expect_err("no identities");
+    .expect_err("no identities")
+    .to_string();
     assert!(err.starts_with("keyless.identities: at least one"), "{err}");
     let err = with(Keyless {
         trusted_root: d.join("root.json"),
@@ -298,7 +300,8 @@ fn keyless_configuration_errors_name_the_field() {
         }],
     })
     .validate()
-    .expect_err("bad expression");
+    .expect_err("bad expression")
+    .to_string();
     assert!(
         err.starts_with("keyless.identities[0].subjectRegExp:"),
         "{err}"
@@ -311,7 +314,8 @@ fn keyless_configuration_errors_name_the_field() {
         }],
     })
     .validate()
-    .expect_err("no issuer");
+    .expect_err("no issuer")
+    .to_string();
     assert!(
         err.starts_with("keyless.identities[0].issuer: issuer or issuerRegExp is required"),
         "{err}"
@@ -322,7 +326,8 @@ fn keyless_configuration_errors_name_the_field() {
         trusted_root: missing.clone(),
         identities: vec![exact(ISSUER, RELEASE)],
     }))
-    .expect_err("missing");
+    .expect_err("missing")
+    .to_string();
     assert!(
         err.starts_with(&format!("keyless.trustedRoot: {}:", missing.display())),
         "{err}"
@@ -333,7 +338,8 @@ fn keyless_configuration_errors_name_the_field() {
         trusted_root: junk,
         identities: vec![exact(ISSUER, RELEASE)],
     }))
-    .expect_err("junk");
+    .expect_err("junk")
+    .to_string();
     assert!(err.contains("not a Sigstore trusted root"), "{err}");
 }
 

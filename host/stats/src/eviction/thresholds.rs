@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use wasmlet_plugin_host::convert::{parse_duration, parse_quantity};
 
+use crate::error::FieldError;
 use crate::summary::Summary;
 
 /// What eviction watches.
@@ -254,28 +255,30 @@ pub fn default_hard() -> Vec<Threshold> {
 
 /// A threshold value as written: `100Mi`, `1Gi`, `500000`, `10%`. `field` names the
 /// map entry in errors (`evictionHard.memory.available`).
-pub fn parse_value(field: &str, text: &str) -> Result<Value, String> {
+pub fn parse_value(field: &str, text: &str) -> Result<Value, FieldError> {
     let text = text.trim();
     if let Some(p) = text.strip_suffix('%') {
         let v: f64 = p
             .trim()
             .parse()
-            .map_err(|_| format!("{field}: {text:?} is not a percentage"))?;
+            .map_err(|_| FieldError::new(field, format!("{text:?} is not a percentage")))?;
         if !(0.0..=100.0).contains(&v) {
-            return Err(format!(
-                "{field}: eviction percentage threshold {text} must be between 0% and 100%"
+            return Err(FieldError::new(
+                field,
+                format!("eviction percentage threshold {text} must be between 0% and 100%"),
             ));
         }
         return Ok(Value::Percentage(v / 100.0));
     }
     if text.starts_with('-') {
-        return Err(format!(
-            "{field}: eviction threshold {text} must be positive"
+        return Err(FieldError::new(
+            field,
+            format!("eviction threshold {text} must be positive"),
         ));
     }
     parse_quantity(text, 0)
         .map(Value::Quantity)
-        .map_err(|e| format!("{field}: {e}"))
+        .map_err(|e| FieldError::new(field, e.to_string()))
 }
 
 /// The thresholds a configuration names: `hard` (`None`: the kubelet's defaults; a
@@ -286,12 +289,15 @@ pub fn parse(
     soft: Option<&BTreeMap<String, String>>,
     grace: Option<&BTreeMap<String, String>>,
     min_reclaim: Option<&BTreeMap<String, String>>,
-) -> Result<Vec<Threshold>, String> {
+) -> Result<Vec<Threshold>, FieldError> {
     let signal = |field: &str, name: &str| {
         Signal::parse(name).ok_or_else(|| {
-            format!(
-                "{field}: unsupported eviction signal {name:?} (one of {})",
-                Signal::ALL.map(Signal::name).join(", ")
+            FieldError::new(
+                field,
+                format!(
+                    "unsupported eviction signal {name:?} (one of {})",
+                    Signal::ALL.map(Signal::name).join(", ")
+                ),
             )
         })
     };
@@ -306,7 +312,9 @@ pub fn parse(
     let mut graces = BTreeMap::new();
     for (name, text) in grace.into_iter().flatten() {
         let s = signal("evictionSoftGracePeriod", name)?;
-        let d = parse_duration(text).map_err(|e| format!("evictionSoftGracePeriod.{name}: {e}"))?;
+        let d = parse_duration(text).map_err(|e| {
+            FieldError::new(format!("evictionSoftGracePeriod.{name}"), e.to_string())
+        })?;
         graces.insert(s, d);
     }
     let mut out = Vec::new();
@@ -328,8 +336,9 @@ pub fn parse(
         let s = signal("evictionSoft", name)?;
         let value = parse_value(&format!("evictionSoft.{name}"), text)?;
         let Some(g) = graces.get(&s) else {
-            return Err(format!(
-                "evictionSoftGracePeriod: grace period must be specified for the soft eviction threshold {name}"
+            return Err(FieldError::new(
+                "evictionSoftGracePeriod",
+                format!("grace period must be specified for the soft eviction threshold {name}"),
             ));
         };
         out.push(Threshold {
@@ -341,8 +350,9 @@ pub fn parse(
     }
     for s in graces.keys() {
         if !out.iter().any(|t| t.signal == *s && !t.hard()) {
-            return Err(format!(
-                "evictionSoftGracePeriod.{s}: no soft eviction threshold for {s}"
+            return Err(FieldError::new(
+                format!("evictionSoftGracePeriod.{s}"),
+                format!("no soft eviction threshold for {s}"),
             ));
         }
     }
@@ -392,7 +402,7 @@ mod tests {
     fn bad_thresholds_name_the_field() {
         let e =
             parse(Some(&map(&[("memory.available", "abc")])), None, None, None).expect_err("abc");
-        assert!(e.starts_with("evictionHard.memory.available:"), "{e}");
+        assert_eq!(e.field, "evictionHard.memory.available", "{e}");
         let e = parse(
             Some(&map(&[("nodefs.available", "120%")])),
             None,
@@ -400,21 +410,19 @@ mod tests {
             None,
         )
         .expect_err("120%");
-        assert!(e.contains("must be between 0% and 100%"), "{e}");
+        assert!(e.message.contains("must be between 0% and 100%"), "{e}");
         let e = parse(Some(&map(&[("cpu.available", "1")])), None, None, None).expect_err("signal");
         assert!(
-            e.contains("unsupported eviction signal \"cpu.available\""),
+            e.message
+                .contains("unsupported eviction signal \"cpu.available\""),
             "{e}"
         );
         let e = parse(None, Some(&map(&[("memory.available", "1Gi")])), None, None)
             .expect_err("no grace");
-        assert!(e.contains("grace period must be specified"), "{e}");
+        assert!(e.message.contains("grace period must be specified"), "{e}");
         let e = parse(None, None, Some(&map(&[("memory.available", "30s")])), None)
             .expect_err("grace without soft");
-        assert!(
-            e.starts_with("evictionSoftGracePeriod.memory.available"),
-            "{e}"
-        );
+        assert_eq!(e.field, "evictionSoftGracePeriod.memory.available", "{e}");
         let e = parse(
             Some(&map(&[("memory.available", "-1Mi")])),
             None,
@@ -422,7 +430,7 @@ mod tests {
             None,
         )
         .expect_err("negative");
-        assert!(e.contains("must be positive"), "{e}");
+        assert!(e.message.contains("must be positive"), "{e}");
     }
 
     #[test]

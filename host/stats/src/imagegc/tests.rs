@@ -113,6 +113,7 @@ fn collection_starts_at_the_high_mark_and_frees_to_the_low_mark() {
         }
         .check()
         .expect_err("low above high")
-        .contains("imageGCLowThresholdPercent")
+        .field
+            == "imageGCLowThresholdPercent"
     );
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use k8s_openapi::api::core::v1::Taint;
 use wasmlet_agent::node::Reserved;
-use wasmlet_plugin_host::convert::parse_quantity;
+use wasmlet_plugin_host::convert::{QuantityError, parse_quantity};
 
 use super::absolute;
 use super::file::{File, Quantities};
@@ -121,7 +121,7 @@ fn check_taints(taints: &[Taint]) -> Result<()> {
 pub(super) fn reserved(field: &str, map: &Quantities) -> Result<Reserved> {
     let mut r = Reserved::default();
     for (name, value) in map {
-        let at = |e: String| anyhow::anyhow!("{field}.{name}: {e}");
+        let at = |e: QuantityError| anyhow::anyhow!("{field}.{name}: {e}");
         // A quantity: a string, or a plain number (`cpu: 1`).
         let value = &match value {
             serde_yaml_ng::Value::String(s) => s.clone(),

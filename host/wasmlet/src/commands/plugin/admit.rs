@@ -88,7 +88,7 @@ pub enum Instances {
 
 /// A memory limit as the configuration writes it, within the largest a plugin may have.
 fn memory_limit(s: &str) -> Result<usize, String> {
-    let bytes = convert::parse_quantity(s, 0)?;
+    let bytes = convert::parse_quantity(s, 0).map_err(|e| e.to_string())?;
     if bytes > wasmlet_plugin_host::MAX_MEMORY_BYTES as u64 {
         return Err(format!("{s} is more than the largest allowed, 256Mi"));
     }

@@ -178,23 +178,15 @@ pub async fn sign(args: SignArgs) -> Result<ExitCode> {
 }
 
 /// Names the flag of a verification error (`publicKeys: …` → `--key: …`).
-fn flag_error(e: &str) -> anyhow::Error {
-    let flags = [
-        ("publicKeys: ", "--key: "),
-        ("keyless.trustedRoot: ", "--trusted-root: "),
-        (
-            "keyless.identities[0].subjectRegExp: ",
-            "--certificate-identity-regexp: ",
-        ),
-        (
-            "keyless.identities[0].issuerRegExp: ",
-            "--certificate-oidc-issuer-regexp: ",
-        ),
-    ];
-    flags
-        .iter()
-        .find_map(|(field, flag)| e.strip_prefix(field).map(|rest| format!("{flag}{rest}")))
-        .map_or_else(|| anyhow::anyhow!("{e}"), anyhow::Error::msg)
+fn flag_error(e: &wasmlet_signing::ConfigError) -> anyhow::Error {
+    let flag = match e.field.as_str() {
+        "publicKeys" => "--key",
+        "keyless.trustedRoot" => "--trusted-root",
+        "keyless.identities[0].subjectRegExp" => "--certificate-identity-regexp",
+        "keyless.identities[0].issuerRegExp" => "--certificate-oidc-issuer-regexp",
+        _ => return anyhow::anyhow!("{e}"),
+    };
+    anyhow::anyhow!("{flag}: {}", e.message)
 }
 
 /// `wasmlet plugin verify`: 0 when one of the keys or the keyless identity signed the
