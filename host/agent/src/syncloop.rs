@@ -64,6 +64,17 @@ pub struct SourceSet {
     pub directory: Option<std::path::PathBuf>,
 }
 
+impl SourceSet {
+    /// All of source `source`'s pods, nothing left out or unreadable.
+    pub fn whole(source: impl Into<String>, pods: Vec<SourcePod>) -> Self {
+        Self {
+            source: source.into(),
+            pods,
+            ..Self::default()
+        }
+    }
+}
+
 /// Everything that wakes the loop.
 pub struct Inputs {
     /// Sources' sets.

@@ -163,16 +163,9 @@ async fn a_memory_climb_evicts_exactly_the_right_pod() {
     let send = |pods: Vec<SourcePod>| {
         let tx = agent.sources();
         async move {
-            tx.send(SourceSet {
-                source: "api".into(),
-                pods,
-                unchanged: Vec::new(),
-                problems: Vec::new(),
-                removed: false,
-                directory: None,
-            })
-            .await
-            .expect("loop runs");
+            tx.send(SourceSet::whole("api", pods))
+                .await
+                .expect("loop runs");
         }
     };
     let hog = api_pod("hog", serde_json::json!({}));
@@ -320,14 +313,7 @@ async fn disk_reclaim_removes_what_finished_pods_left_and_keeps_their_status() {
     let server = api_pod("server", serde_json::json!({}));
     agent
         .sources()
-        .send(SourceSet {
-            source: "api".into(),
-            pods: vec![done, server],
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-            removed: false,
-            directory: None,
-        })
+        .send(SourceSet::whole("api", vec![done, server]))
         .await
         .expect("loop runs");
     wait("the job done, the server running", || {

@@ -19,6 +19,19 @@ const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 /// The huge page controller (written when the machine has huge page sizes).
 const HUGETLB: &str = "hugetlb";
 
+/// No cgroup filesystem where one was looked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no cgroup filesystem at {} (neither cgroup.controllers nor a {missing} hierarchy)",
+    root.display()
+)]
+pub struct NoCgroupFs {
+    /// Where it was looked for.
+    pub root: PathBuf,
+    /// The v1 hierarchy that is missing too.
+    pub missing: &'static str,
+}
+
 /// A cgroup filesystem mounted at `root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupFs {
@@ -29,16 +42,16 @@ pub struct CgroupFs {
 impl CgroupFs {
     /// The cgroup filesystem at `root` (`/sys/fs/cgroup`): v2 when `cgroup.controllers`
     /// is there, v1 when the cpu and memory hierarchies are; otherwise why not.
-    pub fn detect(root: &Path) -> Result<CgroupFs, String> {
+    pub fn detect(root: &Path) -> Result<CgroupFs, NoCgroupFs> {
         if root.join("cgroup.controllers").is_file() {
             return Ok(CgroupFs::at(root, true));
         }
         match ["cpu", "memory"].iter().find(|c| !root.join(c).is_dir()) {
             None => Ok(CgroupFs::at(root, false)),
-            Some(missing) => Err(format!(
-                "no cgroup filesystem at {} (neither cgroup.controllers nor a {missing} hierarchy)",
-                root.display()
-            )),
+            Some(missing) => Err(NoCgroupFs {
+                root: root.to_owned(),
+                missing,
+            }),
         }
     }
 

@@ -22,7 +22,7 @@ pub mod systemd;
 pub use wasmlet_core::cgroups::{hugetlb, tree, values};
 
 use fs::CgroupFs;
-use systemd::Systemd;
+use systemd::{Systemd, SystemdError};
 use tree::{CgroupName, Driver, Qos};
 use values::{Max, Settings};
 
@@ -53,6 +53,17 @@ pub enum StartError {
     /// This process cannot make cgroups here (no cgroup filesystem, not root).
     #[error("{0}")]
     Unavailable(String),
+}
+
+/// A pod's cgroup (or its QoS tier) that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// systemd refused the slice or its properties.
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+    /// Writing the cgroup filesystem failed.
+    #[error(transparent)]
+    Write(#[from] std::io::Error),
 }
 
 /// How the tree is made.
@@ -140,7 +151,7 @@ impl PodCgroups {
     /// a node of `cpus` CPUs and `memory` bytes: for benchmarks and tools.
     pub async fn node_default(cpus: u64, memory: u64) -> Result<PodCgroups, StartError> {
         let fs = CgroupFs::detect(std::path::Path::new("/sys/fs/cgroup"))
-            .map_err(StartError::Unavailable)?;
+            .map_err(|e| StartError::Unavailable(e.to_string()))?;
         let setup = Setup {
             driver: Driver::Cgroupfs,
             cgroup_root: "/".into(),
@@ -283,7 +294,7 @@ impl PodCgroups {
 
     /// Makes `pod`'s cgroup with its limits (before its sandbox), the burstable tier's
     /// shares first brought up to date for a Burstable pod. Idempotent.
-    pub async fn ensure(&self, pod: &k8s::Pod) -> Result<(), String> {
+    pub async fn ensure(&self, pod: &k8s::Pod) -> Result<(), CgroupError> {
         let (name, qos) = self.pod_name(pod);
         let resources = values::pod_resources(pod, qos);
         let uid = wasmlet_core::pod::uid(pod).to_owned();
@@ -301,7 +312,7 @@ impl PodCgroups {
     /// Writes one resource of `pod`'s cgroup as its spec now asks (an in-place resize:
     /// `cpu` the shares and quota, else the memory limit), the burstable tier's shares
     /// with the CPU. The pod's cgroup must exist.
-    pub async fn resize(&self, pod: &k8s::Pod, cpu: bool) -> Result<(), String> {
+    pub async fn resize(&self, pod: &k8s::Pod, cpu: bool) -> Result<(), CgroupError> {
         let (name, qos) = self.pod_name(pod);
         let all = values::pod_resources(pod, qos).settings(self.pids_limit, Vec::new());
         let settings = if cpu {
@@ -327,7 +338,7 @@ impl PodCgroups {
     /// Writes the burstable tier's shares when its pods' requests changed them. One
     /// update at a time, the sum taken under the written value's lock: two pods starting
     /// together cannot leave the first one's smaller sum written last.
-    async fn update_burstable(&self) -> Result<(), String> {
+    async fn update_burstable(&self) -> Result<(), CgroupError> {
         let mut written = self.burstable_shares.lock().await;
         let shares = values::milli_cpu_to_shares(lock(&self.burstable).values().sum());
         if *written == Some(shares) {
@@ -346,7 +357,7 @@ impl PodCgroups {
     /// The tiers as the active `pods` make them (the kubelet's periodic update): the
     /// burstable tier's shares from the Burstable pods among them. Goes through the
     /// pods at most once a [`RECONCILE_PERIOD`]: housekeeping calls it every pass.
-    pub async fn reconcile(&self, pods: &[std::sync::Arc<k8s::Pod>]) -> Result<(), String> {
+    pub async fn reconcile(&self, pods: &[std::sync::Arc<k8s::Pod>]) -> Result<(), CgroupError> {
         {
             let mut last = lock(&self.reconciled);
             if last.is_some_and(|t| t.elapsed() < RECONCILE_PERIOD) {
@@ -367,23 +378,16 @@ impl PodCgroups {
     }
 
     /// Makes `name` with `settings` through the driver.
-    async fn apply(&self, name: &CgroupName, settings: &Settings) -> Result<(), String> {
+    async fn apply(&self, name: &CgroupName, settings: &Settings) -> Result<(), CgroupError> {
         match &self.systemd {
             Some(sd) => {
-                sd.ensure(name, settings, self.fs.v2())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                sd.ensure(name, settings, self.fs.v2()).await?;
                 // What systemd has no property for, runc writes into the slice itself
                 // after enabling every controller above it (systemd enables only its
                 // own: not hugetlb): so does the agent.
-                self.fs
-                    .write_unmanaged(&self.name(name), settings)
-                    .map_err(|e| e.to_string())
+                Ok(self.fs.write_unmanaged(&self.name(name), settings)?)
             }
-            None => self
-                .fs
-                .apply(&name.to_cgroupfs(), settings)
-                .map_err(|e| e.to_string()),
+            None => Ok(self.fs.apply(&name.to_cgroupfs(), settings)?),
         }
     }
 

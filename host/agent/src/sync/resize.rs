@@ -111,7 +111,10 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
 
     async fn resize_pod_cgroup(&self, pod: &k8s::Pod, resource: Resource) -> Result<(), String> {
         match &self.node.pod_cgroups {
-            Some(cgroups) => cgroups.resize(pod, resource == Resource::Cpu).await,
+            Some(cgroups) => cgroups
+                .resize(pod, resource == Resource::Cpu)
+                .await
+                .map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }

@@ -137,14 +137,7 @@ pub async fn send(agent: &Agent<Simulator>, pods: Vec<SourcePod>) {
 pub async fn send_from(agent: &Agent<Simulator>, source: &str, pods: Vec<SourcePod>) {
     agent
         .sources()
-        .send(SourceSet {
-            source: source.into(),
-            pods,
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-            removed: false,
-            directory: None,
-        })
+        .send(SourceSet::whole(source, pods))
         .await
         .expect("loop runs");
 }

@@ -191,14 +191,7 @@ impl Node {
             .collect();
         self.agent
             .sources()
-            .send(SourceSet {
-                source: "file".into(),
-                pods,
-                unchanged: Vec::new(),
-                problems: Vec::new(),
-                removed: false,
-                directory: None,
-            })
+            .send(SourceSet::whole("file", pods))
             .await
             .expect("agent runs");
     }

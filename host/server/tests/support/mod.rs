@@ -148,17 +148,13 @@ pub async fn run_pod(n: &Node, name: &str, containers: serde_json::Value) -> Str
     });
     n.agent
         .sources()
-        .send(SourceSet {
-            source: "file".into(),
-            pods: vec![SourcePod {
+        .send(SourceSet::whole(
+            "file",
+            vec![SourcePod {
                 origin: format!("{name}.yaml"),
                 pod: serde_json::from_value(manifest.clone()).expect("pod"),
             }],
-            unchanged: Vec::new(),
-            problems: Vec::new(),
-            removed: false,
-            directory: None,
-        })
+        ))
         .await
         .expect("sources");
     let full = format!("{name}-{NODE}");

@@ -220,7 +220,7 @@ pub(super) async fn pod_cgroups(
     };
     let fs = match CgroupFs::detect(Path::new("/sys/fs/cgroup")) {
         Ok(fs) => fs,
-        Err(why) if tree.driver == Driver::Cgroupfs => return unavailable(why),
+        Err(why) if tree.driver == Driver::Cgroupfs => return unavailable(why.to_string()),
         Err(why) => anyhow::bail!("cgroupDriver: systemd: {why}"),
     };
     match PodCgroups::start(fs, setup).await {
