@@ -236,7 +236,9 @@ impl Fetcher {
             Provenance::Blob {
                 signature: None,
                 what,
-            } => Err(format!("not signed: {what} has no signature beside it")),
+            } => Err(wasmlet_signing::VerifyError::NotSigned(format!(
+                "{what} has no signature beside it"
+            ))),
         };
         match result {
             Ok(v) => Ok(Some(v.signer)),

@@ -59,10 +59,13 @@ impl SignedFiles {
         let sig = PathBuf::from(format!("{}.sig", path.display()));
         let result = match std::fs::read_to_string(&sig) {
             Ok(signature) => self.verifier.verify_blob(wasm, &signature),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(format!("not signed: no {} beside it", sig.display()))
-            }
-            Err(e) => Err(format!("{}: {e}", sig.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
+                wasmlet_signing::VerifyError::NotSigned(format!("no {} beside it", sig.display())),
+            ),
+            Err(e) => Err(wasmlet_signing::VerifyError::Malformed(format!(
+                "{}: {e}",
+                sig.display()
+            ))),
         };
         match result {
             Ok(verified) => {

@@ -26,6 +26,7 @@
 
 mod blob;
 pub mod bundle;
+mod error;
 pub mod keyless;
 pub mod keys;
 pub mod oci;
@@ -33,12 +34,13 @@ pub mod oci;
 pub mod testing;
 mod verify;
 
+pub use error::{ConfigError, VerifyError};
 pub use oci::Registry;
 /// The OCI client artifacts are read with (its `Reference`, `Client`, `RegistryAuth`).
 pub use oci_client;
 /// A private key that signs (from [`keys::signer`]).
 pub use sigstore::crypto::SigStoreSigner as Signer;
-pub use verify::{ConfigError, Verification, Verified, Verifier, describe_signer, key_id};
+pub use verify::{Verification, Verified, Verifier, describe_signer, key_id};
 
 #[cfg(test)]
 mod tests;

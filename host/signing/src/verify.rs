@@ -7,33 +7,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
+use crate::error::ConfigError;
 use crate::{keyless, keys, oci};
-
-/// A `verification:` value that cannot be used: the field below `verification`
-/// (`publicKeys[0]`, `keyless.identities[1].subjectRegExp`) and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    /// The field.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    /// The same error, its field below `parent`.
-    pub fn under(mut self, parent: &str) -> Self {
-        self.field = format!("{parent}.{}", self.field);
-        self
-    }
-}
 
 /// The `verification:` section of `clusterPlugins` and `plugins`.
 ///

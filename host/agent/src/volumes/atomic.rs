@@ -17,6 +17,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::error::{PathError, VolumeError, at};
 use super::ownership::Ownership;
 
 /// The link to the current version.
@@ -38,21 +39,19 @@ pub type Payload = BTreeMap<String, FileProjection>;
 
 /// Why a payload path is refused (the kubelet's rules): relative, no element `..` or
 /// starting with `..` (those names are the writer's own), none empty.
-pub fn check_path(path: &str) -> Result<(), String> {
+pub fn check_path(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
-        return Err("a path in the volume is empty".into());
+        return Err(PathError::Empty);
     }
     if path.starts_with('/') {
-        return Err(format!("{path:?}: must be a relative path"));
+        return Err(PathError::Absolute(path.to_owned()));
     }
     if path.len() > 4096 {
-        return Err(format!("{path:?}: longer than 4096 characters"));
+        return Err(PathError::TooLong(path.to_owned()));
     }
     for element in path.split('/') {
         if element.starts_with("..") {
-            return Err(format!(
-                "{path:?}: must not contain '..' or start an element with '..'"
-            ));
+            return Err(PathError::DotDot(path.to_owned()));
         }
     }
     Ok(())
@@ -60,8 +59,11 @@ pub fn check_path(path: &str) -> Result<(), String> {
 
 /// Writes `payload` into `dir` if it differs from what is there; `true` when it wrote.
 /// `owner` is applied to the new version before it becomes visible.
-pub fn write(dir: &Path, payload: &Payload, owner: Option<&Ownership>) -> Result<bool, String> {
-    let at = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
+pub fn write(
+    dir: &Path,
+    payload: &Payload,
+    owner: Option<&Ownership>,
+) -> Result<bool, VolumeError> {
     let clean: Payload = payload
         .iter()
         .map(|(k, v)| {
@@ -73,8 +75,8 @@ pub fn write(dir: &Path, payload: &Payload, owner: Option<&Ownership>) -> Result
                 .join("/");
             Ok((k, v.clone()))
         })
-        .collect::<Result<_, String>>()?;
-    std::fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
+        .collect::<Result<_, PathError>>()?;
+    std::fs::create_dir_all(dir).map_err(at(dir))?;
     let data_link = dir.join(DATA_DIR);
     let old = std::fs::read_link(&data_link).ok();
     if let Some(old) = &old
@@ -82,7 +84,7 @@ pub fn write(dir: &Path, payload: &Payload, owner: Option<&Ownership>) -> Result
     {
         return Ok(false);
     }
-    let version = new_version_dir(dir).map_err(|e| at(dir, e))?;
+    let version = new_version_dir(dir).map_err(at(dir))?;
     let result = write_version(&version, &clean)
         .and_then(|()| owner.map_or(Ok(()), |o| o.apply(dir)))
         .and_then(|()| swap(dir, &version));
@@ -152,53 +154,49 @@ fn new_version_dir(dir: &Path) -> io::Result<PathBuf> {
     }
 }
 
-fn write_version(version: &Path, payload: &Payload) -> Result<(), String> {
+fn write_version(version: &Path, payload: &Payload) -> Result<(), VolumeError> {
     for (rel, file) in payload {
         let path = version.join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(at(parent))?;
         }
-        std::fs::write(&path, &file.data).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, &file.data).map_err(at(&path))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(file.mode & 0o7777))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(at(&path))?;
     }
     Ok(())
 }
 
 /// Points `..data` at `version` in one step.
-fn swap(dir: &Path, version: &Path) -> Result<(), String> {
+fn swap(dir: &Path, version: &Path) -> Result<(), VolumeError> {
     let tmp = dir.join(DATA_DIR_TMP);
     let _ = std::fs::remove_file(&tmp);
     let name = version.file_name().unwrap_or_default();
-    std::os::unix::fs::symlink(name, &tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(DATA_DIR)).map_err(|e| {
+    std::os::unix::fs::symlink(name, &tmp).map_err(at(&tmp))?;
+    let data = dir.join(DATA_DIR);
+    std::fs::rename(&tmp, &data).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", dir.join(DATA_DIR).display())
+        at(&data)(e)
     })
 }
 
 /// Makes each visible name a link into `..data` and removes every other name (the
 /// writer's own `..` names aside): names gone from the payload, and the plain files of a
 /// volume written before this layout.
-fn link_visible(dir: &Path, visible: &BTreeSet<&str>) -> Result<(), String> {
+fn link_visible(dir: &Path, visible: &BTreeSet<&str>) -> Result<(), VolumeError> {
     for name in visible {
         let link = dir.join(name);
         let target = Path::new(DATA_DIR).join(name);
         match std::fs::read_link(&link) {
             Ok(t) if t == target => continue,
-            Ok(_) => std::fs::remove_file(&link).map_err(|e| format!("{}: {e}", link.display()))?,
-            Err(_) if link.is_dir() => {
-                std::fs::remove_dir_all(&link).map_err(|e| format!("{}: {e}", link.display()))?
-            }
-            Err(_) if link.exists() => {
-                std::fs::remove_file(&link).map_err(|e| format!("{}: {e}", link.display()))?
-            }
+            Ok(_) => std::fs::remove_file(&link).map_err(at(&link))?,
+            Err(_) if link.is_dir() => std::fs::remove_dir_all(&link).map_err(at(&link))?,
+            Err(_) if link.exists() => std::fs::remove_file(&link).map_err(at(&link))?,
             Err(_) => {}
         }
-        std::os::unix::fs::symlink(&target, &link)
-            .map_err(|e| format!("{}: {e}", link.display()))?;
+        std::os::unix::fs::symlink(&target, &link).map_err(at(&link))?;
     }
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+    for entry in std::fs::read_dir(dir).map_err(at(dir))? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with("..") || visible.contains(name.as_str()) {
@@ -210,7 +208,7 @@ fn link_visible(dir: &Path, visible: &BTreeSet<&str>) -> Result<(), String> {
         } else {
             std::fs::remove_file(&path)
         };
-        removed.map_err(|e| format!("{}: {e}", path.display()))?;
+        removed.map_err(at(&path))?;
     }
     Ok(())
 }

@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_plugin_host::convert::parse_quantity;
 
+use super::error::{VolumeError, at};
 use super::ownership::Ownership;
 use crate::criconfig::{NodeContext, empty_dir_path};
 
 /// Makes emptyDir volume `v` of `pod` ready for its containers.
-pub fn set_up(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<(), String> {
+pub fn set_up(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<(), VolumeError> {
     let Some(spec) = &v.empty_dir else {
         return Ok(());
     };
@@ -28,9 +29,8 @@ pub fn set_up(pod: &k8s::Pod, ctx: &NodeContext, v: &k8s::Volume) -> Result<(), 
     } {
         return Ok(());
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(at(&dir))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(at(&dir))?;
     if memory {
         mount_tmpfs(&dir, tmpfs_size(pod, ctx, spec))?;
     }
@@ -94,12 +94,17 @@ pub fn pod_memory_limit(pod: &k8s::Pod) -> Option<u64> {
     Some(sum.saturating_add(overhead))
 }
 
-fn mount_tmpfs(dir: &Path, size: Option<u64>) -> Result<(), String> {
+fn mount_tmpfs(dir: &Path, size: Option<u64>) -> Result<(), VolumeError> {
+    // Digits only: no NUL to refuse.
     let options = std::ffi::CString::new(size.map(|s| format!("size={s}")).unwrap_or_default())
-        .map_err(|e| e.to_string())?;
+        .unwrap_or_default();
     let flags = rustix::mount::MountFlags::empty();
-    rustix::mount::mount("tmpfs", dir, "tmpfs", flags, options.as_c_str())
-        .map_err(|e| format!("mounting a tmpfs on {}: {e}", dir.display()))
+    rustix::mount::mount("tmpfs", dir, "tmpfs", flags, options.as_c_str()).map_err(|e| {
+        VolumeError::Mount {
+            path: dir.to_owned(),
+            source: e.into(),
+        }
+    })
 }
 
 /// Whether `path` is a mount point.
@@ -144,7 +149,7 @@ fn unescape(field: &str) -> String {
 }
 
 /// Unmounts every mount under `dir` (deepest first); the paths it could not unmount.
-pub fn unmount_all(dir: &Path) -> Vec<(PathBuf, String)> {
+pub fn unmount_all(dir: &Path) -> Vec<(PathBuf, std::io::Error)> {
     let mut under: Vec<PathBuf> = mount_points()
         .into_iter()
         .filter(|m| m.starts_with(dir))
@@ -156,7 +161,7 @@ pub fn unmount_all(dir: &Path) -> Vec<(PathBuf, String)> {
         .filter_map(|m| {
             rustix::mount::unmount(&m, rustix::mount::UnmountFlags::empty())
                 .err()
-                .map(|e| (m, e.to_string()))
+                .map(|e| (m, e.into()))
         })
         .collect()
 }

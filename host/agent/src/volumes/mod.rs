@@ -25,10 +25,12 @@ use std::path::Path;
 use k8s_openapi::api::core::v1 as k8s;
 
 use crate::criconfig::NodeContext;
+pub use error::{PathError, VolumeError};
 
 pub mod atomic;
 mod content;
 pub mod empty_dir;
+mod error;
 pub mod ownership;
 
 pub use crate::criconfig::BoxFuture;
@@ -99,23 +101,15 @@ pub struct TokenRequest {
     pub pod_uid: String,
 }
 
-/// Why a volume could not be set up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a volume could not be set up, in the kubelet's words.
+#[derive(Debug, thiserror::Error)]
+#[error("MountVolume.SetUp failed for volume \"{volume}\" : {cause}")]
 pub struct MountError {
     /// The volume.
     pub volume: String,
     /// Why.
-    pub message: String,
-}
-
-impl fmt::Display for MountError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "MountVolume.SetUp failed for volume \"{}\" : {}",
-            self.volume, self.message
-        )
-    }
+    #[source]
+    pub cause: VolumeError,
 }
 
 /// The ConfigMaps and Secrets `pod`'s volumes project.
@@ -164,9 +158,9 @@ pub async fn prepare(
     });
     let mut written = Vec::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let error = |message: String| MountError {
+        let error = |cause: VolumeError| MountError {
             volume: v.name.clone(),
-            message,
+            cause,
         };
         if v.empty_dir.is_some() {
             empty_dir::set_up(pod, ctx, v).map_err(error)?;
@@ -183,7 +177,10 @@ pub async fn prepare(
             refresh_tokens,
             fs_group: owner.is_some(),
         };
-        let payload = gather.payload(v).await.map_err(error)?;
+        let payload = gather
+            .payload(v)
+            .await
+            .map_err(|m| error(VolumeError::Content(m)))?;
         if atomic::write(&dir, &payload, owner.as_ref()).map_err(error)? {
             written.push(v.name.clone());
         }
@@ -194,22 +191,22 @@ pub async fn prepare(
 /// Takes a stopped pod's directory away: its tmpfs volumes unmounted first (a mount
 /// left would keep its memory and fail the removal), then everything under it. The
 /// mounts that could not be taken down are named.
-pub fn remove_pod_dir(dir: &Path) -> Result<(), String> {
+pub fn remove_pod_dir(dir: &Path) -> Result<(), VolumeError> {
     let failed = empty_dir::unmount_all(dir);
-    if let Some((path, e)) = failed.first() {
-        return Err(format!("unmounting {}: {e}", path.display()));
+    if let Some((path, source)) = failed.into_iter().next() {
+        return Err(VolumeError::Unmount { path, source });
     }
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("{}: {e}", dir.display())),
+        Err(e) => Err(error::at(dir)(e)),
     }
 }
 
 /// Takes a terminated pod's volumes away — tmpfs unmounted, then every volume the node
 /// made removed — as the kubelet's volume manager does once a pod's containers can no
 /// longer run, while the pod itself stays (a finished pod until it is deleted).
-pub fn tear_down(pod_dir: &Path) -> Result<(), String> {
+pub fn tear_down(pod_dir: &Path) -> Result<(), VolumeError> {
     remove_pod_dir(&pod_dir.join("volumes"))
 }
 

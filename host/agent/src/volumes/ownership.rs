@@ -11,6 +11,8 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1 as k8s;
 
+use super::error::{VolumeError, at};
+
 const RW: u32 = 0o660;
 const RO: u32 = 0o440;
 const EXEC: u32 = 0o110;
@@ -40,7 +42,7 @@ impl Ownership {
     }
 
     /// Gives the volume at `dir` to the group.
-    pub fn apply(&self, dir: &Path) -> Result<(), String> {
+    pub fn apply(&self, dir: &Path) -> Result<(), VolumeError> {
         if self.on_root_mismatch && !self.root_mismatch(dir) {
             return Ok(());
         }
@@ -64,12 +66,10 @@ impl Ownership {
     }
 
     /// Children first, then the directory itself (as the kubelet walks).
-    fn walk(&self, path: &Path) -> Result<(), String> {
-        let meta =
-            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    fn walk(&self, path: &Path) -> Result<(), VolumeError> {
+        let meta = std::fs::symlink_metadata(path).map_err(at(path))?;
         if meta.is_dir() {
-            let entries =
-                std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let entries = std::fs::read_dir(path).map_err(at(path))?;
             for entry in entries.flatten() {
                 self.walk(&entry.path())?;
             }
@@ -77,9 +77,14 @@ impl Ownership {
         self.change(path, &meta)
     }
 
-    fn change(&self, path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-        std::os::unix::fs::lchown(path, None, Some(self.gid))
-            .map_err(|e| format!("{}: setting group {}: {e}", path.display(), self.gid))?;
+    fn change(&self, path: &Path, meta: &std::fs::Metadata) -> Result<(), VolumeError> {
+        std::os::unix::fs::lchown(path, None, Some(self.gid)).map_err(|source| {
+            VolumeError::Group {
+                path: path.to_owned(),
+                gid: self.gid,
+                source,
+            }
+        })?;
         if meta.is_symlink() {
             return Ok(());
         }
@@ -88,8 +93,7 @@ impl Ownership {
             mask |= SETGID | EXEC;
         }
         let mode = (meta.mode() & 0o7777) | mask;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(at(path))
     }
 }
 

@@ -28,7 +28,7 @@ use regex::Regex;
 use serde::Deserialize;
 use sigstore::crypto::Signature;
 
-use crate::verify::ConfigError;
+use crate::error::ConfigError;
 
 /// The `keyless:` section of `verification`.
 ///

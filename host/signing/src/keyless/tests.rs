@@ -52,7 +52,8 @@ fn relogged(log: &FakeSigstore, signed: &KeylessSignature, at: i64) -> String {
 fn assert_refused(v: &Verifier, bytes: &[u8], signed: &KeylessSignature, cause: &str) {
     let err = v
         .verify_blob(bytes, &signed.blob_bundle())
-        .expect_err("refused");
+        .expect_err("refused")
+        .to_string();
     assert!(err.contains(cause), "{cause}: {err}");
 }
 
@@ -260,7 +261,8 @@ fn a_bundle_signed_with_a_trusted_key_verifies_by_the_key() {
     let keyless = sigstore.sign(b"component", RELEASE, ISSUER);
     let err = v
         .verify_blob(b"component", &keyless.blob_bundle())
-        .expect_err("no identities");
+        .expect_err("no identities")
+        .to_string();
     assert!(err.contains("no keyless identity is trusted"), "{err}");
 }
 
@@ -496,7 +498,8 @@ fn cosign_3_file_bundles_verify_by_identity_and_only_for_their_bytes() {
     );
     let err = v
         .verify_blob(b"tampered", &bundle)
-        .expect_err("other bytes");
+        .expect_err("other bytes")
+        .to_string();
     assert!(
         err.contains("the Sigstore bundle is a signature of other bytes"),
         "{err}"
@@ -504,7 +507,8 @@ fn cosign_3_file_bundles_verify_by_identity_and_only_for_their_bytes() {
     let other = sigstore.file_bundle(b"component", "https://ci.test.invalid/mallory", ISSUER);
     let err = v
         .verify_blob(b"component", &other)
-        .expect_err("other identity");
+        .expect_err("other identity")
+        .to_string();
     assert!(err.contains("not a trusted identity"), "{err}");
 }
 

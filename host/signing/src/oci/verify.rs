@@ -18,6 +18,7 @@ use super::{
     manifest_unknown, payload_bytes, sha256_digest, signature_reference,
 };
 use crate::bundle::{MEDIA_TYPE_PREFIX, Refusal, Subject};
+use crate::error::VerifyError;
 use crate::keyless::{Evidence, certificate_der, rekor};
 use crate::verify::{Verified, Verifier};
 
@@ -43,25 +44,26 @@ impl Verifier {
         auth: &RegistryAuth,
         repository: &Reference,
         manifest_digest: &str,
-    ) -> Result<Verified, String> {
+    ) -> Result<Verified, VerifyError> {
         let repo = format!("{}/{}", repository.registry(), repository.repository());
         let signatures = signature_reference(repository, manifest_digest);
         let tag = signatures.tag().unwrap_or_default().to_owned();
         let lookup = self.lookup(client, auth, repository, &signatures, manifest_digest);
         let found = tokio::time::timeout(VERIFY_TIMEOUT, lookup)
             .await
-            .map_err(|_| {
-                format!(
-                    "looking up the signatures of {repo}@{manifest_digest}: no answer within {}s",
-                    VERIFY_TIMEOUT.as_secs()
-                )
+            .map_err(|_| VerifyError::Lookup {
+                artifact: format!("{repo}@{manifest_digest}"),
+                message: format!("no answer within {}s", VERIFY_TIMEOUT.as_secs()),
             })?
-            .map_err(|e| format!("looking up the signatures of {repo}@{manifest_digest}: {e}"))?;
+            .map_err(|message| VerifyError::Lookup {
+                artifact: format!("{repo}@{manifest_digest}"),
+                message,
+            })?;
         match found {
             Lookup::Signed(v) => Ok(v),
-            Lookup::Unsigned => Err(format!(
-                "not signed: no cosign signature of {repo}@{manifest_digest} (looked for {repo}:{tag} and Sigstore bundles referring to it)"
-            )),
+            Lookup::Unsigned => Err(VerifyError::NotSigned(format!(
+                "no cosign signature of {repo}@{manifest_digest} (looked for {repo}:{tag} and Sigstore bundles referring to it)"
+            ))),
             Lookup::Untrusted {
                 signatures,
                 bundles,
@@ -86,10 +88,10 @@ impl Verifier {
                 } else {
                     format!("; keyless: {}", refused.join("; "))
                 };
-                Err(format!(
+                Err(VerifyError::Untrusted(format!(
                     "not signed by a trusted key or identity: {signatures}{copied}, none by a trusted {}{keyless}",
                     self.trusted()
-                ))
+                )))
             }
         }
     }
