@@ -158,7 +158,7 @@ impl<R: CriRuntime + 'static> Joined<R> {
         let state = {
             let agent = agent.clone();
             move || wasmlet_cluster::node::NodeState {
-                not_ready: agent.readiness().err(),
+                not_ready: agent.readiness().err().map(|e| e.to_string()),
                 runtime_version: "sim://1".into(),
                 port: 10250,
                 pressure: Default::default(),

@@ -111,6 +111,17 @@ impl RuntimeState {
     }
 }
 
+/// Why the node is not ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The container runtime does not answer (its message).
+    #[error("{0}")]
+    Runtime(String),
+    /// PLEG has not relisted in time.
+    #[error(transparent)]
+    Pleg(#[from] crate::pleg::PlegUnhealthy),
+}
+
 /// A running agent.
 pub struct Agent<R> {
     /// What the workers share (cache, statuses, prober, metrics).
@@ -205,18 +216,22 @@ impl<R: CriRuntime + 'static> Agent<R> {
 
     /// `Ok` when the node is ready: the runtime answers and PLEG is healthy; otherwise
     /// why not.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub fn readiness(&self) -> Result<(), NotReady> {
         match (self.runtime_state.ready(), self.health.check()) {
             (true, Ok(())) => Ok(()),
-            (false, _) => Err(self.runtime_state.message()),
-            (_, Err(e)) => Err(e),
+            (false, _) => Err(NotReady::Runtime(self.runtime_state.message())),
+            (_, Err(e)) => Err(NotReady::Pleg(e)),
         }
     }
 
     /// The node object with its Ready condition.
     pub fn node_object(&self) -> k8s_openapi::api::core::v1::Node {
         let readiness = self.readiness();
-        let message = readiness.clone().err().unwrap_or_default();
+        let message = readiness
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         self.node
             .object(readiness.is_ok(), &message, &self.ctx.clock.now_rfc3339())
     }

@@ -265,6 +265,16 @@ impl Default for Health {
     }
 }
 
+/// PLEG has not relisted within [`RELIST_THRESHOLD`]: the node is not ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "PLEG is not healthy: pleg was last seen active {since:.1?} ago; threshold is {RELIST_THRESHOLD:?}"
+)]
+pub struct PlegUnhealthy {
+    /// How long ago the last relist finished (or the agent started).
+    pub since: Duration,
+}
+
 impl Health {
     /// Records a relist that finished now.
     pub fn relisted(&self) {
@@ -273,13 +283,11 @@ impl Health {
 
     /// `Ok` while the last relist (or the start, before the first) is within the
     /// threshold; otherwise the kubelet's message.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), PlegUnhealthy> {
         let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
         let since = Instant::now().saturating_duration_since(last.unwrap_or(self.started));
         if since > RELIST_THRESHOLD {
-            Err(format!(
-                "PLEG is not healthy: pleg was last seen active {since:.1?} ago; threshold is {RELIST_THRESHOLD:?}"
-            ))
+            Err(PlegUnhealthy { since })
         } else {
             Ok(())
         }
@@ -514,7 +522,8 @@ mod tests {
         h.relisted();
         tokio::time::advance(Duration::from_secs(181)).await;
         let err = h.check().expect_err("stale");
-        assert!(err.starts_with("PLEG is not healthy"), "{err}");
+        assert!(err.since >= Duration::from_secs(181), "{err}");
+        assert!(err.to_string().starts_with("PLEG is not healthy"), "{err}");
         h.relisted();
         assert!(h.check().is_ok());
     }

@@ -86,7 +86,7 @@ async fn node_logs<R: CriRuntime + 'static>(
 async fn healthz<R: CriRuntime + 'static>(State(s): St<R>) -> Response {
     match s.agent.health.check() {
         Ok(()) => "ok".into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

@@ -101,7 +101,7 @@ async fn healthz(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response
     } else {
         match pleg {
             Ok(()) => "ok".to_string(),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     };
     (status, body).into_response()

@@ -140,7 +140,7 @@ impl Node {
         let state = {
             let agent = agent.clone();
             move || node::NodeState {
-                not_ready: agent.readiness().err(),
+                not_ready: agent.readiness().err().map(|e| e.to_string()),
                 runtime_version: "sim://1".into(),
                 port: 10250,
                 pressure: Default::default(),

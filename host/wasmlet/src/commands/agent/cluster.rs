@@ -177,7 +177,9 @@ pub(super) fn start_node(
         move || NodeState {
             images: images.get(),
             devices: super::devices::for_status(agent.ctx.devices.as_deref()),
-            not_ready: shutdown.not_ready().or_else(|| agent.readiness().err()),
+            not_ready: shutdown
+                .not_ready()
+                .or_else(|| agent.readiness().err().map(|e| e.to_string())),
             runtime_version: version.clone(),
             port,
             pressure: {
