@@ -37,6 +37,7 @@ pub mod cache;
 pub mod cgroups;
 pub mod criconfig;
 pub mod events;
+pub mod lookup;
 pub mod metrics;
 pub mod node;
 pub mod pleg;

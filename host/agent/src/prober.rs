@@ -34,6 +34,20 @@ use wasmlet_core::pod;
 use wasmlet_core::runtime::{PodRuntime, State};
 use wasmlet_core::status::ProbeView;
 
+/// A check that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// No handler checks the kind.
+    #[error(transparent)]
+    NoHandler(#[from] wasmlet_plugin_host::NoHandler),
+    /// The handler failed (trapped, timed out, refused).
+    #[error(transparent)]
+    Plugin(#[from] wasmlet_plugin_host::PluginError),
+    /// Another checker (a test's fake) failing in its own words.
+    #[error("{0}")]
+    Other(String),
+}
+
 /// Runs one check of a kind (`exec`, `httpGet`, …) — the probe handlers, or a fake.
 pub trait Checker: Send + Sync + 'static {
     /// Checks `target`; an `Err` is a check that could not be made (no handler, a
@@ -43,7 +57,7 @@ pub trait Checker: Send + Sync + 'static {
         kind: &'a str,
         target: &'a Target,
         exec: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, CheckError>> + Send + 'a>>;
 }
 
 impl Checker for ProbeHandlers {
@@ -52,10 +66,10 @@ impl Checker for ProbeHandlers {
         kind: &'a str,
         target: &'a Target,
         exec: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, CheckError>> + Send + 'a>> {
         Box::pin(async move {
-            let handler = self.for_kind(kind).map_err(|e| e.to_string())?;
-            handler.check(target, exec).await.map_err(|e| e.to_string())
+            let handler = self.for_kind(kind)?;
+            Ok(handler.check(target, exec).await?)
         })
     }
 }
@@ -364,7 +378,7 @@ impl<R: CriRuntime + 'static> Prober<R> {
 const REDIRECT_WARNING: &str = "Probe terminated redirects";
 
 /// A check's result as the prober counts it: an error is a failure.
-fn outcome(result: Result<Outcome, String>) -> (bool, String) {
+fn outcome(result: Result<Outcome, CheckError>) -> (bool, String) {
     match result {
         Ok(Outcome::Success(m)) => (true, m),
         Ok(Outcome::Failure(m)) => (false, m),

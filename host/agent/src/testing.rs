@@ -61,7 +61,7 @@ impl Checker for NoProbes {
         _: &'a str,
         _: &'a Target,
         _: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, crate::prober::CheckError>> + Send + 'a>> {
         Box::pin(async { Ok(Outcome::Success(String::new())) })
     }
 }

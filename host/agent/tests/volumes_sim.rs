@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use support::*;
 use wasmlet_agent::agent::{Agent, AgentOptions};
+use wasmlet_agent::lookup::LookupError;
 use wasmlet_cri_sim::Simulator;
 
 const READER: &str = r#"{"metadata":{"name":"reader","uid":"tok-1"},"spec":{
@@ -30,25 +31,29 @@ impl wasmlet_agent::volumes::VolumeSource for CountingTokens {
         &'a self,
         _: &'a str,
         _: &'a str,
-    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, String>> {
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, LookupError>>
+    {
         Box::pin(async { Ok(None) })
     }
     fn secret<'a>(
         &'a self,
         _: &'a str,
         _: &'a str,
-    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, String>> {
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<wasmlet_agent::volumes::Data, LookupError>>
+    {
         Box::pin(async { Ok(None) })
     }
     fn token<'a>(
         &'a self,
         _: &'a wasmlet_agent::volumes::TokenRequest,
-    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<String, String>> {
+    ) -> wasmlet_agent::volumes::BoxFuture<'a, Result<String, LookupError>> {
         let n = self.0.fetch_add(1, Ordering::Relaxed) + 1;
         let refused = n <= self.1;
         Box::pin(async move {
             if refused {
-                return Err("serviceaccounts \"default\" is forbidden".into());
+                return Err(LookupError::Unavailable(
+                    "serviceaccounts \"default\" is forbidden".into(),
+                ));
             }
             Ok(format!("token-{n}"))
         })

@@ -13,6 +13,7 @@ use kube::runtime::watcher;
 use tokio::task::JoinHandle;
 use tracing::warn;
 use wasmlet_agent::criconfig::services::ServiceSource;
+use wasmlet_agent::lookup::LookupError;
 use wasmlet_agent::volumes::BoxFuture;
 
 /// How long a container start of a pod from the API server waits for the first list of
@@ -69,12 +70,12 @@ impl ServiceSource for ServiceWatch {
         &'a self,
         namespace: &'a str,
         wait: bool,
-    ) -> BoxFuture<'a, Result<Vec<k8s::Service>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<k8s::Service>, LookupError>> {
         Box::pin(async move {
             if wait {
                 match tokio::time::timeout(FIRST_LIST_WAIT, self.store.wait_until_ready()).await {
                     Ok(Ok(())) => {}
-                    _ => return Err(NOT_LISTED.to_owned()),
+                    _ => return Err(LookupError::Unavailable(NOT_LISTED.to_owned())),
                 }
             }
             Ok(self

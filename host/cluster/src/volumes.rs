@@ -10,6 +10,7 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::api::PostParams;
+use wasmlet_agent::lookup::LookupError;
 use wasmlet_agent::volumes::{self, BoxFuture, Data, ObjectRef, VolumeSource};
 
 use crate::objects::{Objects, config_map_data, secret_data};
@@ -52,7 +53,7 @@ impl ApiVolumes {
         namespace: &str,
         name: &str,
         data: fn(K) -> BTreeMap<String, Vec<u8>>,
-    ) -> Result<Data, String>
+    ) -> Result<Data, LookupError>
     where
         K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
             + Clone
@@ -70,10 +71,10 @@ impl ApiVolumes {
         }
         let what = if secret { "secret" } else { "configmap" };
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        let found = api
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("{what} \"{name}\": {e}"))?;
+        let found = api.get_opt(name).await.map_err(|e| LookupError::Api {
+            what: format!("{what} \"{name}\""),
+            source: Box::new(e),
+        })?;
         Ok(found.map(data))
     }
 }
@@ -83,7 +84,7 @@ impl VolumeSource for ApiVolumes {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Data, String>> {
+    ) -> BoxFuture<'a, Result<Data, LookupError>> {
         Box::pin(self.read::<k8s::ConfigMap>(false, namespace, name, config_map_data))
     }
 
@@ -91,7 +92,7 @@ impl VolumeSource for ApiVolumes {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Data, String>> {
+    ) -> BoxFuture<'a, Result<Data, LookupError>> {
         Box::pin(self.read::<k8s::Secret>(true, namespace, name, secret_data))
     }
 
@@ -107,7 +108,10 @@ impl VolumeSource for ApiVolumes {
         Some(self.objects.changes())
     }
 
-    fn token<'a>(&'a self, r: &'a volumes::TokenRequest) -> BoxFuture<'a, Result<String, String>> {
+    fn token<'a>(
+        &'a self,
+        r: &'a volumes::TokenRequest,
+    ) -> BoxFuture<'a, Result<String, LookupError>> {
         Box::pin(async move {
             let api: Api<k8s::ServiceAccount> = Api::namespaced(self.client.clone(), &r.namespace);
             let request = TokenRequest {
@@ -127,16 +131,19 @@ impl VolumeSource for ApiVolumes {
             let answer = api
                 .create_token_request(&r.service_account, &PostParams::default(), &request)
                 .await
-                .map_err(|e| format!("token for service account \"{}\": {e}", r.service_account))?;
+                .map_err(|e| LookupError::Api {
+                    what: format!("token for service account \"{}\"", r.service_account),
+                    source: Box::new(e),
+                })?;
             answer
                 .status
                 .and_then(|s| s.token)
                 .filter(|t| !t.is_empty())
                 .ok_or_else(|| {
-                    format!(
+                    LookupError::Unavailable(format!(
                         "token for service account \"{}\": empty answer",
                         r.service_account
-                    )
+                    ))
                 })
         })
     }

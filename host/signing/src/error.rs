@@ -1,5 +1,6 @@
 //! What the crate says when a verification configuration cannot be used
-//! ([`ConfigError`]) or a signature is refused ([`VerifyError`]).
+//! ([`ConfigError`]), a signature is refused ([`VerifyError`]) or a registry does not
+//! take one ([`RegistryError`]).
 
 /// A `verification:` value that cannot be used: the field below `verification`
 /// (`publicKeys[0]`, `keyless.identities[1].subjectRegExp`) and what is wrong with it.
@@ -47,4 +48,36 @@ pub enum VerifyError {
         /// What went wrong.
         message: String,
     },
+}
+
+/// An artifact a registry could not resolve, or a signature it would not store.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The reference does not parse.
+    #[error("{reference}: not an OCI reference: {source}")]
+    Reference {
+        /// As given.
+        reference: String,
+        /// Why.
+        source: oci_client::ParseError,
+    },
+    /// The registry did not answer with the tag's manifest digest.
+    #[error("{reference}: {source}")]
+    Digest {
+        /// The artifact.
+        reference: String,
+        /// The registry's answer.
+        source: oci_client::errors::OciDistributionError,
+    },
+    /// The signature could not be stored beside the artifact.
+    #[error("storing the signature as {target}: {source}")]
+    Store {
+        /// Where it was to go (`REPO:sha256-<hex>.sig`).
+        target: String,
+        /// Why.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The payload could not be signed.
+    #[error(transparent)]
+    Sign(#[from] crate::keys::KeyError),
 }

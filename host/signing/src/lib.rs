@@ -34,7 +34,7 @@ pub mod oci;
 pub mod testing;
 mod verify;
 
-pub use error::{ConfigError, VerifyError};
+pub use error::{ConfigError, RegistryError, VerifyError};
 pub use oci::Registry;
 /// The OCI client artifacts are read with (its `Reference`, `Client`, `RegistryAuth`).
 pub use oci_client;

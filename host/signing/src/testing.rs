@@ -158,7 +158,9 @@ pub async fn attach_referrer(
     use oci_client::Reference;
     use oci_client::manifest::{OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE};
     let (client, auth) = registry.oci();
-    let (image, digest) = oci::resolve(&client, &auth, reference).await?;
+    let (image, digest) = oci::resolve(&client, &auth, reference)
+        .await
+        .map_err(|e| e.to_string())?;
     let failed = |e: &dyn std::fmt::Display| format!("storing a referrer of {digest}: {e}");
     client
         .auth(&image, &auth, oci_client::RegistryOperation::Push)
@@ -558,7 +560,9 @@ impl FakeSigstore {
         issuer: &str,
     ) -> Result<String, String> {
         let (client, auth) = registry.oci();
-        let (image, digest) = oci::resolve(&client, &auth, reference).await?;
+        let (image, digest) = oci::resolve(&client, &auth, reference)
+            .await
+            .map_err(|e| e.to_string())?;
         let payload = oci::payload_bytes(&image, &digest);
         let signed = self.sign(&payload, subject, issuer);
         let annotations = BTreeMap::from([
@@ -566,7 +570,9 @@ impl FakeSigstore {
             (oci::CERTIFICATE_ANNOTATION.to_owned(), signed.certificate),
             (oci::BUNDLE_ANNOTATION.to_owned(), signed.bundle),
         ]);
-        oci::attach(&client, &auth, &image, &digest, payload, annotations).await?;
+        oci::attach(&client, &auth, &image, &digest, payload, annotations)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(digest)
     }
 }

@@ -19,7 +19,7 @@ pub trait ServiceSource: Send + Sync + fmt::Debug {
         &'a self,
         namespace: &'a str,
         wait: bool,
-    ) -> BoxFuture<'a, Result<Vec<k8s::Service>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<k8s::Service>, crate::lookup::LookupError>>;
 }
 
 pub use wasmlet_core::criconfig::services::{env, for_pod};

@@ -88,7 +88,7 @@ impl<R: CriRuntime + 'static> SyncContext<R> {
                     let chosen = criconfig::services::for_pod(&all, namespace, links);
                     data.services = criconfig::services::env(&chosen);
                 }
-                Err(e) => data.services_error = Some(e),
+                Err(e) => data.services_error = Some(e.to_string()),
             }
         }
         let Some(source) = &self.volume_source else {

@@ -344,7 +344,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
         match tokio::time::timeout(timeout, hook).await {
             Ok(Ok(Ok(Outcome::Success(_)))) => Ok(()),
             Ok(Ok(Ok(Outcome::Failure(m) | Outcome::Error(m)))) => Err(m),
-            Ok(Ok(Err(e))) => Err(e),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("did not finish within {timeout:?}")),
         }
@@ -411,7 +411,9 @@ mod tests {
             _kind: &'a str,
             target: &'a wasmlet_plugin_host::probe::Target,
             _exec: Option<Arc<dyn ContainerExec>>,
-        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        ) -> std::pin::Pin<
+            Box<dyn Future<Output = Result<Outcome, crate::prober::CheckError>> + Send + 'a>,
+        > {
             // An exec hook is given no deadline of its own.
             assert_eq!(target.timeout_ms, 86_400_000);
             Box::pin(async move {

@@ -7,6 +7,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1 as k8s;
 
 use super::atomic::{DATA_DIR, FileProjection, Payload};
+use super::error::VolumeError;
 use super::{TokenRequest, VolumeSource};
 use crate::criconfig::{self, NodeContext};
 
@@ -34,7 +35,7 @@ impl Gather<'_> {
     }
 
     /// The payload of volume `v`.
-    pub async fn payload(&self, v: &k8s::Volume) -> Result<Payload, String> {
+    pub async fn payload(&self, v: &k8s::Volume) -> Result<Payload, VolumeError> {
         let mut out = Payload::new();
         if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(0o644);
@@ -63,7 +64,7 @@ impl Gather<'_> {
         out: &mut Payload,
         s: &k8s::VolumeProjection,
         mode: i32,
-    ) -> Result<(), String> {
+    ) -> Result<(), VolumeError> {
         if let Some(t) = &s.service_account_token {
             let token = self.token(t).await?;
             // With an fsGroup the token is the owner's alone until the group gets read.
@@ -90,14 +91,16 @@ impl Gather<'_> {
     }
 
     /// The token the volume holds, or a new one when there is none or it is due.
-    async fn token(&self, t: &k8s::ServiceAccountTokenProjection) -> Result<Vec<u8>, String> {
+    async fn token(&self, t: &k8s::ServiceAccountTokenProjection) -> Result<Vec<u8>, VolumeError> {
         if !self.refresh_tokens
             && let Ok(token) = std::fs::read(self.dir.join(DATA_DIR).join(&t.path))
         {
             return Ok(token);
         }
         let Some(source) = self.source else {
-            return Err("a service account token needs an API server (no kubeconfig)".into());
+            return Err(VolumeError::Content(
+                "a service account token needs an API server (no kubeconfig)".into(),
+            ));
         };
         let request = TokenRequest {
             namespace: self.namespace().to_owned(),
@@ -126,7 +129,7 @@ impl Gather<'_> {
         optional: Option<bool>,
         items: Option<&Vec<k8s::KeyToPath>>,
         mode: i32,
-    ) -> Result<(), String> {
+    ) -> Result<(), VolumeError> {
         let optional = optional.unwrap_or(false);
         let data = self.fetch(secret, name, optional).await?;
         let what = format!("{} \"{name}\"", kind_name(secret));
@@ -140,12 +143,12 @@ impl Gather<'_> {
         secret: bool,
         name: &str,
         optional: bool,
-    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    ) -> Result<Option<BTreeMap<String, Vec<u8>>>, VolumeError> {
         let what = kind_name(secret);
         let Some(source) = self.source else {
-            return Err(format!(
+            return Err(VolumeError::Content(format!(
                 "{what} \"{name}\": this node has no API server to read it from (no kubeconfig)"
-            ));
+            )));
         };
         let data = if secret {
             source.secret(self.namespace(), name).await?
@@ -155,7 +158,7 @@ impl Gather<'_> {
         match data {
             Some(d) => Ok(Some(d)),
             None if optional => Ok(None),
-            None => Err(format!("{what} \"{name}\" not found")),
+            None => Err(VolumeError::Content(format!("{what} \"{name}\" not found"))),
         }
     }
 
@@ -164,26 +167,31 @@ impl Gather<'_> {
         out: &mut Payload,
         items: &[k8s::DownwardAPIVolumeFile],
         mode: i32,
-    ) -> Result<(), String> {
+    ) -> Result<(), VolumeError> {
         let (pod, ctx) = (self.pod, self.ctx);
         for item in items {
             let value = match (&item.field_ref, &item.resource_field_ref) {
                 (Some(f), _) => match f.field_path.as_str() {
                     "metadata.labels" => map_file(pod.metadata.labels.as_ref()),
                     "metadata.annotations" => map_file(pod.metadata.annotations.as_ref()),
-                    path => criconfig::field_ref(pod, path, "", ctx)
-                        .ok_or_else(|| format!("unsupported fieldPath {path:?}"))?,
+                    path => criconfig::field_ref(pod, path, "", ctx).ok_or_else(|| {
+                        VolumeError::Content(format!("unsupported fieldPath {path:?}"))
+                    })?,
                 },
                 (None, Some(r)) => {
                     let spec = wasmlet_core::pod::containers(pod)
                         .iter()
                         .find(|c| Some(&c.name) == r.container_name.as_ref())
                         .or_else(|| wasmlet_core::pod::containers(pod).first())
-                        .ok_or("no container")?;
-                    criconfig::resource_ref(spec, r, &item.path, ctx).map_err(|e| e.to_string())?
+                        .ok_or_else(|| VolumeError::Content("no container".into()))?;
+                    criconfig::resource_ref(spec, r, &item.path, ctx)
+                        .map_err(|e| VolumeError::Content(e.to_string()))?
                 }
                 (None, None) => {
-                    return Err(format!("{}: no fieldRef or resourceFieldRef", item.path));
+                    return Err(VolumeError::Content(format!(
+                        "{}: no fieldRef or resourceFieldRef",
+                        item.path
+                    )));
                 }
             };
             add(
@@ -210,7 +218,7 @@ fn select(
     items: Option<&Vec<k8s::KeyToPath>>,
     (mode, optional): (i32, bool),
     what: &str,
-) -> Result<(), String> {
+) -> Result<(), VolumeError> {
     let Some(data) = data else {
         return Ok(());
     };
@@ -225,7 +233,12 @@ fn select(
                 match data.get(&i.key) {
                     Some(v) => add(out, &i.path, v.clone(), i.mode.unwrap_or(mode)),
                     None if optional => {}
-                    None => return Err(format!("{what}: key \"{}\" not found", i.key)),
+                    None => {
+                        return Err(VolumeError::Content(format!(
+                            "{what}: key \"{}\" not found",
+                            i.key
+                        )));
+                    }
                 }
             }
         }

@@ -44,8 +44,11 @@ pub enum VolumeError {
         /// Why.
         source: io::Error,
     },
-    /// What the volume projects (a ConfigMap, Secret, token or downward field) could not
-    /// be had: the kubelet's words for it.
+    /// What the volume projects could not be had from the API server.
+    #[error(transparent)]
+    Lookup(#[from] crate::lookup::LookupError),
+    /// What the volume projects (a ConfigMap, Secret, token or downward field) is not
+    /// there: the kubelet's words for it.
     #[error("{0}")]
     Content(String),
 }

@@ -25,6 +25,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1 as k8s;
 
 use crate::criconfig::NodeContext;
+use crate::lookup::LookupError;
 pub use error::{PathError, VolumeError};
 
 pub mod atomic;
@@ -59,15 +60,16 @@ pub trait VolumeSource: Send + Sync + fmt::Debug {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Data, String>>;
+    ) -> BoxFuture<'a, Result<Data, LookupError>>;
     /// The Secret `namespace/name`.
     fn secret<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Data, String>>;
+    ) -> BoxFuture<'a, Result<Data, LookupError>>;
     /// A token of service account `namespace/account` bound to the pod.
-    fn token<'a>(&'a self, request: &'a TokenRequest) -> BoxFuture<'a, Result<String, String>>;
+    fn token<'a>(&'a self, request: &'a TokenRequest)
+    -> BoxFuture<'a, Result<String, LookupError>>;
     /// The objects pod `uid`'s volumes project now (replacing what it said before): a
     /// source that caches keeps these current.
     fn register_pod(&self, uid: &str, refs: BTreeSet<ObjectRef>) {
@@ -177,10 +179,7 @@ pub async fn prepare(
             refresh_tokens,
             fs_group: owner.is_some(),
         };
-        let payload = gather
-            .payload(v)
-            .await
-            .map_err(|m| error(VolumeError::Content(m)))?;
+        let payload = gather.payload(v).await.map_err(error)?;
         if atomic::write(&dir, &payload, owner.as_ref()).map_err(error)? {
             written.push(v.name.clone());
         }
@@ -247,16 +246,20 @@ mod tests {
             &'a self,
             _: &'a str,
             name: &'a str,
-        ) -> BoxFuture<'a, Result<Data, String>> {
+        ) -> BoxFuture<'a, Result<Data, LookupError>> {
             Box::pin(async move {
                 Ok((name == "kube-root-ca.crt")
                     .then(|| BTreeMap::from([("ca.crt".to_string(), b"CERT".to_vec())])))
             })
         }
-        fn secret<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Data, String>> {
+        fn secret<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Data, LookupError>> {
             Box::pin(async { Ok(None) })
         }
-        fn token<'a>(&'a self, r: &'a TokenRequest) -> BoxFuture<'a, Result<String, String>> {
+        fn token<'a>(&'a self, r: &'a TokenRequest) -> BoxFuture<'a, Result<String, LookupError>> {
             Box::pin(async move { Ok(format!("token-for-{}-{}", r.service_account, r.pod_name)) })
         }
     }
@@ -384,14 +387,18 @@ mod tests {
             &'a self,
             _: &'a str,
             name: &'a str,
-        ) -> BoxFuture<'a, Result<Data, String>> {
+        ) -> BoxFuture<'a, Result<Data, LookupError>> {
             let found = self.config_maps.lock().expect("lock").get(name).cloned();
             Box::pin(async move { Ok(found) })
         }
-        fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Data, String>> {
+        fn secret<'a>(
+            &'a self,
+            ns: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Data, LookupError>> {
             self.config_map(ns, name)
         }
-        fn token<'a>(&'a self, _: &'a TokenRequest) -> BoxFuture<'a, Result<String, String>> {
+        fn token<'a>(&'a self, _: &'a TokenRequest) -> BoxFuture<'a, Result<String, LookupError>> {
             let n = self
                 .tokens
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::events::MemoryRecorder;
-use wasmlet_agent::prober::Checker;
+use wasmlet_agent::prober::{CheckError, Checker};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_cri_sim::Simulator;
 use wasmlet_plugin_host::probe::{Action, ContainerExec, Outcome, Target};
@@ -26,7 +26,7 @@ impl Checker for ExecChecker {
         _kind: &'a str,
         target: &'a Target,
         exec: Option<Arc<dyn ContainerExec>>,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, CheckError>> + Send + 'a>> {
         Box::pin(async move {
             // A custom kind: `answers ok=yes` passes; `answers ok=redirect` passes as an
             // HTTP probe redirected to another host does (the kubelet's warning).
@@ -42,15 +42,16 @@ impl Checker for ExecChecker {
                 });
             }
             let Action::Exec(cmd) = &target.action else {
-                return Err("only exec here".into());
+                return Err(CheckError::Other("only exec here".into()));
             };
-            let exec = exec.ok_or("no exec")?;
+            let exec = exec.ok_or_else(|| CheckError::Other("no exec".into()))?;
             let out = exec
                 .exec_sync(
                     cmd.clone(),
                     Duration::from_millis(u64::from(target.timeout_ms)),
                 )
-                .await?;
+                .await
+                .map_err(CheckError::Other)?;
             Ok(if out.exit_code == 0 {
                 Outcome::Success(String::new())
             } else {

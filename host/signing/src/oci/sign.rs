@@ -13,6 +13,8 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client as OciClient, Reference, RegistryOperation};
 use sigstore::crypto::SigStoreSigner;
 
+use crate::error::RegistryError;
+
 use super::{
     Registry, SIGNATURE_ANNOTATION, SIMPLE_SIGNING, manifest_unknown, payload_bytes, sha256_digest,
     signature_reference,
@@ -31,11 +33,15 @@ impl Registry {
     /// Signs the artifact `reference` (`REGISTRY/REPO:TAG` or `@sha256:…`, `oci://`
     /// allowed) with `signer` and stores the signature beside it, keeping the
     /// signatures already there.
-    pub async fn sign(&self, reference: &str, signer: &SigStoreSigner) -> Result<Signed, String> {
+    pub async fn sign(
+        &self,
+        reference: &str,
+        signer: &SigStoreSigner,
+    ) -> Result<Signed, RegistryError> {
         let (client, auth) = self.oci();
         let (image, digest) = resolve(&client, &auth, reference).await?;
         let payload = payload_bytes(&image, &digest);
-        let signature = crate::keys::sign_blob(signer, &payload).map_err(|e| e.to_string())?;
+        let signature = crate::keys::sign_blob(signer, &payload)?;
         let annotations = BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), signature)]);
         let stored = attach(&client, &auth, &image, &digest, payload, annotations).await?;
         Ok(Signed {
@@ -51,17 +57,21 @@ pub async fn resolve(
     client: &OciClient,
     auth: &RegistryAuth,
     reference: &str,
-) -> Result<(Reference, String), String> {
+) -> Result<(Reference, String), RegistryError> {
     let text = reference.strip_prefix("oci://").unwrap_or(reference);
-    let image: Reference = text
-        .parse()
-        .map_err(|e| format!("{reference}: not an OCI reference: {e}"))?;
+    let image: Reference = text.parse().map_err(|source| RegistryError::Reference {
+        reference: reference.to_owned(),
+        source,
+    })?;
     let digest = match image.digest() {
         Some(d) => d.to_owned(),
         None => client
             .fetch_manifest_digest(&image, auth)
             .await
-            .map_err(|e| format!("{text}: {e}"))?,
+            .map_err(|source| RegistryError::Digest {
+                reference: text.to_owned(),
+                source,
+            })?,
     };
     Ok((image, digest))
 }
@@ -75,13 +85,16 @@ pub async fn attach(
     digest: &str,
     payload: Vec<u8>,
     annotations: BTreeMap<String, String>,
-) -> Result<Reference, String> {
+) -> Result<Reference, RegistryError> {
     let target = signature_reference(image, digest);
-    let failed = |e: &dyn std::fmt::Display| format!("storing the signature as {target}: {e}");
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| RegistryError::Store {
+        target: target.whole(),
+        source: e,
+    };
     client
         .auth(&target, auth, RegistryOperation::Push)
         .await
-        .map_err(|e| failed(&e))?;
+        .map_err(|e| failed(e.into()))?;
     let mut manifest = match client
         .pull_manifest_raw(
             &target,
@@ -91,9 +104,7 @@ pub async fn attach(
         .await
     {
         Ok((raw, _)) => serde_json::from_slice::<OciImageManifest>(&raw).map_err(|e| {
-            failed(&format!(
-                "the manifest there is not an image manifest ({e})"
-            ))
+            failed(format!("the manifest there is not an image manifest ({e})").into())
         })?,
         Err(e) if manifest_unknown(&e) => {
             let config = Config::oci_v1(b"{}".to_vec(), None);
@@ -101,10 +112,10 @@ pub async fn attach(
             client
                 .push_blob(&target, config.data.clone(), &digest)
                 .await
-                .map_err(|e| failed(&e))?;
+                .map_err(|e| failed(e.into()))?;
             OciImageManifest::build(&[], &config, None)
         }
-        Err(e) => return Err(failed(&e)),
+        Err(e) => return Err(failed(e.into())),
     };
     let layer = OciDescriptor {
         media_type: SIMPLE_SIGNING.to_owned(),
@@ -121,12 +132,12 @@ pub async fn attach(
         client
             .push_blob(&target, payload, &layer.digest)
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| failed(e.into()))?;
         manifest.layers.push(layer);
         manifest.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_owned());
         // Plain JSON: the client's canonical form leaves the newlines of a PEM
         // certificate unescaped, which registries refuse as invalid JSON.
-        let body = serde_json::to_vec(&manifest).map_err(|e| failed(&e))?;
+        let body = serde_json::to_vec(&manifest).map_err(|e| failed(e.into()))?;
         client
             .push_manifest_raw(
                 &target,
@@ -134,7 +145,7 @@ pub async fn attach(
                 HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
             )
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| failed(e.into()))?;
     }
     Ok(target)
 }
