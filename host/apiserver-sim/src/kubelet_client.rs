@@ -7,6 +7,8 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
+use crate::ca::CaError;
+
 /// The address types the double tries, in order (the API server's default).
 pub const DEFAULT_ADDRESS_TYPES: [&str; 5] = [
     "Hostname",
@@ -72,8 +74,8 @@ impl ServerCertVerifier for AnyServer {
 impl KubeletClient {
     /// A CA, a client certificate it signs, and a TLS client presenting it; kubelets'
     /// serving certificates verified against `kubelet_ca` when given.
-    pub fn new(kubelet_ca: Option<&[CertificateDer<'static>]>) -> Result<Self, String> {
-        let e = |x: rcgen::Error| x.to_string();
+    pub fn new(kubelet_ca: Option<&[CertificateDer<'static>]>) -> Result<Self, CaError> {
+        let e = |x: rcgen::Error| CaError::new(x);
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         ca_params
@@ -95,12 +97,12 @@ impl KubeletClient {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|x| x.to_string())?;
+            .map_err(CaError::new)?;
         let builder = match kubelet_ca {
             Some(certs) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for c in certs {
-                    roots.add(c.clone()).map_err(|x| x.to_string())?;
+                    roots.add(c.clone()).map_err(CaError::new)?;
                 }
                 builder.with_root_certificates(roots)
             }
@@ -108,10 +110,10 @@ impl KubeletClient {
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
         };
-        let key = PrivateKeyDer::try_from(client_key.serialize_der()).map_err(str::to_owned)?;
+        let key = PrivateKeyDer::try_from(client_key.serialize_der()).map_err(CaError::new)?;
         let mut tls = builder
             .with_client_auth_cert(vec![client_cert.der().clone()], key)
-            .map_err(|x| x.to_string())?;
+            .map_err(CaError::new)?;
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(KubeletClient {
             ca_pem: ca_cert.pem(),

@@ -71,6 +71,7 @@ mod store;
 mod tls;
 mod values;
 
+pub use ca::CaError;
 pub use kubeconfig::{write_kubeconfig, write_kubeconfig_as};
 pub use kubelet_client::DEFAULT_ADDRESS_TYPES;
 pub use serve::Served;

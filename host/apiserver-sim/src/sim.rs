@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::ca::ClusterCa;
+use crate::ca::{CaError, ClusterCa};
 use crate::kubelet_client::{DEFAULT_ADDRESS_TYPES, KubeletClient};
 use crate::store::{Key, Store};
 
@@ -43,9 +43,9 @@ pub struct ApiServerSim {
     /// Added before every write is answered (a slow API server).
     pub(crate) latency: Arc<Mutex<std::time::Duration>>,
     pub(crate) access: Arc<Mutex<Access>>,
-    pub(crate) kubelet_client: Arc<std::sync::OnceLock<Result<KubeletClient, String>>>,
+    pub(crate) kubelet_client: Arc<std::sync::OnceLock<Result<KubeletClient, CaError>>>,
     /// The cluster's CA (HTTPS, client certificates, CSRs), made at first use.
-    pub(crate) cluster_ca: Arc<std::sync::OnceLock<Result<ClusterCa, String>>>,
+    pub(crate) cluster_ca: Arc<std::sync::OnceLock<Result<ClusterCa, CaError>>>,
     /// `--cluster-signing-duration` (a year unless set) and the signer's backdating (5
     /// minutes unless set).
     pub(crate) signing: Arc<Mutex<(Option<std::time::Duration>, Option<std::time::Duration>)>>,
@@ -197,19 +197,19 @@ impl ApiServerSim {
 
     /// The CA (PEM) whose client certificate the double presents to kubelets: what a
     /// kubelet's `authentication.x509.clientCAFile` names to trust it.
-    pub fn kubelet_client_ca_pem(&self) -> Result<String, String> {
+    pub fn kubelet_client_ca_pem(&self) -> Result<String, CaError> {
         self.kubelet_client().map(|c| c.ca_pem.clone())
     }
 
     /// The cluster CA, made at first use.
-    pub(crate) fn cluster_ca(&self) -> Result<&ClusterCa, String> {
+    pub(crate) fn cluster_ca(&self) -> Result<&ClusterCa, CaError> {
         self.cluster_ca
             .get_or_init(ClusterCa::new)
             .as_ref()
             .map_err(Clone::clone)
     }
 
-    pub(crate) fn kubelet_client(&self) -> Result<&KubeletClient, String> {
+    pub(crate) fn kubelet_client(&self) -> Result<&KubeletClient, CaError> {
         self.kubelet_client
             .get_or_init(|| KubeletClient::new(None))
             .as_ref()

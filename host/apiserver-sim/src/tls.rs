@@ -14,11 +14,12 @@ use base64::Engine;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
+use crate::ca::CaError;
 use crate::store::Store;
 
 impl crate::sim::ApiServerSim {
     /// The cluster CA (PEM): what kubeconfigs trust and what signs CSRs.
-    pub fn cluster_ca_pem(&self) -> Result<String, String> {
+    pub fn cluster_ca_pem(&self) -> Result<String, CaError> {
         self.cluster_ca().map(|ca| ca.pem.clone())
     }
 
@@ -30,7 +31,7 @@ impl crate::sim::ApiServerSim {
         groups: &[&str],
         not_before: std::time::SystemTime,
         not_after: std::time::SystemTime,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), CaError> {
         let at = |t: std::time::SystemTime| time::OffsetDateTime::from(t);
         self.cluster_ca()?
             .issue(&[], user, groups, (at(not_before), at(not_after)), false)
