@@ -12,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{Result, repo, run, step};
+use crate::shell::{Result, repo, run, step};
 
 /// The mdBook the book is built with (installed into the build directory when missing).
 const MDBOOK_VERSION: &str = "0.5.4";

@@ -6,7 +6,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{CARGO_DEB_VERSION, Result, cargo, repo, run, step};
+use crate::CARGO_DEB_VERSION;
+use crate::shell::{Result, cargo, repo, run, step};
 
 /// Where the package's precompiled plugins are written, under the profile's directory
 /// (the manifest's asset `target/release/precompiled-plugins/*.cwasm`, which cargo-deb

@@ -18,7 +18,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{Result, cargo, repo, run, step};
+use crate::shell::{Result, cargo, repo, run, step};
 
 /// Builds the three packages; returns `target/sdk`.
 pub fn sdk() -> Result<PathBuf> {

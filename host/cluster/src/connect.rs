@@ -4,7 +4,7 @@ use std::path::Path;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::ClusterError;
+use crate::error::ClusterError;
 
 /// Makes ring the process's TLS provider, once. kube's client asks rustls for the
 /// process's provider; with two compiled in (ring, which the workspace names, and

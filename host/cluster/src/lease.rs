@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::ClusterError;
+use crate::error::ClusterError;
 
 /// The namespace of node leases.
 pub const NAMESPACE: &str = "kube-node-lease";
@@ -64,7 +64,7 @@ impl Heartbeat {
         spec.holder_identity = Some(self.node.clone());
         spec.lease_duration_seconds = Some(self.duration_seconds);
         spec.renew_time =
-            serde_json::from_value::<MicroTime>(serde_json::Value::String(crate::now_micro())).ok();
+            serde_json::from_value::<MicroTime>(serde_json::Value::String(now_micro())).ok();
         if lease.metadata.owner_references.is_none()
             && let Some(owner) = &self.owner
         {
@@ -147,4 +147,16 @@ impl Heartbeat {
             }
         }
     }
+}
+
+/// RFC 3339 with microseconds, the API server's `MicroTime` form.
+pub fn now_micro() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seconds = i64::try_from(nanos / 1_000_000_000).unwrap_or(0);
+    let micros = (nanos % 1_000_000_000) / 1_000;
+    let text = wasmlet_agent::time::rfc3339(seconds);
+    format!("{}.{micros:06}Z", text.trim_end_matches('Z'))
 }

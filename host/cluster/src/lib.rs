@@ -30,6 +30,7 @@ use wasmlet_agent::syncloop::SourceSet;
 
 pub mod certificates;
 pub mod connect;
+mod error;
 pub mod events;
 pub mod lease;
 pub mod mirror;
@@ -40,6 +41,9 @@ pub mod ratelimit;
 pub mod services;
 pub mod status;
 pub mod volumes;
+
+pub use error::ClusterError;
+pub use lease::now_micro;
 
 /// Client limits, the kubelet's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -151,56 +155,4 @@ pub fn start(
         )));
     }
     tasks
-}
-
-/// What went wrong talking to the API server.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    /// The kubeconfig could not be read or used.
-    #[error("{path}: {message}")]
-    Kubeconfig {
-        /// The file.
-        path: String,
-        /// Why.
-        message: String,
-    },
-    /// The API server answered with an error, or could not be reached.
-    #[error("{what}: {source}")]
-    Api {
-        /// What was being done ("registering node node-a").
-        what: String,
-        /// kube's error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl ClusterError {
-    pub(crate) fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
-        let what = what.into();
-        move |source| ClusterError::Api { what, source }
-    }
-
-    /// The API server's HTTP code, when it answered with an error.
-    pub fn code(&self) -> Option<u16> {
-        match self {
-            ClusterError::Api {
-                source: kube::Error::Api(status),
-                ..
-            } => Some(status.code),
-            _ => None,
-        }
-    }
-}
-
-/// RFC 3339 with microseconds, the API server's `MicroTime` form.
-pub fn now_micro() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seconds = i64::try_from(nanos / 1_000_000_000).unwrap_or(0);
-    let micros = (nanos % 1_000_000_000) / 1_000;
-    let text = wasmlet_agent::time::rfc3339(seconds);
-    format!("{}.{micros:06}Z", text.trim_end_matches('Z'))
 }

@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use wasmlet_agent::node::NodeFacts;
 
-use crate::ClusterError;
+use crate::error::ClusterError;
 
 /// How often the status is computed (nodeStatusUpdateFrequency).
 pub const UPDATE_FREQUENCY: Duration = Duration::from_secs(10);

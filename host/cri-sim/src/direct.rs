@@ -10,7 +10,7 @@ use wasmlet_cri::proto::*;
 use wasmlet_cri::runtime::Result;
 use wasmlet_cri::{CriError, CriRuntime, EventStream};
 
-use crate::Simulator;
+use crate::sim::Simulator;
 
 /// The endpoint named in errors from the in-process simulator.
 pub const INPROC_ENDPOINT: &str = "inproc://wasmlet-cri-sim";

@@ -19,9 +19,9 @@ use tonic_prost::ProstDecoder;
 use wasmlet_cri::proto::runtime_service_server::RuntimeServiceServer;
 use wasmlet_cri::proto::{ListContainersRequest, ListPodSandboxRequest};
 
-use crate::Simulator;
 use crate::service::SimService;
 use crate::sim::EncodedList;
+use crate::sim::Simulator;
 
 const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
 const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";

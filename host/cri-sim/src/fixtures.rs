@@ -4,7 +4,7 @@
 
 use wasmlet_cri::proto::*;
 
-use crate::BUSYBOX_IMAGE;
+use crate::image::BUSYBOX_IMAGE;
 
 /// A sandbox for pod `name` in namespace `default`, UID `uid-<name>`, attempt 0.
 pub fn pod(name: &str) -> PodSandboxConfig {

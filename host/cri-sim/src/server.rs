@@ -12,10 +12,10 @@ use tonic::transport::Server;
 use wasmlet_cri::proto::image_service_server::ImageServiceServer;
 use wasmlet_cri::proto::runtime_service_server::RuntimeServiceServer;
 
-use crate::Simulator;
 use crate::authority::AuthorityFix;
 use crate::fastlist::FastLists;
 use crate::service::SimService;
+use crate::sim::Simulator;
 
 /// Largest message served, as for the client (16 MiB).
 const MAX_MESSAGE_BYTES: usize = 16 << 20;

@@ -11,7 +11,7 @@ use wasmlet_cri::proto::image_service_server::ImageService;
 use wasmlet_cri::proto::runtime_service_server::RuntimeService;
 use wasmlet_cri::proto::*;
 
-use crate::Simulator;
+use crate::sim::Simulator;
 
 /// The gRPC face of a [`Simulator`].
 #[derive(Debug, Clone)]

@@ -28,6 +28,9 @@ use crate::proto::runtime_service_client::RuntimeServiceClient;
 use crate::proto::*;
 use crate::runtime::{CriRuntime, EventStream, Result};
 
+/// The CRI version this crate speaks (sent in `Version`, expected back).
+pub const CRI_API_VERSION: &str = "v1";
+
 /// Largest message the client accepts: a list of thousands of containers exceeds tonic's
 /// 4 MiB default. The kubelet allows 16 MiB.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -142,12 +145,12 @@ impl CriClient {
                 client.options.connect_timeout,
                 Retry::Idempotent,
                 VersionRequest {
-                    version: crate::CRI_API_VERSION.into(),
+                    version: CRI_API_VERSION.into(),
                 },
                 |c, r| async move { c.runtime().version(r).await },
             )
             .await?;
-        if version.runtime_api_version != crate::CRI_API_VERSION {
+        if version.runtime_api_version != CRI_API_VERSION {
             return Err(CriError::new(
                 "Version",
                 client.endpoint.shared(),
@@ -157,7 +160,7 @@ impl CriClient {
                     version.runtime_name,
                     version.runtime_version,
                     version.runtime_api_version,
-                    crate::CRI_API_VERSION
+                    CRI_API_VERSION
                 ),
             ));
         }
@@ -294,7 +297,7 @@ impl CriClient {
 impl CriRuntime for CriClient {
     async fn version(&self) -> Result<VersionResponse> {
         let req = VersionRequest {
-            version: crate::CRI_API_VERSION.into(),
+            version: CRI_API_VERSION.into(),
         };
         self.unary(
             "Version",

@@ -32,11 +32,8 @@ pub mod proto {
     tonic::include_proto!("runtime.v1");
 }
 
-pub use client::{ClientOptions, CriClient};
+pub use client::{CRI_API_VERSION, ClientOptions, CriClient};
 pub use endpoint::Endpoint;
 pub use error::{CriError, ErrorKind};
 pub use recording::{Call, Recorder};
 pub use runtime::{CriRuntime, EventStream};
-
-/// The CRI version this crate speaks (sent in `Version`, expected back).
-pub const CRI_API_VERSION: &str = "v1";

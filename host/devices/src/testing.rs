@@ -262,8 +262,8 @@ impl Drop for TestPlugin {
 }
 
 /// A manager serving registrations on `dir` until the test's runtime ends.
-pub fn serve_manager(dir: &Path) -> Arc<crate::Manager> {
-    let manager = crate::Manager::new(dir);
+pub fn serve_manager(dir: &Path) -> Arc<crate::manager::Manager> {
+    let manager = crate::manager::Manager::new(dir);
     let listener = crate::registration::bind(dir).expect("bind kubelet.sock");
     tokio::spawn(crate::registration::serve(
         manager.clone(),
@@ -275,7 +275,7 @@ pub fn serve_manager(dir: &Path) -> Arc<crate::Manager> {
 
 /// `resource`'s (allocatable, capacity) as the node status would report them now,
 /// `None` when the node does not have it.
-pub fn counts(m: &crate::Manager, resource: &str) -> (Option<u64>, Option<u64>) {
+pub fn counts(m: &crate::manager::Manager, resource: &str) -> (Option<u64>, Option<u64>) {
     let c = m.capacity();
     (
         c.allocatable.get(resource).copied(),
@@ -284,7 +284,11 @@ pub fn counts(m: &crate::Manager, resource: &str) -> (Option<u64>, Option<u64>) 
 }
 
 /// Waits (5 s at most) until `resource`'s counts are `want`.
-pub async fn until_counts(m: &crate::Manager, resource: &str, want: (Option<u64>, Option<u64>)) {
+pub async fn until_counts(
+    m: &crate::manager::Manager,
+    resource: &str,
+    want: (Option<u64>, Option<u64>),
+) {
     for _ in 0..100 {
         if counts(m, resource) == want {
             return;

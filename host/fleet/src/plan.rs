@@ -14,7 +14,7 @@ use wasmlet_plugin_host::config::{
 use wasmlet_plugin_host::kinds::{PodSources, ProbeHandlers};
 use wasmlet_plugin_host::probe::NetworkGrant;
 
-use crate::Grants;
+use crate::config::Grants;
 use crate::object::{Desired, Kind, SpecError};
 
 /// What the node will load.

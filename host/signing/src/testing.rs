@@ -114,7 +114,7 @@ pub fn statement(digest: &str) -> Vec<u8> {
 
 /// A Sigstore bundle (v0.3) of an image signed with a key: the DSSE envelope of the
 /// statement naming the manifest `digest`, the key named by hint, no log entry.
-pub fn key_signed_image_bundle(signer: &crate::Signer, digest: &str) -> String {
+pub fn key_signed_image_bundle(signer: &sigstore::crypto::SigStoreSigner, digest: &str) -> String {
     let payload = statement(digest);
     let signature = signer
         .sign(&crate::bundle::pae(IN_TOTO, &payload))

@@ -87,21 +87,21 @@ impl<R: CriRuntime + 'static> PodLister for AgentPods<R> {
 pub fn collector<R: CriRuntime + 'static>(
     agent: &Arc<Agent<R>>,
     root_dir: &std::path::Path,
-) -> crate::Collector<R> {
+) -> crate::collect::Collector<R> {
     let files = crate::node::NodeFiles::default();
     // The kubelet's own system containers: where it runs, and where the pods do.
     let mut system_containers = Vec::new();
     if let Some(cg) = &files.cgroups
         && let Ok(text) = std::fs::read_to_string(files.proc.join("self/cgroup"))
     {
-        system_containers.push(crate::SystemContainer {
+        system_containers.push(crate::collect::SystemContainer {
             name: "kubelet".into(),
             cgroups: crate::cgroup::ProcessCgroups::parse(&text, cg.v2()),
         });
     }
     if let Some(pods) = &agent.ctx.node.pod_cgroups {
         let root = Some(pods.root_cgroup());
-        system_containers.push(crate::SystemContainer {
+        system_containers.push(crate::collect::SystemContainer {
             name: "pods".into(),
             cgroups: crate::cgroup::ProcessCgroups {
                 cpu: root.clone(),
@@ -109,10 +109,10 @@ pub fn collector<R: CriRuntime + 'static>(
             },
         });
     }
-    crate::Collector::new(
+    crate::collect::Collector::new(
         agent.ctx.runtime.clone(),
         Arc::new(AgentPods(agent.clone())),
-        crate::CollectorSettings {
+        crate::collect::CollectorSettings {
             node_name: agent.node.name.clone(),
             root_dir: root_dir.to_path_buf(),
             files,
@@ -127,8 +127,8 @@ pub fn sample<R: CriRuntime + 'static>(
     agent: &Arc<Agent<R>>,
     root_dir: &std::path::Path,
     period: std::time::Duration,
-) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
-    let stats = Arc::new(crate::Stats::new());
+) -> (Arc<crate::latest::Stats>, tokio::task::JoinHandle<()>) {
+    let stats = Arc::new(crate::latest::Stats::new());
     let task = stats.spawn(collector(agent, root_dir), period);
     (stats, task)
 }
@@ -306,9 +306,9 @@ pub fn housekeeping<R: CriRuntime + 'static>(
     eviction: crate::eviction::Config,
     images: crate::imagegc::ImageGc,
     pressure: Arc<crate::eviction::run::PressureState>,
-) -> (Arc<crate::Stats>, tokio::task::JoinHandle<()>) {
+) -> (Arc<crate::latest::Stats>, tokio::task::JoinHandle<()>) {
     let collector = collector(agent, root_dir);
-    let stats = Arc::new(crate::Stats::new());
+    let stats = Arc::new(crate::latest::Stats::new());
     let gc = Arc::new(tokio::sync::Mutex::new(images));
     let node = Arc::new(AgentNode {
         agent: agent.clone(),

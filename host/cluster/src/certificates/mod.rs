@@ -70,10 +70,10 @@ pub async fn rotating_client(
     Ok(client)
 }
 
-impl From<crate::ClusterError> for CertError {
-    fn from(e: crate::ClusterError) -> Self {
+impl From<crate::error::ClusterError> for CertError {
+    fn from(e: crate::error::ClusterError) -> Self {
         match e {
-            crate::ClusterError::Kubeconfig { path, message } => {
+            crate::error::ClusterError::Kubeconfig { path, message } => {
                 CertError::Kubeconfig { path, message }
             }
             other => CertError::Api(other.to_string()),

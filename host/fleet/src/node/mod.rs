@@ -31,11 +31,11 @@ mod monitor;
 mod report;
 mod seen;
 
+use crate::config::{FleetConfig, Grants};
 use crate::fetch::Fetcher;
 use crate::object::{self, Desired, Kind};
 use crate::plan::plan;
 use crate::status::{Entry, State, Write, Writer};
-use crate::{FleetConfig, Grants};
 use load::{LoadResult, Loaded, load};
 use seen::{Changed, Seen};
 

@@ -12,8 +12,9 @@ use tokio::task::JoinHandle;
 use wasmlet_cri::CriRuntime;
 
 use super::{Decision, Eviction, Manager, PodFacts, Pressure, Signal};
+use crate::collect::{Collector, Sample};
+use crate::latest::Stats;
 use crate::summary::FsStats;
-use crate::{Collector, Sample, Stats};
 
 /// Where samples come from: the [`Collector`], or a script in tests.
 pub trait Sampler: Send {
