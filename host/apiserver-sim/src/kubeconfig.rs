@@ -7,7 +7,7 @@ pub fn write_kubeconfig(path: &std::path::Path, url: &str) -> std::io::Result<()
 }
 
 /// As [`write_kubeconfig`], the requests carrying `token` (an identity when the double
-/// knows it: [`ApiServerSim::add_token`]).
+/// knows it: [`ApiServerSim::add_token`](crate::ApiServerSim::add_token)).
 pub fn write_kubeconfig_as(path: &std::path::Path, url: &str, token: &str) -> std::io::Result<()> {
     std::fs::write(
         path,

@@ -30,18 +30,18 @@
 //!   gracefully (first a `deletionTimestamp` and `deletionGracePeriodSeconds`, then gone
 //!   when deleted with grace 0, as the kubelet's final delete does).
 //!
-//! - the node proxy ([`node_proxy`]): `pods/log`, `pods/exec`, `pods/attach` and
+//! - the node proxy (`node_proxy`): `pods/log`, `pods/exec`, `pods/attach` and
 //!   `pods/portforward` forwarded to the pod's kubelet with a client certificate,
 //!   upgrades included; TokenReview and SubjectAccessReview answered from rules a test
 //!   sets ([`ApiServerSim::add_token`], [`ApiServerSim::allow`]).
 //!
-//! - custom resources ([`crd`]): a CustomResourceDefinition created makes its resource
+//! - custom resources (`crd`): a CustomResourceDefinition created makes its resource
 //!   servable (404 before, as for any group the server lacks), with its `status`
 //!   subresource and `metadata.generation`; deleting it deletes its objects.
-//! - server-side apply ([`apply`]): `PATCH` with `application/apply-patch+yaml`, each
+//! - server-side apply (`apply`): `PATCH` with `application/apply-patch+yaml`, each
 //!   manager's fields in `metadata.managedFields`, conflicts unless `force`, keyed lists
 //!   (`x-kubernetes-list-type: map`) merged item by item.
-//! - ValidatingAdmissionPolicy ([`policy`]): the policies and bindings stored under
+//! - ValidatingAdmissionPolicy (`policy`): the policies and bindings stored under
 //!   `admissionregistration.k8s.io` refuse the updates they deny, their CEL evaluated
 //!   over the object, the old object and who asks.
 //!

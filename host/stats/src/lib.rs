@@ -3,7 +3,7 @@
 //! - [`cgroup`] and [`node`] read the counters: cgroup v1 and v2 CPU, memory and
 //!   processes; the node's memory, CPU, filesystems, processes and network.
 //! - [`collect`] takes one sample of the node and its pods ([`Collector`]) into the
-//!   kubelet's stats [`Summary`](summary::Summary) ([`summary`]), from the cgroups and
+//!   kubelet's stats [`Summary`] ([`summary`]), from the cgroups and
 //!   the CRI; [`agent`] is the seam that lists the agent's pods for it.
 //! - [`metrics`] renders a sample as `/metrics/resource` and `/metrics/cadvisor`.
 //! - [`eviction`] is the kubelet's eviction manager: thresholds, pressure conditions,

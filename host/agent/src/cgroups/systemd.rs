@@ -206,7 +206,7 @@ const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 impl Systemd {
     /// Connects over the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, else
     /// `/run/dbus/system_bus_socket`), else systemd's private socket, and asks for
-    /// systemd's version to know it answers; each way within [`CONNECT_DEADLINE`]. The
+    /// systemd's version to know it answers; each way within `CONNECT_DEADLINE`. The
     /// error says what was tried.
     pub async fn connect() -> Result<Systemd, SystemdError> {
         let bus = async {
@@ -241,7 +241,7 @@ impl Systemd {
     }
 
     /// systemd's manager on its private socket at `path` (a peer-to-peer connection,
-    /// whose messages carry systemd's name as their sender: see [`super::private_bus`]).
+    /// whose messages carry systemd's name as their sender: see `super::private_bus`).
     pub async fn private(path: &std::path::Path) -> Result<Systemd, SystemdError> {
         let stream = tokio::net::UnixStream::connect(path)
             .await

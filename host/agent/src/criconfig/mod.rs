@@ -1,6 +1,6 @@
 //! Pods and containers as CRI configurations: [`wasmlet_core::criconfig`]'s, with the
 //! node's part — what a container needs on the node's filesystem made before it starts
-//! ([`files`]), the node's resolver and memory read, and where the Services come from
+//! (`files`), the node's resolver and memory read, and where the Services come from
 //! ([`services::ServiceSource`]).
 
 use std::path::Path;

@@ -295,7 +295,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
     /// Runs a postStart or preStop hook through the probe handler of its kind (a
     /// `sleep` hook sleeps), waiting for it at most `timeout`. As the kubelet's, a hook
     /// is waited for, not cut short: it runs in a task of its own, an exec hook with no
-    /// deadline of its own ([`HOOK_EXEC_TIMEOUT`]) until it ends or its container
+    /// deadline of its own (`HOOK_EXEC_TIMEOUT`) until it ends or its container
     /// stops — a preStop hook that outlives the grace period runs until the SIGKILL.
     pub async fn run_hook(
         &self,
@@ -367,7 +367,7 @@ impl<R: CriRuntime + 'static> ContainerOps<R> {
 
     /// Stops one container once `turn` has come: its preStop hook first (within the grace period), then the wait for its turn (no
     /// longer than what is left of the grace period), then StopContainer with what is
-    /// left — at least [`MINIMUM_STOP_SECONDS`], as the kubelet gives every container.
+    /// left — at least `MINIMUM_STOP_SECONDS`, as the kubelet gives every container.
     pub async fn stop_container_after(
         &self,
         pod: &k8s::Pod,

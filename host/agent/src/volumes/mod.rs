@@ -6,7 +6,7 @@
 //!
 //! [`prepare`] runs before the pod's containers start and again on every sync of the
 //! pod, as the kubelet remounts these volumes on every sync: content volumes are
-//! gathered ([`content`]) and written the kubelet's atomic way ([`atomic`]) under
+//! gathered (`content`) and written the kubelet's atomic way ([`atomic`]) under
 //! `<rootDir>/pods/<uid>/volumes/<kind>/<name>` when they differ from what is there — so
 //! a changed ConfigMap or Secret, an optional one created later, or new labels and
 //! annotations reach the running containers. emptyDirs are made once ([`empty_dir`]: 0777,

@@ -1,5 +1,5 @@
 //! A client whose certificate can change while it runs. Every new connection presents
-//! the current identity ([`RotatingIdentity`]); when it changes, the connection pool is
+//! the current identity (`RotatingIdentity`); when it changes, the connection pool is
 //! replaced ([`Rotating::set`]): requests from then on go over new connections with the
 //! new certificate, while requests in flight — the node's watches — finish on the
 //! connections they started on. The API server authenticates each request with its

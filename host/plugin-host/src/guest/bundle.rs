@@ -20,7 +20,7 @@ pub struct BundleMap {
 }
 
 impl BundleMap {
-    /// The map `wasm` carries in a top-level custom section [`SECTION`], if it does.
+    /// The map `wasm` carries in a top-level custom section `SECTION`, if it does.
     pub fn find(wasm: &[u8]) -> Option<Self> {
         custom_section(wasm, SECTION).map(|json| Self { json: json.into() })
     }

@@ -6,9 +6,9 @@
 //! internal pod type — the v1 defaults applied on the way — prints that with its
 //! deep-hash printer (every field, in declaration order, with its Go type) and takes the
 //! MD5 of the print followed by `host:<node>file:<path>` for a file, or by `url:<url>`
-//! for a URL. [`defaults`] applies the same defaults, [`dump`] prints the same text from
+//! for a URL. `defaults` applies the same defaults, `dump` prints the same text from
 //! the internal layout in `core_pod.schema`. A manifest with something the printing does
-//! not cover (see [`defaults`] and [`quantity`]) gets no kubelet UID: the caller falls
+//! not cover (see `defaults` and `quantity`) gets no kubelet UID: the caller falls
 //! back to its own.
 
 mod defaults;
