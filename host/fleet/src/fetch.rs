@@ -214,7 +214,7 @@ impl Fetcher {
         &self,
         provenance: &Provenance,
         bytes: &[u8],
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, wasmlet_signing::VerifyError> {
         let Some(verifier) = &self.verifier else {
             return Ok(None);
         };
@@ -242,7 +242,7 @@ impl Fetcher {
         };
         match result {
             Ok(v) => Ok(Some(v.signer)),
-            Err(e) if verifier.required() => Err(format!("signature refused: {e}")),
+            Err(e) if verifier.required() => Err(e),
             Err(e) => {
                 warn!(reason = %e, "a cluster plugin's signature does not verify; loading it anyway (clusterPlugins.verification.required is false)");
                 Ok(None)
@@ -481,8 +481,8 @@ pub enum FetchError {
         pinned: String,
     },
     /// Its signature is missing or does not verify, and the node requires one.
-    #[error("{0}")]
-    Refused(String),
+    #[error("signature refused: {0}")]
+    Refused(#[source] wasmlet_signing::VerifyError),
     /// The node's store could not keep it.
     #[error("keeping the component in {}: {source}", dir.display())]
     Keep {
