@@ -9,11 +9,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 use wasmlet_plugin_host::kinds::PodSources;
 use wasmlet_plugin_host::source::{Snapshot, SourcePod};

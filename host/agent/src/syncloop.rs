@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wasmlet_cri::CriRuntime;
 use wasmlet_plugin_host::chain::{AdmissionChain, WouldReject};

@@ -4,12 +4,12 @@
 //! controller does; a conflict (someone else wrote it) re-reads it first.
 
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ClusterError;
 

@@ -19,11 +19,11 @@
 //! this.
 
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use wasmlet_agent::node::NodeFacts;
 use wasmlet_agent::statuses::StatusManager;
 use wasmlet_agent::syncloop::SourceSet;

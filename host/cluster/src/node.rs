@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -14,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use wasmlet_agent::node::NodeFacts;
 
 use crate::error::ClusterError;

@@ -13,13 +13,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as k8s;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wasmlet_agent::syncloop::SourceSet;
 use wasmlet_core::pod::{self, PodKey};

@@ -25,7 +25,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -34,6 +33,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use wasmlet_agent::statuses::{PodEntry, StatusManager};
 use wasmlet_core::pod::{self, PodKey};

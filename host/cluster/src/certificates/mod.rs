@@ -12,6 +12,7 @@ pub mod rotation;
 pub mod store;
 
 use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
 /// What the kubelet's certificate manager does with kubeadm's `kubelet.conf` of a

@@ -7,6 +7,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
 use tokio_util::sync::CancellationToken;
 
 use super::csr::{Request, obtain};

@@ -21,7 +21,6 @@ pub mod legacy;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use futures::{FutureExt as _, StreamExt, future};
 use k8s_openapi::api::core::v1 as k8s;
@@ -37,6 +36,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::object::{self, GROUP, KIND, VERSION, api_resource};

@@ -2,9 +2,9 @@
 //! the node's registration, status and lease.
 
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 use wasmlet_agent::agent::Agent;
 use wasmlet_agent::node::NodeFacts;

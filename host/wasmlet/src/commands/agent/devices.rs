@@ -2,8 +2,8 @@
 //! runs, its resources in the node status.
 
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
+use tokio_util::sync::CancellationToken;
 use tracing::error;
 use wasmlet_devices::Manager;
 use wasmlet_devices::registration::{bind, serve};

@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use anyhow::Result;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use wasmlet_agent::agent::{Agent, AgentOptions};
 use wasmlet_agent::cgroups::fs::CgroupFs;

@@ -2,10 +2,10 @@
 //! there is one, the metrics it serves.
 
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 use anyhow::Result;
 use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use wasmlet_agent::agent::Agent;
 use wasmlet_cri::CriClient;
