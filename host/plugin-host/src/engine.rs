@@ -50,6 +50,12 @@ struct SignedFiles {
     verifier: Arc<wasmlet_signing::Verifier>,
 }
 
+/// A component whose signature the node requires and does not have (the signing crate's
+/// refusal kept as the source).
+#[derive(Debug, thiserror::Error)]
+#[error("signature refused: {0}")]
+struct SignatureRefused(#[source] wasmlet_signing::VerifyError);
+
 impl SignedFiles {
     /// Whether `wasm`, read from `path`, may load; the refusal says why.
     fn check(&self, path: &Path, wasm: &[u8]) -> Result<(), BoxError> {
@@ -72,7 +78,7 @@ impl SignedFiles {
                 tracing::debug!(path = %path.display(), signer = verified.signer, "plugin signature verified");
                 Ok(())
             }
-            Err(e) if self.verifier.required() => Err(format!("signature refused: {e}").into()),
+            Err(e) if self.verifier.required() => Err(Box::new(SignatureRefused(e))),
             Err(e) => {
                 tracing::warn!(path = %path.display(), reason = %e, "a plugin's signature does not verify; loading it anyway (plugins.verification.required is false)");
                 Ok(())
