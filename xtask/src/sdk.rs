@@ -42,7 +42,7 @@ fn add_data(root: &Path, data: &Path) -> Result {
     copy_tree(&root.join("wit"), &data.join("wit"))?;
     let reproducible = data.join("reproducible");
     mkdir(&reproducible)?;
-    for file in ["deterministic.c", "preload.sh"] {
+    for file in ["deterministic.c", "stable_dev.c", "preload.sh"] {
         copy(
             &root.join("plugins/reproducible").join(file),
             &reproducible.join(file),

@@ -17,9 +17,13 @@ give the same bytes:
 - random bytes, clocks and file times through deterministic.so (when a C compiler can
   build it), one tokio worker, the host's hash seed fixed;
 - the inode numbers of the files the guest imports: the build runs in a mount namespace
-  of its own (`unshare`), its files on a fresh tmpfs, which numbers them alike each time.
+  of its own (`unshare`), its files on a fresh tmpfs, which numbers them alike each time;
+- that tmpfs's device number, which is whichever anonymous one is free when it is mounted
+  (another build's tmpfs or a container's overlay moves it): deterministic.so makes it
+  read as 0:0 in componentize-py's process (reproducible/stable_dev.c).
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -65,6 +69,19 @@ def componentize_py():
     if not found:
         fail(f"componentize-py not found: pip install componentize-py=={COMPONENTIZE_PY}")
     return found
+
+
+def componentize_command():
+    """How componentize-py is run, and the file name of the executable that runs it (where
+    deterministic.so holds the device number still: a process that does not exec). pip's
+    componentize-py is a script of this interpreter's package, which this interpreter runs
+    itself, with no shell or `env` in front; anything else runs as it is."""
+    found = componentize_py()
+    with open(found, "rb") as head:
+        script = head.read(2) == b"#!"
+    if script and importlib.util.find_spec("componentize_py") is not None:
+        return [sys.executable, found], os.path.basename(os.path.realpath(sys.executable))
+    return [found], os.path.basename(os.path.realpath(found))
 
 
 def deterministic_so():
@@ -128,6 +145,7 @@ def build(world, source, out):
             subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "wasmlet-py", str(work)], check=True)
         (work / "tmp").mkdir()
         app, sdk = stage(source, work)
+        program, executable = componentize_command()
         env = dict(os.environ)
         env.pop(IN_NAMESPACE, None)
         env.update(
@@ -136,9 +154,11 @@ def build(world, source, out):
             TOKIO_WORKER_THREADS="1",
             PYTHONHASHSEED="0",
             LD_PRELOAD=deterministic_so(),
+            WASMLET_STABLE_DEV=str(work),
+            WASMLET_STABLE_DEV_FOR=executable,
         )
-        cmd = [componentize_py(), "-d", str(wit_dir()), "-w", world, "componentize", "app",
-               "-p", str(app), "-p", str(sdk), "-o", str(out)]
+        cmd = program + ["-d", str(wit_dir()), "-w", world, "componentize", "app",
+                         "-p", str(app), "-p", str(sdk), "-o", str(out)]
         code = subprocess.run(cmd, env=env).returncode
         if os.environ.get(IN_NAMESPACE) == "1":
             subprocess.run(["umount", str(work)], check=False)
