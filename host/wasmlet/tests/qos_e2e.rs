@@ -186,35 +186,7 @@ fn cpu_contention(h: &Harness, kubepods: &str) {
         "512",
         "the burstable tier weighs its pods' requests"
     );
-    // Settle, then measure.
-    std::thread::sleep(Duration::from_secs(2));
-    let window = Duration::from_secs(6);
-    let before: Vec<u64> = cgroups.iter().map(|c| cpu_ns(c)).collect();
-    let started = Instant::now();
-    std::thread::sleep(window);
-    let elapsed = started.elapsed().as_nanos() as f64;
-    let cores: Vec<f64> = cgroups
-        .iter()
-        .zip(&before)
-        .map(|(c, b)| (cpu_ns(c) - b) as f64 / elapsed)
-        .collect();
-    let (guaranteed, burstable) = (cores[0], cores[1]);
-    let besteffort: f64 = cores[2..].iter().sum();
-    eprintln!(
-        "cores under contention: Guaranteed {guaranteed:.2}, Burstable {burstable:.2}, BestEffort (4 pods) {besteffort:.2}"
-    );
-    assert!(
-        guaranteed >= 0.85,
-        "Guaranteed got {guaranteed:.2} of 1 CPU"
-    );
-    assert!(
-        burstable >= 0.5,
-        "Burstable got {burstable:.2}, requested 0.5"
-    );
-    assert!(
-        besteffort <= 0.15,
-        "BestEffort pods got {besteffort:.2}: more than what is left"
-    );
+    cores_as_the_classes_say(&cgroups);
     for name in ["guaranteed.yaml", "burstable.yaml"]
         .into_iter()
         .map(str::to_owned)
@@ -238,6 +210,46 @@ fn cpu_contention(h: &Harness, kubepods: &str) {
             }
         }
     }
+}
+
+/// What each class's cgroups ran, in cores, over one window: Guaranteed, Burstable and
+/// the BestEffort pods together (`cgroups` in that order, as `cpu_contention` lists them).
+fn cores_over(cgroups: &[String], window: Duration) -> (f64, f64, f64) {
+    let before: Vec<u64> = cgroups.iter().map(|c| cpu_ns(c)).collect();
+    let started = Instant::now();
+    std::thread::sleep(window);
+    let elapsed = started.elapsed().as_nanos() as f64;
+    let cores: Vec<f64> = cgroups
+        .iter()
+        .zip(&before)
+        .map(|(c, b)| (cpu_ns(c) - b) as f64 / elapsed)
+        .collect();
+    (cores[0], cores[1], cores[2..].iter().sum())
+}
+
+/// Guaranteed near its whole CPU, Burstable at least its request, BestEffort the
+/// crumbs, in one of three 6 s windows after 2 s to settle. What the pods get is also
+/// what the rest of this 2-core machine leaves them (the agent, containerd, whatever
+/// else runs): a window where something outside took its part does not count against
+/// the tree, three in a row do — a wrong share or quota fails every one.
+fn cores_as_the_classes_say(cgroups: &[String]) {
+    std::thread::sleep(Duration::from_secs(2));
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        let (guaranteed, burstable, besteffort) = cores_over(cgroups, Duration::from_secs(6));
+        eprintln!(
+            "cores under contention: Guaranteed {guaranteed:.2}, Burstable {burstable:.2}, BestEffort (4 pods) {besteffort:.2}"
+        );
+        windows.push(format!("{guaranteed:.2}/{burstable:.2}/{besteffort:.2}"));
+        if guaranteed >= 0.85 && burstable >= 0.5 && besteffort <= 0.15 {
+            return;
+        }
+    }
+    panic!(
+        "Guaranteed/Burstable/BestEffort cores in three windows: {} (wanted at least 0.85 of \
+         the 1 CPU limit, at least the 0.5 requested, at most 0.15)",
+        windows.join(", ")
+    );
 }
 
 /// A pod whose containers all limit memory is limited as a whole; a container that
