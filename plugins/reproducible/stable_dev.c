@@ -101,7 +101,7 @@ static void on_sigsys(int sig, siginfo_t *info, void *context) {
 #define LOAD(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
 #define RETURN(action) BPF_STMT(BPF_RET | BPF_K, action)
 
-/* Allow everything but the stat calls; those trap unless they carry the mark. */
+/* Allow everything but the stat and exec calls; those trap unless they carry the mark. */
 static int install_filter(void) {
     size_t mark_at = offsetof(struct seccomp_data, args) + 5 * sizeof(__u64);
     struct sock_filter prog[11 + TRAPPED];
