@@ -12,6 +12,9 @@
  *                     CLOCK_MONOTONIC advancing 1 µs per call on each thread
  *   stat and statx    times at SOURCE_DATE_EPOCH, inode 1 (also through syscall)
  *
+ * The calls the runtime makes itself, past libc, are reached by stable_dev.c (linked
+ * into the same library): the device number of the build's own file system.
+ *
  * Only for those build tools: nothing else should run with it.
  */
 #define _GNU_SOURCE
