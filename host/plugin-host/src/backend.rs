@@ -53,12 +53,32 @@ impl Compiler {
     }
 }
 
-/// A plugin world, for picking its linker.
+/// A plugin world: its linker, its name in the WIT and its metrics label.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum World {
     Admission,
     Probe,
     Source,
+}
+
+impl World {
+    /// The world's name in `wit/plugin.wit`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Admission => "admission-policy",
+            Self::Probe => "probe-handler",
+            Self::Source => "pod-source",
+        }
+    }
+
+    /// The plugin kind's metrics label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Admission => "admission",
+            Self::Probe => "probe",
+            Self::Source => "source",
+        }
+    }
 }
 
 /// One compiler's engine and the linkers of the three worlds for it.

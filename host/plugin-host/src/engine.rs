@@ -255,13 +255,13 @@ impl PluginEngine {
         &self.metrics
     }
 
-    /// Compiles (or takes from the cache) the component at `path` as plugin `name` of
-    /// `kind`, checks it against the kind's world with `prepare`, and counts the load.
+    /// Compiles (or takes from the cache) the component at `path` as plugin `name`, checks
+    /// it against `world` with `prepare`, and counts the load.
     pub(crate) fn load_as<P>(
         &self,
         name: &str,
         path: &Path,
-        kind: LoadKind,
+        world: World,
         config: BTreeMap<String, String>,
         limits: Limits,
         prepare: impl FnOnce(wasmtime::component::InstancePre<PluginState>) -> wasmtime::Result<P>,
@@ -275,12 +275,12 @@ impl PluginEngine {
                 bundle,
             } = self.component(name, path)?;
             let pre = backend
-                .linker(kind.world)
+                .linker(world)
                 .instantiate_pre(&component)
                 .and_then(prepare)
                 .map_err(|source| PluginError::World {
                     plugin: name.to_owned(),
-                    world: kind.world_name,
+                    world: world.name(),
                     source: source.into_boxed_dyn_error(),
                 })?;
             let loaded = Loaded {
@@ -292,24 +292,15 @@ impl PluginEngine {
                 clock: self.ticker.clock().clone(),
                 config: Arc::new(config),
                 limits,
-                metrics: self.metrics.for_plugin(name, kind.label),
+                metrics: self.metrics.for_plugin(name, world.label()),
                 output_log: crate::guest::OutputLog::default(),
                 bundle,
             };
             Ok((loaded, pre))
         })();
-        self.metrics.loaded(name, kind.label, loaded.is_ok());
+        self.metrics.loaded(name, world.label(), loaded.is_ok());
         loaded
     }
-}
-
-/// A plugin kind, as [`PluginEngine::load_as`] loads it.
-pub(crate) struct LoadKind {
-    /// Its metrics label: `admission`, `probe`, `source`.
-    pub(crate) label: &'static str,
-    /// The world it must implement, and its name.
-    pub(crate) world: World,
-    pub(crate) world_name: &'static str,
 }
 
 /// A component compiled (or taken from the cache) by one of the engines.

@@ -16,8 +16,9 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::backend::World;
 use crate::call::plugin_store;
-use crate::engine::{LoadKind, PluginEngine};
+use crate::engine::PluginEngine;
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};
@@ -114,15 +115,10 @@ impl PluginEngine {
         limits: Limits,
         grants: SourceGrants,
     ) -> Result<PodSource, PluginError> {
-        let kind = LoadKind {
-            label: "source",
-            world: crate::backend::World::Source,
-            world_name: "pod-source",
-        };
         let (loaded, pre) = self.load_as(
             name,
             path,
-            kind,
+            World::Source,
             config,
             limits,
             bindings::PodSourcePre::new,

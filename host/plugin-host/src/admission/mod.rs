@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::Store;
 
+use crate::backend::World;
 use crate::bindings;
 use crate::bindings::exports::wasmlet::plugin::admission::Verdict;
 use crate::call::plugin_store;
-use crate::engine::{LoadKind, PluginEngine};
+use crate::engine::PluginEngine;
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::limits::{InstanceMode, Limits};
@@ -286,15 +287,10 @@ impl PluginEngine {
         config: BTreeMap<String, String>,
         limits: Limits,
     ) -> Result<AdmissionPlugin, PluginError> {
-        let kind = LoadKind {
-            label: "admission",
-            world: crate::backend::World::Admission,
-            world_name: "admission-policy",
-        };
         let (loaded, pre) = self.load_as(
             name,
             path,
-            kind,
+            World::Admission,
             config,
             limits,
             bindings::AdmissionPolicyPre::new,

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
+use crate::backend::World;
 use crate::call::plugin_store;
-use crate::engine::{LoadKind, PluginEngine};
+use crate::engine::PluginEngine;
 use crate::error::PluginError;
 use crate::host::PluginState;
 use crate::http::{HttpAccess, TlsVerification};
@@ -99,15 +100,10 @@ impl PluginEngine {
         limits: Limits,
         grants: Grants,
     ) -> Result<ProbeHandler, PluginError> {
-        let kind = LoadKind {
-            label: "probe",
-            world: crate::backend::World::Probe,
-            world_name: "probe-handler",
-        };
         let (loaded, pre) = self.load_as(
             name,
             path,
-            kind,
+            World::Probe,
             config,
             limits,
             bindings::ProbeHandlerPre::new,
