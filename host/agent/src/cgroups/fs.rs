@@ -17,7 +17,28 @@ use super::values::{Max, QUOTA_PERIOD, Settings, shares_to_weight};
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// The huge page controller (written when the machine has huge page sizes).
-const HUGETLB: &str = "hugetlb";
+pub const HUGETLB: &str = "hugetlb";
+
+/// The pids controller (`podPidsLimit`, `kubepods`' pid capacity).
+pub const PIDS: &str = "pids";
+
+/// The controllers a node may lack or not let the agent write, as the kubelet treats
+/// them: the tree is made without them (their limits not applied), never refused. The
+/// cpu and memory hierarchies are required ([`CgroupFs::detect`]).
+pub const OPTIONAL: [&str; 2] = [PIDS, HUGETLB];
+
+/// An optional controller that cannot be written here, and why: the tree is made
+/// without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The controller (`hugetlb`).
+    pub controller: &'static str,
+    /// Where it was looked for (its v1 hierarchy, or the v2 cgroup that lacks it).
+    pub path: PathBuf,
+    /// Why it cannot be written: not mounted, not a cgroup hierarchy, read-only, not
+    /// delegated.
+    pub why: String,
+}
 
 /// No cgroup filesystem where one was looked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +58,9 @@ pub struct NoCgroupFs {
 pub struct CgroupFs {
     root: PathBuf,
     v2: bool,
+    /// The optional v1 hierarchies that cannot be written (looked at once, when the
+    /// filesystem is first seen; on v2 a cgroup's own `cgroup.controllers` says).
+    skipped: Vec<Skipped>,
 }
 
 impl CgroupFs {
@@ -56,12 +80,46 @@ impl CgroupFs {
     }
 
     /// A cgroup filesystem laid out as v1 or v2 at `root` (tests make one in a
-    /// temporary directory).
+    /// temporary directory), its optional v1 hierarchies looked at as
+    /// [`CgroupFs::detect`] does.
     pub fn at(root: &Path, v2: bool) -> CgroupFs {
+        let skipped = if v2 {
+            Vec::new()
+        } else {
+            OPTIONAL
+                .iter()
+                .filter_map(|c| unwritable_v1(root, c))
+                .collect()
+        };
         CgroupFs {
             root: root.to_path_buf(),
             v2,
+            skipped,
         }
+    }
+
+    /// The optional controllers `cgroup` is made and written without, and why: on v1
+    /// the hierarchies that are absent, not a cgroup mount, read-only or not this
+    /// process's to write; on v2 those the root does not offer or `cgroup` (which must
+    /// exist) was not given by the `cgroup.subtree_control` above it.
+    pub fn skipped_at(&self, cgroup: &str) -> Vec<Skipped> {
+        if !self.v2 {
+            return self.skipped.clone();
+        }
+        let dir = self.dir("", cgroup);
+        OPTIONAL
+            .iter()
+            .filter(|c| !self.enabled_at(&dir, c))
+            .map(|c| Skipped {
+                controller: c,
+                path: dir.clone(),
+                why: if self.has_controller(c) {
+                    "not enabled for this cgroup (not delegated to it)".into()
+                } else {
+                    format!("not offered by {}", self.root.display())
+                },
+            })
+            .collect()
     }
 
     /// Whether this is the unified hierarchy (cgroup v2).
@@ -85,13 +143,38 @@ impl CgroupFs {
     }
 
     /// Whether the kernel offers `controller` here: in the root's `cgroup.controllers`
-    /// (v2), as a mounted hierarchy (v1).
+    /// (v2), as a hierarchy this process can write (v1: an optional one that cannot be
+    /// written is skipped).
     pub fn has_controller(&self, controller: &str) -> bool {
         if self.v2 {
             std::fs::read_to_string(self.root.join("cgroup.controllers"))
                 .is_ok_and(|c| c.split_whitespace().any(|x| x == controller))
         } else {
             self.root.join(controller).is_dir()
+                && !self.skipped.iter().any(|s| s.controller == controller)
+        }
+    }
+
+    /// Whether `controller`'s files can be written in the v2 cgroup `dir`: offered by
+    /// the root and, where the kernel lists them (`cgroup.controllers`, not in a plain
+    /// directory), enabled for `dir`.
+    fn enabled_at(&self, dir: &Path, controller: &str) -> bool {
+        if !self.has_controller(controller) {
+            return false;
+        }
+        match std::fs::read_to_string(dir.join("cgroup.controllers")) {
+            Ok(enabled) => enabled.split_whitespace().any(|c| c == controller),
+            Err(_) => true,
+        }
+    }
+
+    /// Whether `controller` is written for `cgroup`: a v1 hierarchy this process can
+    /// write, a controller enabled for the v2 cgroup.
+    fn writes(&self, controller: &str, cgroup: &str) -> bool {
+        if self.v2 {
+            self.enabled_at(&self.dir(controller, cgroup), controller)
+        } else {
+            self.has_controller(controller)
         }
     }
 
@@ -106,7 +189,7 @@ impl CgroupFs {
             self.make_v2(cgroup)?;
         } else {
             for controller in CONTROLLERS {
-                if self.root.join(controller).is_dir() {
+                if self.has_controller(controller) {
                     let dir = self.dir(controller, cgroup);
                     std::fs::create_dir_all(&dir).map_err(|e| at(&dir, e))?;
                 }
@@ -152,7 +235,7 @@ impl CgroupFs {
             }
         }
         if let Some(p) = s.pids
-            && (self.v2 || self.root.join("pids").is_dir())
+            && self.writes(PIDS, cgroup)
         {
             put(&pids.join("pids.max"), &v2_max(p))?;
         }
@@ -172,7 +255,7 @@ impl CgroupFs {
     /// Each size's huge page limit, and its reservation limit where the kernel has one
     /// (`hugetlb.<size>.rsvd.*`, as runc writes both); nothing without the controller.
     fn write_hugetlb(&self, cgroup: &str, limits: &[(String, u64)]) -> io::Result<()> {
-        if limits.is_empty() || !self.has_controller(HUGETLB) {
+        if limits.is_empty() || !self.writes(HUGETLB, cgroup) {
             return Ok(());
         }
         let dir = self.dir(HUGETLB, cgroup);
@@ -269,6 +352,37 @@ impl CgroupFs {
             }
         }
         left
+    }
+}
+
+/// Why the optional v1 hierarchy `controller` under `root` cannot be written, if it
+/// cannot: absent; a directory on another filesystem than the cpu hierarchy's (a
+/// controller systemd failed to mount leaves its empty directory on the read-only tmpfs
+/// at the root, and the kubelet, which looks for cgroup mounts, does not see it); not
+/// writable by this process (a read-only mount, a hierarchy not delegated to it).
+fn unwritable_v1(root: &Path, controller: &'static str) -> Option<Skipped> {
+    let path = root.join(controller);
+    let skipped = |why: String| {
+        Some(Skipped {
+            controller,
+            path: path.clone(),
+            why,
+        })
+    };
+    if !path.is_dir() {
+        return skipped("no such hierarchy".into());
+    }
+    let fs_type = |p: &Path| rustix::fs::statfs(p).ok().map(|s| s.f_type);
+    let required = fs_type(&root.join("cpu"));
+    if required.is_some() && fs_type(&path) != required {
+        return skipped(format!(
+            "not a cgroup hierarchy (another filesystem than {})",
+            root.join("cpu").display()
+        ));
+    }
+    match rustix::fs::access(&path, rustix::fs::Access::WRITE_OK) {
+        Ok(()) => None,
+        Err(e) => skipped(io::Error::from(e).to_string()),
     }
 }
 

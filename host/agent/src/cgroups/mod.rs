@@ -215,6 +215,9 @@ impl PodCgroups {
         self.apply(&self.kubepods, &shares).await.map_err(|e| {
             StartError::Unavailable(format!("making {}: {e}", self.name(&self.kubepods)))
         })?;
+        for line in self.skipped_limits(setup) {
+            tracing::warn!("{line}");
+        }
         // A limit below what the pods already use is refused by the kernel (an upgrade
         // with a larger reservation): said, and the pods keep running, as with the
         // kubelet (which retries; so does the next start).
@@ -247,6 +250,47 @@ impl PodCgroups {
             self.enforce_reserved(r).map_err(StartError::Refused)?;
         }
         Ok(())
+    }
+
+    /// One line for each optional controller the tree is made without (said once, at
+    /// start): the hierarchy, why, and the limits that are not applied. A controller
+    /// with nothing to apply here (no huge page sizes; no pid limit, or systemd writing
+    /// it) is only logged at debug.
+    pub fn skipped_limits(&self, setup: &Setup) -> Vec<String> {
+        let kubepods = self.name(&self.kubepods);
+        let mut lines = Vec::new();
+        for s in self.fs.skipped_at(&kubepods) {
+            let limits = match s.controller {
+                fs::HUGETLB if !self.hugepage_sizes.is_empty() => {
+                    let sizes: Vec<String> = self
+                        .hugepage_sizes
+                        .iter()
+                        .map(|p| p.cgroup_name())
+                        .collect();
+                    format!(
+                        "the huge page limits ({}) of {kubepods}, its QoS tiers and every pod are not applied",
+                        sizes.join(", ")
+                    )
+                }
+                fs::PIDS
+                    if self.systemd.is_none()
+                        && (setup.pids_limit.is_some() || setup.kubepods_pids.is_some()) =>
+                {
+                    format!("podPidsLimit and the pid limit of {kubepods} are not applied")
+                }
+                _ => {
+                    tracing::debug!(controller = s.controller, path = %s.path.display(), why = %s.why, "cgroup controller skipped: nothing of it to apply");
+                    continue;
+                }
+            };
+            lines.push(format!(
+                "cgroup controller {} skipped ({}: {}): {limits}",
+                s.controller,
+                s.path.display(),
+                s.why
+            ));
+        }
+        lines
     }
 
     /// Limits an existing reserved cgroup, as the kubelet: one that does not exist is an

@@ -222,6 +222,8 @@ async fn cgroup_v2_gets_weights_and_the_unified_limits() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+mod hierarchies;
+
 mod systemd_bus {
     //! The systemd driver's calls, on a D-Bus connection to a stand-in for systemd's
     //! manager that records them and makes the slice's directory as systemd would.
@@ -236,7 +238,7 @@ mod systemd_bus {
     type Call = (String, String, Vec<(String, String)>);
 
     #[derive(Default)]
-    struct Calls(Vec<Call>);
+    pub(super) struct Calls(Vec<Call>);
 
     struct Manager {
         root: PathBuf,
@@ -409,7 +411,10 @@ mod systemd_bus {
 
     /// The systemd driver on a D-Bus connection to a [`Manager`] stand-in on `root`
     /// recording into `calls`, and the stand-in's end (it answers while it is kept).
-    async fn connected(root: &Path, calls: &Arc<StdMutex<Calls>>) -> (Systemd, zbus::Connection) {
+    pub(super) async fn connected(
+        root: &Path,
+        calls: &Arc<StdMutex<Calls>>,
+    ) -> (Systemd, zbus::Connection) {
         let (a, b) = tokio::net::UnixStream::pair().expect("pair");
         let manager = Manager {
             root: root.to_path_buf(),
