@@ -77,7 +77,8 @@ for p in json.load(sys.stdin).get("items", []):
     BestEffort) echo "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod$1.slice" ;;
   esac
 }
-cg() { nsx cat "/sys/fs/cgroup/$1/$2" 2>/dev/null || echo absent; }
+# A v1 cgroup file's value (an unlimited memory limit reads as the page-rounded 2^63-1: max).
+cg() { nsx cat "/sys/fs/cgroup/$1/$2" 2>/dev/null | sed 's/^9223372036854771712$/max/' | grep . || echo absent; }
 start_agent() {
   local cmd
   case $AGENT in
@@ -108,6 +109,7 @@ EOF
 # The node and the agent.
 "$NS" down >/dev/null 2>&1
 "$NS" up >"$OUT/ns-up.log" 2>&1 || { echo "ns.sh up failed: $OUT/ns-up.log" >&2; exit 2; }
+rm -rf "$CFG" "$LOG"
 mkdir -p "$CFG/manifests" "$CFG/root"
 cat >"$CFG/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -143,7 +145,7 @@ if wait_for 120 running_count 3; then res 3 "pods running" ok "$(containers | cu
   done
 } | sort >"$OUT/values.txt"
 val() { awk -v k="$1" -v f="$2" '$1 == k && $2 == f { print $3 }' "$OUT/values.txt"; }
-want="g:204:20000:67108864:1024 b:102:-1:-1:1024 e:2:-1:-1:1024"
+want="g:204:20000:67108864:1024 b:102:-1:max:1024 e:2:-1:max:1024"
 got=$(for p in g b e; do echo -n "$p:$(val pod-$p cpu.shares):$(val pod-$p cpu.cfs_quota_us):$(val pod-$p memory.limit_in_bytes):$(val pod-$p pids.max) "; done)
 [ "${got% }" = "$want" ] && res 4 "pod slices" ok "$want" || res 4 "pod slices" FAIL "$got (want $want)"
 tiers="$(val kubepods.slice/kubepods-burstable.slice cpu.shares) $(val kubepods.slice/kubepods-besteffort.slice cpu.shares)"
