@@ -54,7 +54,7 @@ healthy() { [ "$(nsx curl -s -m 2 127.0.0.1:10248/healthz)" = ok ]; }
 containers() {
   nsx curl -s -m 5 127.0.0.1:10255/pods | python3 -c '
 import json, sys
-for p in json.load(sys.stdin).get("items", []):
+for p in json.load(sys.stdin).get("items") or []:
     for c in p.get("status", {}).get("containerStatuses", []) or []:
         if "running" in (c.get("state") or {}):
             print("%s/%s=%s:%s" % (p["metadata"]["name"], c["name"], c.get("containerID", ""), c.get("restartCount", 0)))
@@ -66,7 +66,7 @@ pod_slice() {
   local uid tier
   uid=$(nsx curl -s -m 5 127.0.0.1:10255/pods | python3 -c '
 import json, sys
-for p in json.load(sys.stdin).get("items", []):
+for p in json.load(sys.stdin).get("items") or []:
     if p["metadata"]["name"].startswith(sys.argv[1] + "-"):
         print(p["metadata"]["uid"].replace("-", "_"), (p.get("status") or {}).get("qosClass", ""))
 ' "$1")
@@ -108,6 +108,7 @@ EOF
 
 # The node and the agent.
 "$NS" down >/dev/null 2>&1
+case $NS_BASE in /tmp/?*) rm -rf "$NS_BASE" ;; esac # no containers of an earlier run in containerd's store
 "$NS" up >"$OUT/ns-up.log" 2>&1 || { echo "ns.sh up failed: $OUT/ns-up.log" >&2; exit 2; }
 rm -rf "$CFG" "$LOG"
 mkdir -p "$CFG/manifests" "$CFG/root"
@@ -131,7 +132,10 @@ start_agent
 
 # 1-3: it starts, makes the tree, runs the pods.
 if wait_for 90 healthy; then res 1 healthz ok "after ${SECONDS}s"; else res 1 healthz FAIL "no healthz in 90 s (log: $LOG)"; fi
-active=$(for u in kubepods.slice kubepods-burstable.slice kubepods-besteffort.slice; do nsx systemctl is-active "$u"; done | paste -sd' ')
+slices() { for u in kubepods.slice kubepods-burstable.slice kubepods-besteffort.slice; do nsx systemctl is-active "$u"; done | paste -sd' '; }
+slices_active() { [ "$(slices)" = "active active active" ]; }
+wait_for 60 slices_active
+active=$(slices)
 [ "$active" = "active active active" ] && res 2 "qos slices" ok "$active" || res 2 "qos slices" FAIL "$active"
 if wait_for 120 running_count 3; then res 3 "pods running" ok "$(containers | cut -d= -f1 | paste -sd' ')"; else res 3 "pods running" FAIL "$(containers | wc -l) of 3"; fi
 
@@ -154,7 +158,9 @@ tiers="$(val kubepods.slice/kubepods-burstable.slice cpu.shares) $(val kubepods.
 # 6: a restart keeps every container.
 before=$(containers)
 nsx systemctl restart agent
-if wait_for 90 healthy && sleep 10 && [ "$(containers)" = "$before" ]; then res 6 restart ok "the same $(echo "$before" | wc -l) containers, no restart"; else res 6 restart FAIL "$(diff <(echo "$before") <(containers) | tr '\n' ' ')"; fi
+same() { [ "$(containers)" = "$before" ]; }
+# The agent has its pods again: every container of before, and for 10 s no other.
+if wait_for 90 healthy && wait_for 60 same && sleep 10 && same; then res 6 restart ok "the same $(echo "$before" | wc -l) containers, no restart"; else res 6 restart FAIL "$(diff <(echo "$before") <(containers) | tr '\n' ' ')"; fi
 
 # 7: the system bus down: systemd on its private socket.
 nsx systemctl stop dbus.socket dbus.service
