@@ -113,7 +113,7 @@ async fn tree_and_pod(root: &Path, driver: Driver) -> (PodCgroups, Vec<String>) 
     (cg, warnings)
 }
 
-/// The pod's path under `driver` in `controller`'s hierarchy, and the tree's.
+/// `kubepods` and the Guaranteed pod's cgroup under `driver`, relative to a hierarchy.
 fn paths(driver: Driver) -> (&'static str, &'static str) {
     match driver {
         Driver::Cgroupfs => ("kubepods", "kubepods/podg"),
@@ -121,81 +121,63 @@ fn paths(driver: Driver) -> (&'static str, &'static str) {
     }
 }
 
-#[tokio::test]
-async fn a_read_only_hugetlb_hierarchy_is_skipped_with_one_warning_under_both_drivers() {
+/// Under each driver, the tree and a pod made on a v1 layout (`name`) whose `hugetlb` is
+/// `how`: one warning naming the hierarchy, `why` and the limits not applied; nothing
+/// made in the hierarchy; the pod's cgroup and its other limits as without it.
+async fn skipped_once(name: &str, how: Hugetlb, why: &str) {
     for driver in [Driver::Cgroupfs, Driver::Systemd] {
-        let (root, mounted) = v1_with(&format!("ro-hugetlb-{driver:?}"), Hugetlb::ReadOnly);
+        let (root, mounted) = v1_with(&format!("{name}-{driver:?}"), how);
         let (cg, warnings) = tree_and_pod(&root, driver).await;
         let (kubepods, pod) = paths(driver);
-        assert_eq!(warnings.len(), 1, "{driver:?}: {warnings:?}");
-        let w = &warnings[0];
+        let hierarchy = root.join("hugetlb");
+        let [w] = warnings.as_slice() else {
+            panic!("{driver:?}: one warning, not {warnings:?}");
+        };
+        let head = format!(
+            "cgroup controller hugetlb skipped ({}: {why}",
+            hierarchy.display()
+        );
+        let tail = format!(
+            "the huge page limits (2MB) of /{kubepods}, its QoS tiers and every pod are not applied"
+        );
         assert!(
-            w.starts_with("cgroup controller hugetlb skipped (")
-                && w.contains(&root.join("hugetlb").display().to_string())
-                && w.contains("Read-only file system")
-                && w.contains(&format!("the huge page limits (2MB) of /{kubepods}")),
+            w.starts_with(&head) && w.ends_with(&tail),
             "{driver:?}: {w}"
         );
-        assert!(
-            std::fs::read_dir(root.join("hugetlb"))
-                .expect("hugetlb")
-                .next()
-                .is_none(),
-            "{driver:?}: nothing made in the read-only hierarchy"
-        );
-        if driver == Driver::Cgroupfs {
-            // The rest of the pod's limits, as without the hierarchy.
-            let dir = root.join("cpu").join(pod);
-            assert_eq!(read(&dir.join("cpu.cfs_quota_us")), "100000");
-            assert_eq!(read(&root.join("pids").join(pod).join("pids.max")), "1024");
-        }
+        let made = std::fs::read_dir(&hierarchy).is_ok_and(|mut d| d.next().is_some());
+        assert!(!made, "{driver:?}: nothing made in {}", hierarchy.display());
         assert!(root.join("memory").join(pod).is_dir(), "{driver:?}");
-        assert_eq!(cg.pods(), ["g"]);
+        assert_eq!(cg.pods(), ["g"], "{driver:?}");
+        if driver == Driver::Cgroupfs {
+            let file = |c: &str, f: &str| read(&root.join(c).join(pod).join(f));
+            assert_eq!(file("cpu", "cpu.cfs_quota_us"), "100000");
+            assert_eq!(file("pids", "pids.max"), "1024");
+        }
         drop(mounted);
         let _ = std::fs::remove_dir_all(&root);
     }
+}
+
+#[tokio::test]
+async fn a_read_only_hugetlb_hierarchy_is_skipped_with_one_warning_under_both_drivers() {
+    skipped_once("ro-hugetlb", Hugetlb::ReadOnly, "Read-only file system").await;
 }
 
 #[tokio::test]
 async fn a_hugetlb_directory_where_no_cgroup_is_mounted_is_skipped() {
     // systemd's v1 layout: the directory of a controller it could not mount, on the
     // tmpfs at the root (here: a tmpfs on a directory of the tree's own filesystem).
-    for driver in [Driver::Cgroupfs, Driver::Systemd] {
-        let (root, mounted) = v1_with(&format!("bare-hugetlb-{driver:?}"), Hugetlb::NotMounted);
-        let (_cg, warnings) = tree_and_pod(&root, driver).await;
-        assert_eq!(warnings.len(), 1, "{driver:?}: {warnings:?}");
-        assert!(
-            warnings[0].contains("not a cgroup hierarchy"),
-            "{driver:?}: {}",
-            warnings[0]
-        );
-        assert!(
-            std::fs::read_dir(root.join("hugetlb"))
-                .expect("hugetlb")
-                .next()
-                .is_none(),
-            "{driver:?}: nothing written into the bare directory"
-        );
-        drop(mounted);
-        let _ = std::fs::remove_dir_all(&root);
-    }
+    skipped_once(
+        "bare-hugetlb",
+        Hugetlb::NotMounted,
+        "not a cgroup hierarchy",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_v1_layout_without_hugetlb_makes_the_tree_and_says_so_once() {
-    for driver in [Driver::Cgroupfs, Driver::Systemd] {
-        let (root, _) = v1_with(&format!("no-hugetlb-{driver:?}"), Hugetlb::Absent);
-        let (cg, warnings) = tree_and_pod(&root, driver).await;
-        assert_eq!(warnings.len(), 1, "{driver:?}: {warnings:?}");
-        assert!(
-            warnings[0].contains("no such hierarchy"),
-            "{driver:?}: {}",
-            warnings[0]
-        );
-        assert!(!root.join("hugetlb").exists(), "{driver:?}");
-        assert_eq!(cg.pods(), ["g"]);
-        let _ = std::fs::remove_dir_all(&root);
-    }
+    skipped_once("no-hugetlb", Hugetlb::Absent, "no such hierarchy").await;
 }
 
 #[tokio::test]
