@@ -31,9 +31,10 @@ HERE=$(cd "$(dirname "$0")/../.." && pwd)
 export K8S_TESTBED=${K8S_TESTBED:-/tmp/k8s-testbed-1.33}
 export NS_BASE=${NS_BASE:-/tmp/sdcheck-ns} NS_CGNAME=${NS_CGNAME:-sdcheck-ns}
 NS=${SYSTEMD_NS:-$HERE/../shared/systemd-ns}/ns.sh
-WASMLET=${WASMLET:-$HERE/target/release/wasmlet}
-PLUGINS=${WASMLET_PLUGIN_DIR:-$HERE/plugins/target/wasm32-wasip2/release}
-KUBELET=${KUBELET:-$K8S_TESTBED/bin/kubelet}
+# Absolute: the unit runs from / inside the namespaces.
+WASMLET=$(realpath -m "${WASMLET:-$HERE/target/release/wasmlet}")
+PLUGINS=$(realpath -m "${WASMLET_PLUGIN_DIR:-$HERE/plugins/target/wasm32-wasip2/release}")
+KUBELET=$(realpath -m "${KUBELET:-$K8S_TESTBED/bin/kubelet}")
 CFG=$NS_BASE/check
 LOG=$NS_BASE/logs/agent.log
 mkdir -p "$OUT"
