@@ -147,25 +147,18 @@ impl CgroupFs {
     /// written is skipped).
     pub fn has_controller(&self, controller: &str) -> bool {
         if self.v2 {
-            std::fs::read_to_string(self.root.join("cgroup.controllers"))
-                .is_ok_and(|c| c.split_whitespace().any(|x| x == controller))
+            lists(&self.root, controller).unwrap_or(false)
         } else {
             self.root.join(controller).is_dir()
                 && !self.skipped.iter().any(|s| s.controller == controller)
         }
     }
 
-    /// Whether `controller`'s files can be written in the v2 cgroup `dir`: offered by
-    /// the root and, where the kernel lists them (`cgroup.controllers`, not in a plain
-    /// directory), enabled for `dir`.
+    /// Whether `controller`'s files can be written in the v2 cgroup `dir`: enabled for
+    /// it where the kernel lists its controllers (only what the root offers can be), else
+    /// (a plain directory) offered by the root. One read on a node's pod path.
     fn enabled_at(&self, dir: &Path, controller: &str) -> bool {
-        if !self.has_controller(controller) {
-            return false;
-        }
-        match std::fs::read_to_string(dir.join("cgroup.controllers")) {
-            Ok(enabled) => enabled.split_whitespace().any(|c| c == controller),
-            Err(_) => true,
-        }
+        lists(dir, controller).unwrap_or_else(|| self.has_controller(controller))
     }
 
     /// Whether `controller` is written for `cgroup`: a v1 hierarchy this process can
@@ -353,6 +346,14 @@ impl CgroupFs {
         }
         left
     }
+}
+
+/// Whether the v2 cgroup `dir`'s `cgroup.controllers` lists `controller`; `None` where it
+/// has no such file.
+fn lists(dir: &Path, controller: &str) -> Option<bool> {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .ok()
+        .map(|c| c.split_whitespace().any(|x| x == controller))
 }
 
 /// Why the optional v1 hierarchy `controller` under `root` cannot be written, if it
